@@ -1,0 +1,1 @@
+//! tether-tests: end-to-end tests and mock backends (issue 3 fills this in).
