@@ -1,0 +1,652 @@
+//! Tools, resources, resource templates and prompts of every backend, and the
+//! names under which clients see them.
+//!
+//! Namespacing works both ways through lookup tables, never by splitting strings:
+//! a served name maps to its backend and original name, so any separator is
+//! unambiguous. Served names stay within `[A-Za-z0-9_-]{1,64}`; anything longer or
+//! with other characters is shortened reversibly (a hash suffix, kept in the table).
+//! Resource URIs get a per-backend scheme prefix (`fs+file:///x`), which every
+//! client SDK still accepts as a URI and which round-trips exactly.
+//!
+//! The catalog keeps what a backend last listed whatever its status; callers pass
+//! a visibility predicate when serving.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt::Write;
+use serde_json::{Map, Value};
+
+use crate::config::is_name_byte;
+
+/// Longest served tool or prompt name.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// The four lists a backend can offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListKind {
+    /// `tools/list`
+    Tools,
+    /// `resources/list`
+    Resources,
+    /// `resources/templates/list`
+    ResourceTemplates,
+    /// `prompts/list`
+    Prompts,
+}
+
+impl ListKind {
+    /// All kinds, in discovery order.
+    pub const ALL: [ListKind; 4] =
+        [ListKind::Tools, ListKind::Resources, ListKind::ResourceTemplates, ListKind::Prompts];
+
+    /// The list method.
+    pub fn method(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools/list",
+            ListKind::Resources => "resources/list",
+            ListKind::ResourceTemplates => "resources/templates/list",
+            ListKind::Prompts => "prompts/list",
+        }
+    }
+
+    /// The key of the array in the list result.
+    pub fn result_key(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Resources => "resources",
+            ListKind::ResourceTemplates => "resourceTemplates",
+            ListKind::Prompts => "prompts",
+        }
+    }
+
+    /// The server capability that announces this list.
+    pub fn capability(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Resources | ListKind::ResourceTemplates => "resources",
+            ListKind::Prompts => "prompts",
+        }
+    }
+
+    /// The notification a client gets when the visible list changes.
+    pub fn list_changed(self) -> &'static str {
+        match self {
+            ListKind::Tools => "notifications/tools/list_changed",
+            ListKind::Resources | ListKind::ResourceTemplates => "notifications/resources/list_changed",
+            ListKind::Prompts => "notifications/prompts/list_changed",
+        }
+    }
+
+    /// The list kind a list method asks for.
+    pub fn from_method(method: &str) -> Option<ListKind> {
+        ListKind::ALL.into_iter().find(|k| k.method() == method)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn cursor_tag(self) -> char {
+        match self {
+            ListKind::Tools => 't',
+            ListKind::Resources => 'r',
+            ListKind::ResourceTemplates => 'u',
+            ListKind::Prompts => 'p',
+        }
+    }
+
+    /// The field that names an item (`name`, `uri` or `uriTemplate`).
+    fn key_field(self) -> &'static str {
+        match self {
+            ListKind::Tools | ListKind::Prompts => "name",
+            ListKind::Resources => "uri",
+            ListKind::ResourceTemplates => "uriTemplate",
+        }
+    }
+}
+
+/// One tool, resource, template or prompt as a client sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Name (or URI) at the backend.
+    pub original: String,
+    /// Name (or URI) served to clients.
+    pub served: String,
+    /// The item's JSON with the served name and URIs substituted; `_meta` kept.
+    pub json: String,
+    /// Tool annotations say it is read-only or idempotent: safe to retry.
+    pub retry_safe: bool,
+    /// Estimated tokens of a tool definition: (name + description + schema) chars / 4.
+    pub estimated_tokens: u32,
+}
+
+/// What one backend last listed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackendCatalog {
+    lists: [Vec<Entry>; 4],
+    discovered: bool,
+}
+
+impl BackendCatalog {
+    /// Items of one kind.
+    pub fn entries(&self, kind: ListKind) -> &[Entry] {
+        &self.lists[kind.index()]
+    }
+
+    /// Whether a discovery has ever completed, so the lists mean something.
+    pub fn is_discovered(&self) -> bool {
+        self.discovered
+    }
+
+    /// Number of tools.
+    pub fn tool_count(&self) -> u32 {
+        self.lists[0].len() as u32
+    }
+
+    /// Sum of estimated tokens over tools.
+    pub fn estimated_tokens(&self) -> u32 {
+        self.lists[0].iter().map(|e| e.estimated_tokens).sum()
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Registration {
+    prefixed: bool,
+    alias: String,
+    catalog: BackendCatalog,
+}
+
+/// A served name, the backend behind it and that backend's name for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resolved<'a> {
+    /// Backend.
+    pub server: &'a str,
+    /// The entry (original name, retry safety).
+    pub entry: &'a Entry,
+}
+
+/// Every backend's lists plus the indexes that map served names back.
+#[derive(Clone, Debug)]
+pub struct Catalog {
+    separator: String,
+    backends: BTreeMap<String, Registration>,
+    /// Served tool name -> backend.
+    tools: BTreeMap<String, String>,
+    /// Served prompt name -> backend.
+    prompts: BTreeMap<String, String>,
+    /// URI scheme alias -> backend.
+    aliases: BTreeMap<String, String>,
+}
+
+/// A name clash found while installing a list: the item was not served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    /// The served name both items wanted.
+    pub name: String,
+}
+
+impl Catalog {
+    /// An empty catalog joining backend and item names with `separator`.
+    pub fn new(separator: &str) -> Self {
+        Catalog {
+            separator: separator.to_string(),
+            backends: BTreeMap::new(),
+            tools: BTreeMap::new(),
+            prompts: BTreeMap::new(),
+            aliases: BTreeMap::new(),
+        }
+    }
+
+    /// Registers a backend (idempotent). Its URI alias is fixed here.
+    pub fn register(&mut self, server: &str, prefixed: bool) {
+        if let Some(reg) = self.backends.get_mut(server) {
+            if reg.prefixed != prefixed {
+                reg.prefixed = prefixed;
+                self.rekey(server);
+            }
+            return;
+        }
+        let alias = self.fresh_alias(server);
+        self.aliases.insert(alias.clone(), server.to_string());
+        self.backends.insert(
+            server.to_string(),
+            Registration { prefixed, alias, catalog: BackendCatalog::default() },
+        );
+    }
+
+    /// Forgets a backend and its items.
+    pub fn unregister(&mut self, server: &str) {
+        self.clear_index(server);
+        if let Some(reg) = self.backends.remove(server) {
+            self.aliases.remove(&reg.alias);
+        }
+    }
+
+    /// The lists of one backend.
+    pub fn backend(&self, server: &str) -> Option<&BackendCatalog> {
+        self.backends.get(server).map(|r| &r.catalog)
+    }
+
+    /// The URI scheme alias of a backend (`fs` serves `fs+file:///x`).
+    pub fn alias(&self, server: &str) -> Option<&str> {
+        self.backends.get(server).map(|r| r.alias.as_str())
+    }
+
+    /// Replaces one backend's discovered lists (raw item objects as the backend sent
+    /// them). Items whose served name another backend already holds are skipped and
+    /// returned as conflicts.
+    pub fn install(&mut self, server: &str, lists: [Vec<Map<String, Value>>; 4]) -> Vec<Conflict> {
+        let Some(reg) = self.backends.get(server) else {
+            return Vec::new();
+        };
+        let (prefixed, alias) = (reg.prefixed, reg.alias.clone());
+        self.clear_index(server);
+        let mut conflicts = Vec::new();
+        let mut built: [Vec<Entry>; 4] = Default::default();
+        for kind in ListKind::ALL {
+            let mut seen = BTreeMap::new();
+            for item in &lists[kind.index()] {
+                let Some(entry) = self.build_entry(server, prefixed, &alias, kind, item) else {
+                    continue;
+                };
+                let index = match kind {
+                    ListKind::Tools => Some(&mut self.tools),
+                    ListKind::Prompts => Some(&mut self.prompts),
+                    _ => None,
+                };
+                if seen.insert(entry.served.clone(), ()).is_some() {
+                    conflicts.push(Conflict { name: entry.served });
+                    continue;
+                }
+                if let Some(index) = index {
+                    if index.contains_key(&entry.served) {
+                        conflicts.push(Conflict { name: entry.served });
+                        continue;
+                    }
+                    index.insert(entry.served.clone(), server.to_string());
+                }
+                built[kind.index()].push(entry);
+            }
+        }
+        if let Some(reg) = self.backends.get_mut(server) {
+            reg.catalog = BackendCatalog { lists: built, discovered: true };
+        }
+        conflicts
+    }
+
+    /// The backend and entry behind a served tool name.
+    pub fn resolve_tool(&self, served: &str) -> Option<Resolved<'_>> {
+        self.resolve(&self.tools, ListKind::Tools, served)
+    }
+
+    /// The backend and entry behind a served prompt name.
+    pub fn resolve_prompt(&self, served: &str) -> Option<Resolved<'_>> {
+        self.resolve(&self.prompts, ListKind::Prompts, served)
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        index: &'a BTreeMap<String, String>,
+        kind: ListKind,
+        served: &str,
+    ) -> Option<Resolved<'a>> {
+        let server = index.get(served)?;
+        let entry = self.backends.get(server)?.catalog.entries(kind).iter().find(|e| e.served == served)?;
+        Some(Resolved { server, entry })
+    }
+
+    /// The backend and original URI behind a served URI (`fs+file:///x` -> `fs`, `file:///x`).
+    pub fn resolve_uri<'a>(&'a self, served: &'a str) -> Option<(&'a str, &'a str)> {
+        let (alias, rest) = served.split_once('+')?;
+        let server = self.aliases.get(alias)?;
+        if rest.is_empty() {
+            return None;
+        }
+        Some((server.as_str(), rest))
+    }
+
+    /// The URI a client sees for a backend's `uri`.
+    pub fn serve_uri(&self, server: &str, uri: &str) -> Option<String> {
+        self.alias(server).map(|a| format!("{a}+{uri}"))
+    }
+
+    /// Every item of `kind` from backends that `visible` accepts, in a stable order.
+    pub fn visible<'a>(
+        &'a self,
+        kind: ListKind,
+        visible: impl Fn(&str) -> bool + 'a,
+    ) -> impl Iterator<Item = (&'a str, &'a Entry)> + 'a {
+        self.backends
+            .iter()
+            .filter(move |(name, _)| visible(name))
+            .flat_map(move |(name, reg)| reg.catalog.entries(kind).iter().map(move |e| (name.as_str(), e)))
+    }
+
+    /// A hash of what `visible` lets clients see of `kind`, to send `list_changed`
+    /// only when the visible list really changed.
+    pub fn visible_hash(&self, kind: ListKind, visible: impl Fn(&str) -> bool) -> u64 {
+        let mut h = Fnv::new();
+        for (_, entry) in self.visible(kind, visible) {
+            h.write(entry.json.as_bytes());
+            h.write(&[0]);
+        }
+        h.finish()
+    }
+
+    /// One page of the aggregated list as a JSON result, with tether's own cursor.
+    /// Errors when the cursor is not one tether issued for this kind.
+    pub fn page(
+        &self,
+        kind: ListKind,
+        cursor: Option<&str>,
+        page_size: usize,
+        visible: impl Fn(&str) -> bool,
+    ) -> Result<String, ()> {
+        let start = match cursor {
+            None => 0,
+            Some(c) => {
+                let mut chars = c.chars();
+                if chars.next() != Some(kind.cursor_tag()) {
+                    return Err(());
+                }
+                chars.as_str().parse::<usize>().map_err(|_| ())?
+            }
+        };
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"");
+        out.push_str(kind.result_key());
+        out.push_str("\":[");
+        let mut count = 0;
+        let mut more = false;
+        for (i, (_, entry)) in self.visible(kind, visible).enumerate().skip(start) {
+            if count == page_size {
+                more = i >= start;
+                break;
+            }
+            if count > 0 {
+                out.push(',');
+            }
+            out.push_str(&entry.json);
+            count += 1;
+        }
+        out.push(']');
+        if more {
+            let _ = write!(out, ",\"nextCursor\":\"{}{}\"", kind.cursor_tag(), start + count);
+        }
+        out.push('}');
+        Ok(out)
+    }
+
+    /// Re-derives served names after a backend's `prefixed` flag changed.
+    fn rekey(&mut self, server: &str) {
+        let Some(reg) = self.backends.get(server) else { return };
+        if !reg.catalog.discovered {
+            return;
+        }
+        let mut lists: [Vec<Map<String, Value>>; 4] = Default::default();
+        for kind in ListKind::ALL {
+            for e in reg.catalog.entries(kind) {
+                if let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&e.json) {
+                    m.insert(kind.key_field().into(), Value::String(e.original.clone()));
+                    unalias_meta(&mut m, &reg.alias);
+                    lists[kind.index()].push(m);
+                }
+            }
+        }
+        self.install(server, lists);
+    }
+
+    fn clear_index(&mut self, server: &str) {
+        self.tools.retain(|_, s| s != server);
+        self.prompts.retain(|_, s| s != server);
+    }
+
+    fn fresh_alias(&self, server: &str) -> String {
+        let mut base: String = server
+            .chars()
+            .map(|c| if c == '_' { '-' } else { c.to_ascii_lowercase() })
+            .collect();
+        if !base.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            base.insert_str(0, "s-");
+        }
+        let mut alias = base.clone();
+        let mut n = 2;
+        while self.aliases.contains_key(&alias) {
+            alias = format!("{base}-{n}");
+            n += 1;
+        }
+        alias
+    }
+
+    fn build_entry(
+        &self,
+        server: &str,
+        prefixed: bool,
+        alias: &str,
+        kind: ListKind,
+        item: &Map<String, Value>,
+    ) -> Option<Entry> {
+        let original = item.get(kind.key_field())?.as_str()?.to_string();
+        if original.is_empty() {
+            return None;
+        }
+        let served = match kind {
+            ListKind::Tools | ListKind::Prompts => {
+                let joined = if prefixed { format!("{server}{}{original}", self.separator) } else { original.clone() };
+                served_name(&joined)
+            }
+            ListKind::Resources | ListKind::ResourceTemplates => format!("{alias}+{original}"),
+        };
+        let mut obj = item.clone();
+        obj.insert(kind.key_field().into(), Value::String(served.clone()));
+        alias_meta(&mut obj, alias);
+        let annotations = item.get("annotations");
+        let hint = |h: &str| annotations.and_then(|a| a.get(h)).and_then(Value::as_bool).unwrap_or(false);
+        let retry_safe = kind == ListKind::Tools && (hint("readOnlyHint") || hint("idempotentHint"));
+        let estimated_tokens = if kind == ListKind::Tools {
+            let desc = item.get("description").and_then(Value::as_str).map_or(0, str::len);
+            let schema = item.get("inputSchema").map_or(0, |s| serde_json::to_string(s).map_or(0, |s| s.len()));
+            ((original.len() + desc + schema) / 4) as u32
+        } else {
+            0
+        };
+        let json = serde_json::to_string(&obj).ok()?;
+        Some(Entry { original, served, json, retry_safe, estimated_tokens })
+    }
+}
+
+/// Rewrites `_meta.ui.resourceUri` (MCP Apps) to the served form.
+fn alias_meta(obj: &mut Map<String, Value>, alias: &str) {
+    if let Some(Value::String(uri)) = obj
+        .get_mut("_meta")
+        .and_then(|m| m.get_mut("ui"))
+        .and_then(|ui| ui.get_mut("resourceUri"))
+    {
+        *uri = format!("{alias}+{uri}");
+    }
+}
+
+fn unalias_meta(obj: &mut Map<String, Value>, alias: &str) {
+    if let Some(Value::String(uri)) = obj
+        .get_mut("_meta")
+        .and_then(|m| m.get_mut("ui"))
+        .and_then(|ui| ui.get_mut("resourceUri"))
+    {
+        if let Some(rest) = uri.strip_prefix(alias).and_then(|r| r.strip_prefix('+')) {
+            *uri = rest.to_string();
+        }
+    }
+}
+
+/// The served form of a joined name: itself when it is valid, else a sanitized,
+/// shortened form with a hash of the original, so distinct names stay distinct.
+pub fn served_name(joined: &str) -> String {
+    if !joined.is_empty() && joined.len() <= MAX_NAME_LEN && joined.bytes().all(is_name_byte) {
+        return joined.to_string();
+    }
+    let mut h = Fnv::new();
+    h.write(joined.as_bytes());
+    let suffix = format!("_{:08x}", h.finish() as u32);
+    let keep = MAX_NAME_LEN - suffix.len();
+    let mut out: String = joined
+        .chars()
+        .map(|c| if c.is_ascii() && is_name_byte(c as u8) { c } else { '_' })
+        .take(keep)
+        .collect();
+    out.push_str(&suffix);
+    out
+}
+
+/// FNV-1a, 64 bit: a small, deterministic hash for names and list fingerprints.
+#[derive(Clone, Copy, Debug)]
+pub struct Fnv(u64);
+
+impl Fnv {
+    /// A fresh hasher.
+    pub const fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    /// Feeds bytes.
+    pub fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    /// The hash so far.
+    pub const fn finish(self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => panic!(),
+        }
+    }
+
+    fn tools(names: &[&str]) -> [Vec<Map<String, Value>>; 4] {
+        let mut l: [Vec<Map<String, Value>>; 4] = Default::default();
+        l[0] = names.iter().map(|n| obj(json!({"name": n, "inputSchema": {"type": "object"}}))).collect();
+        l
+    }
+
+    #[test]
+    fn names_round_trip_through_lookup() {
+        let mut c = Catalog::new("__");
+        c.register("fs", true);
+        c.register("fs_x", true);
+        c.install("fs", tools(&["x__read"]));
+        c.install("fs_x", tools(&["read"]));
+        // `fs__x__read` and `fs_x__read` are different backends' tools; lookup, not splitting, tells them apart.
+        assert_eq!(c.resolve_tool("fs__x__read").unwrap().server, "fs");
+        assert_eq!(c.resolve_tool("fs__x__read").unwrap().entry.original, "x__read");
+        assert_eq!(c.resolve_tool("fs_x__read").unwrap().server, "fs_x");
+        assert!(c.resolve_tool("read").is_none());
+    }
+
+    #[test]
+    fn long_and_odd_names_are_shortened_reversibly() {
+        let mut c = Catalog::new("__");
+        c.register("srv", true);
+        let long = "a".repeat(80);
+        c.install("srv", tools(&[&long, "dotted.name/x", "dotted_name_x"]));
+        let served: Vec<_> = c.visible(ListKind::Tools, |_| true).map(|(_, e)| e.served.clone()).collect();
+        assert_eq!(served.len(), 3);
+        for s in &served {
+            assert!(s.len() <= MAX_NAME_LEN && s.bytes().all(is_name_byte), "{s}");
+            assert_eq!(c.resolve_tool(s).unwrap().entry.served, *s);
+        }
+        assert_ne!(served[1], served[2]);
+        assert_eq!(c.resolve_tool(&served[0]).unwrap().entry.original, long);
+    }
+
+    #[test]
+    fn unprefixed_collisions_are_reported_not_served_twice() {
+        let mut c = Catalog::new("__");
+        c.register("a", false);
+        c.register("b", false);
+        assert!(c.install("a", tools(&["search"])).is_empty());
+        let conflicts = c.install("b", tools(&["search", "other"]));
+        assert_eq!(conflicts, [Conflict { name: "search".into() }]);
+        assert_eq!(c.resolve_tool("search").unwrap().server, "a");
+        assert_eq!(c.resolve_tool("other").unwrap().server, "b");
+    }
+
+    #[test]
+    fn uris_round_trip_and_meta_is_kept() {
+        let mut c = Catalog::new("__");
+        c.register("fs", true);
+        let mut l: [Vec<Map<String, Value>>; 4] = Default::default();
+        l[0] = vec![obj(json!({"name":"view","_meta":{"ui":{"resourceUri":"ui://view"},"x":1}}))];
+        l[1] = vec![obj(json!({"uri":"git+ssh://h/r?q=1#f","name":"r"}))];
+        l[2] = vec![obj(json!({"uriTemplate":"file:///{path}","name":"t"}))];
+        c.install("fs", l);
+        let (_, res) = c.visible(ListKind::Resources, |_| true).next().unwrap();
+        assert_eq!(res.served, "fs+git+ssh://h/r?q=1#f");
+        assert_eq!(c.resolve_uri(&res.served), Some(("fs", "git+ssh://h/r?q=1#f")));
+        assert_eq!(c.resolve_uri("fs+file:///etc/hosts"), Some(("fs", "file:///etc/hosts")));
+        assert_eq!(c.resolve_uri("nope+file:///x"), None);
+        let tool = c.resolve_tool("fs__view").unwrap().entry;
+        assert!(tool.json.contains(r#""resourceUri":"fs+ui://view""#), "{}", tool.json);
+        assert!(tool.json.contains(r#""x":1"#));
+    }
+
+    #[test]
+    fn pages_with_own_cursor_and_visibility() {
+        let mut c = Catalog::new("__");
+        c.register("a", true);
+        c.register("b", true);
+        c.install("a", tools(&["1", "2", "3"]));
+        c.install("b", tools(&["4"]));
+        let p1 = c.page(ListKind::Tools, None, 2, |_| true).unwrap();
+        assert!(p1.contains("a__1") && p1.contains("a__2") && p1.ends_with(r#""nextCursor":"t2"}"#), "{p1}");
+        let p2 = c.page(ListKind::Tools, Some("t2"), 2, |_| true).unwrap();
+        assert!(p2.contains("a__3") && p2.contains("b__4") && !p2.contains("nextCursor"), "{p2}");
+        let hidden = c.page(ListKind::Tools, None, 10, |s| s != "a").unwrap();
+        assert_eq!(hidden, r#"{"tools":[{"inputSchema":{"type":"object"},"name":"b__4"}]}"#);
+        assert!(c.page(ListKind::Tools, Some("p0"), 2, |_| true).is_err());
+        assert!(c.page(ListKind::Tools, Some("tx"), 2, |_| true).is_err());
+        assert_ne!(c.visible_hash(ListKind::Tools, |_| true), c.visible_hash(ListKind::Tools, |s| s != "a"));
+    }
+
+    #[test]
+    fn toggling_prefix_rekeys_without_losing_the_catalog() {
+        let mut c = Catalog::new("__");
+        c.register("fs", true);
+        c.install("fs", tools(&["read"]));
+        c.register("fs", false);
+        assert_eq!(c.resolve_tool("read").unwrap().entry.original, "read");
+        assert!(c.resolve_tool("fs__read").is_none());
+    }
+
+    #[test]
+    fn retry_safety_and_tokens_come_from_the_tool() {
+        let mut c = Catalog::new("__");
+        c.register("s", true);
+        let mut l: [Vec<Map<String, Value>>; 4] = Default::default();
+        l[0] = vec![
+            obj(json!({"name":"get","description":"12345678","annotations":{"readOnlyHint":true}})),
+            obj(json!({"name":"put","annotations":{"destructiveHint":true}})),
+        ];
+        c.install("s", l);
+        assert!(c.resolve_tool("s__get").unwrap().entry.retry_safe);
+        assert!(!c.resolve_tool("s__put").unwrap().entry.retry_safe);
+        assert_eq!(c.resolve_tool("s__get").unwrap().entry.estimated_tokens, (3 + 8) / 4);
+    }
+}

@@ -1,0 +1,483 @@
+//! What goes into the engine ([`Input`]) and what comes out ([`Action`], [`Event`]).
+//!
+//! All of it is `serde`, so a trace is JSON lines of inputs and a replay yields the
+//! same actions. `Display` renders each one as a single readable line for
+//! snapshots and logs.
+
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::policy::Failure;
+
+/// A client connection, numbered by the host (stdio is usually session 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SessionId(pub u64);
+
+/// One connection to a backend. Bumped on every spawn/connect; anything reported
+/// for an older generation is ignored.
+pub type Generation = u64;
+
+/// An event fed to [`crate::Gateway::handle`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Input {
+    /// A client connected.
+    ClientConnected {
+        /// Its session.
+        session: SessionId,
+    },
+    /// One complete JSON-RPC frame from a client.
+    ClientFrame {
+        /// From which session.
+        session: SessionId,
+        /// The frame text.
+        frame: String,
+    },
+    /// A client went away.
+    ClientClosed {
+        /// Its session.
+        session: SessionId,
+    },
+    /// A stdio process started (informational: the process id for logs and status).
+    BackendStarted {
+        /// Backend name.
+        server: String,
+        /// Connection it belongs to.
+        generation: Generation,
+        /// Operating-system process id, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+    },
+    /// One complete JSON-RPC frame from a backend.
+    BackendFrame {
+        /// Backend name.
+        server: String,
+        /// Connection it came from.
+        generation: Generation,
+        /// The frame text.
+        frame: String,
+    },
+    /// One line a stdio backend wrote to stderr (kept as a short tail for crash messages).
+    BackendStderr {
+        /// Backend name.
+        server: String,
+        /// Connection it came from.
+        generation: Generation,
+        /// The line.
+        line: String,
+    },
+    /// A stdio backend's process exited.
+    BackendExited {
+        /// Backend name.
+        server: String,
+        /// Which process.
+        generation: Generation,
+        /// Exit code; `None` when killed by a signal.
+        code: Option<i32>,
+    },
+    /// A transport failure: a refused connection, an HTTP error status, a spawn error.
+    BackendFailed {
+        /// Backend name.
+        server: String,
+        /// Connection it came from.
+        generation: Generation,
+        /// The backend request id from [`Action::SendToBackend::request`] whose delivery
+        /// failed, or `None` for the connection as a whole.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+        /// What went wrong.
+        failure: Failure,
+    },
+    /// Time passed; timers due at or before `now` fire. Harmless when early.
+    Tick,
+    /// A new configuration; applied differentially.
+    ConfigReloaded {
+        /// The whole new configuration.
+        config: Config,
+    },
+    /// An operator's command.
+    Admin {
+        /// Which one.
+        command: AdminCommand,
+    },
+}
+
+/// Commands an operator (or an admin tool) can give.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum AdminCommand {
+    /// Connected: fresh connection. Offline: cancel the wait and try now.
+    /// Permanently failed or requiring re-authentication: start over.
+    Reconnect {
+        /// Backend name.
+        server: String,
+    },
+    /// Stop the backend and start it again, clearing its crash history and breaker.
+    Restart {
+        /// Backend name.
+        server: String,
+    },
+    /// Close the backend and forget it until the next config reload adds it.
+    Remove {
+        /// Backend name.
+        server: String,
+    },
+}
+
+/// Work the engine asks the host to do, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Action {
+    /// Start a stdio process in its own process group; report its frames, stderr and exit.
+    Spawn {
+        /// Backend name.
+        server: String,
+        /// Connection number to tag every report with.
+        generation: Generation,
+        /// Program.
+        command: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// Extra environment.
+        env: BTreeMap<String, String>,
+        /// Working directory.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cwd: Option<String>,
+    },
+    /// Open a connection to a remote backend (Streamable HTTP or legacy SSE).
+    ConnectHttp {
+        /// Backend name.
+        server: String,
+        /// Connection number.
+        generation: Generation,
+        /// Endpoint.
+        url: String,
+        /// Extra headers.
+        headers: BTreeMap<String, String>,
+        /// Legacy HTTP+SSE transport rather than Streamable HTTP.
+        legacy_sse: bool,
+    },
+    /// Deliver one frame to a backend connection.
+    SendToBackend {
+        /// Backend name.
+        server: String,
+        /// Connection number; drop the frame if that connection is gone.
+        generation: Generation,
+        /// The frame.
+        frame: String,
+        /// The request id inside the frame, to quote in [`Input::BackendFailed`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
+    /// Close a backend connection (stdio: close stdin, SIGTERM, SIGKILL the group).
+    CloseBackend {
+        /// Backend name.
+        server: String,
+        /// Which connection.
+        generation: Generation,
+    },
+    /// Deliver one frame to a client session.
+    SendToClient {
+        /// Session.
+        session: SessionId,
+        /// The frame.
+        frame: String,
+    },
+    /// Close a client session.
+    CloseClient {
+        /// Session.
+        session: SessionId,
+    },
+    /// Something an operator should know: log it, count it.
+    Emit {
+        /// What happened.
+        event: Event,
+    },
+}
+
+/// Status of one backend, as shown to clients and operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Configured, not started yet (lazy).
+    Provisioning,
+    /// Spawning or connecting, handshake not complete.
+    Connecting,
+    /// Connected; listing tools, resources and prompts.
+    DiscoveringTools,
+    /// Serving.
+    Online,
+    /// Stopped after being idle; catalog kept; the next call respawns it.
+    Dormant,
+    /// Being restarted because its configuration changed.
+    Restarting,
+    /// Unreachable; reconnecting with backoff.
+    Offline,
+    /// Failed; recovers by itself (restart or reconnect scheduled).
+    Error,
+    /// Authentication failed; waits for the user.
+    RequiresReauth,
+    /// Crashed too often; no more restarts until an admin restart or a config change.
+    PermanentlyFailed,
+    /// Removed on purpose.
+    Disconnected,
+}
+
+impl Status {
+    /// The snake_case name used on the wire and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Provisioning => "provisioning",
+            Status::Connecting => "connecting",
+            Status::DiscoveringTools => "discovering_tools",
+            Status::Online => "online",
+            Status::Dormant => "dormant",
+            Status::Restarting => "restarting",
+            Status::Offline => "offline",
+            Status::Error => "error",
+            Status::RequiresReauth => "requires_reauth",
+            Status::PermanentlyFailed => "permanently_failed",
+            Status::Disconnected => "disconnected",
+        }
+    }
+
+    /// Whether clients see this backend's tools, resources and prompts.
+    pub fn is_visible(self) -> bool {
+        matches!(self, Status::Online | Status::Dormant)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Events of DESIGN.md's event table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A backend's status changed.
+    ServerStatusChanged {
+        /// Backend.
+        server: String,
+        /// Old status.
+        from: Status,
+        /// New status.
+        to: Status,
+        /// Why, when known (last error, stderr tail).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// A backend's connection ended.
+    ServerDisconnected {
+        /// Backend.
+        server: String,
+        /// Closed on purpose (removed, idled, restarted by config) rather than lost.
+        intentional: bool,
+    },
+    /// A reconnect is scheduled (throttled for long outages).
+    ServerReconnecting {
+        /// Backend.
+        server: String,
+        /// Attempt number that is scheduled.
+        attempt: u32,
+        /// Wait before it.
+        next_retry_ms: u64,
+    },
+    /// A backend came back after failed attempts.
+    ServerReconnected {
+        /// Backend.
+        server: String,
+        /// Attempts it took.
+        attempts_taken: u32,
+        /// Capabilities it announced (names).
+        capabilities: Vec<String>,
+    },
+    /// Health checks failed repeatedly.
+    ServerHealthDegraded {
+        /// Backend.
+        server: String,
+        /// Failures in a row.
+        consecutive_failures: u32,
+        /// The last one.
+        last_error: String,
+    },
+    /// A health check succeeded after degradation.
+    ServerHealthRestored {
+        /// Backend.
+        server: String,
+    },
+    /// A stdio backend crashed too often and will not be restarted.
+    ServerPermanentlyFailed {
+        /// Backend.
+        server: String,
+        /// Crashes within the window.
+        crashes: u8,
+        /// The window, in ms.
+        window_ms: u64,
+    },
+    /// The breaker opened: calls are refused for the cooldown.
+    CircuitOpened {
+        /// Backend.
+        server: String,
+        /// Cooldown in ms.
+        cooldown_ms: u64,
+    },
+    /// The breaker closed again after a successful probe.
+    CircuitClosed {
+        /// Backend.
+        server: String,
+    },
+    /// A backend's catalog was (re)discovered.
+    ToolsDiscovered {
+        /// Backend.
+        server: String,
+        /// Tools it offers.
+        count: u32,
+        /// Estimated tokens of their definitions (chars / 4).
+        estimated_tokens: u32,
+    },
+    /// A backend broke the protocol (unparseable frame, unknown response id); it was ignored.
+    ProtocolViolation {
+        /// Backend.
+        server: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A tool, prompt or resource alias could not be served because another took its name.
+    NameConflict {
+        /// Backend whose item was skipped.
+        server: String,
+        /// The served name both wanted.
+        name: String,
+    },
+}
+
+fn short(frame: &str) -> &str {
+    const MAX: usize = 240;
+    if frame.len() <= MAX {
+        return frame;
+    }
+    let mut end = MAX;
+    while !frame.is_char_boundary(end) {
+        end -= 1;
+    }
+    &frame[..end]
+}
+
+impl fmt::Display for Input {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Input::ClientConnected { session } => write!(f, "client {} connected", session.0),
+            Input::ClientFrame { session, frame } => write!(f, "client {} -> {}", session.0, short(frame)),
+            Input::ClientClosed { session } => write!(f, "client {} closed", session.0),
+            Input::BackendStarted { server, generation, pid } => match pid {
+                Some(pid) => write!(f, "{server}#{generation} started (pid {pid})"),
+                None => write!(f, "{server}#{generation} started"),
+            },
+            Input::BackendFrame { server, generation, frame } => {
+                write!(f, "{server}#{generation} -> {}", short(frame))
+            }
+            Input::BackendStderr { server, generation, line } => {
+                write!(f, "{server}#{generation} stderr: {}", short(line))
+            }
+            Input::BackendExited { server, generation, code } => match code {
+                Some(code) => write!(f, "{server}#{generation} exited with code {code}"),
+                None => write!(f, "{server}#{generation} killed by a signal"),
+            },
+            Input::BackendFailed { server, generation, request, failure } => match request {
+                Some(r) => write!(f, "{server}#{generation} request {r} failed: {failure}"),
+                None => write!(f, "{server}#{generation} failed: {failure}"),
+            },
+            Input::Tick => f.write_str("tick"),
+            Input::ConfigReloaded { config } => {
+                write!(f, "config reloaded (servers: ")?;
+                for (i, name) in config.servers.keys().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    f.write_str(name)?;
+                }
+                f.write_str(")")
+            }
+            Input::Admin { command } => match command {
+                AdminCommand::Reconnect { server } => write!(f, "admin: reconnect {server}"),
+                AdminCommand::Restart { server } => write!(f, "admin: restart {server}"),
+                AdminCommand::Remove { server } => write!(f, "admin: remove {server}"),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Spawn { server, generation, command, args, .. } => {
+                write!(f, "spawn {server}#{generation}: {command}")?;
+                for a in args {
+                    write!(f, " {a}")?;
+                }
+                Ok(())
+            }
+            Action::ConnectHttp { server, generation, url, legacy_sse, .. } => {
+                let how = if *legacy_sse { "sse" } else { "http" };
+                write!(f, "connect {server}#{generation}: {how} {url}")
+            }
+            Action::SendToBackend { server, generation, frame, .. } => {
+                write!(f, "{server}#{generation} <- {}", short(frame))
+            }
+            Action::CloseBackend { server, generation } => write!(f, "close {server}#{generation}"),
+            Action::SendToClient { session, frame } => write!(f, "client {} <- {}", session.0, short(frame)),
+            Action::CloseClient { session } => write!(f, "close client {}", session.0),
+            Action::Emit { event } => write!(f, "event {event}"),
+        }
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::ServerStatusChanged { server, from, to, message } => {
+                write!(f, "server_status_changed {server}: {from} -> {to}")?;
+                match message {
+                    Some(m) => write!(f, " ({})", short(m)),
+                    None => Ok(()),
+                }
+            }
+            Event::ServerDisconnected { server, intentional } => {
+                write!(f, "server_disconnected {server} intentional={intentional}")
+            }
+            Event::ServerReconnecting { server, attempt, next_retry_ms } => {
+                write!(f, "server_reconnecting {server} attempt={attempt} next_retry_ms={next_retry_ms}")
+            }
+            Event::ServerReconnected { server, attempts_taken, capabilities } => {
+                write!(f, "server_reconnected {server} attempts_taken={attempts_taken} capabilities={capabilities:?}")
+            }
+            Event::ServerHealthDegraded { server, consecutive_failures, last_error } => write!(
+                f,
+                "server_health_degraded {server} consecutive_failures={consecutive_failures} last_error={last_error:?}"
+            ),
+            Event::ServerHealthRestored { server } => write!(f, "server_health_restored {server}"),
+            Event::ServerPermanentlyFailed { server, crashes, window_ms } => {
+                write!(f, "server_permanently_failed {server} crashes={crashes} window_ms={window_ms}")
+            }
+            Event::CircuitOpened { server, cooldown_ms } => {
+                write!(f, "circuit_opened {server} cooldown_ms={cooldown_ms}")
+            }
+            Event::CircuitClosed { server } => write!(f, "circuit_closed {server}"),
+            Event::ToolsDiscovered { server, count, estimated_tokens } => {
+                write!(f, "tools_discovered {server} count={count} estimated_tokens={estimated_tokens}")
+            }
+            Event::ProtocolViolation { server, detail } => {
+                write!(f, "protocol_violation {server}: {}", short(detail))
+            }
+            Event::NameConflict { server, name } => write!(f, "name_conflict {server}: {name}"),
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! Resilience policies as small value types with no knowledge of MCP.
+
+pub mod backoff;
+pub mod breaker;
+pub mod classify;
+pub mod crash_window;
+pub mod health;
+
+pub use backoff::Backoff;
+pub use breaker::{Admission, BreakerState, BreakerTransition, CircuitBreaker, Rejection};
+pub use classify::{Classification, Delivery, Failure, FailureStatus};
+pub use crash_window::{restart_delay, CrashWindow, MAX_CRASH_LIMIT};
+pub use health::{HealthChange, HealthTracker};

@@ -1,0 +1,251 @@
+//! JSON-RPC 2.0 framing for MCP, parsed without building trees.
+//!
+//! An incoming frame is split into its envelope (`id`, `method`) and raw
+//! `params`/`result`/`error` slices ([`RawValue`]), so a payload the gateway only
+//! forwards is copied, never parsed and re-serialised.
+
+use alloc::borrow::Cow;
+use alloc::format;
+use alloc::string::String;
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// JSON-RPC error codes the gateway sends.
+pub mod code {
+    /// The frame was not JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// The frame was JSON but not a JSON-RPC message.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// No such method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// The params were wrong (unknown tool, bad cursor, missing field).
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// The gateway failed internally or a backend failed.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// A backend is unavailable (down, reconnecting, breaker open, gave up).
+    pub const BACKEND_UNAVAILABLE: i64 = -32001;
+    /// A request ran past its timeout.
+    pub const REQUEST_TIMEOUT: i64 = -32002;
+    /// A table or queue is full.
+    pub const OVERLOADED: i64 = -32003;
+    /// The backend needs the user to authenticate again.
+    pub const REAUTH_REQUIRED: i64 = -32004;
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+}
+
+/// One parsed JSON-RPC message, borrowing from its frame.
+#[derive(Debug)]
+pub enum Message<'a> {
+    /// A request: expects exactly one response.
+    Request {
+        /// The id exactly as sent (number or string JSON).
+        id: &'a RawValue,
+        /// Method name.
+        method: Cow<'a, str>,
+        /// Raw params, if any.
+        params: Option<&'a RawValue>,
+    },
+    /// A notification: no response.
+    Notification {
+        /// Method name.
+        method: Cow<'a, str>,
+        /// Raw params, if any.
+        params: Option<&'a RawValue>,
+    },
+    /// A successful response.
+    Response {
+        /// The id of the request it answers.
+        id: &'a RawValue,
+        /// Raw result.
+        result: &'a RawValue,
+    },
+    /// An error response.
+    Error {
+        /// The id of the request it answers (`null` when the peer could not tell).
+        id: &'a RawValue,
+        /// Raw error object.
+        error: &'a RawValue,
+    },
+}
+
+/// Why a frame is not a usable message, with the JSON-RPC error to answer it with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameError {
+    /// -32700 or -32600.
+    pub code: i64,
+    /// Human text.
+    pub message: String,
+    /// The request id, when it could be recovered, so the error can be correlated.
+    pub id: Option<String>,
+}
+
+/// Parses one frame into a [`Message`].
+pub fn parse(frame: &str) -> Result<Message<'_>, FrameError> {
+    let env: Envelope<'_> = match serde_json::from_str(frame) {
+        Ok(env) => env,
+        Err(e) => {
+            let is_json = serde_json::from_str::<IgnoredAny>(frame).is_ok();
+            return Err(if is_json {
+                FrameError {
+                    code: code::INVALID_REQUEST,
+                    message: format!("invalid JSON-RPC message: {e}"),
+                    id: None,
+                }
+            } else {
+                FrameError { code: code::PARSE_ERROR, message: format!("parse error: {e}"), id: None }
+            });
+        }
+    };
+    let invalid = |message: &str, id: Option<&RawValue>| FrameError {
+        code: code::INVALID_REQUEST,
+        message: message.into(),
+        id: id.filter(|id| valid_id(id)).map(|id| String::from(id.get())),
+    };
+    if env.jsonrpc.as_deref() != Some("2.0") {
+        return Err(invalid("jsonrpc must be \"2.0\"", env.id));
+    }
+    match (env.id, env.method, env.result, env.error) {
+        (Some(id), Some(method), None, None) => {
+            if !valid_id(id) {
+                return Err(invalid("id must be a string or an integer", None));
+            }
+            Ok(Message::Request { id, method, params: env.params })
+        }
+        (None, Some(method), None, None) => Ok(Message::Notification { method, params: env.params }),
+        (Some(id), None, Some(result), None) => Ok(Message::Response { id, result }),
+        (Some(id), None, None, Some(error)) => Ok(Message::Error { id, error }),
+        (id, _, _, _) => Err(invalid("not a request, notification or response", id)),
+    }
+}
+
+fn valid_id(id: &RawValue) -> bool {
+    let text = id.get();
+    if text.starts_with('"') {
+        return true;
+    }
+    serde_json::from_str::<i64>(text).is_ok() || serde_json::from_str::<u64>(text).is_ok()
+}
+
+/// A request id the gateway allocated, when `id` is one (a non-negative integer).
+pub fn gateway_id(id: &RawValue) -> Option<u64> {
+    serde_json::from_str::<u64>(id.get()).ok()
+}
+
+/// Quotes `text` as a JSON string.
+pub fn quote(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""))
+}
+
+/// A request frame with a gateway-allocated id.
+pub fn request(id: u64, method: &str, params: Option<&str>) -> String {
+    match params {
+        Some(p) => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":{},"params":{p}}}"#, quote(method)),
+        None => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":{}}}"#, quote(method)),
+    }
+}
+
+/// A notification frame.
+pub fn notification(method: &str, params: Option<&str>) -> String {
+    match params {
+        Some(p) => format!(r#"{{"jsonrpc":"2.0","method":{},"params":{p}}}"#, quote(method)),
+        None => format!(r#"{{"jsonrpc":"2.0","method":{}}}"#, quote(method)),
+    }
+}
+
+/// A success response; `id` and `result` are raw JSON.
+pub fn response(id: &str, result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
+}
+
+/// An error response with a raw JSON error object.
+pub fn raw_error_response(id: &str, error: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#)
+}
+
+/// An error response; `id` is raw JSON, `data` raw JSON if any.
+pub fn error_response(id: &str, code: i64, message: &str, data: Option<&str>) -> String {
+    match data {
+        Some(d) => format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{},"data":{d}}}}}"#,
+            quote(message)
+        ),
+        None => format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{}}}}}"#,
+            quote(message)
+        ),
+    }
+}
+
+/// Protocol revisions of the 2025 (handshake) era that tether speaks, newest first.
+pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The version tether answers a client's `initialize` with: the client's if supported, else the newest.
+pub fn negotiate_version(requested: Option<&str>) -> &'static str {
+    requested
+        .and_then(|r| SUPPORTED_VERSIONS.iter().find(|v| **v == r).copied())
+        .unwrap_or(SUPPORTED_VERSIONS[0])
+}
+
+/// The protocol era of a peer. Tracked per client session and per backend from the
+/// start; the stateless 2026-07-28 revision is added in a later issue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Era {
+    /// `initialize` handshake, sessions, ping, server-to-client requests (2024-11-05 .. 2025-11-25).
+    Handshake,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_messages() {
+        assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Message::Request { .. })));
+        assert!(matches!(parse(r#"{"jsonrpc":"2.0","method":"x"}"#), Ok(Message::Notification { .. })));
+        assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#), Ok(Message::Response { .. })));
+        assert!(matches!(parse(r#"{"jsonrpc":"2.0","id":null,"error":{}}"#), Ok(Message::Error { .. })));
+    }
+
+    #[test]
+    fn rejects_bad_frames_with_the_right_code() {
+        assert_eq!(parse("{nope").unwrap_err().code, code::PARSE_ERROR);
+        assert_eq!(parse("[1,2]").unwrap_err().code, code::INVALID_REQUEST);
+        assert_eq!(parse(r#"{"id":1,"method":"x"}"#).unwrap_err().code, code::INVALID_REQUEST);
+        let e = parse(r#"{"jsonrpc":"2.0","id":{"a":1},"method":"x"}"#).unwrap_err();
+        assert_eq!((e.code, e.id), (code::INVALID_REQUEST, None));
+        let e = parse(r#"{"jsonrpc":"1.0","id":7,"method":"x"}"#).unwrap_err();
+        assert_eq!(e.id.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn escaped_method_names_parse() {
+        let Ok(Message::Request { method, .. }) = parse(r#"{"jsonrpc":"2.0","id":1,"method":"p\u0069ng"}"#) else {
+            panic!()
+        };
+        assert_eq!(method, "ping");
+    }
+
+    #[test]
+    fn version_negotiation() {
+        assert_eq!(negotiate_version(Some("2025-06-18")), "2025-06-18");
+        assert_eq!(negotiate_version(Some("1999-01-01")), "2025-11-25");
+        assert_eq!(negotiate_version(None), "2025-11-25");
+    }
+}
