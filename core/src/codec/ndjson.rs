@@ -319,7 +319,10 @@ mod tests {
         assert_eq!(d.finish(), Some(Ok("4".into())));
         assert_eq!(d.finish(), None);
 
-        assert_eq!(decode_all(64, &[b"\xc3"]), vec![Err(LineError::InvalidUtf8)]);
+        assert_eq!(
+            decode_all(64, &[b"\xc3"]),
+            vec![Err(LineError::InvalidUtf8)]
+        );
         assert_eq!(
             decode_all(2, &[b"123"]),
             vec![Err(LineError::TooLong { limit: 2 })]
