@@ -7,10 +7,20 @@ extern crate alloc;
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+pub mod catalog;
 pub mod codec;
+pub mod config;
+pub mod gateway;
+pub mod io;
 pub mod policy;
+pub mod protocol;
 pub mod rng;
+pub mod supervisor;
 pub mod time;
 
+pub use config::{Config, ConfigError, ServerConfig, Transport};
+pub use gateway::{BackendStatus, Gateway, HostError};
+pub use io::{Action, AdminCommand, Event, Generation, Input, SessionId, Status};
+pub use policy::Failure;
 pub use rng::Rng;
 pub use time::{Duration, Instant};

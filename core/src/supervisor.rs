@@ -72,6 +72,13 @@ pub enum AfterLoss {
     },
 }
 
+impl AfterLoss {
+    /// Whether a new connection is scheduled.
+    pub fn is_retry(&self) -> bool {
+        matches!(self, AfterLoss::Restart { .. } | AfterLoss::Reconnect { .. })
+    }
+}
+
 /// What a call should do about a backend that is not ready.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Readiness {

@@ -1,0 +1,960 @@
+//! The backend side: connecting, the handshake, discovery, frames from backends,
+//! failures, timers, and closing.
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde_json::{Map, Value};
+
+use super::calls::{Call, CallKind, ClientCall, Queued, ServerRequest};
+use super::Gateway;
+use crate::catalog::ListKind;
+use crate::config::{ServerConfig, Transport};
+use crate::io::{Action, Event, Status};
+use crate::policy::{BreakerTransition, Failure, FailureStatus, HealthChange};
+use crate::protocol::{self, code, Era, Message};
+use crate::supervisor::{AfterLoss, Readiness, Supervisor, Timer};
+use crate::time::Instant;
+
+/// Lines of stderr kept per backend for crash messages.
+pub(super) const STDERR_TAIL: usize = 8;
+/// Requests the gateway itself may have in flight per backend beyond client calls
+/// (handshake, four discovery lists, health).
+pub(super) const INTERNAL_CALLS: usize = 6;
+/// Reconnect events are sent for every attempt up to this one, then throttled.
+const RECONNECT_EVENTS_UNTHROTTLED: u32 = 10;
+/// Throttled reconnect events: at most one per this many ms.
+const RECONNECT_EVENT_INTERVAL_MS: u64 = 600_000;
+/// `initialize` sent to backends.
+const CLIENT_INFO: &str = r#"{"name":"tether","version":"0.1.0"}"#;
+
+/// Everything the gateway keeps about one backend.
+pub(super) struct Backend {
+    pub config: ServerConfig,
+    pub sup: Supervisor,
+    pub era: Era,
+    /// Capabilities from the last handshake, raw object.
+    pub capabilities: Map<String, Value>,
+    /// A discovery (initial or background) under way.
+    pub discovery: Option<Discovery>,
+    /// Run discovery again when the current one ends (list_changed arrived meanwhile).
+    pub rediscover: bool,
+    /// The catalog holds a completed discovery of this backend.
+    pub catalog_discovered: bool,
+    /// The next handshake may skip discovery (respawn from dormant).
+    pub skip_discovery: bool,
+    /// Client calls waiting for this backend.
+    pub queue: VecDeque<Queued>,
+    pub stderr_tail: VecDeque<String>,
+    /// `ping` answered -32601: health checks use `tools/list`.
+    pub ping_unsupported: bool,
+    /// Session-lost (404) recoveries since the last success.
+    pub session_losses: u8,
+    /// When real traffic last succeeded (health checks are skipped after it).
+    pub last_success: Option<Instant>,
+    pub last_reconnect_event: Option<Instant>,
+}
+
+/// A discovery in progress: lists accumulate here until every page is in.
+#[derive(Default)]
+pub(super) struct Discovery {
+    pub lists: [Vec<Map<String, Value>>; 4],
+    pub outstanding: u32,
+    pub failed: bool,
+}
+
+impl Backend {
+    pub fn new(config: ServerConfig, sup: Supervisor) -> Self {
+        Backend {
+            config,
+            sup,
+            era: Era::Handshake,
+            capabilities: Map::new(),
+            discovery: None,
+            rediscover: false,
+            catalog_discovered: false,
+            skip_discovery: false,
+            queue: VecDeque::new(),
+            stderr_tail: VecDeque::new(),
+            ping_unsupported: false,
+            session_losses: 0,
+            last_success: None,
+            last_reconnect_event: None,
+        }
+    }
+
+    pub fn push_stderr(&mut self, line: String) {
+        if self.stderr_tail.len() == STDERR_TAIL {
+            self.stderr_tail.pop_front();
+        }
+        let mut line = line;
+        if line.len() > 512 {
+            let mut end = 512;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            line.truncate(end);
+        }
+        self.stderr_tail.push_back(line);
+    }
+
+    /// The earliest of the supervisor's timers and the queue's deadlines.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let ready = self.sup.is_ready();
+        let queue = self
+            .queue
+            .iter()
+            .map(|q| if ready && q.not_before < q.deadline { q.not_before } else { q.deadline });
+        self.sup.poll_timeout().into_iter().chain(queue).min()
+    }
+
+    fn has_capability(&self, name: &str) -> bool {
+        self.capabilities.get(name).is_some_and(|v| !v.is_null())
+    }
+
+    fn capability_names(&self) -> Vec<String> {
+        self.capabilities.keys().cloned().collect()
+    }
+
+    /// The message a crash or failure carries: the failure plus the stderr tail.
+    fn failure_message(&self, failure: &Failure) -> String {
+        let mut m = failure.describe();
+        if self.config.transport.is_stdio() && !self.stderr_tail.is_empty() {
+            m.push_str("; stderr: ");
+            for (i, line) in self.stderr_tail.iter().enumerate() {
+                if i > 0 {
+                    m.push_str(" | ");
+                }
+                m.push_str(line);
+            }
+        }
+        m
+    }
+}
+
+impl Gateway {
+    /// Starts a new connection: spawn or connect, then `initialize`.
+    pub(super) fn connect(&mut self, server: &str) {
+        let now = self.now;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        let generation = b.sup.begin_connect(now);
+        b.stderr_tail.clear();
+        b.discovery = None;
+        let action = match &b.config.transport {
+            Transport::Stdio { command, args, env, cwd } => Action::Spawn {
+                server: server.to_string(),
+                generation,
+                command: command.clone(),
+                args: args.clone(),
+                env: env.clone(),
+                cwd: cwd.clone(),
+            },
+            Transport::Http { url, headers } | Transport::Sse { url, headers } => Action::ConnectHttp {
+                server: server.to_string(),
+                generation,
+                url: url.clone(),
+                headers: headers.clone(),
+                legacy_sse: matches!(b.config.transport, Transport::Sse { .. }),
+            },
+        };
+        self.push(action);
+        let id = self.alloc_id();
+        let params = format!(
+            r#"{{"protocolVersion":"{}","capabilities":{{"roots":{{"listChanged":true}},"sampling":{{}},"elicitation":{{}}}},"clientInfo":{CLIENT_INFO}}}"#,
+            protocol::SUPPORTED_VERSIONS[0]
+        );
+        self.calls.insert(id, Call { server: server.to_string(), generation, deadline: None, kind: CallKind::Initialize });
+        self.to_backend(server, protocol::request(id, "initialize", Some(&params)), Some(id));
+    }
+
+    /// A frame from the live connection of `server`.
+    pub(super) fn backend_frame(&mut self, server: &str, frame: &str) {
+        if frame.len() > self.config.limits.max_frame_bytes as usize {
+            self.emit(Event::ProtocolViolation {
+                server: server.to_string(),
+                detail: format!("frame of {} bytes exceeds the limit", frame.len()),
+            });
+            return;
+        }
+        let message = match protocol::parse(frame) {
+            Ok(m) => m,
+            Err(e) => {
+                self.emit(Event::ProtocolViolation { server: server.to_string(), detail: e.message });
+                return;
+            }
+        };
+        match message {
+            Message::Response { id, result } => {
+                let Some(call_id) = protocol::gateway_id(id) else {
+                    return self.unknown_response(server, id.get());
+                };
+                self.backend_answer(server, call_id, Ok(result.get()));
+            }
+            Message::Error { id, error } => {
+                let Some(call_id) = protocol::gateway_id(id) else {
+                    return self.unknown_response(server, id.get());
+                };
+                self.backend_answer(server, call_id, Err(error.get()));
+            }
+            Message::Notification { method, params } => {
+                self.backend_notification(server, &method, params.map(|p| p.get()));
+            }
+            Message::Request { id, method, params } => {
+                self.backend_request(server, id.get(), &method, params.map(|p| p.get()));
+            }
+        }
+    }
+
+    fn unknown_response(&mut self, server: &str, id: &str) {
+        self.emit(Event::ProtocolViolation {
+            server: server.to_string(),
+            detail: format!("response to unknown request id {id}"),
+        });
+    }
+
+    /// A response or error for request `call_id`.
+    fn backend_answer(&mut self, server: &str, call_id: u64, answer: Result<&str, &str>) {
+        let generation = self.backends[server].sup.generation();
+        match self.calls.get(&call_id) {
+            Some(c) if c.server == server && c.generation == generation => {}
+            _ => return self.unknown_response(server, &call_id.to_string()),
+        }
+        let Some(call) = self.calls.remove(&call_id) else { return };
+        match call.kind {
+            CallKind::Initialize => self.handshake_answer(server, answer),
+            CallKind::Discover { kind, pages } => self.discovery_answer(server, kind, pages, answer),
+            CallKind::Health => self.health_answer(server, answer),
+            CallKind::Quiet => {}
+            CallKind::Client(c) => {
+                self.record_success(server);
+                self.answer_client_call(server, c, answer);
+            }
+        }
+    }
+
+    fn record_success(&mut self, server: &str) {
+        let now = self.now;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        b.last_success = Some(now);
+        b.session_losses = 0;
+        b.sup.touch(now);
+        if let Some(BreakerTransition::Closed) = b.sup.breaker.on_success(now) {
+            self.emit(Event::CircuitClosed { server: server.to_string() });
+        }
+    }
+
+    fn handshake_answer(&mut self, server: &str, answer: Result<&str, &str>) {
+        let result = match answer {
+            Ok(r) => serde_json::from_str::<Map<String, Value>>(r).ok(),
+            Err(_) => None,
+        };
+        let Some(result) = result else {
+            let detail = match answer {
+                Err(e) => format!("initialize refused: {e}"),
+                Ok(_) => "initialize answered with an invalid result".to_string(),
+            };
+            return self.connection_lost(server, Failure::Other { message: detail });
+        };
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live backend");
+        b.capabilities = match result.get("capabilities") {
+            Some(Value::Object(m)) => m.clone(),
+            _ => Map::new(),
+        };
+        let skip = b.skip_discovery && b.catalog_discovered;
+        b.skip_discovery = false;
+        let reconnected = b.sup.on_handshake(now, skip, &mut self.rng);
+        let capabilities = b.capability_names();
+        self.to_backend(server, protocol::notification("notifications/initialized", None), None);
+        if let Some(attempts_taken) = reconnected {
+            self.emit(Event::ServerReconnected { server: server.to_string(), attempts_taken, capabilities });
+        }
+        if !skip {
+            self.start_discovery(server);
+        }
+        self.resubscribe(server);
+        self.flush_queue(server);
+    }
+
+    /// Lists everything the backend offers (following its cursors).
+    pub(super) fn start_discovery(&mut self, server: &str) {
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if b.discovery.is_some() {
+            b.rediscover = true;
+            return;
+        }
+        b.rediscover = false;
+        let kinds: Vec<ListKind> = ListKind::ALL.into_iter().filter(|k| b.has_capability(k.capability())).collect();
+        b.discovery = Some(Discovery::default());
+        for kind in &kinds {
+            self.request_page(server, *kind, None, 1);
+        }
+        if kinds.is_empty() {
+            self.finish_discovery(server);
+        }
+    }
+
+    fn request_page(&mut self, server: &str, kind: ListKind, cursor: Option<&str>, pages: u32) {
+        let id = self.alloc_id();
+        let Some(b) = self.backends.get_mut(server) else { return };
+        let generation = b.sup.generation();
+        let deadline = Some(self.now + Self::duration(b.sup.policy().request_timeout_ms));
+        if let Some(d) = b.discovery.as_mut() {
+            d.outstanding += 1;
+        }
+        let params = cursor.map(|c| format!(r#"{{"cursor":{}}}"#, protocol::quote(c)));
+        self.calls.insert(
+            id,
+            Call { server: server.to_string(), generation, deadline, kind: CallKind::Discover { kind, pages } },
+        );
+        self.to_backend(server, protocol::request(id, kind.method(), params.as_deref()), Some(id));
+    }
+
+    fn discovery_answer(&mut self, server: &str, kind: ListKind, pages: u32, answer: Result<&str, &str>) {
+        let max_items = self.config.limits.max_catalog_items as usize;
+        let max_pages = self.config.limits.max_discovery_pages;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        let Some(d) = b.discovery.as_mut() else { return };
+        d.outstanding = d.outstanding.saturating_sub(1);
+        let mut next = None;
+        match answer.ok().and_then(|r| serde_json::from_str::<Map<String, Value>>(r).ok()) {
+            Some(mut result) => {
+                if let Some(Value::Array(items)) = result.remove(kind.result_key()) {
+                    let list = &mut d.lists[kind as usize];
+                    for item in items {
+                        if let (Value::Object(m), true) = (item, list.len() < max_items) {
+                            list.push(m);
+                        }
+                    }
+                }
+                if let Some(Value::String(cursor)) = result.remove("nextCursor") {
+                    if pages < max_pages && !cursor.is_empty() {
+                        next = Some(cursor);
+                    }
+                }
+            }
+            // An error for one list (even an announced one) leaves that list empty.
+            None if answer.is_err() => {}
+            None => d.failed = true,
+        }
+        if let Some(cursor) = next {
+            return self.request_page(server, kind, Some(&cursor), pages + 1);
+        }
+        if d.outstanding == 0 {
+            self.finish_discovery(server);
+        }
+    }
+
+    /// A discovery request timed out or its connection failed.
+    fn discovery_failed(&mut self, server: &str) {
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if let Some(d) = b.discovery.as_mut() {
+            d.outstanding = d.outstanding.saturating_sub(1);
+            d.failed = true;
+            if d.outstanding == 0 {
+                self.finish_discovery(server);
+            }
+        }
+    }
+
+    fn finish_discovery(&mut self, server: &str) {
+        let now = self.now;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        let Some(d) = b.discovery.take() else { return };
+        if d.failed && !b.catalog_discovered {
+            // Never online with an empty catalog: a first discovery that fails is a failed connection.
+            return self.connection_lost(server, Failure::Other { message: "discovery failed".into() });
+        }
+        if !d.failed {
+            b.catalog_discovered = true;
+            let conflicts = self.catalog.install(server, d.lists);
+            for c in conflicts {
+                self.emit(Event::NameConflict { server: server.to_string(), name: c.name });
+            }
+            let (count, estimated_tokens) =
+                self.catalog.backend(server).map_or((0, 0), |c| (c.tool_count(), c.estimated_tokens()));
+            self.emit(Event::ToolsDiscovered { server: server.to_string(), count, estimated_tokens });
+        }
+        let b = self.backends.get_mut(server).expect("live backend");
+        if b.sup.status() == Status::DiscoveringTools {
+            b.sup.on_discovered(now, &mut self.rng);
+        }
+        if b.rediscover {
+            self.start_discovery(server);
+        }
+    }
+
+    fn health_answer(&mut self, server: &str, answer: Result<&str, &str>) {
+        let now = self.now;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        let ok = match answer {
+            Ok(_) => true,
+            Err(e) if !b.ping_unsupported && error_code(e) == Some(code::METHOD_NOT_FOUND) => {
+                b.ping_unsupported = true;
+                true
+            }
+            Err(_) => false,
+        };
+        b.sup.schedule_health(now, &mut self.rng);
+        if ok {
+            b.last_success = Some(now);
+            if let Some(HealthChange::Restored) = b.sup.health.on_success() {
+                self.emit(Event::ServerHealthRestored { server: server.to_string() });
+            }
+        } else {
+            self.health_failed(server, "health check answered with an error".into());
+        }
+    }
+
+    fn health_failed(&mut self, server: &str, last_error: String) {
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if let Some(HealthChange::Degraded { consecutive_failures }) = b.sup.health.on_failure() {
+            self.emit(Event::ServerHealthDegraded { server: server.to_string(), consecutive_failures, last_error });
+        }
+    }
+
+    fn backend_notification(&mut self, server: &str, method: &str, params: Option<&str>) {
+        match method {
+            "notifications/tools/list_changed"
+            | "notifications/resources/list_changed"
+            | "notifications/prompts/list_changed" => {
+                if self.backends[server].sup.is_ready() {
+                    self.start_discovery(server);
+                }
+            }
+            "notifications/progress" => self.forward_progress(server, params),
+            "notifications/message" => self.forward_log(server, params),
+            "notifications/resources/updated" => self.forward_resource_updated(server, params),
+            "notifications/cancelled" => self.backend_cancelled(server, params),
+            _ => {}
+        }
+    }
+
+    fn forward_progress(&mut self, server: &str, params: Option<&str>) {
+        let Some(mut p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
+        let Some(token) = p.get("progressToken").and_then(Value::as_u64) else { return };
+        let now = self.now;
+        let Some(call) = self.calls.get_mut(&token) else { return };
+        if call.server != server {
+            return;
+        }
+        let CallKind::Client(c) = &call.kind else { return };
+        let Some(client_token) = c.progress.clone() else { return };
+        let session = c.session;
+        let policy = self.backends[server].sup.policy();
+        let hard = c.created + Self::duration(policy.request_timeout_max_ms);
+        let reset = now + Self::duration(policy.request_timeout_ms);
+        call.deadline = Some(reset.min(hard));
+        p.insert("progressToken".into(), client_token);
+        let params = serde_json::to_string(&p).unwrap_or_default();
+        self.to_client(session, protocol::notification("notifications/progress", Some(&params)));
+    }
+
+    fn forward_log(&mut self, server: &str, params: Option<&str>) {
+        let Some(mut p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
+        let logger = match p.get("logger").and_then(Value::as_str) {
+            Some(l) => format!("{server}/{l}"),
+            None => server.to_string(),
+        };
+        p.insert("logger".into(), Value::String(logger));
+        let params = serde_json::to_string(&p).unwrap_or_default();
+        let ready: Vec<_> = self.sessions.iter().filter(|(_, s)| s.ready).map(|(id, _)| *id).collect();
+        for session in ready {
+            self.to_client(session, protocol::notification("notifications/message", Some(&params)));
+        }
+    }
+
+    fn forward_resource_updated(&mut self, server: &str, params: Option<&str>) {
+        let Some(mut p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
+        let Some(uri) = p.get("uri").and_then(Value::as_str) else { return };
+        let Some(served) = self.catalog.serve_uri(server, uri) else { return };
+        let Some(sessions) = self.subscriptions.get(&served).cloned() else { return };
+        p.insert("uri".into(), Value::String(served));
+        let params = serde_json::to_string(&p).unwrap_or_default();
+        for session in sessions {
+            self.to_client(session, protocol::notification("notifications/resources/updated", Some(&params)));
+        }
+    }
+
+    /// The backend cancelled one of its own requests to a client.
+    fn backend_cancelled(&mut self, server: &str, params: Option<&str>) {
+        let Some(p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
+        let Some(request_id) = p.get("requestId").and_then(|v| serde_json::to_string(v).ok()) else { return };
+        let found = self
+            .server_requests
+            .iter()
+            .find(|(_, r)| r.server == server && r.backend_id == request_id)
+            .map(|(id, r)| (*id, r.session));
+        if let Some((id, session)) = found {
+            self.server_requests.remove(&id);
+            let params = format!(r#"{{"requestId":{id},"reason":"cancelled by the server"}}"#);
+            self.to_client(session, protocol::notification("notifications/cancelled", Some(&params)));
+        }
+    }
+
+    /// A backend asks something of a client: answered here (`ping`) or routed to
+    /// the session whose call caused it.
+    fn backend_request(&mut self, server: &str, id: &str, method: &str, params: Option<&str>) {
+        if method == "ping" {
+            return self.to_backend(server, protocol::response(id, "{}"), None);
+        }
+        let capability = match method {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => {
+                let msg = format!("tether does not forward {method} to clients");
+                return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
+            }
+        };
+        let Some(session) = self.origin_session(server, capability) else {
+            let msg = format!("no connected client supports {capability}");
+            return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
+        };
+        if self.server_requests.len() >= self.config.limits.max_pending_server_requests as usize {
+            let msg = "too many requests pending at clients";
+            return self.to_backend(server, protocol::error_response(id, code::OVERLOADED, msg, None), None);
+        }
+        let client_id = self.alloc_id();
+        let generation = self.backends[server].sup.generation();
+        self.server_requests.insert(
+            client_id,
+            ServerRequest { server: server.to_string(), generation, backend_id: id.to_string(), session },
+        );
+        self.to_client(session, protocol::request(client_id, method, params));
+    }
+
+    /// The session to ask: the one with the latest call in flight on this backend,
+    /// else any ready session that supports the capability.
+    fn origin_session(&self, server: &str, capability: &str) -> Option<crate::io::SessionId> {
+        let supports = |s: &crate::io::SessionId| self.sessions.get(s).is_some_and(|s| s.supports(capability));
+        let latest = self
+            .calls
+            .values()
+            .rev()
+            .filter(|c| c.server == server)
+            .find_map(|c| match &c.kind {
+                CallKind::Client(cc) => Some(cc.session),
+                _ => None,
+            });
+        match latest {
+            Some(s) if supports(&s) => Some(s),
+            Some(_) => None,
+            None => self.sessions.iter().find(|(id, s)| s.ready && supports(id)).map(|(id, _)| *id),
+        }
+    }
+
+    /// A transport failure on the live connection, for one request or all of it.
+    pub(super) fn backend_failed(&mut self, server: &str, request: Option<u64>, failure: Failure) {
+        let class = failure.classify();
+        let Some(request) = request else {
+            return self.connection_lost(server, failure);
+        };
+        let generation = self.backends[server].sup.generation();
+        let belongs = self.calls.get(&request).is_some_and(|c| c.server == server && c.generation == generation);
+        if !belongs {
+            return;
+        }
+        if class.status == FailureStatus::SessionLost {
+            return self.session_lost(server, request);
+        }
+        if class.status == FailureStatus::RequiresReauth {
+            return self.connection_lost(server, failure);
+        }
+        let call = self.calls.remove(&request).expect("checked above");
+        match call.kind {
+            CallKind::Client(c) => self.client_call_failed(server, c, &failure),
+            CallKind::Quiet => {}
+            CallKind::Health => {
+                self.backends.get_mut(server).expect("live").sup.schedule_health(self.now, &mut self.rng);
+                self.health_failed(server, failure.describe());
+            }
+            CallKind::Initialize | CallKind::Discover { .. } => self.connection_lost(server, failure),
+        }
+    }
+
+    /// A forwarded call failed in transport: retry under the safety rule, else
+    /// fail it, count it, and mark the backend down when the transport is.
+    pub(super) fn client_call_failed(&mut self, server: &str, mut call: ClientCall, failure: &Failure) {
+        let class = failure.classify();
+        let b = &self.backends[server];
+        let delays = &b.sup.policy().call_retry_delays_ms;
+        let safe = class.delivery == crate::policy::Delivery::NotDelivered
+            || call.retry_safe
+            || b.sup.policy().retry_unsafe_calls;
+        if class.retryable && safe && (call.retries as usize) < delays.len() {
+            let wait = Self::duration(delays[call.retries as usize]);
+            call.retries += 1;
+            let not_before = self.now + wait;
+            let deadline = call.created + Self::duration(b.sup.policy().request_timeout_max_ms);
+            let b = self.backends.get_mut(server).expect("live");
+            b.queue.push_back(Queued { call, not_before, deadline: deadline.max(not_before) });
+            return;
+        }
+        self.count_failure(server, class.counts_for_breaker, call.probe);
+        let message = format!("backend '{server}' failed: {}", failure.describe());
+        let data = self.unavailable_data(server);
+        self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &message, Some(&data));
+        self.release(&call);
+        if class.retryable && matches!(class.status, FailureStatus::Offline) {
+            self.connection_lost(server, failure.clone());
+        }
+    }
+
+    /// Counts a failed call against the breaker.
+    pub(super) fn count_failure(&mut self, server: &str, counts: bool, probe: bool) {
+        let now = self.now;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if !counts {
+            if probe {
+                b.sup.breaker.probe_abandoned();
+            }
+            return;
+        }
+        if let Some(BreakerTransition::Opened { cooldown }) = b.sup.breaker.on_failure(now) {
+            self.emit(Event::CircuitOpened { server: server.to_string(), cooldown_ms: cooldown.as_millis() });
+        }
+    }
+
+    /// HTTP 404 on a session: re-initialize and resend the request once. A second
+    /// loss before anything succeeds is a failure with backoff, not a hot loop.
+    fn session_lost(&mut self, server: &str, request: u64) {
+        let b = self.backends.get_mut(server).expect("live");
+        b.session_losses = b.session_losses.saturating_add(1);
+        let handshaking = !b.sup.is_ready();
+        if handshaking || b.session_losses > 1 {
+            return self.connection_lost(server, Failure::Other { message: "backend session lost (HTTP 404)".into() });
+        }
+        let resend = match self.calls.remove(&request) {
+            Some(Call { kind: CallKind::Client(c), .. }) => Some(c),
+            _ => None,
+        };
+        self.drop_connection(server, "backend session lost (HTTP 404)", false);
+        if let Some(mut c) = resend {
+            c.resent = true;
+            let deadline = self.now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
+            let b = self.backends.get_mut(server).expect("live");
+            b.queue.push_front(Queued { call: c, not_before: self.now, deadline });
+        }
+        self.connect(server);
+    }
+
+    /// The connection is gone (exit, refused, handshake failure, timeout).
+    pub(super) fn connection_lost(&mut self, server: &str, failure: Failure) {
+        let now = self.now;
+        let Some(b) = self.backends.get(server) else { return };
+        let message = b.failure_message(&failure);
+        let first_crash = b.sup.crashes.count(now) == 0;
+        let vital = b.sup.is_vital();
+        let resend_allowed = vital || first_crash;
+        let in_flight = self.drop_connection(server, &message, true);
+        let b = self.backends.get_mut(server).expect("live");
+        let after = b.sup.on_connection_lost(now, &failure, message.clone(), &mut self.rng);
+        // Calls waiting for this connection fail with the structured status.
+        let waiting: Vec<Queued> = b.queue.drain(..).collect();
+        for q in waiting {
+            self.fail_unavailable(server, q.call);
+        }
+        let mut resend = Vec::new();
+        for c in in_flight {
+            let safe = c.retry_safe || self.backends[server].sup.policy().retry_unsafe_calls;
+            if resend_allowed && safe && !c.resent && after.is_retry() {
+                resend.push(c);
+            } else {
+                let class = failure.classify();
+                self.count_failure(server, class.counts_for_breaker, c.probe);
+                let msg = format!("backend '{server}' disconnected: {message}");
+                let data = self.unavailable_data(server);
+                self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+                self.release(&c);
+            }
+        }
+        match after {
+            AfterLoss::Reconnect { attempt, delay } => self.announce_reconnect(server, attempt, delay.as_millis()),
+            AfterLoss::GaveUp { crashes } => {
+                let window_ms = self.backends[server].sup.policy().crash_window_ms;
+                self.emit(Event::ServerPermanentlyFailed { server: server.to_string(), crashes, window_ms });
+            }
+            AfterLoss::Restart { .. } | AfterLoss::Reauth => {}
+        }
+        if !resend.is_empty() {
+            let deadline = now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
+            let b = self.backends.get_mut(server).expect("live");
+            for mut c in resend {
+                c.resent = true;
+                b.queue.push_back(Queued { call: c, not_before: now, deadline });
+            }
+            // Respawn now and retry once on the fresh process.
+            if b.sup.readiness() == Readiness::StartNow {
+                self.connect(server);
+            }
+        }
+    }
+
+    fn announce_reconnect(&mut self, server: &str, attempt: u32, next_retry_ms: u64) {
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live");
+        let throttled = attempt > RECONNECT_EVENTS_UNTHROTTLED
+            && b.last_reconnect_event.is_some_and(|at| now.saturating_since(at).as_millis() < RECONNECT_EVENT_INTERVAL_MS);
+        if throttled {
+            return;
+        }
+        b.last_reconnect_event = Some(now);
+        self.emit(Event::ServerReconnecting { server: server.to_string(), attempt, next_retry_ms });
+    }
+
+    /// Ends the live connection's bookkeeping: closes it, fails pending server
+    /// requests, and returns its in-flight client calls for the caller to settle.
+    fn drop_connection(&mut self, server: &str, reason: &str, lost: bool) -> Vec<ClientCall> {
+        let Some(b) = self.backends.get_mut(server) else { return Vec::new() };
+        let generation = b.sup.generation();
+        b.discovery = None;
+        if b.sup.is_connected() {
+            self.push(Action::CloseBackend { server: server.to_string(), generation });
+            if !lost {
+                self.emit(Event::ServerDisconnected { server: server.to_string(), intentional: true });
+            }
+        }
+        if lost {
+            self.emit(Event::ServerDisconnected { server: server.to_string(), intentional: false });
+        }
+        let ids: Vec<u64> = self.calls.iter().filter(|(_, c)| c.server == server).map(|(id, _)| *id).collect();
+        let mut client_calls = Vec::new();
+        for id in ids {
+            if let Some(Call { kind: CallKind::Client(c), .. }) = self.calls.remove(&id) {
+                client_calls.push(c);
+            }
+        }
+        let pending: Vec<(u64, crate::io::SessionId)> = self
+            .server_requests
+            .iter()
+            .filter(|(_, r)| r.server == server)
+            .map(|(id, r)| (*id, r.session))
+            .collect();
+        for (id, session) in pending {
+            self.server_requests.remove(&id);
+            let params = format!(r#"{{"requestId":{id},"reason":{}}}"#, protocol::quote(&format!("backend '{server}' disconnected: {reason}")));
+            self.to_client(session, protocol::notification("notifications/cancelled", Some(&params)));
+        }
+        client_calls
+    }
+
+    /// Closes a backend on purpose and rests it in `status`.
+    pub(super) fn close_backend(&mut self, server: &str, status: Status, message: Option<String>) {
+        let reason = message.clone().unwrap_or_else(|| status.as_str().to_string());
+        let in_flight = self.drop_connection(server, &reason, false);
+        let b = self.backends.get_mut(server).expect("live");
+        b.sup.on_closed(status, message);
+        let waiting: Vec<Queued> = b.queue.drain(..).collect();
+        for c in in_flight.into_iter().chain(waiting.into_iter().map(|q| q.call)) {
+            if let Some(b) = self.backends.get_mut(server) {
+                if c.probe {
+                    b.sup.breaker.probe_abandoned();
+                }
+            }
+            let msg = format!("backend '{server}' was closed: {reason}");
+            let data = self.unavailable_data(server);
+            self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+            self.release(&c);
+        }
+    }
+
+    pub(super) fn remove_backend(&mut self, server: &str) {
+        self.close_backend(server, Status::Disconnected, Some("removed from config".into()));
+        self.settle();
+        self.catalog.unregister(server);
+        self.backends.remove(server);
+        let prefix = self.catalog.alias(server).map(|a| format!("{a}+"));
+        if let Some(prefix) = prefix {
+            self.subscriptions.retain(|uri, _| !uri.starts_with(&prefix));
+        }
+    }
+
+    /// A changed transport (or a catalog to rebuild): close and start over.
+    pub(super) fn restart_for_config(&mut self, server: &str) {
+        self.close_backend(server, Status::Restarting, Some("configuration changed".into()));
+        let b = self.backends.get_mut(server).expect("live");
+        b.sup.reset_history();
+        self.connect(server);
+    }
+
+    /// Admin reconnect (or restart, which also clears history).
+    pub(super) fn reconnect_now(&mut self, server: &str, clear_history: bool) {
+        let status = self.backends[server].sup.status();
+        let given_up = matches!(status, Status::PermanentlyFailed | Status::RequiresReauth | Status::Disconnected);
+        if clear_history || given_up {
+            self.backends.get_mut(server).expect("live").sup.reset_history();
+        }
+        if self.backends[server].sup.is_connected() {
+            self.drop_connection(server, "reconnect requested", false).into_iter().for_each(|c| {
+                self.fail_unavailable(server, c);
+            });
+        }
+        self.connect(server);
+    }
+
+    /// A backend timer fired.
+    pub(super) fn backend_timer(&mut self, server: &str) {
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live");
+        let Some(timer) = b.sup.take_expired(now) else {
+            return self.queue_timer(server);
+        };
+        match timer {
+            Timer::Retry => self.connect(server),
+            Timer::ConnectDeadline => self.connection_lost(server, Failure::Timeout),
+            Timer::HealthCheck => self.health_check(server),
+            Timer::Idle => {
+                let busy = self.calls.values().any(|c| c.server == server) || !b.queue.is_empty();
+                if busy || !b.sup.is_ready() {
+                    b.sup.touch(now);
+                } else {
+                    b.skip_discovery = true;
+                    self.close_backend(server, Status::Dormant, Some("idle".into()));
+                }
+            }
+        }
+    }
+
+    /// Queued calls: dispatch those whose retry wait ended, fail those past deadline.
+    fn queue_timer(&mut self, server: &str) {
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live");
+        let (expired, rest): (Vec<Queued>, Vec<Queued>) = b.queue.drain(..).partition(|q| q.deadline <= now);
+        b.queue = rest.into();
+        for q in expired {
+            let data = self.unavailable_data(server);
+            let msg = format!("backend '{server}' did not become available in time");
+            if q.call.probe {
+                self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
+            }
+            self.reply_error(q.call.session, &q.call.id, code::REQUEST_TIMEOUT, &msg, Some(&data));
+            self.release(&q.call);
+        }
+        self.flush_queue(server);
+    }
+
+    fn health_check(&mut self, server: &str) {
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live");
+        if b.sup.status() != Status::Online || !b.sup.is_ready() {
+            return;
+        }
+        let interval = Self::duration(b.sup.policy().health_interval_ms);
+        if b.last_success.is_some_and(|at| now.saturating_since(at) < interval) {
+            b.sup.schedule_health(now, &mut self.rng);
+            return;
+        }
+        let method = if b.ping_unsupported { "tools/list" } else { "ping" };
+        let deadline = Some(now + Self::duration(b.sup.policy().health_timeout_ms));
+        let generation = b.sup.generation();
+        let id = self.alloc_id();
+        self.calls.insert(id, Call { server: server.to_string(), generation, deadline, kind: CallKind::Health });
+        self.to_backend(server, protocol::request(id, method, None), Some(id));
+    }
+
+    /// A request passed its deadline.
+    pub(super) fn call_timed_out(&mut self, id: u64) {
+        let Some(call) = self.calls.remove(&id) else { return };
+        let server = call.server.clone();
+        match call.kind {
+            CallKind::Client(c) => {
+                let params = format!(r#"{{"requestId":{id},"reason":"timed out"}}"#);
+                self.to_backend(&server, protocol::notification("notifications/cancelled", Some(&params)), None);
+                self.count_failure(&server, true, c.probe);
+                let msg = format!("backend '{server}' did not answer {} in time", c.method);
+                self.reply_error(c.session, &c.id, code::REQUEST_TIMEOUT, &msg, None);
+                self.release(&c);
+            }
+            CallKind::Health => {
+                let b = self.backends.get_mut(&server).expect("live");
+                b.sup.schedule_health(self.now, &mut self.rng);
+                self.health_failed(&server, "health check timed out".into());
+            }
+            CallKind::Discover { .. } => self.discovery_failed(&server),
+            CallKind::Quiet | CallKind::Initialize => {}
+        }
+    }
+
+    /// Sends queued calls whose wait is over, if the backend is ready.
+    pub(super) fn flush_queue(&mut self, server: &str) {
+        let now = self.now;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if !b.sup.is_ready() {
+            return;
+        }
+        let (due, rest): (Vec<Queued>, Vec<Queued>) = b.queue.drain(..).partition(|q| q.not_before <= now);
+        b.queue = rest.into();
+        for q in due {
+            self.dispatch(server, q.call);
+        }
+    }
+
+    /// Re-sends subscriptions after a reconnect, so updates keep flowing.
+    fn resubscribe(&mut self, server: &str) {
+        let Some(alias) = self.catalog.alias(server).map(|a| format!("{a}+")) else { return };
+        let uris: Vec<String> = self
+            .subscriptions
+            .keys()
+            .filter_map(|u| u.strip_prefix(alias.as_str()).map(ToString::to_string))
+            .collect();
+        for uri in uris {
+            let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
+            self.quiet_request(server, "resources/subscribe", &params);
+        }
+    }
+
+    /// A best-effort request whose answer is ignored.
+    pub(super) fn quiet_request(&mut self, server: &str, method: &str, params: &str) {
+        if self.calls.len() >= self.config.limits.max_in_flight as usize {
+            return;
+        }
+        let id = self.alloc_id();
+        let b = &self.backends[server];
+        let generation = b.sup.generation();
+        let deadline = Some(self.now + Self::duration(b.sup.policy().request_timeout_ms));
+        self.calls.insert(id, Call { server: server.to_string(), generation, deadline, kind: CallKind::Quiet });
+        self.to_backend(server, protocol::request(id, method, Some(params)), Some(id));
+    }
+
+    /// The structured `data` of an unavailability error.
+    pub(super) fn unavailable_data(&self, server: &str) -> String {
+        let Some(b) = self.backends.get(server) else { return "{}".into() };
+        let mut m = BTreeMap::new();
+        m.insert("server", Value::String(server.to_string()));
+        m.insert("status", Value::String(b.sup.status().as_str().into()));
+        m.insert("attempt", Value::from(b.sup.reconnect_attempt()));
+        let next = b.sup.timer(Timer::Retry).map(|at| at.saturating_since(self.now).as_millis());
+        m.insert("next_retry_ms", next.map_or(Value::Null, Value::from));
+        m.insert("last_error", b.sup.message().map_or(Value::Null, |s| Value::String(s.into())));
+        let breaker = match b.sup.breaker.state(self.now) {
+            crate::policy::BreakerState::Closed => "closed",
+            crate::policy::BreakerState::Open => "open",
+            crate::policy::BreakerState::HalfOpen => "half_open",
+        };
+        m.insert("breaker", Value::String(breaker.into()));
+        serde_json::to_string(&m).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// Fails a call because its backend cannot serve it now.
+    pub(super) fn fail_unavailable(&mut self, server: &str, call: ClientCall) {
+        if call.probe {
+            if let Some(b) = self.backends.get_mut(server) {
+                b.sup.breaker.probe_abandoned();
+            }
+        }
+        let data = self.unavailable_data(server);
+        let b = &self.backends[server];
+        let status = b.sup.status();
+        let detail = b.sup.message().map(|m| format!(": {m}")).unwrap_or_default();
+        let msg = format!("backend '{server}' is {status}{detail}");
+        self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+        self.release(&call);
+    }
+}
+
+/// Reads `error.code` from a raw JSON-RPC error object.
+fn error_code(error: &str) -> Option<i64> {
+    serde_json::from_str::<Map<String, Value>>(error).ok()?.get("code")?.as_i64()
+}

@@ -1,0 +1,668 @@
+//! The client side: sessions, the requests a client sends, and the answers it gets.
+
+use alloc::collections::BTreeSet;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde_json::{Map, Value};
+
+use super::calls::{Call, CallKind, ClientCall, ParkedList, Queued, Shape};
+use super::Gateway;
+use crate::catalog::ListKind;
+use crate::io::{Action, SessionId, Status};
+use crate::policy::Admission;
+use crate::protocol::{self, code, Era, Message};
+use crate::supervisor::Readiness;
+
+/// One client session.
+#[derive(Clone, Debug)]
+pub(super) struct Session {
+    /// Sent `notifications/initialized`: may receive notifications and requests.
+    pub ready: bool,
+    pub era: Era,
+    pub protocol_version: Option<String>,
+    /// Client capabilities announced at `initialize`.
+    pub capabilities: Map<String, Value>,
+    /// Ids of this session's requests not yet answered, raw JSON.
+    pub in_flight: BTreeSet<String>,
+}
+
+impl Session {
+    fn new() -> Self {
+        Session {
+            ready: false,
+            era: Era::Handshake,
+            protocol_version: None,
+            capabilities: Map::new(),
+            in_flight: BTreeSet::new(),
+        }
+    }
+
+    /// Whether the client announced a capability (`sampling`, `elicitation`, `roots`).
+    pub fn supports(&self, capability: &str) -> bool {
+        self.capabilities.get(capability).is_some_and(|v| !v.is_null())
+    }
+}
+
+/// What tether announces as a server: everything it can proxy, so capabilities
+/// never depend on which backends happen to be up at `initialize`.
+const SERVER_CAPABILITIES: &str = r#"{"tools":{"listChanged":true},"resources":{"subscribe":true,"listChanged":true},"prompts":{"listChanged":true},"logging":{},"completions":{}}"#;
+
+impl Gateway {
+    pub(super) fn client_connected(&mut self, session: SessionId) {
+        if self.sessions.contains_key(&session) {
+            return;
+        }
+        if self.sessions.len() >= self.config.limits.max_sessions as usize {
+            self.push(Action::CloseClient { session });
+            return;
+        }
+        self.sessions.insert(session, Session::new());
+    }
+
+    pub(super) fn client_closed(&mut self, session: SessionId) {
+        if self.sessions.remove(&session).is_none() {
+            return;
+        }
+        // Cancel its calls at the backends; nobody is left to answer.
+        let ids: Vec<u64> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| matches!(&c.kind, CallKind::Client(cc) if cc.session == session))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            let Some(call) = self.calls.remove(&id) else { continue };
+            if let CallKind::Client(c) = &call.kind {
+                if c.probe {
+                    if let Some(b) = self.backends.get_mut(&call.server) {
+                        b.sup.breaker.probe_abandoned();
+                    }
+                }
+            }
+            let params = format!(r#"{{"requestId":{id},"reason":"client disconnected"}}"#);
+            self.to_backend(&call.server, protocol::notification("notifications/cancelled", Some(&params)), None);
+        }
+        for b in self.backends.values_mut() {
+            b.queue.retain(|q| {
+                if q.call.session == session && q.call.probe {
+                    b.sup.breaker.probe_abandoned();
+                }
+                q.call.session != session
+            });
+        }
+        self.parked_lists.retain(|p| p.session != session);
+        let pending: Vec<u64> =
+            self.server_requests.iter().filter(|(_, r)| r.session == session).map(|(id, _)| *id).collect();
+        for id in pending {
+            let Some(r) = self.server_requests.remove(&id) else { continue };
+            if self.backends.get(&r.server).is_some_and(|b| b.sup.generation() == r.generation && b.sup.is_connected())
+            {
+                let frame =
+                    protocol::error_response(&r.backend_id, code::INTERNAL_ERROR, "the client disconnected", None);
+                self.to_backend(&r.server, frame, None);
+            }
+        }
+        let mut emptied = Vec::new();
+        for (uri, sessions) in self.subscriptions.iter_mut() {
+            sessions.remove(&session);
+            if sessions.is_empty() {
+                emptied.push(uri.clone());
+            }
+        }
+        for uri in emptied {
+            self.subscriptions.remove(&uri);
+            self.unsubscribe_backend(&uri);
+        }
+    }
+
+    pub(super) fn client_frame(&mut self, session: SessionId, frame: &str) {
+        if !self.sessions.contains_key(&session) {
+            self.client_connected(session);
+            if !self.sessions.contains_key(&session) {
+                return;
+            }
+        }
+        if frame.len() > self.config.limits.max_frame_bytes as usize {
+            let msg = format!("frame of {} bytes exceeds the limit of {}", frame.len(), self.config.limits.max_frame_bytes);
+            return self.to_client(session, protocol::error_response("null", code::INVALID_REQUEST, &msg, None));
+        }
+        let message = match protocol::parse(frame) {
+            Ok(m) => m,
+            Err(e) => {
+                let id = e.id.as_deref().unwrap_or("null");
+                return self.to_client(session, protocol::error_response(id, e.code, &e.message, None));
+            }
+        };
+        match message {
+            Message::Request { id, method, params } => {
+                let id = id.get().to_string();
+                let params = params.map(|p| p.get());
+                let s = self.sessions.get_mut(&session).expect("present");
+                if s.in_flight.contains(&id) {
+                    let msg = "a request with this id is already in flight";
+                    return self.to_client(session, protocol::error_response(&id, code::INVALID_REQUEST, msg, None));
+                }
+                if s.in_flight.len() >= self.config.limits.max_in_flight_per_session as usize {
+                    let msg = "too many requests in flight for this session";
+                    return self.to_client(session, protocol::error_response(&id, code::OVERLOADED, msg, None));
+                }
+                s.in_flight.insert(id.clone());
+                self.client_request(session, id, &method, params);
+            }
+            Message::Notification { method, params } => self.client_notification(session, &method, params.map(|p| p.get())),
+            Message::Response { id, result } => self.client_answer(session, id.get(), Ok(result.get())),
+            Message::Error { id, error } => self.client_answer(session, id.get(), Err(error.get())),
+        }
+    }
+
+    fn client_request(&mut self, session: SessionId, id: String, method: &str, params: Option<&str>) {
+        let parsed: Option<Map<String, Value>> = match params {
+            None => None,
+            Some(p) => match serde_json::from_str::<Map<String, Value>>(p) {
+                Ok(m) => Some(m),
+                Err(_) => return self.reply_error(session, &id, code::INVALID_PARAMS, "params must be an object", None),
+            },
+        };
+        match method {
+            "initialize" => self.initialize(session, &id, parsed),
+            "ping" => self.reply(session, &id, "{}"),
+            "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
+                let kind = ListKind::from_method(method).expect("list method");
+                let cursor = match parsed.as_ref().and_then(|p| p.get("cursor")) {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(c)) => Some(c.clone()),
+                    Some(_) => return self.reply_error(session, &id, code::INVALID_PARAMS, "cursor must be a string", None),
+                };
+                self.list(session, id, kind, cursor);
+            }
+            "tools/call" => self.route_named(session, id, method, parsed, ListKind::Tools),
+            "prompts/get" => self.route_named(session, id, method, parsed, ListKind::Prompts),
+            "resources/read" => self.route_uri(session, id, method, parsed, Shape::ReadResource),
+            "resources/subscribe" | "resources/unsubscribe" => self.subscription(session, id, method, parsed),
+            "completion/complete" => self.complete(session, id, parsed),
+            "logging/setLevel" => self.set_level(session, &id, params),
+            _ => {
+                let msg = format!("method not found: {method}");
+                self.reply_error(session, &id, code::METHOD_NOT_FOUND, &msg, None)
+            }
+        }
+    }
+
+    fn initialize(&mut self, session: SessionId, id: &str, params: Option<Map<String, Value>>) {
+        let params = params.unwrap_or_default();
+        let requested = params.get("protocolVersion").and_then(Value::as_str);
+        let version = protocol::negotiate_version(requested);
+        let s = self.sessions.get_mut(&session).expect("present");
+        s.protocol_version = Some(version.to_string());
+        s.capabilities = match params.get("capabilities") {
+            Some(Value::Object(c)) => c.clone(),
+            _ => Map::new(),
+        };
+        let result = format!(
+            r#"{{"protocolVersion":"{version}","capabilities":{SERVER_CAPABILITIES},"serverInfo":{{"name":"tether","version":"{}"}},"instructions":"tether gateway: tools of each backend are served as <server>{}<tool>."}}"#,
+            env!("CARGO_PKG_VERSION"),
+            self.config.separator
+        );
+        self.reply(session, id, &result);
+        // Lazy backends start when the first client arrives.
+        let lazy: Vec<String> = self
+            .backends
+            .iter()
+            .filter(|(_, b)| b.config.lazy && !b.config.disabled && b.sup.status() == Status::Provisioning)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in lazy {
+            self.connect(&name);
+        }
+    }
+
+    fn client_notification(&mut self, session: SessionId, method: &str, params: Option<&str>) {
+        match method {
+            "notifications/initialized" => {
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.ready = true;
+                }
+            }
+            "notifications/cancelled" => {
+                let Some(p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
+                let Some(request_id) = p.get("requestId").and_then(|v| serde_json::to_string(v).ok()) else { return };
+                self.client_cancelled(session, &request_id);
+            }
+            "notifications/roots/list_changed" => {
+                let ready: Vec<String> =
+                    self.backends.iter().filter(|(_, b)| b.sup.is_ready()).map(|(n, _)| n.clone()).collect();
+                for server in ready {
+                    self.to_backend(&server, protocol::notification(method, None), None);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The client gave up on a request: stop it at the backend, answer nothing.
+    fn client_cancelled(&mut self, session: SessionId, request_id: &str) {
+        let found = self.calls.iter().find_map(|(id, c)| match &c.kind {
+            CallKind::Client(cc) if cc.session == session && cc.id == request_id => Some(*id),
+            _ => None,
+        });
+        if let Some(id) = found {
+            let call = self.calls.remove(&id).expect("found");
+            let CallKind::Client(c) = call.kind else { return };
+            if c.probe {
+                self.backends.get_mut(&call.server).expect("live").sup.breaker.probe_abandoned();
+            }
+            let params = format!(r#"{{"requestId":{id},"reason":"cancelled by the client"}}"#);
+            self.to_backend(&call.server, protocol::notification("notifications/cancelled", Some(&params)), None);
+            self.release(&c);
+            return;
+        }
+        for b in self.backends.values_mut() {
+            if let Some(pos) = b.queue.iter().position(|q| q.call.session == session && q.call.id == request_id) {
+                let q = b.queue.remove(pos).expect("position");
+                if q.call.probe {
+                    b.sup.breaker.probe_abandoned();
+                }
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.in_flight.remove(request_id);
+                }
+                return;
+            }
+        }
+        if let Some(pos) = self.parked_lists.iter().position(|p| p.session == session && p.id == request_id) {
+            self.parked_lists.remove(pos);
+            if let Some(s) = self.sessions.get_mut(&session) {
+                s.in_flight.remove(request_id);
+            }
+        }
+    }
+
+    /// A client answered a backend's request (sampling, elicitation, roots).
+    fn client_answer(&mut self, session: SessionId, id: &str, answer: Result<&str, &str>) {
+        let Some(gid) = serde_json::from_str::<u64>(id).ok() else { return };
+        match self.server_requests.get(&gid) {
+            Some(r) if r.session == session => {}
+            _ => return,
+        }
+        let r = self.server_requests.remove(&gid).expect("checked");
+        let live = self.backends.get(&r.server).is_some_and(|b| b.sup.generation() == r.generation && b.sup.is_connected());
+        if !live {
+            return;
+        }
+        let frame = match answer {
+            Ok(result) => protocol::response(&r.backend_id, result),
+            Err(error) => protocol::raw_error_response(&r.backend_id, error),
+        };
+        self.to_backend(&r.server, frame, None);
+    }
+
+    // ----- lists -----
+
+    fn list(&mut self, session: SessionId, id: String, kind: ListKind, cursor: Option<String>) {
+        if self.first_discovery_pending() {
+            let deadline = self.now + Self::duration(self.config.policy.aggregation_deadline_ms);
+            self.parked_lists.push(ParkedList { session, id, kind, cursor, deadline });
+            return;
+        }
+        self.answer_list(session, &id, kind, cursor.as_deref());
+    }
+
+    /// Some backend is starting for the first time and may still bring tools.
+    fn first_discovery_pending(&self) -> bool {
+        self.backends.values().any(|b| {
+            !b.catalog_discovered
+                && !b.config.disabled
+                && matches!(b.sup.status(), Status::Connecting | Status::DiscoveringTools)
+        })
+    }
+
+    /// Answers parked list requests once no backend is starting, or on deadline.
+    pub(super) fn answer_parked_lists(&mut self, deadline_only: bool) {
+        if self.parked_lists.is_empty() {
+            return;
+        }
+        let now = self.now;
+        let all = !deadline_only && !self.first_discovery_pending();
+        let (due, keep): (Vec<ParkedList>, Vec<ParkedList>) =
+            self.parked_lists.drain(..).partition(|p| all || p.deadline <= now);
+        self.parked_lists = keep;
+        for p in due {
+            self.answer_list(p.session, &p.id, p.kind, p.cursor.as_deref());
+        }
+    }
+
+    fn answer_list(&mut self, session: SessionId, id: &str, kind: ListKind, cursor: Option<&str>) {
+        let page = {
+            let backends = &self.backends;
+            let visible = |s: &str| backends.get(s).is_some_and(|b| b.sup.status().is_visible());
+            self.catalog.page(kind, cursor, self.config.limits.page_size as usize, visible)
+        };
+        match page {
+            Ok(result) => self.reply(session, id, &result),
+            Err(()) => self.reply_error(session, id, code::INVALID_PARAMS, "invalid cursor", None),
+        }
+    }
+
+    // ----- routing -----
+
+    /// `tools/call` and `prompts/get`: the served name picks the backend.
+    fn route_named(
+        &mut self,
+        session: SessionId,
+        id: String,
+        method: &str,
+        params: Option<Map<String, Value>>,
+        kind: ListKind,
+    ) {
+        let Some(mut params) = params else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
+        };
+        let Some(name) = params.get("name").and_then(Value::as_str).map(ToString::to_string) else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing name", None);
+        };
+        let resolved = match kind {
+            ListKind::Tools => self.catalog.resolve_tool(&name),
+            _ => self.catalog.resolve_prompt(&name),
+        };
+        let Some(r) = resolved else {
+            let what = if kind == ListKind::Tools { "tool" } else { "prompt" };
+            let msg = format!("unknown {what}: {name}");
+            return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
+        };
+        let (server, original, retry_safe) = (r.server.to_string(), r.entry.original.clone(), r.entry.retry_safe);
+        params.insert("name".into(), Value::String(original));
+        self.submit(&server, session, id, method, params, retry_safe, Shape::Plain);
+    }
+
+    /// `resources/read`: the served URI picks the backend.
+    fn route_uri(&mut self, session: SessionId, id: String, method: &str, params: Option<Map<String, Value>>, shape: Shape) {
+        let Some(mut params) = params else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
+        };
+        let Some(uri) = params.get("uri").and_then(Value::as_str).map(ToString::to_string) else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
+        };
+        let Some((server, original)) = self.catalog.resolve_uri(&uri).map(|(s, o)| (s.to_string(), o.to_string()))
+        else {
+            let msg = format!("unknown resource: {uri}");
+            return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
+        };
+        params.insert("uri".into(), Value::String(original));
+        // Reading a resource changes nothing: safe to retry.
+        self.submit(&server, session, id, method, params, true, shape);
+    }
+
+    fn subscription(&mut self, session: SessionId, id: String, method: &str, params: Option<Map<String, Value>>) {
+        let uri = params.as_ref().and_then(|p| p.get("uri")).and_then(Value::as_str).map(ToString::to_string);
+        let Some(uri) = uri else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
+        };
+        if method == "resources/unsubscribe" {
+            let others = self.subscriptions.get_mut(&uri).map(|s| {
+                s.remove(&session);
+                !s.is_empty()
+            });
+            match others {
+                Some(true) => return self.reply(session, &id, "{}"),
+                Some(false) => {
+                    self.subscriptions.remove(&uri);
+                }
+                None => return self.reply(session, &id, "{}"),
+            }
+            return self.route_uri(session, id, method, params, Shape::Unsubscribe(uri));
+        }
+        if self.subscriptions.get(&uri).is_some_and(|s| !s.is_empty()) {
+            self.subscriptions.get_mut(&uri).expect("present").insert(session);
+            return self.reply(session, &id, "{}");
+        }
+        let total: usize = self.subscriptions.values().map(BTreeSet::len).sum();
+        if total >= self.config.limits.max_subscriptions as usize {
+            return self.reply_error(session, &id, code::OVERLOADED, "too many subscriptions", None);
+        }
+        self.route_uri(session, id, method, params, Shape::Subscribe(uri))
+    }
+
+    fn unsubscribe_backend(&mut self, served: &str) {
+        let Some((server, uri)) = self.catalog.resolve_uri(served).map(|(s, u)| (s.to_string(), u.to_string())) else {
+            return;
+        };
+        if self.backends.get(&server).is_some_and(|b| b.sup.is_ready()) {
+            let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
+            self.quiet_request(&server, "resources/unsubscribe", &params);
+        }
+    }
+
+    fn complete(&mut self, session: SessionId, id: String, params: Option<Map<String, Value>>) {
+        let Some(mut params) = params else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
+        };
+        let Some(Value::Object(reference)) = params.get("ref").cloned() else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing ref", None);
+        };
+        let kind = reference.get("type").and_then(Value::as_str).unwrap_or("");
+        let target = match kind {
+            "ref/prompt" => reference
+                .get("name")
+                .and_then(Value::as_str)
+                .and_then(|n| self.catalog.resolve_prompt(n))
+                .map(|r| (r.server.to_string(), "name", r.entry.original.clone())),
+            "ref/resource" => reference
+                .get("uri")
+                .and_then(Value::as_str)
+                .and_then(|u| self.catalog.resolve_uri(u))
+                .map(|(s, u)| (s.to_string(), "uri", u.to_string())),
+            _ => None,
+        };
+        let Some((server, field, original)) = target else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown completion reference", None);
+        };
+        let mut reference = reference;
+        reference.insert(field.into(), Value::String(original));
+        params.insert("ref".into(), Value::Object(reference));
+        self.submit(&server, session, id, "completion/complete", params, true, Shape::Plain);
+    }
+
+    fn set_level(&mut self, session: SessionId, id: &str, params: Option<&str>) {
+        let Some(params) = params else {
+            return self.reply_error(session, id, code::INVALID_PARAMS, "missing level", None);
+        };
+        let targets: Vec<String> = self
+            .backends
+            .iter()
+            .filter(|(_, b)| b.sup.is_ready() && b.capabilities.contains_key("logging"))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for server in targets {
+            self.quiet_request(&server, "logging/setLevel", params);
+        }
+        self.reply(session, id, "{}");
+    }
+
+    /// Sends a call to `server` now, queues it until the backend is ready, or
+    /// refuses it with a message that says what is wrong and what to do.
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &mut self,
+        server: &str,
+        session: SessionId,
+        id: String,
+        method: &str,
+        mut params: Map<String, Value>,
+        retry_safe: bool,
+        shape: Shape,
+    ) {
+        let progress = params
+            .get_mut("_meta")
+            .and_then(Value::as_object_mut)
+            .and_then(|m| m.remove("progressToken"));
+        let mut call = ClientCall {
+            session,
+            id,
+            method: method.to_string(),
+            params: Some(params),
+            progress,
+            retry_safe,
+            retries: 0,
+            resent: false,
+            probe: false,
+            shape,
+            created: self.now,
+        };
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("catalog names live backends");
+        match b.sup.status() {
+            Status::RequiresReauth => {
+                let msg = format!(
+                    "backend '{server}' requires re-authentication ({}); renew its credentials, then reconnect it",
+                    b.sup.message().unwrap_or("credentials rejected")
+                );
+                let data = self.unavailable_data(server);
+                self.reply_error(session, &call.id, code::REAUTH_REQUIRED, &msg, Some(&data));
+                return self.release(&call);
+            }
+            Status::PermanentlyFailed => {
+                let p = b.sup.policy();
+                let msg = format!(
+                    "backend '{server}' crashed {} times within {} s and will not be restarted; fix it, then restart it (admin restart or config change). Last error: {}",
+                    p.crash_limit,
+                    p.crash_window_ms / 1000,
+                    b.sup.message().unwrap_or("unknown")
+                );
+                let data = self.unavailable_data(server);
+                self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+                return self.release(&call);
+            }
+            Status::Disconnected => {
+                let msg = format!("backend '{server}' is disabled or removed");
+                self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, None);
+                return self.release(&call);
+            }
+            _ => {}
+        }
+        match b.sup.breaker.admit(now) {
+            Ok(Admission::Probe) => call.probe = true,
+            Ok(Admission::Normal) => {}
+            Err(rejection) => {
+                let secs = rejection.retry_in.as_millis().div_ceil(1000);
+                let msg = if secs == 0 {
+                    format!("backend '{server}' circuit breaker is half-open and a probe call is in flight; retry shortly")
+                } else {
+                    format!(
+                        "backend '{server}' circuit breaker is open after {} consecutive failures; retry in {secs} s",
+                        b.sup.breaker.consecutive_failures()
+                    )
+                };
+                let data = self.unavailable_data(server);
+                self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+                return self.release(&call);
+            }
+        }
+        if self.calls.len() >= self.config.limits.max_in_flight as usize {
+            return self.refuse_overloaded(server, call, "too many requests in flight");
+        }
+        match b.sup.readiness() {
+            Readiness::Ready => self.dispatch(server, call),
+            Readiness::Wait | Readiness::StartNow if b.queue.len() >= self.config.limits.max_queued_per_backend as usize => {
+                self.refuse_overloaded(server, call, "too many calls waiting for this backend")
+            }
+            r @ (Readiness::Wait | Readiness::StartNow) => {
+                let deadline = now + Self::duration(b.sup.policy().request_timeout_ms);
+                b.queue.push_back(Queued { call, not_before: now, deadline });
+                if r == Readiness::StartNow {
+                    self.connect(server);
+                }
+            }
+            Readiness::Refuse => self.fail_unavailable(server, call),
+        }
+    }
+
+    fn refuse_overloaded(&mut self, server: &str, call: ClientCall, why: &str) {
+        if call.probe {
+            self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
+        }
+        let msg = format!("backend '{server}': {why}");
+        self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
+        self.release(&call);
+    }
+
+    /// Sends a call on the live connection, rewriting its id and progress token.
+    pub(super) fn dispatch(&mut self, server: &str, call: ClientCall) {
+        let id = self.alloc_id();
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live");
+        b.sup.touch(now);
+        let policy = b.sup.policy();
+        let hard = call.created + Self::duration(policy.request_timeout_max_ms);
+        let deadline = Some((now + Self::duration(policy.request_timeout_ms)).min(hard).max(now));
+        let generation = b.sup.generation();
+        let mut params = call.params.clone().unwrap_or_default();
+        if call.progress.is_some() {
+            let meta = params.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert("progressToken".into(), Value::from(id));
+            }
+        }
+        let params = serde_json::to_string(&params).unwrap_or_else(|_| "{}".into());
+        let frame = protocol::request(id, &call.method, Some(&params));
+        self.calls.insert(id, Call { server: server.to_string(), generation, deadline, kind: CallKind::Client(call) });
+        self.to_backend(server, frame, Some(id));
+    }
+
+    /// Turns a backend's answer into the client's.
+    pub(super) fn answer_client_call(&mut self, server: &str, call: ClientCall, answer: Result<&str, &str>) {
+        let session = call.session;
+        let frame = match answer {
+            Err(error) => protocol::raw_error_response(&call.id, error),
+            Ok(result) => match &call.shape {
+                Shape::Plain => protocol::response(&call.id, result),
+                Shape::ReadResource => {
+                    let rewritten = self.serve_contents(server, result);
+                    protocol::response(&call.id, rewritten.as_deref().unwrap_or(result))
+                }
+                Shape::Subscribe(uri) => {
+                    self.subscriptions.entry(uri.clone()).or_default().insert(session);
+                    protocol::response(&call.id, result)
+                }
+                Shape::Unsubscribe(_) => protocol::response(&call.id, result),
+            },
+        };
+        self.to_client(session, frame);
+        self.release(&call);
+    }
+
+    /// `resources/read` contents carry backend URIs; clients get served ones.
+    fn serve_contents(&self, server: &str, result: &str) -> Option<String> {
+        let mut result: Map<String, Value> = serde_json::from_str(result).ok()?;
+        if let Some(Value::Array(contents)) = result.get_mut("contents") {
+            for item in contents {
+                if let Some(Value::String(uri)) = item.get_mut("uri") {
+                    if let Some(served) = self.catalog.serve_uri(server, uri) {
+                        *uri = served;
+                    }
+                }
+            }
+        }
+        serde_json::to_string(&result).ok()
+    }
+
+    /// Frees a finished call's id in its session.
+    pub(super) fn release(&mut self, call: &ClientCall) {
+        if let Some(s) = self.sessions.get_mut(&call.session) {
+            s.in_flight.remove(&call.id);
+        }
+    }
+
+    pub(super) fn reply(&mut self, session: SessionId, id: &str, result: &str) {
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.in_flight.remove(id);
+        }
+        self.to_client(session, protocol::response(id, result));
+    }
+
+    pub(super) fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str, data: Option<&str>) {
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.in_flight.remove(id);
+        }
+        self.to_client(session, protocol::error_response(id, code, message, data));
+    }
+}

@@ -1,0 +1,515 @@
+//! The gateway: composes supervisor, catalog and router behind one
+//! `handle` / `poll_action` / `poll_timeout` surface.
+//!
+//! # Host contract
+//!
+//! ```text
+//! let mut gw = Gateway::new(config, seed, now)?;
+//! loop {
+//!     while let Some(action) = gw.poll_action() { host.execute(action) }
+//!     let deadline = gw.poll_timeout();          // sleep until then or until input arrives
+//!     gw.handle(host.now(), input_or_tick)?;
+//! }
+//! ```
+//!
+//! After every [`Gateway::handle`], drain [`Gateway::poll_action`] to `None`, then
+//! read [`Gateway::poll_timeout`]. `handle` returns `Err` only when the host breaks
+//! the contract (time going backwards, a generation that was never issued, an
+//! admin command for an unknown backend). Every fault of a peer becomes actions.
+//! Early or spurious [`Input::Tick`]s are harmless.
+
+mod backend;
+mod calls;
+mod client;
+
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::catalog::{Catalog, ListKind};
+use crate::config::{Config, ConfigError, ServerConfig};
+use crate::io::{Action, AdminCommand, Event, Generation, Input, SessionId, Status};
+use crate::policy::{BreakerState, Failure};
+use crate::protocol::{self, Era};
+use crate::rng::Rng;
+use crate::supervisor::{Supervisor, Timer};
+use crate::time::{Duration, Instant};
+
+use backend::Backend;
+use calls::{Call, CallKind, ParkedList, ServerRequest};
+use client::Session;
+
+/// A host contract violation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostError {
+    /// `now` was earlier than a previous `now`.
+    TimeWentBackwards {
+        /// The latest time seen.
+        last: Instant,
+        /// The time given.
+        given: Instant,
+    },
+    /// An input named a generation the engine never issued.
+    FutureGeneration {
+        /// Backend.
+        server: String,
+        /// The generation given.
+        generation: Generation,
+    },
+    /// An admin command named a backend that does not exist.
+    UnknownBackend {
+        /// The name given.
+        server: String,
+    },
+    /// A reloaded configuration failed validation.
+    InvalidConfig(ConfigError),
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostError::TimeWentBackwards { last, given } => write!(f, "time went backwards: {given} < {last}"),
+            HostError::FutureGeneration { server, generation } => {
+                write!(f, "{server}: generation {generation} was never issued")
+            }
+            HostError::UnknownBackend { server } => write!(f, "unknown backend {server:?}"),
+            HostError::InvalidConfig(e) => write!(f, "invalid config: {e}"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for HostError {}
+
+/// A snapshot of one backend for status displays and admin tools.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BackendStatus {
+    /// Backend name.
+    pub server: String,
+    /// Transport kind (`stdio`, `http`, `sse`).
+    pub transport: &'static str,
+    /// Lifecycle status.
+    pub status: Status,
+    /// Circuit breaker state, shown beside the status.
+    pub breaker: BreakerState,
+    /// Reconnect attempts since the last success.
+    pub reconnect_attempt: u32,
+    /// Milliseconds until the scheduled restart or reconnect, if any.
+    pub next_retry_ms: Option<u64>,
+    /// Health checks are failing.
+    pub health_degraded: bool,
+    /// Crashes within the crash window.
+    pub crashes_in_window: u8,
+    /// Tools in the catalog (visible or not).
+    pub tools: u32,
+    /// Estimated tokens of those tools.
+    pub estimated_tokens: u32,
+    /// Last error or status message.
+    pub last_error: Option<String>,
+    /// Current connection generation.
+    pub generation: Generation,
+    /// Protocol era of the backend.
+    pub era: Era,
+}
+
+/// The gateway engine. See the module docs for the host contract.
+pub struct Gateway {
+    config: Config,
+    rng: Rng,
+    now: Instant,
+    backends: BTreeMap<String, Backend>,
+    catalog: Catalog,
+    sessions: BTreeMap<SessionId, Session>,
+    /// The protocol era of a client session.
+    pub fn session_era(&self, session: SessionId) -> Option<Era> {
+        self.sessions.get(&session).map(|s| s.era)
+    }
+
+    /// Requests in flight to backends, by the id the gateway gave them.
+    calls: BTreeMap<u64, Call>,
+    next_request_id: u64,
+    /// Backend-to-client requests in flight, by the id the gateway gave them.
+    server_requests: BTreeMap<u64, ServerRequest>,
+    parked_lists: Vec<ParkedList>,
+    /// Served resource URI -> sessions subscribed.
+    subscriptions: BTreeMap<String, BTreeSet<SessionId>>,
+    /// Fingerprint of each visible list as last announced.
+    announced: [u64; 4],
+    actions: VecDeque<Action>,
+}
+
+impl Gateway {
+    /// A gateway for `config`, with jitter drawn from `seed`, at time `now`.
+    /// Eager backends are started at once: drain the actions.
+    pub fn new(config: Config, seed: u64, now: Instant) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let mut gw = Gateway {
+            catalog: Catalog::new(&config.separator),
+            config: Config::default(),
+            rng: Rng::new(seed),
+            now,
+            backends: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            next_request_id: 1,
+            server_requests: BTreeMap::new(),
+            parked_lists: Vec::new(),
+            subscriptions: BTreeMap::new(),
+            announced: [0; 4],
+            actions: VecDeque::new(),
+        };
+        for kind in ListKind::ALL {
+            gw.announced[kind as usize] = gw.catalog.visible_hash(kind, |_| false);
+        }
+        gw.apply_config(config);
+        Ok(gw)
+    }
+
+    /// Feeds one input at time `now`.
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), HostError> {
+        if now < self.now {
+            return Err(HostError::TimeWentBackwards { last: self.now, given: now });
+        }
+        self.now = now;
+        match input {
+            Input::ClientConnected { session } => self.client_connected(session),
+            Input::ClientFrame { session, frame } => self.client_frame(session, &frame),
+            Input::ClientClosed { session } => self.client_closed(session),
+            Input::BackendStarted { server, generation, .. } => {
+                self.current(&server, generation)?;
+            }
+            Input::BackendFrame { server, generation, frame } => {
+                if self.current(&server, generation)? {
+                    self.backend_frame(&server, &frame);
+                }
+            }
+            Input::BackendStderr { server, generation, line } => {
+                if self.current(&server, generation)? {
+                    if let Some(b) = self.backends.get_mut(&server) {
+                        b.push_stderr(line);
+                    }
+                }
+            }
+            Input::BackendExited { server, generation, code } => {
+                if self.current(&server, generation)? {
+                    self.connection_lost(&server, Failure::Exited { code });
+                }
+            }
+            Input::BackendFailed { server, generation, request, failure } => {
+                if self.current(&server, generation)? {
+                    self.backend_failed(&server, request, failure);
+                }
+            }
+            Input::Tick => {}
+            Input::ConfigReloaded { config } => {
+                config.validate().map_err(HostError::InvalidConfig)?;
+                self.apply_config(config);
+            }
+            Input::Admin { command } => self.admin(command)?,
+        }
+        self.fire_timers();
+        self.settle();
+        Ok(())
+    }
+
+    /// The next thing for the host to do, in order.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When the host must call `handle(now, Input::Tick)` next, if ever.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let backends = self.backends.values().filter_map(|b| b.poll_timeout());
+        let calls = self.calls.values().filter_map(|c| c.deadline);
+        let parked = self.parked_lists.iter().map(|p| p.deadline);
+        backends.chain(calls).chain(parked).min()
+    }
+
+    /// The time of the latest input.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The catalog of every backend.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Status of every backend, by name.
+    pub fn statuses(&self) -> Vec<BackendStatus> {
+        self.backends.iter().map(|(name, b)| self.backend_status(name, b)).collect()
+    }
+
+    /// Status of one backend.
+    pub fn status(&self, server: &str) -> Option<BackendStatus> {
+        self.backends.get(server).map(|b| self.backend_status(server, b))
+    }
+
+    fn backend_status(&self, name: &str, b: &Backend) -> BackendStatus {
+        let cat = self.catalog.backend(name);
+        BackendStatus {
+            server: name.to_string(),
+            transport: b.config.transport.kind(),
+            status: b.sup.status(),
+            breaker: b.sup.breaker.state(self.now),
+            reconnect_attempt: b.sup.reconnect_attempt(),
+            next_retry_ms: b.sup.timer(Timer::Retry).map(|at| at.saturating_since(self.now).as_millis()),
+            health_degraded: b.sup.health.is_degraded(),
+            crashes_in_window: b.sup.crashes.count(self.now),
+            tools: cat.map_or(0, |c| c.tool_count()),
+            estimated_tokens: cat.map_or(0, |c| c.estimated_tokens()),
+            last_error: b.sup.message().map(ToString::to_string),
+            generation: b.sup.generation(),
+            era: b.era,
+        }
+    }
+
+    /// The protocol era of a client session.
+    pub fn session_era(&self, session: SessionId) -> Option<Era> {
+        self.sessions.get(&session).map(|s| s.era)
+    }
+
+    /// Requests in flight to backends (client calls and the gateway's own).
+    pub fn in_flight(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Checks every bound and cross-reference the engine promises. For tests and
+    /// fuzzing; cheap enough to run after every input.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let limits = &self.config.limits;
+        if self.calls.len() > limits.max_in_flight as usize + self.backends.len() * backend::INTERNAL_CALLS {
+            return Err(format!("{} calls in flight, limit {}", self.calls.len(), limits.max_in_flight));
+        }
+        if self.server_requests.len() > limits.max_pending_server_requests as usize {
+            return Err("too many pending server requests".into());
+        }
+        if self.sessions.len() > limits.max_sessions as usize {
+            return Err("too many sessions".into());
+        }
+        for (id, call) in &self.calls {
+            let Some(b) = self.backends.get(&call.server) else {
+                return Err(format!("call {id} names a removed backend {}", call.server));
+            };
+            if call.generation != b.sup.generation() || !b.sup.is_connected() {
+                return Err(format!("call {id} sits on a stale connection of {}", call.server));
+            }
+            if let CallKind::Client(c) = &call.kind {
+                if !self.sessions.contains_key(&c.session) {
+                    return Err(format!("call {id} is owed to a closed session"));
+                }
+            }
+        }
+        for (name, b) in &self.backends {
+            if b.queue.len() > limits.max_queued_per_backend as usize {
+                return Err(format!("{name}: queue over its bound"));
+            }
+            if b.queue.iter().any(|q| !self.sessions.contains_key(&q.call.session)) {
+                return Err(format!("{name}: queued call owed to a closed session"));
+            }
+            b.sup.check_invariants(self.now).map_err(|e| format!("{name}: {e}"))?;
+            if b.stderr_tail.len() > backend::STDERR_TAIL {
+                return Err(format!("{name}: stderr tail unbounded"));
+            }
+        }
+        for (sid, s) in &self.sessions {
+            if s.in_flight.len() > limits.max_in_flight_per_session as usize {
+                return Err(format!("session {} over its in-flight bound", sid.0));
+            }
+        }
+        for r in self.server_requests.values() {
+            if !self.sessions.contains_key(&r.session) {
+                return Err("server request owed to a closed session".into());
+            }
+        }
+        Ok(())
+    }
+
+    // ----- plumbing shared by the submodules -----
+
+    fn push(&mut self, action: Action) {
+        self.actions.push_back(action);
+    }
+
+    fn emit(&mut self, event: Event) {
+        self.push(Action::Emit { event });
+    }
+
+    fn to_client(&mut self, session: SessionId, frame: String) {
+        self.push(Action::SendToClient { session, frame });
+    }
+
+    fn to_backend(&mut self, server: &str, frame: String, request: Option<u64>) {
+        let Some(b) = self.backends.get(server) else { return };
+        let generation = b.sup.generation();
+        self.push(Action::SendToBackend { server: server.to_string(), generation, frame, request });
+    }
+
+    fn alloc_id(&mut self) -> u64 {
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        id
+    }
+
+    /// Whether an input about `server`'s `generation` concerns the live connection.
+    fn current(&self, server: &str, generation: Generation) -> Result<bool, HostError> {
+        let Some(b) = self.backends.get(server) else { return Ok(false) };
+        if generation > b.sup.generation() {
+            return Err(HostError::FutureGeneration { server: server.to_string(), generation });
+        }
+        Ok(generation == b.sup.generation() && b.sup.is_connected())
+    }
+
+    /// Runs every timer that is due.
+    fn fire_timers(&mut self) {
+        // Bounded: each pass consumes at least one due timer or stops.
+        for _ in 0..10_000 {
+            let now = self.now;
+            if let Some(name) = self
+                .backends
+                .iter()
+                .find(|(_, b)| b.poll_timeout().is_some_and(|at| at <= now))
+                .map(|(n, _)| n.clone())
+            {
+                self.backend_timer(&name);
+                continue;
+            }
+            if let Some(id) = self.calls.iter().find(|(_, c)| c.deadline.is_some_and(|d| d <= now)).map(|(id, _)| *id)
+            {
+                self.call_timed_out(id);
+                continue;
+            }
+            if self.parked_lists.iter().any(|p| p.deadline <= now) {
+                self.answer_parked_lists(true);
+                continue;
+            }
+            break;
+        }
+    }
+
+    /// After any change: announce status transitions, answer parked lists,
+    /// notify clients whose visible lists changed.
+    fn settle(&mut self) {
+        let names: Vec<String> = self.backends.keys().cloned().collect();
+        for name in names {
+            let Some(b) = self.backends.get_mut(&name) else { continue };
+            let transitions: Vec<_> = b.sup.drain_transitions().collect();
+            for t in transitions {
+                self.emit(Event::ServerStatusChanged { server: name.clone(), from: t.from, to: t.to, message: t.message });
+            }
+        }
+        self.answer_parked_lists(false);
+        self.announce_list_changes();
+    }
+
+    fn announce_list_changes(&mut self) {
+        let mut notify: Vec<&'static str> = Vec::new();
+        for kind in ListKind::ALL {
+            let hash = {
+                let backends = &self.backends;
+                self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.sup.status().is_visible()))
+            };
+            if hash != self.announced[kind as usize] {
+                self.announced[kind as usize] = hash;
+                if !notify.contains(&kind.list_changed()) {
+                    notify.push(kind.list_changed());
+                }
+            }
+        }
+        if notify.is_empty() {
+            return;
+        }
+        let ready: Vec<SessionId> = self.sessions.iter().filter(|(_, s)| s.ready).map(|(id, _)| *id).collect();
+        for method in notify {
+            for session in &ready {
+                self.to_client(*session, protocol::notification(method, None));
+            }
+        }
+    }
+
+    fn admin(&mut self, command: AdminCommand) -> Result<(), HostError> {
+        let server = match &command {
+            AdminCommand::Reconnect { server } | AdminCommand::Restart { server } | AdminCommand::Remove { server } => {
+                server.clone()
+            }
+        };
+        if !self.backends.contains_key(&server) {
+            return Err(HostError::UnknownBackend { server });
+        }
+        match command {
+            AdminCommand::Reconnect { .. } => self.reconnect_now(&server, false),
+            AdminCommand::Restart { .. } => self.reconnect_now(&server, true),
+            AdminCommand::Remove { .. } => self.remove_backend(&server),
+        }
+        Ok(())
+    }
+
+    /// Applies a configuration differentially: only added or changed backends
+    /// (re)start; removed ones close.
+    fn apply_config(&mut self, config: Config) {
+        let old = core::mem::replace(&mut self.config, config);
+        if old.separator != self.config.separator {
+            let names: Vec<String> = self.backends.keys().cloned().collect();
+            let mut fresh = Catalog::new(&self.config.separator);
+            for name in &names {
+                fresh.register(name, self.backends[name].config.prefixed);
+            }
+            self.catalog = fresh;
+            for name in &names {
+                if let Some(b) = self.backends.get_mut(name) {
+                    b.catalog_discovered = false;
+                }
+            }
+        }
+        let removed: Vec<String> =
+            self.backends.keys().filter(|n| !self.config.servers.contains_key(*n)).cloned().collect();
+        for name in removed {
+            self.remove_backend(&name);
+        }
+        let servers: Vec<(String, ServerConfig)> =
+            self.config.servers.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
+        for (name, server) in servers {
+            let policy = self.config.policy_for(&name);
+            match self.backends.get_mut(&name) {
+                None => {
+                    self.catalog.register(&name, server.prefixed);
+                    let sup = Supervisor::new(server.transport.is_stdio(), server.vital, policy, self.now);
+                    let eager = !server.lazy && !server.disabled;
+                    self.backends.insert(name.clone(), Backend::new(server, sup));
+                    if eager {
+                        self.connect(&name);
+                    }
+                }
+                Some(b) => {
+                    let transport_changed = b.config.transport != server.transport;
+                    let was_disabled = b.config.disabled;
+                    b.sup.set_policy(policy, server.vital);
+                    let prefixed = server.prefixed;
+                    b.config = server;
+                    self.catalog.register(&name, prefixed);
+                    let b = &self.backends[&name];
+                    if b.config.disabled {
+                        if b.sup.is_connected() || !was_disabled {
+                            self.close_backend(&name, Status::Disconnected, Some("disabled by config".into()));
+                        }
+                    } else if transport_changed || was_disabled || !self.backends[&name].catalog_discovered {
+                        self.restart_for_config(&name);
+                    }
+                }
+            }
+        }
+    }
+
+    fn duration(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+}
