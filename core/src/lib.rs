@@ -17,6 +17,7 @@ pub mod protocol;
 pub mod rng;
 pub mod supervisor;
 pub mod time;
+pub mod trace;
 
 pub use config::{Config, ConfigError, ServerConfig, Transport};
 pub use gateway::{BackendStatus, Gateway, HostError};

@@ -25,6 +25,8 @@ pub(super) struct Session {
     pub capabilities: Map<String, Value>,
     /// Ids of this session's requests not yet answered, raw JSON.
     pub in_flight: BTreeSet<String>,
+    /// Fingerprint of each list as this session last saw or was told of it.
+    pub seen: [u64; 4],
 }
 
 impl Session {
@@ -35,6 +37,7 @@ impl Session {
             protocol_version: None,
             capabilities: Map::new(),
             in_flight: BTreeSet::new(),
+            seen: [0; 4],
         }
     }
 
@@ -57,7 +60,9 @@ impl Gateway {
             self.push(Action::CloseClient { session });
             return;
         }
-        self.sessions.insert(session, Session::new());
+        let mut s = Session::new();
+        s.seen = ListKind::ALL.map(|k| self.visible_hash(k));
+        self.sessions.insert(session, s);
     }
 
     pub(super) fn client_closed(&mut self, session: SessionId) {
@@ -337,6 +342,10 @@ impl Gateway {
             let visible = |s: &str| backends.get(s).is_some_and(|b| b.sup.status().is_visible());
             self.catalog.page(kind, cursor, self.config.limits.page_size as usize, visible)
         };
+        let hash = self.visible_hash(kind);
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.seen[kind as usize] = hash;
+        }
         match page {
             Ok(result) => self.reply(session, id, &result),
             Err(()) => self.reply_error(session, id, code::INVALID_PARAMS, "invalid cursor", None),

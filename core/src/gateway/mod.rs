@@ -122,11 +122,6 @@ pub struct Gateway {
     backends: BTreeMap<String, Backend>,
     catalog: Catalog,
     sessions: BTreeMap<SessionId, Session>,
-    /// The protocol era of a client session.
-    pub fn session_era(&self, session: SessionId) -> Option<Era> {
-        self.sessions.get(&session).map(|s| s.era)
-    }
-
     /// Requests in flight to backends, by the id the gateway gave them.
     calls: BTreeMap<u64, Call>,
     next_request_id: u64,
@@ -135,8 +130,6 @@ pub struct Gateway {
     parked_lists: Vec<ParkedList>,
     /// Served resource URI -> sessions subscribed.
     subscriptions: BTreeMap<String, BTreeSet<SessionId>>,
-    /// Fingerprint of each visible list as last announced.
-    announced: [u64; 4],
     actions: VecDeque<Action>,
 }
 
@@ -157,13 +150,10 @@ impl Gateway {
             server_requests: BTreeMap::new(),
             parked_lists: Vec::new(),
             subscriptions: BTreeMap::new(),
-            announced: [0; 4],
             actions: VecDeque::new(),
         };
-        for kind in ListKind::ALL {
-            gw.announced[kind as usize] = gw.catalog.visible_hash(kind, |_| false);
-        }
         gw.apply_config(config);
+        gw.settle();
         Ok(gw)
     }
 
@@ -411,28 +401,34 @@ impl Gateway {
         self.announce_list_changes();
     }
 
+    /// The fingerprint of what clients may see of `kind` now.
+    fn visible_hash(&self, kind: ListKind) -> u64 {
+        let backends = &self.backends;
+        self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.sup.status().is_visible()))
+    }
+
+    /// Sends `list_changed` to each ready session whose last view of a list differs
+    /// from what it would see now, and only then.
     fn announce_list_changes(&mut self) {
-        let mut notify: Vec<&'static str> = Vec::new();
-        for kind in ListKind::ALL {
-            let hash = {
-                let backends = &self.backends;
-                self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.sup.status().is_visible()))
-            };
-            if hash != self.announced[kind as usize] {
-                self.announced[kind as usize] = hash;
-                if !notify.contains(&kind.list_changed()) {
-                    notify.push(kind.list_changed());
+        let hashes = ListKind::ALL.map(|k| self.visible_hash(k));
+        let mut frames = Vec::new();
+        let parked = &self.parked_lists;
+        for (id, session) in self.sessions.iter_mut().filter(|(_, s)| s.ready) {
+            let mut sent: Vec<&'static str> = Vec::new();
+            for kind in ListKind::ALL {
+                // A session waiting on this list will see the new one in its answer.
+                let waiting = parked.iter().any(|p| p.session == *id && p.kind == kind);
+                if !waiting && session.seen[kind as usize] != hashes[kind as usize] {
+                    session.seen[kind as usize] = hashes[kind as usize];
+                    if !sent.contains(&kind.list_changed()) {
+                        sent.push(kind.list_changed());
+                        frames.push((*id, protocol::notification(kind.list_changed(), None)));
+                    }
                 }
             }
         }
-        if notify.is_empty() {
-            return;
-        }
-        let ready: Vec<SessionId> = self.sessions.iter().filter(|(_, s)| s.ready).map(|(id, _)| *id).collect();
-        for method in notify {
-            for session in &ready {
-                self.to_client(*session, protocol::notification(method, None));
-            }
+        for (session, frame) in frames {
+            self.to_client(session, frame);
         }
     }
 

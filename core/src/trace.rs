@@ -1,0 +1,125 @@
+//! Traces: a header (config, seed, start time) and one JSON line per input.
+//!
+//! Because the engine is deterministic, a trace recorded in production replays to
+//! the same actions, byte for byte, in a test.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::gateway::{Gateway, HostError};
+use crate::io::{Action, Input};
+use crate::time::Instant;
+
+/// Format version written in every header.
+pub const TRACE_VERSION: u32 = 1;
+
+/// The first line of a trace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceHeader {
+    /// Format version ([`TRACE_VERSION`]).
+    pub tether_trace: u32,
+    /// Seed of the engine's PRNG.
+    pub seed: u64,
+    /// `now` given to [`Gateway::new`].
+    pub start: Instant,
+    /// The configuration given to [`Gateway::new`].
+    pub config: Config,
+}
+
+/// One recorded input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceLine {
+    /// When it was handled.
+    pub at: Instant,
+    /// What it was.
+    pub input: Input,
+}
+
+/// Why a trace could not be replayed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceError {
+    /// A line is not valid JSON of the expected shape (1-based line number).
+    Parse {
+        /// Line number.
+        line: usize,
+        /// What was wrong.
+        message: String,
+    },
+    /// The header's version is not one this engine reads.
+    Version(u32),
+    /// The header's config does not validate.
+    Config(crate::config::ConfigError),
+    /// The trace breaks the host contract at a line.
+    Host {
+        /// Line number.
+        line: usize,
+        /// The violation.
+        error: HostError,
+    },
+    /// The trace is empty.
+    Empty,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceError::Parse { line, message } => write!(f, "line {line}: {message}"),
+            TraceError::Version(v) => write!(f, "unsupported trace version {v}"),
+            TraceError::Config(e) => write!(f, "header config: {e}"),
+            TraceError::Host { line, error } => write!(f, "line {line}: {error}"),
+            TraceError::Empty => f.write_str("empty trace"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for TraceError {}
+
+/// Serialises a header as one line (no newline).
+pub fn header_line(header: &TraceHeader) -> String {
+    serde_json::to_string(header).unwrap_or_default()
+}
+
+/// Serialises one input as one line (no newline).
+pub fn input_line(at: Instant, input: &Input) -> String {
+    serde_json::to_string(&TraceLine { at, input: input.clone() }).unwrap_or_default()
+}
+
+/// Runs a trace through a fresh [`Gateway`] and returns every action with the
+/// time of the input that produced it. Actions from `Gateway::new` come first.
+pub fn replay(trace: &str) -> Result<Vec<(Instant, Action)>, TraceError> {
+    let mut lines = trace.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let (_, first) = lines.next().ok_or(TraceError::Empty)?;
+    let header: TraceHeader =
+        serde_json::from_str(first).map_err(|e| TraceError::Parse { line: 1, message: format!("{e}") })?;
+    if header.tether_trace != TRACE_VERSION {
+        return Err(TraceError::Version(header.tether_trace));
+    }
+    let mut gw = Gateway::new(header.config, header.seed, header.start).map_err(TraceError::Config)?;
+    let mut out = Vec::new();
+    while let Some(a) = gw.poll_action() {
+        out.push((header.start, a));
+    }
+    for (i, text) in lines {
+        let line: TraceLine =
+            serde_json::from_str(text).map_err(|e| TraceError::Parse { line: i + 1, message: format!("{e}") })?;
+        gw.handle(line.at, line.input).map_err(|error| TraceError::Host { line: i + 1, error })?;
+        while let Some(a) = gw.poll_action() {
+            out.push((line.at, a));
+        }
+    }
+    Ok(out)
+}
+
+/// Renders actions one per line, `[time] action`, for people and snapshots.
+pub fn render(actions: &[(Instant, Action)]) -> String {
+    let mut out = String::new();
+    for (at, a) in actions {
+        out.push_str(&format!("[{:>9}] {a}\n", at.as_millis()));
+    }
+    out
+}

@@ -1,0 +1,257 @@
+//! A simulated host for scenario tests: simulated time, scripted backends and
+//! client, and a readable transcript of every input and the actions it caused.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+use tether_core::trace::{header_line, input_line, TraceHeader, TRACE_VERSION};
+use tether_core::{Action, AdminCommand, Config, Failure, Gateway, Input, Instant, ServerConfig, SessionId};
+
+/// The client session most scenarios use.
+pub const CLIENT: SessionId = SessionId(1);
+
+pub struct Sim {
+    pub gw: Gateway,
+    pub now: u64,
+    /// Readable transcript for snapshots.
+    pub log: String,
+    /// Every action so far, with time.
+    pub actions: Vec<(u64, Action)>,
+    /// Current generation per backend, learned from spawn/connect actions.
+    pub gens: BTreeMap<String, u64>,
+    /// The trace of this run (header + inputs), for replay tests.
+    pub trace: String,
+    /// Log ticks that produced nothing too.
+    pub verbose_ticks: bool,
+}
+
+impl Sim {
+    pub fn new(config: Config) -> Sim {
+        Sim::with_seed(config, 42)
+    }
+
+    pub fn with_seed(config: Config, seed: u64) -> Sim {
+        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start: Instant::ZERO, config: config.clone() };
+        let gw = Gateway::new(config, seed, Instant::ZERO).expect("valid config");
+        let mut sim = Sim {
+            gw,
+            now: 0,
+            log: String::new(),
+            actions: Vec::new(),
+            gens: BTreeMap::new(),
+            trace: header_line(&header) + "\n",
+            verbose_ticks: false,
+        };
+        sim.note("gateway started");
+        sim.drain();
+        sim
+    }
+
+    /// A line in the transcript that is not an input (scenario narration).
+    pub fn note(&mut self, text: &str) {
+        writeln!(self.log, "[{:>9}] # {text}", self.now).unwrap();
+    }
+
+    fn drain(&mut self) -> Vec<Action> {
+        let mut out = Vec::new();
+        while let Some(a) = self.gw.poll_action() {
+            match &a {
+                Action::Spawn { server, generation, .. } | Action::ConnectHttp { server, generation, .. } => {
+                    self.gens.insert(server.clone(), *generation);
+                }
+                _ => {}
+            }
+            writeln!(self.log, "[{:>9}]     {a}", self.now).unwrap();
+            self.actions.push((self.now, a.clone()));
+            out.push(a);
+        }
+        if let Err(e) = self.gw.check_invariants() {
+            panic!("invariant broken at {} ms: {e}\n{}", self.now, self.log);
+        }
+        out
+    }
+
+    /// Feeds one input now; returns the actions it caused.
+    pub fn input(&mut self, input: Input) -> Vec<Action> {
+        let quiet_tick = matches!(input, Input::Tick) && !self.verbose_ticks;
+        let mark = self.log.len();
+        if !quiet_tick {
+            writeln!(self.log, "[{:>9}] > {input}", self.now).unwrap();
+        }
+        self.trace.push_str(&input_line(Instant::from_millis(self.now), &input));
+        self.trace.push('\n');
+        self.gw.handle(Instant::from_millis(self.now), input).expect("host contract");
+        let actions = self.drain();
+        if quiet_tick && !actions.is_empty() {
+            self.log.insert_str(mark, &format!("[{:>9}] > tick\n", self.now));
+        }
+        actions
+    }
+
+    /// Moves time forward by `ms`, firing every timer on the way.
+    pub fn advance(&mut self, ms: u64) -> Vec<Action> {
+        let target = self.now + ms;
+        let mut out = Vec::new();
+        for _ in 0..100_000 {
+            match self.gw.poll_timeout() {
+                Some(at) if at.as_millis() <= target => {
+                    self.now = self.now.max(at.as_millis());
+                    out.extend(self.input(Input::Tick));
+                }
+                _ => break,
+            }
+        }
+        self.now = target;
+        out
+    }
+
+    pub fn gen(&self, server: &str) -> u64 {
+        self.gens.get(server).copied().unwrap_or(0)
+    }
+
+    pub fn client(&mut self, frame: Value) -> Vec<Action> {
+        self.input(Input::ClientFrame { session: CLIENT, frame: frame.to_string() })
+    }
+
+    pub fn client_raw(&mut self, frame: &str) -> Vec<Action> {
+        self.input(Input::ClientFrame { session: CLIENT, frame: frame.to_string() })
+    }
+
+    pub fn session(&mut self, session: SessionId, frame: Value) -> Vec<Action> {
+        self.input(Input::ClientFrame { session, frame: frame.to_string() })
+    }
+
+    pub fn backend(&mut self, server: &str, frame: Value) -> Vec<Action> {
+        let generation = self.gen(server);
+        self.input(Input::BackendFrame { server: server.into(), generation, frame: frame.to_string() })
+    }
+
+    pub fn backend_raw(&mut self, server: &str, frame: &str) -> Vec<Action> {
+        let generation = self.gen(server);
+        self.input(Input::BackendFrame { server: server.into(), generation, frame: frame.to_string() })
+    }
+
+    pub fn stderr(&mut self, server: &str, line: &str) -> Vec<Action> {
+        let generation = self.gen(server);
+        self.input(Input::BackendStderr { server: server.into(), generation, line: line.into() })
+    }
+
+    pub fn exit(&mut self, server: &str, code: Option<i32>) -> Vec<Action> {
+        let generation = self.gen(server);
+        self.input(Input::BackendExited { server: server.into(), generation, code })
+    }
+
+    pub fn fail(&mut self, server: &str, request: Option<u64>, failure: Failure) -> Vec<Action> {
+        let generation = self.gen(server);
+        self.input(Input::BackendFailed { server: server.into(), generation, request, failure })
+    }
+
+    pub fn admin(&mut self, command: AdminCommand) -> Vec<Action> {
+        self.input(Input::Admin { command })
+    }
+
+    /// Requests sent to `server` (any generation) with `method`, as (id, params).
+    pub fn requests_to(&self, server: &str, method: &str) -> Vec<(u64, Value)> {
+        self.actions
+            .iter()
+            .filter_map(|(_, a)| match a {
+                Action::SendToBackend { server: s, frame, .. } if s == server => {
+                    let v: Value = serde_json::from_str(frame).ok()?;
+                    (v["method"] == method && v.get("id").is_some())
+                        .then(|| (v["id"].as_u64().unwrap(), v["params"].clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The id of the latest request sent to `server` with `method`.
+    pub fn last_request(&self, server: &str, method: &str) -> u64 {
+        self.requests_to(server, method).last().unwrap_or_else(|| panic!("no {method} sent to {server}\n{}", self.log)).0
+    }
+
+    /// Answers the latest `method` request sent to `server`.
+    pub fn answer(&mut self, server: &str, method: &str, result: Value) -> Vec<Action> {
+        let id = self.last_request(server, method);
+        self.backend(server, json!({"jsonrpc":"2.0","id":id,"result":result}))
+    }
+
+    /// Answers the latest `method` request sent to `server` with a JSON-RPC error.
+    pub fn answer_error(&mut self, server: &str, method: &str, code: i64, message: &str) -> Vec<Action> {
+        let id = self.last_request(server, method);
+        self.backend(server, json!({"jsonrpc":"2.0","id":id,"error":{"code":code,"message":message}}))
+    }
+
+    /// Completes the handshake and tools-only discovery of `server`.
+    pub fn boot(&mut self, server: &str, tools: &[&str]) {
+        self.answer(
+            server,
+            "initialize",
+            json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":server,"version":"1"}}),
+        );
+        self.answer_tools(server, tools);
+    }
+
+    /// Answers the latest `tools/list` of `server` with these tools.
+    pub fn answer_tools(&mut self, server: &str, tools: &[&str]) {
+        let list: Vec<Value> = tools
+            .iter()
+            .map(|t| json!({"name": t, "description": format!("{t} tool"), "inputSchema": {"type":"object"}}))
+            .collect();
+        self.answer(server, "tools/list", json!({ "tools": list }));
+    }
+
+    /// A client handshake on session 1.
+    pub fn client_init(&mut self) {
+        self.client(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{},"roots":{}},"clientInfo":{"name":"test","version":"1"}}}));
+        self.client(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    }
+
+    pub fn call(&mut self, id: u64, tool: &str) -> Vec<Action> {
+        self.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{}}}))
+    }
+
+    /// Frames sent to client session 1 so far, parsed.
+    pub fn client_frames(&self) -> Vec<Value> {
+        self.actions
+            .iter()
+            .filter_map(|(_, a)| match a {
+                Action::SendToClient { session, frame } if *session == CLIENT => serde_json::from_str(frame).ok(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Responses the client received for request `id`.
+    pub fn responses_for(&self, id: u64) -> Vec<Value> {
+        self.client_frames().into_iter().filter(|f| f["id"] == json!(id) && f.get("method").is_none()).collect()
+    }
+
+    /// The one response the client received for request `id` (panics unless exactly one).
+    pub fn response(&self, id: u64) -> Value {
+        let r = self.responses_for(id);
+        assert_eq!(r.len(), 1, "expected exactly one response to {id}, got {r:?}\n{}", self.log);
+        r.into_iter().next().unwrap()
+    }
+
+    pub fn status(&self, server: &str) -> tether_core::Status {
+        self.gw.status(server).unwrap().status
+    }
+}
+
+/// One stdio backend `fs` and one HTTP backend `web`.
+pub fn two_backends() -> Config {
+    Config::default()
+        .server("fs", ServerConfig::stdio("fs-server", &["--root", "/tmp"]))
+        .server("web", ServerConfig::http("https://web.example/mcp"))
+}
+
+pub fn one_stdio() -> Config {
+    Config::default().server("fs", ServerConfig::stdio("fs-server", &[]))
+}
+
+pub fn one_http() -> Config {
+    Config::default().server("web", ServerConfig::http("https://web.example/mcp"))
+}
