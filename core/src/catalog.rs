@@ -531,6 +531,7 @@ impl Default for Fnv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
     use serde_json::json;
 
     fn obj(v: Value) -> Map<String, Value> {

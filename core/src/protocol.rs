@@ -77,8 +77,8 @@ pub enum Message<'a> {
     },
     /// An error response.
     Error {
-        /// The id of the request it answers (`null` when the peer could not tell).
-        id: &'a RawValue,
+        /// The id of the request it answers (`None` for `null`: the peer could not tell).
+        id: Option<&'a RawValue>,
         /// Raw error object.
         error: &'a RawValue,
     },
@@ -129,7 +129,7 @@ pub fn parse(frame: &str) -> Result<Message<'_>, FrameError> {
         }
         (None, Some(method), None, None) => Ok(Message::Notification { method, params: env.params }),
         (Some(id), None, Some(result), None) => Ok(Message::Response { id, result }),
-        (Some(id), None, None, Some(error)) => Ok(Message::Error { id, error }),
+        (id, None, None, Some(error)) => Ok(Message::Error { id, error }),
         (id, _, _, _) => Err(invalid("not a request, notification or response", id)),
     }
 }

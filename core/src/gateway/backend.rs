@@ -192,8 +192,8 @@ impl Gateway {
                 self.backend_answer(server, call_id, Ok(result.get()));
             }
             Message::Error { id, error } => {
-                let Some(call_id) = protocol::gateway_id(id) else {
-                    return self.unknown_response(server, id.get());
+                let Some(call_id) = id.and_then(protocol::gateway_id) else {
+                    return self.unknown_response(server, id.map_or("null", |id| id.get()));
                 };
                 self.backend_answer(server, call_id, Err(error.get()));
             }

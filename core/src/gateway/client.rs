@@ -157,7 +157,8 @@ impl Gateway {
             }
             Message::Notification { method, params } => self.client_notification(session, &method, params.map(|p| p.get())),
             Message::Response { id, result } => self.client_answer(session, id.get(), Ok(result.get())),
-            Message::Error { id, error } => self.client_answer(session, id.get(), Err(error.get())),
+            Message::Error { id: Some(id), error } => self.client_answer(session, id.get(), Err(error.get())),
+            Message::Error { id: None, .. } => {}
         }
     }
 
