@@ -359,16 +359,22 @@ pub enum Event {
     },
 }
 
-fn short(frame: &str) -> &str {
+/// A frame shortened for one log line, with control characters escaped.
+fn short(frame: &str) -> String {
     const MAX: usize = 240;
-    if frame.len() <= MAX {
-        return frame;
+    let mut out = String::with_capacity(frame.len().min(MAX + 8));
+    for (i, c) in frame.char_indices() {
+        if i >= MAX {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
     }
-    let mut end = MAX;
-    while !frame.is_char_boundary(end) {
-        end -= 1;
-    }
-    &frame[..end]
+    out
 }
 
 impl fmt::Display for Input {

@@ -1,0 +1,90 @@
+//! Malformed and hostile frames from clients and backends never panic the engine
+//! and always get exactly the right JSON-RPC error.
+
+mod support;
+
+use serde_json::json;
+use support::*;
+use tether_core::Status;
+
+fn code_of(sim: &Sim) -> i64 {
+    sim.client_frames().last().unwrap()["error"]["code"].as_i64().unwrap()
+}
+
+#[test]
+fn client_garbage_gets_the_right_error_once_each() {
+    let mut sim = Sim::new(one_stdio());
+    sim.boot("fs", &["read"]);
+    let cases: &[(&str, i64)] = &[
+        ("{not json", -32700),
+        ("", -32700),
+        ("\u{0}\u{1}", -32700),
+        ("[]", -32600),
+        ("42", -32600),
+        (r#"{"jsonrpc":"2.0"}"#, -32600),
+        (r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#, -32600),
+        (r#"{"id":1,"method":"ping"}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":1,"method":7}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":2,"method":"no/such"}"#, -32601),
+        (r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":[1]}"#, -32602),
+        (r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{}}"#, -32602),
+        (r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"nope"}}"#, -32602),
+        (r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":42}}"#, -32602),
+        (r#"{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":"x"}}"#, -32602),
+        (r#"{"jsonrpc":"2.0","id":8,"method":"tools/list","params":{"cursor":5}}"#, -32602),
+    ];
+    for (frame, code) in cases {
+        let before = sim.client_frames().len();
+        sim.client_raw(frame);
+        assert_eq!(sim.client_frames().len(), before + 1, "exactly one answer to {frame:?}");
+        assert_eq!(code_of(&sim), *code, "{frame:?}");
+    }
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn oversize_frames_are_refused() {
+    let mut config = one_stdio();
+    config.limits.max_frame_bytes = 1024;
+    let mut sim = Sim::new(config);
+    sim.client_raw(&format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"x":"{}"}}}}"#, "a".repeat(2000)));
+    assert_eq!(code_of(&sim), -32600);
+}
+
+#[test]
+fn notifications_and_stray_responses_from_clients_get_no_answer() {
+    let mut sim = Sim::new(one_stdio());
+    sim.client(json!({"jsonrpc":"2.0","method":"notifications/whatever"}));
+    sim.client(json!({"jsonrpc":"2.0","id":999,"result":{}}));
+    sim.client(json!({"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"x"}}));
+    assert!(sim.client_frames().is_empty());
+}
+
+#[test]
+fn backend_garbage_is_ignored_and_reported() {
+    let mut sim = Sim::new(one_stdio());
+    sim.boot("fs", &["read"]);
+    sim.client_init();
+    sim.call(1, "fs__read");
+    for frame in ["{garbage", "[]", r#"{"jsonrpc":"2.0","id":12345,"result":{}}"#, r#"{"jsonrpc":"2.0","id":"x","result":{}}"#, r#"{"jsonrpc":"2.0","id":null,"error":{}}"#, r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"zzz"}}"#] {
+        sim.backend_raw("fs", frame);
+    }
+    assert_eq!(sim.status("fs"), Status::Online);
+    assert!(sim.responses_for(1).is_empty());
+    let id = sim.last_request("fs", "tools/call");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"content":[]}}));
+    sim.response(1);
+    // A second answer to the same id is not delivered twice.
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"content":[]}}));
+    sim.response(1);
+}
+
+#[test]
+fn bad_initialize_answer_is_a_failed_connection_not_a_panic() {
+    let mut sim = Sim::new(one_stdio());
+    sim.answer("fs", "initialize", json!("not an object"));
+    assert_eq!(sim.status("fs"), Status::Error);
+    sim.advance(1000);
+    assert_eq!(sim.status("fs"), Status::Connecting);
+}

@@ -1,0 +1,235 @@
+//! MCP surface through the gateway: every request gets exactly one answer, names
+//! and URIs are rewritten both ways, and backend features pass through.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+use tether_core::{Action, Config, Input, ServerConfig, SessionId};
+
+fn full_caps() -> Value {
+    json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{},"resources":{"subscribe":true},"prompts":{},"logging":{},"completions":{}},"serverInfo":{"name":"fs","version":"1"}})
+}
+
+/// `fs` online with a tool, a resource, a template and a prompt; client ready.
+fn booted() -> Sim {
+    let mut sim = Sim::new(one_stdio());
+    sim.answer("fs", "initialize", full_caps());
+    sim.answer("fs", "tools/list", json!({"tools":[{"name":"read","inputSchema":{"type":"object"}}]}));
+    sim.answer("fs", "resources/list", json!({"resources":[{"uri":"file:///a.txt","name":"a"}]}));
+    sim.answer("fs", "resources/templates/list", json!({"resourceTemplates":[{"uriTemplate":"file:///{path}","name":"any"}]}));
+    sim.answer("fs", "prompts/list", json!({"prompts":[{"name":"greet"}]}));
+    sim.client_init();
+    sim
+}
+
+#[test]
+fn discovery_follows_backend_cursors() {
+    let mut sim = Sim::new(one_stdio());
+    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
+    sim.answer("fs", "tools/list", json!({"tools":[{"name":"a"}],"nextCursor":"page2"}));
+    let (_, params) = sim.requests_to("fs", "tools/list").pop().unwrap();
+    assert_eq!(params["cursor"], "page2");
+    sim.answer("fs", "tools/list", json!({"tools":[{"name":"b"}]}));
+    sim.client_init();
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    let names: Vec<_> = sim.response(1)["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].clone()).collect();
+    assert_eq!(names, [json!("fs__a"), json!("fs__b")]);
+}
+
+#[test]
+fn lists_are_paginated_with_tethers_own_cursor() {
+    let mut config = one_stdio();
+    config.limits.page_size = 2;
+    let mut sim = Sim::new(config);
+    sim.boot("fs", &["a", "b", "c"]);
+    sim.client_init();
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    let first = sim.response(1);
+    assert_eq!(first["result"]["tools"].as_array().unwrap().len(), 2);
+    let cursor = first["result"]["nextCursor"].as_str().unwrap().to_string();
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":cursor}}));
+    let second = sim.response(2);
+    assert_eq!(second["result"]["tools"][0]["name"], "fs__c");
+    assert!(second["result"].get("nextCursor").is_none());
+    sim.client(json!({"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"cursor":"bogus"}}));
+    assert_eq!(sim.response(3)["error"]["code"], -32602);
+}
+
+#[test]
+fn resources_templates_and_reads_round_trip_uris() {
+    let mut sim = booted();
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"resources/list"}));
+    assert_eq!(sim.response(1)["result"]["resources"][0]["uri"], "fs+file:///a.txt");
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"resources/templates/list"}));
+    assert_eq!(sim.response(2)["result"]["resourceTemplates"][0]["uriTemplate"], "fs+file:///{path}");
+    sim.client(json!({"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"fs+file:///b/c.txt"}}));
+    let (id, params) = sim.requests_to("fs", "resources/read").pop().unwrap();
+    assert_eq!(params["uri"], "file:///b/c.txt");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"contents":[{"uri":"file:///b/c.txt","text":"hi","_meta":{"k":1}}]}}));
+    let read = sim.response(3);
+    assert_eq!(read["result"]["contents"][0]["uri"], "fs+file:///b/c.txt");
+    assert_eq!(read["result"]["contents"][0]["_meta"]["k"], 1);
+    sim.client(json!({"jsonrpc":"2.0","id":4,"method":"resources/read","params":{"uri":"nope+file:///x"}}));
+    assert_eq!(sim.response(4)["error"]["code"], -32602);
+}
+
+#[test]
+fn subscriptions_route_updates_to_subscribers_only() {
+    let mut sim = booted();
+    let other = SessionId(2);
+    sim.session(other, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}));
+    sim.session(other, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"fs+file:///a.txt"}}));
+    let (id, params) = sim.requests_to("fs", "resources/subscribe").pop().unwrap();
+    assert_eq!(params["uri"], "file:///a.txt");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{}}));
+    assert!(sim.response(1)["result"].is_object());
+    let before = sim.actions.len();
+    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a.txt"}}));
+    let updates: Vec<_> = sim.actions[before..]
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::SendToClient { session, frame } => Some((*session, frame.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(updates.len(), 1, "{updates:?}");
+    assert_eq!(updates[0].0, CLIENT);
+    assert!(updates[0].1.contains("fs+file:///a.txt"));
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"resources/unsubscribe","params":{"uri":"fs+file:///a.txt"}}));
+    let id = sim.last_request("fs", "resources/unsubscribe");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{}}));
+    assert!(sim.response(2)["result"].is_object());
+}
+
+#[test]
+fn prompts_and_completions_are_routed_by_served_name() {
+    let mut sim = booted();
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"fs__greet","arguments":{"who":"x"}}}));
+    let (id, params) = sim.requests_to("fs", "prompts/get").pop().unwrap();
+    assert_eq!(params["name"], "greet");
+    assert_eq!(params["arguments"]["who"], "x");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"messages":[]}}));
+    assert!(sim.response(1)["result"]["messages"].is_array());
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"completion/complete","params":{"ref":{"type":"ref/prompt","name":"fs__greet"},"argument":{"name":"who","value":"a"}}}));
+    let (id, params) = sim.requests_to("fs", "completion/complete").pop().unwrap();
+    assert_eq!(params["ref"]["name"], "greet");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"completion":{"values":["ab"]}}}));
+    assert_eq!(sim.response(2)["result"]["completion"]["values"][0], "ab");
+    sim.client(json!({"jsonrpc":"2.0","id":3,"method":"completion/complete","params":{"ref":{"type":"ref/resource","uri":"fs+file:///{path}"},"argument":{"name":"path","value":"a"}}}));
+    let (_, params) = sim.requests_to("fs", "completion/complete").pop().unwrap();
+    assert_eq!(params["ref"]["uri"], "file:///{path}");
+}
+
+#[test]
+fn logging_set_level_fans_out_and_logs_come_back_labelled() {
+    let mut sim = booted();
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"debug"}}));
+    assert!(sim.response(1)["result"].is_object());
+    let (_, params) = sim.requests_to("fs", "logging/setLevel").pop().unwrap();
+    assert_eq!(params["level"], "debug");
+    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"io","data":"x"}}));
+    let log = sim.client_frames().into_iter().rfind(|f| f["method"] == "notifications/message").unwrap();
+    assert_eq!(log["params"]["logger"], "fs/io");
+}
+
+#[test]
+fn sampling_is_routed_to_the_calling_session_and_back() {
+    let mut sim = booted();
+    sim.call(1, "fs__read");
+    let call_id = sim.last_request("fs", "tools/call");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"s-1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":10}}));
+    let req = sim.client_frames().into_iter().rfind(|f| f["method"] == "sampling/createMessage").unwrap();
+    let gid = req["id"].clone();
+    sim.client(json!({"jsonrpc":"2.0","id":gid,"result":{"role":"assistant","content":{"type":"text","text":"ok"},"model":"m"}}));
+    let forwarded = sim.actions.iter().rev().find_map(|(_, a)| match a {
+        Action::SendToBackend { frame, .. } if frame.contains("\"s-1\"") => Some(frame.clone()),
+        _ => None,
+    });
+    let forwarded: Value = serde_json::from_str(&forwarded.expect("answer forwarded")).unwrap();
+    assert_eq!(forwarded["result"]["model"], "m");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":call_id,"result":{"content":[]}}));
+    sim.response(1);
+}
+
+#[test]
+fn roots_request_without_client_support_is_refused_to_the_backend() {
+    let mut sim = Sim::new(one_stdio());
+    sim.boot("fs", &["read"]);
+    sim.client(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}));
+    sim.client(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let actions = sim.backend("fs", json!({"jsonrpc":"2.0","id":9,"method":"roots/list"}));
+    assert!(actions.iter().any(|a| matches!(a, Action::SendToBackend { frame, .. } if frame.contains("\"id\":9") && frame.contains("error"))));
+}
+
+#[test]
+fn client_cancellation_reaches_the_backend_and_nothing_is_answered() {
+    let mut sim = booted();
+    sim.call(1, "fs__read");
+    let id = sim.last_request("fs", "tools/call");
+    sim.client(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user"}}));
+    let cancel = sim.actions.iter().rev().find_map(|(_, a)| match a {
+        Action::SendToBackend { frame, .. } if frame.contains("notifications/cancelled") => Some(frame.clone()),
+        _ => None,
+    });
+    let cancel: Value = serde_json::from_str(&cancel.unwrap()).unwrap();
+    assert_eq!(cancel["params"]["requestId"], id);
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"content":[]}}));
+    assert!(sim.responses_for(1).is_empty());
+    // The id is free again.
+    sim.call(1, "fs__read");
+    assert_eq!(sim.requests_to("fs", "tools/call").len(), 2);
+}
+
+#[test]
+fn backend_list_changed_triggers_rediscovery_and_client_notification() {
+    let mut sim = Sim::new(one_stdio());
+    sim.boot("fs", &["a"]);
+    sim.client_init();
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
+    sim.answer_tools("fs", &["a"]);
+    let changed = |sim: &Sim| sim.client_frames().iter().filter(|f| f["method"] == "notifications/tools/list_changed").count();
+    assert_eq!(changed(&sim), 0, "same list: no notification");
+    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
+    sim.answer_tools("fs", &["a", "b"]);
+    assert_eq!(changed(&sim), 1);
+}
+
+#[test]
+fn duplicate_ids_and_capacity_are_refused_clearly() {
+    let mut config = one_stdio();
+    config.limits.max_in_flight_per_session = 2;
+    let mut sim = Sim::new(config);
+    sim.boot("fs", &["read"]);
+    sim.client_init();
+    sim.call(1, "fs__read");
+    sim.call(1, "fs__read");
+    assert_eq!(sim.response(1)["error"]["code"], -32600);
+    sim.call(2, "fs__read");
+    sim.call(3, "fs__read");
+    assert_eq!(sim.response(3)["error"]["code"], -32003);
+}
+
+#[test]
+fn sessions_beyond_the_limit_are_closed() {
+    let mut config = one_stdio();
+    config.limits.max_sessions = 1;
+    let mut sim = Sim::new(config);
+    sim.input(Input::ClientConnected { session: SessionId(1) });
+    let actions = sim.input(Input::ClientConnected { session: SessionId(2) });
+    assert_eq!(actions, [Action::CloseClient { session: SessionId(2) }]);
+}
+
+#[test]
+fn unprefixed_backend_serves_bare_names() {
+    let mut server = ServerConfig::stdio("fs-server", &[]);
+    server.prefixed = false;
+    let mut sim = Sim::new(Config::default().server("fs", server));
+    sim.boot("fs", &["read"]);
+    sim.client_init();
+    sim.call(1, "read");
+    let (_, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(params["name"], "read");
+}
