@@ -233,3 +233,18 @@ fn unprefixed_backend_serves_bare_names() {
     let (_, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
     assert_eq!(params["name"], "read");
 }
+
+#[test]
+fn a_call_before_discovery_waits_for_the_starting_backend() {
+    let mut sim = Sim::new(one_stdio());
+    sim.client_init();
+    sim.call(1, "fs__read");
+    assert!(sim.responses_for(1).is_empty(), "parked, not refused as unknown");
+    sim.boot("fs", &["read"]);
+    let id = sim.last_request("fs", "tools/call");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"content":[]}}));
+    sim.response(1);
+    // A name that never appears is refused once discovery is over.
+    sim.call(2, "fs__nope");
+    assert_eq!(sim.response(2)["error"]["code"], -32602);
+}

@@ -90,12 +90,28 @@ pub(super) struct ServerRequest {
     pub session: SessionId,
 }
 
-/// A client's list request waiting for starting backends (aggregation deadline).
+/// A client request waiting for backends that are starting for the first time:
+/// a list (until the aggregation deadline) or a call to a name not known yet.
 #[derive(Clone, Debug)]
 pub(super) struct ParkedList {
     pub session: SessionId,
     pub id: String,
-    pub kind: ListKind,
-    pub cursor: Option<String>,
+    pub what: Parked,
     pub deadline: Instant,
+}
+
+/// What a parked request is.
+#[derive(Clone, Debug)]
+pub(super) enum Parked {
+    /// `*/list`, answered from whatever is visible when it is released.
+    List { kind: ListKind, cursor: Option<String> },
+    /// `tools/call` or `prompts/get` of a name no backend has listed yet.
+    Named { method: String, params: serde_json::Map<String, serde_json::Value>, kind: ListKind },
+}
+
+impl ParkedList {
+    /// Whether this is a list request of `kind`.
+    pub fn is_list(&self, kind: ListKind) -> bool {
+        matches!(self.what, Parked::List { kind: k, .. } if k == kind)
+    }
 }

@@ -6,7 +6,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::{Call, CallKind, ClientCall, ParkedList, Queued, Shape};
+use super::calls::{Call, CallKind, ClientCall, Parked, ParkedList, Queued, Shape};
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{Action, SessionId, Status};
@@ -307,7 +307,7 @@ impl Gateway {
     fn list(&mut self, session: SessionId, id: String, kind: ListKind, cursor: Option<String>) {
         if self.first_discovery_pending() {
             let deadline = self.now + Self::duration(self.config.policy.aggregation_deadline_ms);
-            self.parked_lists.push(ParkedList { session, id, kind, cursor, deadline });
+            self.parked_lists.push(ParkedList { session, id, what: Parked::List { kind, cursor }, deadline });
             return;
         }
         self.answer_list(session, &id, kind, cursor.as_deref());
@@ -333,7 +333,12 @@ impl Gateway {
             self.parked_lists.drain(..).partition(|p| all || p.deadline <= now);
         self.parked_lists = keep;
         for p in due {
-            self.answer_list(p.session, &p.id, p.kind, p.cursor.as_deref());
+            match p.what {
+                Parked::List { kind, cursor } => self.answer_list(p.session, &p.id, kind, cursor.as_deref()),
+                Parked::Named { method, params, kind } => {
+                    self.route_named_now(p.session, p.id, &method, params, kind)
+                }
+            }
         }
     }
 
@@ -364,9 +369,34 @@ impl Gateway {
         params: Option<Map<String, Value>>,
         kind: ListKind,
     ) {
-        let Some(mut params) = params else {
+        let Some(params) = params else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
         };
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing name", None);
+        };
+        let known = match kind {
+            ListKind::Tools => self.catalog.resolve_tool(name).is_some(),
+            _ => self.catalog.resolve_prompt(name).is_some(),
+        };
+        if !known && self.first_discovery_pending() {
+            // A backend that is still starting may bring this name: wait for it.
+            let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
+            let what = Parked::Named { method: method.to_string(), params, kind };
+            self.parked_lists.push(ParkedList { session, id, what, deadline });
+            return;
+        }
+        self.route_named_now(session, id, method, params, kind);
+    }
+
+    fn route_named_now(
+        &mut self,
+        session: SessionId,
+        id: String,
+        method: &str,
+        mut params: Map<String, Value>,
+        kind: ListKind,
+    ) {
         let Some(name) = params.get("name").and_then(Value::as_str).map(ToString::to_string) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing name", None);
         };

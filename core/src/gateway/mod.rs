@@ -417,7 +417,7 @@ impl Gateway {
             let mut sent: Vec<&'static str> = Vec::new();
             for kind in ListKind::ALL {
                 // A session waiting on this list will see the new one in its answer.
-                let waiting = parked.iter().any(|p| p.session == *id && p.kind == kind);
+                let waiting = parked.iter().any(|p| p.session == *id && p.is_list(kind));
                 if !waiting && session.seen[kind as usize] != hashes[kind as usize] {
                     session.seen[kind as usize] = hashes[kind as usize];
                     if !sent.contains(&kind.list_changed()) {

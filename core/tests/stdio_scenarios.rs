@@ -1,0 +1,231 @@
+//! Scenarios of a local (stdio) backend failing and recovering: crashes and
+//! restarts, crash loops, idling, request timeouts, disconnects, safe retries,
+//! config reloads and health checks. Each is pinned as a readable transcript
+//! (time in ms, `>` an input, indented lines the actions it caused, `#` narration)
+//! and checked with assertions on the behaviour DESIGN.md asks for.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+use tether_core::{Action, AdminCommand, Config, Event, Input, ServerConfig, Status};
+
+// ----- helpers local to these scenarios -----
+
+/// Spawns of `server` so far, as (time, generation).
+fn spawns(sim: &Sim, server: &str) -> Vec<(u64, u64)> {
+    sim.actions
+        .iter()
+        .filter_map(|(at, a)| match a {
+            Action::Spawn { server: s, generation, .. } if s == server => Some((*at, *generation)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Connections of `server` closed by the gateway so far, as (time, generation).
+fn closes(sim: &Sim, server: &str) -> Vec<(u64, u64)> {
+    sim.actions
+        .iter()
+        .filter_map(|(at, a)| match a {
+            Action::CloseBackend { server: s, generation } if s == server => Some((*at, *generation)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every event emitted so far, with its time.
+fn events(sim: &Sim) -> Vec<(u64, Event)> {
+    sim.actions
+        .iter()
+        .filter_map(|(at, a)| match a {
+            Action::Emit { event } => Some((*at, event.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The statuses `server` went through, in order (the `to` of each change).
+fn status_path(sim: &Sim, server: &str) -> Vec<Status> {
+    events(sim)
+        .into_iter()
+        .filter_map(|(_, e)| match e {
+            Event::ServerStatusChanged { server: s, to, .. } if s == server => Some(to),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Frames sent to `server` on connection `generation`, parsed, with their time.
+fn frames_to(sim: &Sim, server: &str, generation: u64) -> Vec<(u64, Value)> {
+    sim.actions
+        .iter()
+        .filter_map(|(at, a)| match a {
+            Action::SendToBackend { server: s, generation: g, frame, .. } if s == server && *g == generation => {
+                Some((*at, serde_json::from_str(frame).unwrap()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Methods of the requests and notifications sent to `server` on `generation`.
+fn methods_to(sim: &Sim, server: &str, generation: u64) -> Vec<String> {
+    frames_to(sim, server, generation)
+        .into_iter()
+        .filter_map(|(_, f)| f["method"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Requests with `method` sent to `server` (any generation), as (time, id).
+fn request_times(sim: &Sim, server: &str, method: &str) -> Vec<(u64, u64)> {
+    sim.actions
+        .iter()
+        .filter_map(|(at, a)| match a {
+            Action::SendToBackend { server: s, frame, .. } if s == server => {
+                let v: Value = serde_json::from_str(frame).ok()?;
+                (v["method"] == method && v.get("id").is_some()).then(|| (*at, v["id"].as_u64().unwrap()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Notifications with `method` the client received, their params.
+fn client_notifications(sim: &Sim, method: &str) -> Vec<Value> {
+    sim.client_frames()
+        .into_iter()
+        .filter(|f| f["method"] == method && f.get("id").is_none())
+        .map(|f| f["params"].clone())
+        .collect()
+}
+
+/// Names of the tools the client is served now (asks with a fresh request id).
+fn listed_tools(sim: &mut Sim, id: u64) -> Vec<String> {
+    sim.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/list"}));
+    let r = sim.response(id);
+    r["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// Answers the latest `initialize` sent to `server` with these capabilities.
+fn answer_initialize(sim: &mut Sim, server: &str, capabilities: Value) {
+    sim.answer(
+        server,
+        "initialize",
+        json!({"protocolVersion":"2025-11-25","capabilities":capabilities,"serverInfo":{"name":server,"version":"1"}}),
+    );
+}
+
+/// Answers the latest `tools/list` of `server` with full tool objects (annotations included).
+fn answer_tool_objects(sim: &mut Sim, server: &str, tools: Value) {
+    sim.answer(server, "tools/list", json!({ "tools": tools }));
+}
+
+/// Answers a request of the backend by id.
+fn reply(sim: &mut Sim, server: &str, id: u64, result: Value) {
+    sim.backend(server, json!({"jsonrpc":"2.0","id":id,"result":result}));
+}
+
+fn text_result(text: &str) -> Value {
+    json!({"content":[{"type":"text","text":text}]})
+}
+
+/// A running gateway with `fs` online (tools `read_file`, `write_file`) and a ready client.
+fn fs_online(config: Config) -> Sim {
+    let mut sim = Sim::new(config);
+    sim.boot("fs", &["read_file", "write_file"]);
+    sim.client_init();
+    sim
+}
+
+// ----- 1. crash and restart -----
+
+#[test]
+fn crash_of_a_young_process_restarts_after_one_second_and_rediscovers() {
+    let mut sim = fs_online(one_stdio());
+    assert_eq!(listed_tools(&mut sim, 1), ["fs__read_file", "fs__write_file"]);
+
+    sim.advance(10_000);
+    sim.note("fs crashes after running 10 s (< 60 s): restart in 1 s");
+    sim.exit("fs", Some(1));
+    assert_eq!(sim.status("fs"), Status::Error);
+    assert_eq!(sim.gw.status("fs").unwrap().next_retry_ms, Some(1000));
+    assert_eq!(sim.gw.status("fs").unwrap().crashes_in_window, 1);
+    sim.note("while it is down its tools are hidden from the client");
+    assert_eq!(listed_tools(&mut sim, 2), Vec::<String>::new());
+
+    sim.advance(999);
+    assert_eq!(spawns(&sim, "fs").len(), 1, "no restart before 1 s\n{}", sim.log);
+    sim.advance(1);
+    assert_eq!(spawns(&sim, "fs"), [(0, 1), (11_000, 2)]);
+    assert_eq!(sim.status("fs"), Status::Connecting);
+
+    sim.note("the fresh process completes the handshake and is discovered again");
+    sim.boot("fs", &["read_file", "write_file"]);
+    assert_eq!(methods_to(&sim, "fs", 2), ["initialize", "notifications/initialized", "tools/list"]);
+    assert_eq!(sim.status("fs"), Status::Online);
+    assert_eq!(listed_tools(&mut sim, 3), ["fs__read_file", "fs__write_file"]);
+    assert_eq!(
+        status_path(&sim, "fs"),
+        [
+            Status::Connecting,
+            Status::DiscoveringTools,
+            Status::Online,
+            Status::Error,
+            Status::Connecting,
+            Status::DiscoveringTools,
+            Status::Online
+        ]
+    );
+    // The client was told its tool list changed when fs went away and when it came back.
+    assert_eq!(client_notifications(&sim, "notifications/tools/list_changed").len(), 2);
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn crash_of_a_long_running_process_restarts_at_once() {
+    let mut sim = fs_online(Config::default().server(
+        "fs",
+        ServerConfig { policy: no_idle(), ..ServerConfig::stdio("fs-server", &[]) },
+    ));
+    sim.note("fs serves for 70 s (health pings answered), then dies of a signal");
+    advance_answering_pings(&mut sim, "fs", 70_000);
+    sim.exit("fs", None);
+    assert_eq!(spawns(&sim, "fs"), [(0, 1), (70_000, 2)], "restarted in the same instant\n{}", sim.log);
+    let message = sim.gw.status("fs").unwrap().last_error.unwrap();
+    assert!(message.contains("killed by a signal"), "{message}");
+    sim.boot("fs", &["read_file", "write_file"]);
+    assert_eq!(sim.status("fs"), Status::Online);
+    assert_eq!(listed_tools(&mut sim, 1), ["fs__read_file", "fs__write_file"]);
+    insta::assert_snapshot!(sim.log);
+}
+
+/// Policy overrides that switch idling off (so a quiet backend stays up).
+fn no_idle() -> tether_core::config::PolicyOverrides {
+    tether_core::config::PolicyOverrides { idle_timeout_ms: Some(0), ..Default::default() }
+}
+
+/// Advances `ms`, answering every health ping `server` receives on the way.
+fn advance_answering_pings(sim: &mut Sim, server: &str, ms: u64) {
+    let target = sim.now + ms;
+    loop {
+        let answered = request_times(sim, server, "ping").len();
+        let next = sim.gw.poll_timeout().map(|t| t.as_millis());
+        match next {
+            Some(at) if at <= target => {
+                sim.advance(at - sim.now);
+            }
+            _ => {
+                sim.advance(target - sim.now);
+                return;
+            }
+        }
+        let pings = request_times(sim, server, "ping");
+        if pings.len() > answered {
+            let id = pings.last().unwrap().1;
+            reply(sim, server, id, json!({}));
+        }
+    }
+}
+
+// ----- 2. crash loop -----
