@@ -229,3 +229,124 @@ fn advance_answering_pings(sim: &mut Sim, server: &str, ms: u64) {
 }
 
 // ----- 2. crash loop -----
+
+#[test]
+fn crash_loop_gives_up_until_an_admin_restart() {
+    let mut sim = fs_online(one_stdio());
+
+    sim.advance(5_000);
+    sim.note("crash 1 of 3 within 5 min: restart after 1 s");
+    sim.stderr("fs", "listening on stdio");
+    sim.exit("fs", Some(1));
+    sim.advance(1_000);
+    assert_eq!(spawns(&sim, "fs").len(), 2);
+
+    sim.advance(500);
+    sim.note("crash 2 happens before the handshake completes: it counts, restart after 5 s");
+    sim.stderr("fs", "loading index");
+    sim.stderr("fs", "panic: index file /tmp/idx is corrupt");
+    sim.exit("fs", Some(101));
+    assert_eq!(sim.status("fs"), Status::Error);
+    let st = sim.gw.status("fs").unwrap();
+    assert_eq!((st.crashes_in_window, st.next_retry_ms), (2, Some(5_000)));
+    assert!(st.last_error.as_deref().unwrap().contains("panic: index file /tmp/idx is corrupt"), "{st:?}");
+    sim.advance(4_999);
+    assert_eq!(spawns(&sim, "fs").len(), 2);
+    sim.advance(1);
+    assert_eq!(spawns(&sim, "fs").len(), 3);
+    sim.boot("fs", &["read_file", "write_file"]);
+    assert_eq!(sim.status("fs"), Status::Online);
+    sim.advance(20_000);
+
+    sim.note("crash 3 within 5 min (the stderr tail explains it): permanently failed");
+    sim.stderr("fs", "error: cannot open /tmp/idx: permission denied");
+    sim.stderr("fs", "fatal: giving up");
+    sim.exit("fs", Some(2));
+    assert_eq!(sim.status("fs"), Status::PermanentlyFailed);
+    let st = sim.gw.status("fs").unwrap();
+    let message = st.last_error.clone().unwrap();
+    assert!(message.contains("process exited with code 2"), "{message}");
+    assert!(message.contains("cannot open /tmp/idx: permission denied | fatal: giving up"), "{message}");
+    assert!(!message.contains("panic"), "the tail is of the last process only: {message}");
+    assert_eq!(st.next_retry_ms, None);
+    let failed: Vec<_> = events(&sim)
+        .into_iter()
+        .filter(|(_, e)| matches!(e, Event::ServerPermanentlyFailed { .. }))
+        .collect();
+    assert_eq!(
+        failed,
+        [(31_500, Event::ServerPermanentlyFailed { server: "fs".into(), crashes: 3, window_ms: 300_000 })]
+    );
+    let changed = events(&sim).into_iter().find_map(|(_, e)| match e {
+        Event::ServerStatusChanged { to: Status::PermanentlyFailed, message, .. } => message,
+        _ => None,
+    });
+    assert_eq!(changed.as_deref(), Some(message.as_str()), "the status change carries the stderr tail");
+
+    sim.note("hours pass: nothing is restarted");
+    assert_eq!(sim.gw.poll_timeout(), None);
+    sim.advance(6 * 3600 * 1000);
+    assert_eq!(spawns(&sim, "fs").len(), 3);
+    assert_eq!(sim.status("fs"), Status::PermanentlyFailed);
+
+    sim.note("a client calls one of its tools: refused with what to do");
+    sim.call(10, "fs__read_file");
+    let r = sim.response(10);
+    let text = r["error"]["message"].as_str().unwrap();
+    assert!(text.contains("backend 'fs' crashed 3 times within 300 s"), "{text}");
+    assert!(text.contains("fix it, then restart it"), "{text}");
+    assert!(text.contains("fatal: giving up"), "{text}");
+    assert_eq!(r["error"]["data"]["status"], "permanently_failed");
+    assert_eq!(spawns(&sim, "fs").len(), 3, "a call does not restart a permanently failed backend");
+
+    sim.note("the operator restarts it: history cleared, spawned and discovered again");
+    sim.admin(AdminCommand::Restart { server: "fs".into() });
+    assert_eq!(spawns(&sim, "fs").len(), 4);
+    assert_eq!(sim.gw.status("fs").unwrap().crashes_in_window, 0);
+    sim.boot("fs", &["read_file", "write_file"]);
+    assert_eq!(sim.status("fs"), Status::Online);
+    sim.call(11, "fs__read_file");
+    sim.answer("fs", "tools/call", text_result("back"));
+    assert_eq!(sim.response(11)["result"]["content"][0]["text"], "back");
+    insta::assert_snapshot!(sim.log);
+}
+
+// ----- 3. idle -> dormant -> respawn without re-discovery -----
+
+#[test]
+fn idle_backend_goes_dormant_and_a_call_respawns_it_without_rediscovery() {
+    let mut sim = fs_online(one_stdio());
+    sim.note("no traffic: the health ping (about 120 s) is answered but is not traffic");
+    advance_answering_pings(&mut sim, "fs", 179_999);
+    assert_eq!(sim.status("fs"), Status::Online);
+    assert_eq!(request_times(&sim, "fs", "ping").len(), 1);
+    sim.advance(1);
+    sim.note("180 s without traffic: stopped, dormant, catalog kept");
+    assert_eq!(sim.status("fs"), Status::Dormant);
+    assert_eq!(closes(&sim, "fs"), [(180_000, 1)]);
+    assert!(events(&sim)
+        .iter()
+        .any(|(at, e)| *at == 180_000
+            && *e == Event::ServerDisconnected { server: "fs".into(), intentional: true }));
+    assert_eq!(sim.gw.poll_timeout(), None, "a dormant backend has no timers");
+    assert_eq!(listed_tools(&mut sim, 1), ["fs__read_file", "fs__write_file"]);
+    assert!(client_notifications(&sim, "notifications/tools/list_changed").is_empty(), "nothing visible changed");
+
+    sim.advance(3600 * 1000);
+    assert_eq!(spawns(&sim, "fs").len(), 1, "a dormant backend stays down until needed");
+
+    sim.note("a call wakes it: respawned, handshake only, then the queued call goes out");
+    sim.call(2, "fs__read_file");
+    assert_eq!(spawns(&sim, "fs"), [(0, 1), (3_780_000, 2)]);
+    answer_initialize(&mut sim, "fs", json!({"tools":{"listChanged":true}}));
+    assert_eq!(methods_to(&sim, "fs", 2), ["initialize", "notifications/initialized", "tools/call"]);
+    assert_eq!(sim.status("fs"), Status::Online);
+    sim.answer("fs", "tools/call", text_result("awake"));
+    assert_eq!(sim.response(2)["result"]["content"][0]["text"], "awake");
+    assert_eq!(
+        status_path(&sim, "fs"),
+        [Status::Connecting, Status::DiscoveringTools, Status::Online, Status::Dormant, Status::Connecting, Status::Online]
+    );
+    assert_eq!(listed_tools(&mut sim, 3), ["fs__read_file", "fs__write_file"]);
+    insta::assert_snapshot!(sim.log);
+}
