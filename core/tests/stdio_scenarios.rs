@@ -8,7 +8,8 @@ mod support;
 
 use serde_json::{json, Value};
 use support::*;
-use tether_core::{Action, AdminCommand, Config, Event, Input, ServerConfig, Status};
+use tether_core::protocol::code;
+use tether_core::{Action, AdminCommand, Config, Event, Input, ServerConfig, SessionId, Status};
 
 // ----- helpers local to these scenarios -----
 
@@ -348,5 +349,189 @@ fn idle_backend_goes_dormant_and_a_call_respawns_it_without_rediscovery() {
         [Status::Connecting, Status::DiscoveringTools, Status::Online, Status::Dormant, Status::Connecting, Status::Online]
     );
     assert_eq!(listed_tools(&mut sim, 3), ["fs__read_file", "fs__write_file"]);
+    assert!(
+        client_notifications(&sim, "notifications/tools/list_changed").is_empty(),
+        "the tools stayed listed through idling and waking"
+    );
+    insta::assert_snapshot!(sim.log);
+}
+
+// ----- 4. request timeout, progress and the hard maximum -----
+
+#[test]
+fn unanswered_call_times_out_after_60_s_and_is_cancelled_at_the_backend() {
+    let mut sim = fs_online(one_stdio());
+    sim.advance(1_000);
+    sim.note("a call the backend never answers");
+    sim.call(1, "fs__write_file");
+    let (sent_at, id) = *request_times(&sim, "fs", "tools/call").last().unwrap();
+    assert_eq!(sent_at, 1_000);
+    sim.advance(59_999);
+    assert!(sim.responses_for(1).is_empty(), "still waiting at 59.999 s");
+    sim.advance(1);
+    sim.note("60 s without an answer: cancelled at the backend, error to the client");
+    let r = sim.response(1);
+    assert_eq!(r["error"]["code"], code::REQUEST_TIMEOUT);
+    let text = r["error"]["message"].as_str().unwrap();
+    assert!(text.contains("did not answer tools/call in time"), "{text}");
+    let cancels: Vec<_> = frames_to(&sim, "fs", 1)
+        .into_iter()
+        .filter(|(_, f)| f["method"] == "notifications/cancelled")
+        .collect();
+    assert_eq!(cancels.len(), 1);
+    assert_eq!(cancels[0].0, 61_000);
+    assert_eq!(cancels[0].1["params"]["requestId"], id);
+
+    sim.note("the backend answers late: dropped, the client already has its one answer");
+    reply(&mut sim, "fs", id, text_result("too late"));
+    assert_eq!(sim.responses_for(1).len(), 1);
+    assert_eq!(sim.status("fs"), Status::Online, "a slow call does not take the backend down");
+    insta::assert_snapshot!(sim.log);
+}
+
+/// A client call with a progress token.
+fn call_with_progress(sim: &mut Sim, id: u64, tool: &str, token: Value) {
+    sim.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
+        "params":{"name":tool,"arguments":{},"_meta":{"progressToken":token}}}));
+}
+
+fn progress(sim: &mut Sim, server: &str, token: u64, done: u64) {
+    sim.backend(
+        server,
+        json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":token,"progress":done,"total":10}}),
+    );
+}
+
+#[test]
+fn progress_resets_the_timeout_and_its_token_is_mapped_both_ways() {
+    let mut sim = fs_online(one_stdio());
+    sim.advance(1_000);
+    sim.note("the client asks for progress with its own token");
+    call_with_progress(&mut sim, 1, "fs__write_file", json!("tok-1"));
+    let (_, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    let id = sim.last_request("fs", "tools/call");
+    assert_eq!(params["_meta"]["progressToken"], id, "the backend sees the gateway's token");
+
+    sim.note("progress at 50 s and 100 s keeps the call alive past 60 s");
+    advance_answering_pings(&mut sim, "fs", 50_000);
+    progress(&mut sim, "fs", id, 1);
+    advance_answering_pings(&mut sim, "fs", 50_000);
+    progress(&mut sim, "fs", id, 2);
+    let forwarded = client_notifications(&sim, "notifications/progress");
+    assert_eq!(forwarded.len(), 2);
+    assert_eq!(forwarded[0], json!({"progressToken":"tok-1","progress":1,"total":10}));
+    assert_eq!(forwarded[1]["progressToken"], "tok-1");
+
+    sim.note("then silence: it times out 60 s after the last progress");
+    advance_answering_pings(&mut sim, "fs", 59_999);
+    assert!(sim.responses_for(1).is_empty(), "alive 159.999 s after it started\n{}", sim.log);
+    advance_answering_pings(&mut sim, "fs", 1);
+    let r = sim.response(1);
+    assert_eq!(r["error"]["code"], code::REQUEST_TIMEOUT);
+    assert_eq!(cancel_times(&sim, "fs", id), [161_000]);
+
+    sim.note("progress for a finished call is not forwarded");
+    progress(&mut sim, "fs", id, 3);
+    assert_eq!(client_notifications(&sim, "notifications/progress").len(), 2);
+    insta::assert_snapshot!(sim.log);
+}
+
+/// When `notifications/cancelled` for backend request `id` was sent to `server`.
+fn cancel_times(sim: &Sim, server: &str, id: u64) -> Vec<u64> {
+    sim.actions
+        .iter()
+        .filter_map(|(at, a)| match a {
+            Action::SendToBackend { server: s, frame, .. } if s == server => {
+                let v: Value = serde_json::from_str(frame).ok()?;
+                (v["method"] == "notifications/cancelled" && v["params"]["requestId"] == id).then_some(*at)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn progress_cannot_keep_a_call_alive_beyond_the_10_minute_maximum() {
+    let mut sim = fs_online(one_stdio());
+    sim.advance(1_000);
+    call_with_progress(&mut sim, 1, "fs__write_file", json!(7));
+    let id = sim.last_request("fs", "tools/call");
+    sim.note("the backend reports progress every 50 s, forever");
+    for step in 1..=11 {
+        advance_answering_pings(&mut sim, "fs", 50_000);
+        progress(&mut sim, "fs", id, step);
+    }
+    assert_eq!(sim.now, 551_000);
+    assert!(sim.responses_for(1).is_empty());
+    assert_eq!(client_notifications(&sim, "notifications/progress").len(), 11);
+    assert!(client_notifications(&sim, "notifications/progress").iter().all(|p| p["progressToken"] == 7));
+    advance_answering_pings(&mut sim, "fs", 49_999);
+    assert!(sim.responses_for(1).is_empty());
+    sim.note("10 min after the request arrived: cancelled whatever the progress");
+    advance_answering_pings(&mut sim, "fs", 1);
+    let r = sim.response(1);
+    assert_eq!(r["error"]["code"], code::REQUEST_TIMEOUT);
+    assert_eq!(cancel_times(&sim, "fs", id), [601_000]);
+    assert_eq!(sim.status("fs"), Status::Online);
+    insta::assert_snapshot!(sim.log);
+}
+
+// ----- 5. backend disconnect with a call and a sampling request pending -----
+
+/// Frames sent to client `session` so far, parsed.
+fn frames_to_session(sim: &Sim, session: SessionId) -> Vec<Value> {
+    sim.actions
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::SendToClient { session: s, frame } if *s == session => serde_json::from_str(frame).ok(),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn disconnect_fails_the_call_and_cancels_the_sampling_request_it_caused() {
+    const SECOND: SessionId = SessionId(2);
+    let mut sim = fs_online(one_stdio());
+    sim.note("a second client session, also able to sample");
+    sim.session(SECOND, json!({"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"second","version":"1"}}}));
+    sim.session(SECOND, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    sim.advance(2_000);
+
+    sim.note("session 2 calls a tool; while working on it the backend asks for a sampling");
+    sim.session(SECOND, json!({"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"fs__write_file","arguments":{}}}));
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"s-1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":10}}));
+    let to_second = frames_to_session(&sim, SECOND);
+    let sampling = to_second.iter().find(|f| f["method"] == "sampling/createMessage").expect("routed to session 2");
+    let sampling_id = sampling["id"].clone();
+    assert!(
+        frames_to_session(&sim, CLIENT).iter().all(|f| f["method"] != "sampling/createMessage"),
+        "not sent to the session that did not make the call"
+    );
+
+    sim.advance(500);
+    sim.note("the process crashes");
+    sim.stderr("fs", "out of memory");
+    sim.exit("fs", Some(137));
+    let to_second = frames_to_session(&sim, SECOND);
+    let answer: Vec<_> = to_second.iter().filter(|f| f["id"] == "c1").collect();
+    assert_eq!(answer.len(), 1);
+    let text = answer[0]["error"]["message"].as_str().unwrap();
+    assert!(text.contains("backend 'fs' disconnected"), "{text}");
+    assert!(text.contains("out of memory"), "{text}");
+    let cancelled: Vec<_> = to_second.iter().filter(|f| f["method"] == "notifications/cancelled").collect();
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(cancelled[0]["params"]["requestId"], sampling_id);
+    assert!(cancelled[0]["params"]["reason"].as_str().unwrap().contains("disconnected"));
+    assert!(frames_to_session(&sim, CLIENT).iter().all(|f| f["method"] != "notifications/cancelled"));
+
+    sim.note("restarted after 1 s; session 2 answers the sampling request late: dropped");
+    sim.advance(1_000);
+    sim.boot("fs", &["read_file", "write_file"]);
+    let before = frames_to(&sim, "fs", 2).len();
+    sim.session(SECOND, json!({"jsonrpc":"2.0","id":sampling_id,"result":{"role":"assistant","content":{"type":"text","text":"hi"},"model":"m"}}));
+    assert_eq!(frames_to(&sim, "fs", 2).len(), before, "nothing forwarded to the new process");
+    assert!(frames_to(&sim, "fs", 1).iter().all(|(_, f)| f["id"] != "s-1"), "nor to the old one");
+    assert_eq!(sim.status("fs"), Status::Online);
     insta::assert_snapshot!(sim.log);
 }

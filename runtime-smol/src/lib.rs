@@ -1,3 +1,6 @@
-//! tether-smol: the async runtime that drives `tether-core` with smol.
-//!
-//! Not built yet (issue 3): the crate exists so the workspace has its final shape.
+//! tether-smol: the `tether` binary's library. It drives `tether-core` with smol
+//! and does only I/O: processes, sockets, the clock and timers. Every decision
+//! (retries, status, timeouts, MCP semantics) is the core's.
+
+pub mod config_file;
+pub mod mock_backend;

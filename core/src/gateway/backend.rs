@@ -109,6 +109,13 @@ impl Backend {
         self.sup.poll_timeout().into_iter().chain(queue).min()
     }
 
+    /// Whether clients see this backend's catalog: while it is online or dormant, and
+    /// while a dormant backend is being woken (its cached catalog stays in force).
+    pub fn is_visible(&self) -> bool {
+        self.sup.status().is_visible()
+            || (self.skip_discovery && self.catalog_discovered && self.sup.status() == Status::Connecting)
+    }
+
     fn has_capability(&self, name: &str) -> bool {
         self.capabilities.get(name).is_some_and(|v| !v.is_null())
     }
@@ -593,13 +600,14 @@ impl Gateway {
             return;
         }
         self.count_failure(server, class.counts_for_breaker, call.probe);
+        // Mark the backend down first, so the error's data shows the status and the retry.
+        if class.retryable && matches!(class.status, FailureStatus::Offline) {
+            self.connection_lost(server, failure.clone());
+        }
         let message = format!("backend '{server}' failed: {}", failure.describe());
         let data = self.unavailable_data(server);
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &message, Some(&data));
         self.release(&call);
-        if class.retryable && matches!(class.status, FailureStatus::Offline) {
-            self.connection_lost(server, failure.clone());
-        }
     }
 
     /// Counts a failed call against the breaker.
@@ -650,6 +658,8 @@ impl Gateway {
         let resend_allowed = vital || first_crash;
         let in_flight = self.drop_connection(server, &message, true);
         let b = self.backends.get_mut(server).expect("live");
+        // A process that crashed is discovered afresh, even one woken from dormant.
+        b.skip_discovery = false;
         let after = b.sup.on_connection_lost(now, &failure, message.clone(), &mut self.rng);
         // Calls waiting for this connection fail with the structured status.
         let waiting: Vec<Queued> = b.queue.drain(..).collect();
@@ -745,6 +755,7 @@ impl Gateway {
         let reason = message.clone().unwrap_or_else(|| status.as_str().to_string());
         let in_flight = self.drop_connection(server, &reason, false);
         let b = self.backends.get_mut(server).expect("live");
+        b.skip_discovery = false;
         b.sup.on_closed(status, message);
         let waiting: Vec<Queued> = b.queue.drain(..).collect();
         for c in in_flight.into_iter().chain(waiting.into_iter().map(|q| q.call)) {
@@ -783,8 +794,11 @@ impl Gateway {
     pub(super) fn reconnect_now(&mut self, server: &str, clear_history: bool) {
         let status = self.backends[server].sup.status();
         let given_up = matches!(status, Status::PermanentlyFailed | Status::RequiresReauth | Status::Disconnected);
+        let b = self.backends.get_mut(server).expect("live");
+        // An operator's reconnect starts over: the catalog is discovered again.
+        b.skip_discovery = false;
         if clear_history || given_up {
-            self.backends.get_mut(server).expect("live").sup.reset_history();
+            b.sup.reset_history();
         }
         if self.backends[server].sup.is_connected() {
             self.drop_connection(server, "reconnect requested", false).into_iter().for_each(|c| {
@@ -810,8 +824,8 @@ impl Gateway {
                 if busy || !b.sup.is_ready() {
                     b.sup.touch(now);
                 } else {
-                    b.skip_discovery = true;
                     self.close_backend(server, Status::Dormant, Some("idle".into()));
+                    self.backends.get_mut(server).expect("live").skip_discovery = true;
                 }
             }
         }

@@ -345,7 +345,7 @@ impl Gateway {
     fn answer_list(&mut self, session: SessionId, id: &str, kind: ListKind, cursor: Option<&str>) {
         let page = {
             let backends = &self.backends;
-            let visible = |s: &str| backends.get(s).is_some_and(|b| b.sup.status().is_visible());
+            let visible = |s: &str| backends.get(s).is_some_and(|b| b.is_visible());
             self.catalog.page(kind, cursor, self.config.limits.page_size as usize, visible)
         };
         let hash = self.visible_hash(kind);

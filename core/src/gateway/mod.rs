@@ -404,7 +404,7 @@ impl Gateway {
     /// The fingerprint of what clients may see of `kind` now.
     fn visible_hash(&self, kind: ListKind) -> u64 {
         let backends = &self.backends;
-        self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.sup.status().is_visible()))
+        self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.is_visible()))
     }
 
     /// Sends `list_changed` to each ready session whose last view of a list differs

@@ -1,0 +1,1 @@
+//! Reading user configuration files (placeholder; being written).

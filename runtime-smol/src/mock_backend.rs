@@ -1,0 +1,1 @@
+//! A built-in mock MCP server (placeholder; being written).
