@@ -2,5 +2,9 @@
 //! and does only I/O: processes, sockets, the clock and timers. Every decision
 //! (retries, status, timeouts, MCP semantics) is the core's.
 
+pub mod client_stdio;
 pub mod config_file;
+pub mod host;
+pub mod http_backend;
 pub mod mock_backend;
+pub mod stdio_backend;

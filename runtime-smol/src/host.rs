@@ -1,0 +1,280 @@
+//! The host loop: feeds inputs to the core, executes its actions, sleeps until
+//! its next deadline. Nothing here decides anything; it moves bytes and time.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::time::Duration;
+
+use async_channel::{Receiver, Sender};
+use futures_lite::future;
+use tether_core::trace::{header_line, input_line, TraceHeader, TRACE_VERSION};
+use tether_core::{Action, Config, Event, Gateway, Input, Instant, SessionId};
+
+use crate::http_backend::{HttpBackend, HttpTarget};
+use crate::stdio_backend::{Launch, StdioBackend};
+
+/// The monotonic clock the core's `Instant`s are measured on.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    origin: std::time::Instant,
+}
+
+impl Clock {
+    /// A clock starting now.
+    pub fn start() -> Clock {
+        Clock { origin: std::time::Instant::now() }
+    }
+
+    /// Milliseconds since the start.
+    pub fn now(&self) -> Instant {
+        Instant::from_millis(self.origin.elapsed().as_millis() as u64)
+    }
+
+    /// The wall-clock instant of a core `Instant`.
+    pub fn at(&self, t: Instant) -> std::time::Instant {
+        self.origin + Duration::from_millis(t.as_millis())
+    }
+}
+
+enum Connection {
+    Stdio(StdioBackend),
+    Http(HttpBackend),
+}
+
+/// Where frames for one client session go.
+pub type ClientSink = Sender<String>;
+
+/// What the host reports to whoever runs it (the CLI, `check`, the demo).
+#[derive(Clone, Debug)]
+pub enum Report {
+    /// A core event.
+    Event(Event),
+    /// A client session was closed by the core.
+    ClientClosed(SessionId),
+}
+
+/// Drives one [`Gateway`].
+pub struct Host {
+    gw: Gateway,
+    clock: Clock,
+    inputs: Sender<Input>,
+    inputs_rx: Receiver<Input>,
+    connections: HashMap<String, (u64, Connection)>,
+    clients: HashMap<SessionId, ClientSink>,
+    record: Option<BufWriter<File>>,
+    reports: Option<Sender<Report>>,
+}
+
+impl Host {
+    /// A host for `config`, with jitter seeded by `seed`.
+    pub fn new(config: Config, seed: u64) -> Result<Host, tether_core::ConfigError> {
+        let clock = Clock::start();
+        let (inputs, inputs_rx) = async_channel::unbounded();
+        let gw = Gateway::new(config, seed, clock.now())?;
+        Ok(Host {
+            gw,
+            clock,
+            inputs,
+            inputs_rx,
+            connections: HashMap::new(),
+            clients: HashMap::new(),
+            record: None,
+            reports: None,
+        })
+    }
+
+    /// Writes every input to `file` as a trace (header first).
+    pub fn record_to(&mut self, file: File, config: &Config, seed: u64) -> std::io::Result<()> {
+        let mut w = BufWriter::new(file);
+        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start: self.clock.now(), config: config.clone() };
+        writeln!(w, "{}", header_line(&header))?;
+        self.record = Some(w);
+        Ok(())
+    }
+
+    /// Receives events and client closures.
+    pub fn reports(&mut self) -> Receiver<Report> {
+        let (tx, rx) = async_channel::unbounded();
+        self.reports = Some(tx);
+        rx
+    }
+
+    /// A sender for inputs from other tasks (client readers, signal handlers).
+    pub fn inputs(&self) -> Sender<Input> {
+        self.inputs.clone()
+    }
+
+    /// Registers where frames for `session` go; the session is announced to the core.
+    pub fn attach_client(&mut self, session: SessionId, sink: ClientSink) {
+        self.clients.insert(session, sink);
+        let _ = self.inputs.try_send(Input::ClientConnected { session });
+    }
+
+    /// The engine, for status queries.
+    pub fn gateway(&self) -> &Gateway {
+        &self.gw
+    }
+
+    /// The clock in use.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// Runs until `stop` says so after an input, or every input sender is gone.
+    pub async fn run(&mut self, mut stop: impl FnMut(&Gateway, &Input) -> bool) {
+        self.execute_pending();
+        loop {
+            let input = match self.gw.poll_timeout() {
+                Some(deadline) => {
+                    let at = self.clock.at(deadline);
+                    let rx = &self.inputs_rx;
+                    future::or(async { rx.recv().await.ok() }, async {
+                        async_io::Timer::at(at).await;
+                        Some(Input::Tick)
+                    })
+                    .await
+                }
+                None => self.inputs_rx.recv().await.ok(),
+            };
+            let Some(input) = input else { return };
+            if let Err(e) = self.feed(input.clone()) {
+                tracing::error!("host contract violation: {e}");
+            }
+            if stop(&self.gw, &input) {
+                return;
+            }
+        }
+    }
+
+    /// Feeds one input now and executes the resulting actions.
+    pub fn feed(&mut self, input: Input) -> Result<(), tether_core::HostError> {
+        let now = self.clock.now();
+        if let Some(w) = self.record.as_mut() {
+            let _ = writeln!(w, "{}", input_line(now, &input));
+            let _ = w.flush();
+        }
+        let result = self.gw.handle(now, input);
+        self.execute_pending();
+        result
+    }
+
+    fn execute_pending(&mut self) {
+        while let Some(action) = self.gw.poll_action() {
+            self.execute(action);
+        }
+    }
+
+    fn execute(&mut self, action: Action) {
+        let limits = &self.gw.config().limits;
+        let max_frame = limits.max_frame_bytes as usize;
+        match action {
+            Action::Spawn { server, generation, command, args, env, cwd } => {
+                self.close_connection(&server);
+                let launch = Launch {
+                    server: &server,
+                    generation,
+                    command: &command,
+                    args: &args,
+                    env: &env,
+                    cwd: cwd.as_deref(),
+                    max_frame,
+                };
+                if let Some(b) = StdioBackend::spawn(launch, self.inputs.clone()) {
+                    self.connections.insert(server, (generation, Connection::Stdio(b)));
+                }
+            }
+            Action::ConnectHttp { server, generation, url, headers, legacy_sse } => {
+                self.close_connection(&server);
+                let policy = self.gw.config().policy_for(&server);
+                let read_timeout = Duration::from_millis(policy.request_timeout_max_ms + 10_000);
+                let target = HttpTarget {
+                    server: server.clone(),
+                    generation,
+                    url,
+                    headers,
+                    legacy: legacy_sse,
+                    read_timeout,
+                    max_frame,
+                };
+                let b = HttpBackend::connect(target, self.inputs.clone());
+                self.connections.insert(server, (generation, Connection::Http(b)));
+            }
+            Action::SendToBackend { server, generation, frame, request } => match self.connections.get(&server) {
+                Some((g, Connection::Stdio(b))) if *g == generation => b.send(frame),
+                Some((g, Connection::Http(b))) if *g == generation => b.send(frame, request),
+                _ => tracing::debug!(server = %server, generation, "dropped a frame for a closed connection"),
+            },
+            Action::CloseBackend { server, generation } => {
+                if self.connections.get(&server).is_some_and(|(g, _)| *g == generation) {
+                    self.close_connection(&server);
+                }
+            }
+            Action::SendToClient { session, frame } => {
+                if let Some(sink) = self.clients.get(&session) {
+                    let _ = sink.try_send(frame);
+                }
+            }
+            Action::CloseClient { session } => {
+                self.clients.remove(&session);
+                self.report(Report::ClientClosed(session));
+            }
+            Action::Emit { event } => {
+                log_event(&event);
+                self.report(Report::Event(event));
+            }
+        }
+    }
+
+    fn report(&self, report: Report) {
+        if let Some(tx) = &self.reports {
+            let _ = tx.try_send(report);
+        }
+    }
+
+    fn close_connection(&mut self, server: &str) {
+        match self.connections.remove(server) {
+            Some((_, Connection::Stdio(b))) => b.close(),
+            Some((_, Connection::Http(b))) => b.close(),
+            None => {}
+        }
+    }
+
+    /// Stops every backend: stdin closed, then SIGTERM, then SIGKILL to each
+    /// process group; HTTP sessions are deleted.
+    pub async fn shutdown(&mut self) {
+        let mut processes = Vec::new();
+        for (_, (_, connection)) in self.connections.drain() {
+            match connection {
+                Connection::Stdio(b) => {
+                    b.close_stdin();
+                    processes.push(b);
+                }
+                Connection::Http(b) => b.close(),
+            }
+        }
+        for signal in [None, Some(libc::SIGTERM), Some(libc::SIGKILL)] {
+            if let Some(signal) = signal {
+                processes.iter().for_each(|b| b.signal(signal));
+            }
+            for _ in 0..20 {
+                if processes.iter().all(StdioBackend::has_exited) {
+                    return;
+                }
+                async_io::Timer::after(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn log_event(event: &Event) {
+    match event {
+        Event::ServerStatusChanged { .. }
+        | Event::ServerReconnected { .. }
+        | Event::ServerHealthRestored { .. }
+        | Event::CircuitClosed { .. }
+        | Event::ToolsDiscovered { .. } => tracing::info!("{event}"),
+        Event::ServerDisconnected { intentional: true, .. } => tracing::info!("{event}"),
+        _ => tracing::warn!("{event}"),
+    }
+}

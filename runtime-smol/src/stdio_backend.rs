@@ -1,0 +1,217 @@
+//! A stdio backend: one process in its own process group, frames over
+//! stdin/stdout, stderr captured line by line.
+//!
+//! The process is killed as a group: stdin closed first, then SIGTERM, then
+//! SIGKILL. On Linux it also dies with tether (parent-death signal).
+
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_channel::{Receiver, Sender};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use tether_core::codec::LineDecoder;
+use tether_core::{Failure, Input};
+
+/// Grace period after closing stdin before SIGTERM, and after SIGTERM before SIGKILL.
+const GRACE: Duration = Duration::from_millis(1500);
+
+/// A running stdio backend process.
+pub struct StdioBackend {
+    frames: Sender<String>,
+    pid: u32,
+    exited: Arc<AtomicBool>,
+}
+
+/// What to run.
+pub struct Launch<'a> {
+    /// Backend name (for logs and inputs).
+    pub server: &'a str,
+    /// Connection generation to tag inputs with.
+    pub generation: u64,
+    /// Program.
+    pub command: &'a str,
+    /// Arguments.
+    pub args: &'a [String],
+    /// Extra environment.
+    pub env: &'a BTreeMap<String, String>,
+    /// Working directory.
+    pub cwd: Option<&'a str>,
+    /// Largest frame accepted from the process.
+    pub max_frame: usize,
+}
+
+impl StdioBackend {
+    /// Starts the process and its reader/writer tasks. A process that cannot be
+    /// started is reported as [`Failure::Spawn`] through `inputs`.
+    pub fn spawn(launch: Launch<'_>, inputs: Sender<Input>) -> Option<StdioBackend> {
+        let server = launch.server.to_string();
+        let generation = launch.generation;
+        let mut cmd = std::process::Command::new(launch.command);
+        cmd.args(launch.args)
+            .envs(launch.env)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0);
+        if let Some(cwd) = launch.cwd {
+            cmd.current_dir(cwd);
+        }
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl is async-signal-safe; it only sets this child's parent-death signal.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = match async_process::Command::from(cmd).spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                tracing::warn!(server = %server, "cannot start {}: {e}", launch.command);
+                let failure = Failure::Spawn { message: format!("{}: {e}", launch.command) };
+                let _ = inputs.try_send(Input::BackendFailed { server, generation, request: None, failure });
+                return None;
+            }
+        };
+        let pid = child.id();
+        tracing::info!(server = %server, generation, pid, "started {}", launch.command);
+        let _ = inputs.try_send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
+        let exited = Arc::new(AtomicBool::new(false));
+        let (frames, frames_rx) = async_channel::unbounded::<String>();
+
+        let stdin = child.stdin.take().expect("piped");
+        smol::spawn(write_frames(stdin, frames_rx)).detach();
+
+        let stderr = child.stderr.take().expect("piped");
+        smol::spawn(read_stderr(stderr, server.clone(), generation, inputs.clone())).detach();
+
+        let stdout = child.stdout.take().expect("piped");
+        let max_frame = launch.max_frame;
+        let done = exited.clone();
+        smol::spawn(async move {
+            read_frames(stdout, &server, generation, max_frame, &inputs).await;
+            let code = match child.status().await {
+                Ok(status) => status.code(),
+                Err(_) => None,
+            };
+            done.store(true, Ordering::SeqCst);
+            tracing::info!(server = %server, generation, ?code, "process exited");
+            let _ = inputs.send(Input::BackendExited { server, generation, code }).await;
+        })
+        .detach();
+        Some(StdioBackend { frames, pid, exited })
+    }
+
+    /// Queues one frame for the process's stdin.
+    pub fn send(&self, frame: String) {
+        let _ = self.frames.try_send(frame);
+    }
+
+    /// Closes stdin, then signals the whole process group until it is gone.
+    pub fn close(self) {
+        self.frames.close();
+        let pid = self.pid as i32;
+        let exited = self.exited;
+        smol::spawn(async move {
+            for signal in [libc::SIGTERM, libc::SIGKILL] {
+                async_io::Timer::after(GRACE).await;
+                if exited.load(Ordering::SeqCst) {
+                    return;
+                }
+                // SAFETY: kill(2) on our own child's process group; no memory is touched.
+                unsafe {
+                    libc::kill(-pid, signal);
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// Closes stdin (the polite way to ask a stdio server to stop).
+    pub fn close_stdin(&self) {
+        self.frames.close();
+    }
+
+    /// Sends `signal` to the process group unless the process has exited.
+    pub fn signal(&self, signal: i32) {
+        if !self.has_exited() {
+            // SAFETY: kill(2) on our own child's process group; no memory is touched.
+            unsafe {
+                libc::kill(-(self.pid as i32), signal);
+            }
+        }
+    }
+
+    /// Whether the process has exited and been reaped.
+    pub fn has_exited(&self) -> bool {
+        self.exited.load(Ordering::SeqCst)
+    }
+}
+
+async fn write_frames(mut stdin: async_process::ChildStdin, frames: Receiver<String>) {
+    let mut buf = Vec::new();
+    while let Ok(frame) = frames.recv().await {
+        buf.clear();
+        tether_core::codec::encode_line(&frame, &mut buf);
+        // Write everything already queued in one go.
+        while let Ok(more) = frames.try_recv() {
+            tether_core::codec::encode_line(&more, &mut buf);
+        }
+        if stdin.write_all(&buf).await.is_err() || stdin.flush().await.is_err() {
+            break;
+        }
+    }
+    // Dropping stdin closes it: the backend sees EOF.
+}
+
+async fn read_frames(
+    mut stdout: async_process::ChildStdout,
+    server: &str,
+    generation: u64,
+    max_frame: usize,
+    inputs: &Sender<Input>,
+) {
+    let mut decoder = LineDecoder::new(max_frame);
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stdout.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        decoder.push(&chunk[..n]);
+        while let Some(line) = decoder.next_line() {
+            match line {
+                Ok(frame) => {
+                    let input = Input::BackendFrame { server: server.to_string(), generation, frame };
+                    if inputs.send(input).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::warn!(server = %server, "dropped a frame from stdout: {e}"),
+            }
+        }
+    }
+    while let Some(Ok(frame)) = decoder.finish() {
+        let _ = inputs.send(Input::BackendFrame { server: server.to_string(), generation, frame }).await;
+    }
+}
+
+async fn read_stderr(mut stderr: async_process::ChildStderr, server: String, generation: u64, inputs: Sender<Input>) {
+    let mut decoder = LineDecoder::new(16 * 1024);
+    let mut chunk = vec![0u8; 8 * 1024];
+    loop {
+        let n = match stderr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        decoder.push(&chunk[..n]);
+        while let Some(line) = decoder.next_line() {
+            let line = line.unwrap_or_else(|e| format!("<{e}>"));
+            tracing::info!(target: "backend", server = %server, "{line}");
+            let _ = inputs.send(Input::BackendStderr { server: server.clone(), generation, line }).await;
+        }
+    }
+}
