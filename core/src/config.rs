@@ -126,9 +126,7 @@ impl Policy {
     }
 
     fn validate(&self, path: &str) -> Result<(), ConfigError> {
-        let err = |field: &str, message: &str| {
-            Err(ConfigError::new(format!("{path}.{field}"), message))
-        };
+        let err = |field: &str, message: &str| Err(ConfigError::new(format!("{path}.{field}"), message));
         if self.call_retry_delays_ms.len() > 16 {
             return err("call_retry_delays_ms", "at most 16 retries");
         }
@@ -408,24 +406,15 @@ impl Config {
 
     /// Checks everything the engine relies on; the error names the offending field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.separator.is_empty()
-            || self.separator.len() > 8
-            || !self.separator.bytes().all(is_name_byte)
-        {
-            return Err(ConfigError::new(
-                "separator",
-                "must be 1 to 8 characters from [A-Za-z0-9_-]",
-            ));
+        if self.separator.is_empty() || self.separator.len() > 8 || !self.separator.bytes().all(is_name_byte) {
+            return Err(ConfigError::new("separator", "must be 1 to 8 characters from [A-Za-z0-9_-]"));
         }
         self.policy.validate("policy")?;
         self.limits.validate()?;
         for (name, server) in &self.servers {
             let path = format!("servers.{name}");
             if name.is_empty() || name.len() > 48 || !name.bytes().all(is_name_byte) {
-                return Err(ConfigError::new(
-                    path,
-                    "server names must be 1 to 48 characters from [A-Za-z0-9_-]",
-                ));
+                return Err(ConfigError::new(path, "server names must be 1 to 48 characters from [A-Za-z0-9_-]"));
             }
             match &server.transport {
                 Transport::Stdio { command, .. } if command.trim().is_empty() => {
@@ -434,10 +423,7 @@ impl Config {
                 Transport::Http { url, .. } | Transport::Sse { url, .. }
                     if !(url.starts_with("http://") || url.starts_with("https://")) =>
                 {
-                    return Err(ConfigError::new(
-                        format!("{path}.url"),
-                        "must start with http:// or https://",
-                    ));
+                    return Err(ConfigError::new(format!("{path}.url"), "must start with http:// or https://"));
                 }
                 _ => {}
             }

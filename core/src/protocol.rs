@@ -102,11 +102,7 @@ pub fn parse(frame: &str) -> Result<Message<'_>, FrameError> {
         Err(e) => {
             let is_json = serde_json::from_str::<IgnoredAny>(frame).is_ok();
             return Err(if is_json {
-                FrameError {
-                    code: code::INVALID_REQUEST,
-                    message: format!("invalid JSON-RPC message: {e}"),
-                    id: None,
-                }
+                FrameError { code: code::INVALID_REQUEST, message: format!("invalid JSON-RPC message: {e}"), id: None }
             } else {
                 FrameError { code: code::PARSE_ERROR, message: format!("parse error: {e}"), id: None }
             });
@@ -185,10 +181,7 @@ pub fn error_response(id: &str, code: i64, message: &str, data: Option<&str>) ->
             r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{},"data":{d}}}}}"#,
             quote(message)
         ),
-        None => format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{}}}}}"#,
-            quote(message)
-        ),
+        None => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{}}}}}"#, quote(message)),
     }
 }
 
@@ -197,9 +190,7 @@ pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-
 
 /// The version tether answers a client's `initialize` with: the client's if supported, else the newest.
 pub fn negotiate_version(requested: Option<&str>) -> &'static str {
-    requested
-        .and_then(|r| SUPPORTED_VERSIONS.iter().find(|v| **v == r).copied())
-        .unwrap_or(SUPPORTED_VERSIONS[0])
+    requested.and_then(|r| SUPPORTED_VERSIONS.iter().find(|v| **v == r).copied()).unwrap_or(SUPPORTED_VERSIONS[0])
 }
 
 /// The protocol era of a peer. Tracked per client session and per backend from the

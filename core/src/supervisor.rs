@@ -156,6 +156,12 @@ impl Supervisor {
         self.generation
     }
 
+    /// Numbers the next connection after `last` (a backend added back under the name
+    /// of a removed one continues its generations).
+    pub fn continue_generations(&mut self, last: Generation) {
+        self.generation = self.generation.max(last);
+    }
+
     /// Whether a connection exists (spawned or connected), handshake done or not.
     pub fn is_connected(&self) -> bool {
         self.connected
@@ -254,8 +260,8 @@ impl Supervisor {
     pub fn touch(&mut self, now: Instant) {
         self.last_activity = now;
         let idle = self.policy.idle_timeout_ms;
-        self.timers[Timer::Idle as usize] = (self.stdio && !self.vital && idle > 0 && self.connected)
-            .then(|| now + Duration::from_millis(idle));
+        self.timers[Timer::Idle as usize] =
+            (self.stdio && !self.vital && idle > 0 && self.connected).then(|| now + Duration::from_millis(idle));
     }
 
     /// When traffic last happened.
@@ -410,7 +416,10 @@ mod tests {
             AfterLoss::Restart { delay: Duration::from_secs(5), crashes: 2 }
         );
         s.begin_connect(t(6200));
-        assert_eq!(s.on_connection_lost(t(6300), &exit, "boom".to_string(), &mut rng), AfterLoss::GaveUp { crashes: 3 });
+        assert_eq!(
+            s.on_connection_lost(t(6300), &exit, "boom".to_string(), &mut rng),
+            AfterLoss::GaveUp { crashes: 3 }
+        );
         assert_eq!(s.status(), Status::PermanentlyFailed);
         assert_eq!(s.readiness(), Readiness::Refuse);
         assert_eq!(s.poll_timeout(), None);
@@ -458,7 +467,10 @@ mod tests {
         let mut rng = Rng::new(1);
         let mut s = Supervisor::new(false, false, Policy::default(), t(0));
         s.begin_connect(t(0));
-        assert_eq!(s.on_connection_lost(t(1), &Failure::Http { status: 401 }, "401".into(), &mut rng), AfterLoss::Reauth);
+        assert_eq!(
+            s.on_connection_lost(t(1), &Failure::Http { status: 401 }, "401".into(), &mut rng),
+            AfterLoss::Reauth
+        );
         assert_eq!(s.poll_timeout(), None);
         assert_eq!(s.readiness(), Readiness::Refuse);
     }

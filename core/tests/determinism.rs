@@ -58,6 +58,7 @@ fn bad_traces_are_reported_with_their_line() {
     lines.insert(2, "{\"at\":5,\"input\":{\"type\":\"nope\"}}");
     let broken = lines.join("\n");
     assert!(matches!(replay(&broken), Err(TraceError::Parse { line: 3, .. })));
-    let backwards = format!("{}\n{}\n", sim.trace.lines().next().unwrap(), r#"{"at":10,"input":{"type":"tick"}}"#) + r#"{"at":5,"input":{"type":"tick"}}"#;
+    let backwards = format!("{}\n{}\n", sim.trace.lines().next().unwrap(), r#"{"at":10,"input":{"type":"tick"}}"#)
+        + r#"{"at":5,"input":{"type":"tick"}}"#;
     assert!(matches!(replay(&backwards), Err(TraceError::Host { line: 3, .. })));
 }

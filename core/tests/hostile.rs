@@ -67,7 +67,14 @@ fn backend_garbage_is_ignored_and_reported() {
     sim.boot("fs", &["read"]);
     sim.client_init();
     sim.call(1, "fs__read");
-    for frame in ["{garbage", "[]", r#"{"jsonrpc":"2.0","id":12345,"result":{}}"#, r#"{"jsonrpc":"2.0","id":"x","result":{}}"#, r#"{"jsonrpc":"2.0","id":null,"error":{}}"#, r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"zzz"}}"#] {
+    for frame in [
+        "{garbage",
+        "[]",
+        r#"{"jsonrpc":"2.0","id":12345,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":"x","result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":null,"error":{}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"zzz"}}"#,
+    ] {
         sim.backend_raw("fs", frame);
     }
     assert_eq!(sim.status("fs"), Status::Online);

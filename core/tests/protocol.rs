@@ -17,7 +17,11 @@ fn booted() -> Sim {
     sim.answer("fs", "initialize", full_caps());
     sim.answer("fs", "tools/list", json!({"tools":[{"name":"read","inputSchema":{"type":"object"}}]}));
     sim.answer("fs", "resources/list", json!({"resources":[{"uri":"file:///a.txt","name":"a"}]}));
-    sim.answer("fs", "resources/templates/list", json!({"resourceTemplates":[{"uriTemplate":"file:///{path}","name":"any"}]}));
+    sim.answer(
+        "fs",
+        "resources/templates/list",
+        json!({"resourceTemplates":[{"uriTemplate":"file:///{path}","name":"any"}]}),
+    );
     sim.answer("fs", "prompts/list", json!({"prompts":[{"name":"greet"}]}));
     sim.client_init();
     sim
@@ -33,7 +37,8 @@ fn discovery_follows_backend_cursors() {
     sim.answer("fs", "tools/list", json!({"tools":[{"name":"b"}]}));
     sim.client_init();
     sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
-    let names: Vec<_> = sim.response(1)["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].clone()).collect();
+    let names: Vec<_> =
+        sim.response(1)["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].clone()).collect();
     assert_eq!(names, [json!("fs__a"), json!("fs__b")]);
 }
 
@@ -66,7 +71,10 @@ fn resources_templates_and_reads_round_trip_uris() {
     sim.client(json!({"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"fs+file:///b/c.txt"}}));
     let (id, params) = sim.requests_to("fs", "resources/read").pop().unwrap();
     assert_eq!(params["uri"], "file:///b/c.txt");
-    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"contents":[{"uri":"file:///b/c.txt","text":"hi","_meta":{"k":1}}]}}));
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","id":id,"result":{"contents":[{"uri":"file:///b/c.txt","text":"hi","_meta":{"k":1}}]}}),
+    );
     let read = sim.response(3);
     assert_eq!(read["result"]["contents"][0]["uri"], "fs+file:///b/c.txt");
     assert_eq!(read["result"]["contents"][0]["_meta"]["k"], 1);
@@ -86,7 +94,10 @@ fn subscriptions_route_updates_to_subscribers_only() {
     sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{}}));
     assert!(sim.response(1)["result"].is_object());
     let before = sim.actions.len();
-    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a.txt"}}));
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a.txt"}}),
+    );
     let updates: Vec<_> = sim.actions[before..]
         .iter()
         .filter_map(|(_, a)| match a {
@@ -106,7 +117,9 @@ fn subscriptions_route_updates_to_subscribers_only() {
 #[test]
 fn prompts_and_completions_are_routed_by_served_name() {
     let mut sim = booted();
-    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"fs__greet","arguments":{"who":"x"}}}));
+    sim.client(
+        json!({"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{"name":"fs__greet","arguments":{"who":"x"}}}),
+    );
     let (id, params) = sim.requests_to("fs", "prompts/get").pop().unwrap();
     assert_eq!(params["name"], "greet");
     assert_eq!(params["arguments"]["who"], "x");
@@ -129,7 +142,10 @@ fn logging_set_level_fans_out_and_logs_come_back_labelled() {
     assert!(sim.response(1)["result"].is_object());
     let (_, params) = sim.requests_to("fs", "logging/setLevel").pop().unwrap();
     assert_eq!(params["level"], "debug");
-    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"io","data":"x"}}));
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"io","data":"x"}}),
+    );
     let log = sim.client_frames().into_iter().rfind(|f| f["method"] == "notifications/message").unwrap();
     assert_eq!(log["params"]["logger"], "fs/io");
 }
@@ -139,7 +155,10 @@ fn sampling_is_routed_to_the_calling_session_and_back() {
     let mut sim = booted();
     sim.call(1, "fs__read");
     let call_id = sim.last_request("fs", "tools/call");
-    sim.backend("fs", json!({"jsonrpc":"2.0","id":"s-1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":10}}));
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","id":"s-1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":10}}),
+    );
     let req = sim.client_frames().into_iter().rfind(|f| f["method"] == "sampling/createMessage").unwrap();
     let gid = req["id"].clone();
     sim.client(json!({"jsonrpc":"2.0","id":gid,"result":{"role":"assistant","content":{"type":"text","text":"ok"},"model":"m"}}));
@@ -160,7 +179,9 @@ fn roots_request_without_client_support_is_refused_to_the_backend() {
     sim.client(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}));
     sim.client(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     let actions = sim.backend("fs", json!({"jsonrpc":"2.0","id":9,"method":"roots/list"}));
-    assert!(actions.iter().any(|a| matches!(a, Action::SendToBackend { frame, .. } if frame.contains("\"id\":9") && frame.contains("error"))));
+    assert!(actions.iter().any(
+        |a| matches!(a, Action::SendToBackend { frame, .. } if frame.contains("\"id\":9") && frame.contains("error"))
+    ));
 }
 
 #[test]
@@ -190,7 +211,8 @@ fn backend_list_changed_triggers_rediscovery_and_client_notification() {
     sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
     sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
     sim.answer_tools("fs", &["a"]);
-    let changed = |sim: &Sim| sim.client_frames().iter().filter(|f| f["method"] == "notifications/tools/list_changed").count();
+    let changed =
+        |sim: &Sim| sim.client_frames().iter().filter(|f| f["method"] == "notifications/tools/list_changed").count();
     assert_eq!(changed(&sim), 0, "same list: no notification");
     sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
     sim.answer_tools("fs", &["a", "b"]);

@@ -54,13 +54,7 @@ pub struct LineDecoder {
 impl LineDecoder {
     /// A decoder that rejects lines longer than `max_line` bytes (excluding the line ending).
     pub fn new(max_line: usize) -> Self {
-        LineDecoder {
-            max_line,
-            buf: Vec::new(),
-            head: 0,
-            scanned: 0,
-            discarding: false,
-        }
+        LineDecoder { max_line, buf: Vec::new(), head: 0, scanned: 0, discarding: false }
     }
 
     /// Appends bytes; complete lines become available through `next_line`.
@@ -103,9 +97,7 @@ impl LineDecoder {
                 if content.len() > self.max_line {
                     self.head = self.buf.len();
                     self.discarding = true;
-                    return Some(Err(LineError::TooLong {
-                        limit: self.max_line,
-                    }));
+                    return Some(Err(LineError::TooLong { limit: self.max_line }));
                 }
                 return None;
             };
@@ -131,11 +123,7 @@ impl LineDecoder {
         if let Some(line) = self.next_line() {
             return Some(line);
         }
-        let line = if self.discarding {
-            None
-        } else {
-            decode(&self.buf[self.head..], self.max_line)
-        };
+        let line = if self.discarding { None } else { decode(&self.buf[self.head..], self.max_line) };
         self.buf.clear();
         self.head = 0;
         self.scanned = 0;
@@ -175,11 +163,7 @@ fn decode(line: &[u8], limit: usize) -> Option<Result<String, LineError>> {
     if line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')) {
         return None;
     }
-    Some(
-        core::str::from_utf8(line)
-            .map(String::from)
-            .map_err(|_| LineError::InvalidUtf8),
-    )
+    Some(core::str::from_utf8(line).map(String::from).map_err(|_| LineError::InvalidUtf8))
 }
 
 #[cfg(test)]
@@ -225,10 +209,7 @@ mod tests {
     #[test]
     fn byte_at_a_time() {
         let chunks: Vec<&[u8]> = SAMPLE.chunks(1).collect();
-        assert_eq!(
-            decode_all(64, &chunks),
-            ok(&["{\"a\":1}", "{\"b\":\"\u{e9}\"}", "{\"c\":[3]}"])
-        );
+        assert_eq!(decode_all(64, &chunks), ok(&["{\"a\":1}", "{\"b\":\"\u{e9}\"}", "{\"c\":[3]}"]));
     }
 
     #[test]
@@ -265,11 +246,7 @@ mod tests {
         let got = decode_all(4, &[b"12345\n1234\n123456789\r\n"]);
         assert_eq!(
             got,
-            vec![
-                Err(LineError::TooLong { limit: 4 }),
-                Ok("1234".into()),
-                Err(LineError::TooLong { limit: 4 }),
-            ]
+            vec![Err(LineError::TooLong { limit: 4 }), Ok("1234".into()), Err(LineError::TooLong { limit: 4 }),]
         );
     }
 
@@ -278,23 +255,13 @@ mod tests {
         // A full-length line whose `\r` and `\n` arrive in separate chunks.
         assert_eq!(decode_all(4, &[b"1234\r", b"\n"]), ok(&["1234"]));
         assert_eq!(decode_all(4, &[b"1234", b"\r", b"\n"]), ok(&["1234"]));
-        assert_eq!(
-            decode_all(4, &[b"1234\r", b"5\n"]),
-            vec![Err(LineError::TooLong { limit: 4 })]
-        );
+        assert_eq!(decode_all(4, &[b"1234\r", b"5\n"]), vec![Err(LineError::TooLong { limit: 4 })]);
     }
 
     #[test]
     fn invalid_utf8() {
         let got = decode_all(64, &[b"\xff\xfe\n{}\n\"\xc3\"\n"]);
-        assert_eq!(
-            got,
-            vec![
-                Err(LineError::InvalidUtf8),
-                Ok("{}".into()),
-                Err(LineError::InvalidUtf8),
-            ]
-        );
+        assert_eq!(got, vec![Err(LineError::InvalidUtf8), Ok("{}".into()), Err(LineError::InvalidUtf8),]);
     }
 
     #[test]
@@ -319,14 +286,8 @@ mod tests {
         assert_eq!(d.finish(), Some(Ok("4".into())));
         assert_eq!(d.finish(), None);
 
-        assert_eq!(
-            decode_all(64, &[b"\xc3"]),
-            vec![Err(LineError::InvalidUtf8)]
-        );
-        assert_eq!(
-            decode_all(2, &[b"123"]),
-            vec![Err(LineError::TooLong { limit: 2 })]
-        );
+        assert_eq!(decode_all(64, &[b"\xc3"]), vec![Err(LineError::InvalidUtf8)]);
+        assert_eq!(decode_all(2, &[b"123"]), vec![Err(LineError::TooLong { limit: 2 })]);
     }
 
     #[test]
@@ -377,9 +338,6 @@ mod tests {
                 results.push(line);
             }
         }
-        assert_eq!(
-            results,
-            vec![Err(LineError::TooLong { limit: 1 << 20 }), Ok("{}".into())]
-        );
+        assert_eq!(results, vec![Err(LineError::TooLong { limit: 1 << 20 }), Ok("{}".into())]);
     }
 }

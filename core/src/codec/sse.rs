@@ -166,9 +166,7 @@ impl SseDecoder {
                     self.head = self.buf.len();
                     self.skip_line = true;
                     if !comment {
-                        return self.drop_event(SseError::TooLarge {
-                            limit: self.max_event,
-                        });
+                        return self.drop_event(SseError::TooLarge { limit: self.max_event });
                     }
                 }
                 return None;
@@ -210,9 +208,7 @@ impl SseDecoder {
             return None;
         }
         if line.len() > self.max_event {
-            return self.drop_event(SseError::TooLarge {
-                limit: self.max_event,
-            });
+            return self.drop_event(SseError::TooLarge { limit: self.max_event });
         }
         let Ok(line) = core::str::from_utf8(line) else {
             return self.drop_event(SseError::InvalidUtf8);
@@ -228,9 +224,7 @@ impl SseDecoder {
             }
             "data" if !self.skip_event => {
                 if self.data.len() + value.len() > self.max_event {
-                    return self.drop_event(SseError::TooLarge {
-                        limit: self.max_event,
-                    });
+                    return self.drop_event(SseError::TooLarge { limit: self.max_event });
                 }
                 self.data.push_str(value);
                 self.data.push('\n');
@@ -261,17 +255,8 @@ impl SseDecoder {
             return None;
         }
         self.data.pop();
-        let event = if self.event.is_empty() {
-            String::from("message")
-        } else {
-            core::mem::take(&mut self.event)
-        };
-        Some(SseEvent {
-            event,
-            data: core::mem::take(&mut self.data),
-            id: self.last_id.clone(),
-            retry,
-        })
+        let event = if self.event.is_empty() { String::from("message") } else { core::mem::take(&mut self.event) };
+        Some(SseEvent { event, data: core::mem::take(&mut self.data), id: self.last_id.clone(), retry })
     }
 
     /// Drops the current event, returning `err` unless the event was already dropped.
@@ -323,12 +308,7 @@ mod tests {
     }
 
     fn ev(event: &str, data: &str, id: Option<&str>, retry: Option<u64>) -> Item {
-        Ok(SseEvent {
-            event: event.into(),
-            data: data.into(),
-            id: id.map(String::from),
-            retry,
-        })
+        Ok(SseEvent { event: event.into(), data: data.into(), id: id.map(String::from), retry })
     }
 
     fn msg(data: &str) -> Item {
@@ -337,10 +317,7 @@ mod tests {
 
     #[test]
     fn spec_stock_ticker() {
-        assert_eq!(
-            decode("data: YHOO\ndata: +2\ndata: 10\n\n"),
-            vec![msg("YHOO\n+2\n10")]
-        );
+        assert_eq!(decode("data: YHOO\ndata: +2\ndata: 10\n\n"), vec![msg("YHOO\n+2\n10")]);
     }
 
     #[test]
@@ -349,30 +326,18 @@ mod tests {
                       data: first event\nid: 1\n\n\
                       data:second event\nid\n\n\
                       data:  third event\n";
-        assert_eq!(
-            decode(stream),
-            vec![
-                ev("message", "first event", Some("1"), None),
-                msg("second event"),
-            ]
-        );
+        assert_eq!(decode(stream), vec![ev("message", "first event", Some("1"), None), msg("second event"),]);
         // The third event is never dispatched: no blank line follows it.
     }
 
     #[test]
     fn spec_fields_without_colon() {
-        assert_eq!(
-            decode("data\n\ndata\ndata\n\ndata:\n"),
-            vec![msg(""), msg("\n")]
-        );
+        assert_eq!(decode("data\n\ndata\ndata\n\ndata:\n"), vec![msg(""), msg("\n")]);
     }
 
     #[test]
     fn spec_space_after_colon() {
-        assert_eq!(
-            decode("data:test\n\ndata: test\n\n"),
-            vec![msg("test"), msg("test")]
-        );
+        assert_eq!(decode("data:test\n\ndata: test\n\n"), vec![msg("test"), msg("test")]);
         assert_eq!(decode("data:  two\n\n"), vec![msg(" two")]);
     }
 
@@ -399,11 +364,7 @@ mod tests {
                       event: add\ndata: 113411\n\n";
         assert_eq!(
             decode(stream),
-            vec![
-                ev("add", "73857293", None, None),
-                ev("remove", "2153", None, None),
-                ev("add", "113411", None, None),
-            ]
+            vec![ev("add", "73857293", None, None), ev("remove", "2153", None, None), ev("add", "113411", None, None),]
         );
     }
 
@@ -417,10 +378,7 @@ mod tests {
 
     #[test]
     fn unknown_fields_ignored() {
-        assert_eq!(
-            decode("foo: bar\nDATA: no\ndata: yes\nbaz\n\n"),
-            vec![msg("yes")]
-        );
+        assert_eq!(decode("foo: bar\nDATA: no\ndata: yes\nbaz\n\n"), vec![msg("yes")]);
     }
 
     #[test]
@@ -480,10 +438,7 @@ mod tests {
             assert_eq!(decode(&stream), want, "{eol:?}");
         }
         // Mixed endings.
-        assert_eq!(
-            decode("data: a\rdata: b\r\n\nevent: x\r\ndata: c\n\r"),
-            want
-        );
+        assert_eq!(decode("data: a\rdata: b\r\n\nevent: x\r\ndata: c\n\r"), want);
     }
 
     #[test]
@@ -510,10 +465,7 @@ mod tests {
         assert_eq!(decode("data: \u{feff}x\n\n"), vec![msg("\u{feff}x")]);
         // Bytes held back as a possible BOM are restored.
         let chunks: [&[u8]; 3] = [b"\xEF", b"\xBB", b"data: x\n\ndata: y\n\n"];
-        assert_eq!(
-            decode_chunks(1024, &chunks),
-            vec![Err(SseError::InvalidUtf8), msg("y")]
-        );
+        assert_eq!(decode_chunks(1024, &chunks), vec![Err(SseError::InvalidUtf8), msg("y")]);
         assert_eq!(decode("d\u{feff}ata: x\n\n"), vec![]);
     }
 
@@ -539,11 +491,7 @@ mod tests {
         let chunks: Vec<&[u8]> = bytes.chunks(1).collect();
         assert_eq!(decode_chunks(1024, &chunks), whole);
         for i in 0..=bytes.len() {
-            assert_eq!(
-                decode_chunks(1024, &[&bytes[..i], &bytes[i..]]),
-                whole,
-                "split at {i}"
-            );
+            assert_eq!(decode_chunks(1024, &[&bytes[..i], &bytes[i..]]), whole, "split at {i}");
         }
     }
 
@@ -552,16 +500,10 @@ mod tests {
         let stream = "data: 0123456789\ndata: 0123456789\nid: 5\n\ndata: ok\n\n";
         assert_eq!(
             decode_chunks(16, &[stream.as_bytes()]),
-            vec![
-                Err(SseError::TooLarge { limit: 16 }),
-                ev("message", "ok", Some("5"), None),
-            ]
+            vec![Err(SseError::TooLarge { limit: 16 }), ev("message", "ok", Some("5"), None),]
         );
         // Exactly at the limit is fine: 7 + '\n' + 8 = 16.
-        assert_eq!(
-            decode_chunks(16, &[b"data: 0123456\ndata: 01234567\n\n"]),
-            vec![msg("0123456\n01234567")]
-        );
+        assert_eq!(decode_chunks(16, &[b"data: 0123456\ndata: 01234567\n\n"]), vec![msg("0123456\n01234567")]);
     }
 
     #[test]
@@ -598,10 +540,7 @@ mod tests {
         }
         d.push(b"\n\n");
         assert_eq!(d.next_event(), Some(msg("a")));
-        assert_eq!(
-            decode_chunks(8, &[b": a long comment\ndata: a\n\n"]),
-            vec![msg("a")]
-        );
+        assert_eq!(decode_chunks(8, &[b": a long comment\ndata: a\n\n"]), vec![msg("a")]);
     }
 
     #[test]
@@ -611,10 +550,7 @@ mod tests {
             vec![Err(SseError::InvalidUtf8), msg("ok")]
         );
         // Invalid bytes in a comment are ignored with the comment.
-        assert_eq!(
-            decode_chunks(64, &[b":\xff\ndata: ok\n\n"]),
-            vec![msg("ok")]
-        );
+        assert_eq!(decode_chunks(64, &[b":\xff\ndata: ok\n\n"]), vec![msg("ok")]);
     }
 
     #[test]

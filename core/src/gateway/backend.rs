@@ -102,10 +102,8 @@ impl Backend {
     /// The earliest of the supervisor's timers and the queue's deadlines.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let ready = self.sup.is_ready();
-        let queue = self
-            .queue
-            .iter()
-            .map(|q| if ready && q.not_before < q.deadline { q.not_before } else { q.deadline });
+        let queue =
+            self.queue.iter().map(|q| if ready && q.not_before < q.deadline { q.not_before } else { q.deadline });
         self.sup.poll_timeout().into_iter().chain(queue).min()
     }
 
@@ -171,7 +169,8 @@ impl Gateway {
             r#"{{"protocolVersion":"{}","capabilities":{{"roots":{{"listChanged":true}},"sampling":{{}},"elicitation":{{}}}},"clientInfo":{CLIENT_INFO}}}"#,
             protocol::SUPPORTED_VERSIONS[0]
         );
-        self.calls.insert(id, Call { server: server.to_string(), generation, deadline: None, kind: CallKind::Initialize });
+        self.calls
+            .insert(id, Call { server: server.to_string(), generation, deadline: None, kind: CallKind::Initialize });
         self.to_backend(server, protocol::request(id, "initialize", Some(&params)), Some(id));
     }
 
@@ -341,8 +340,9 @@ impl Gateway {
                     }
                 }
             }
-            // An error for one list (even an announced one) leaves that list empty.
-            None if answer.is_err() => {}
+            // An error for one list (even an announced one) leaves that list empty on a
+            // first discovery; a re-discovery that gets one keeps the cached catalog.
+            None if answer.is_err() => d.failed |= b.catalog_discovered,
             None => d.failed = true,
         }
         if let Some(cursor) = next {
@@ -404,8 +404,8 @@ impl Gateway {
             Err(_) => false,
         };
         b.sup.schedule_health(now, &mut self.rng);
+        // A health check is not traffic: `last_success` (which skips checks) stays as it is.
         if ok {
-            b.last_success = Some(now);
             if let Some(HealthChange::Restored) = b.sup.health.on_success() {
                 self.emit(Event::ServerHealthRestored { server: server.to_string() });
             }
@@ -425,10 +425,10 @@ impl Gateway {
         match method {
             "notifications/tools/list_changed"
             | "notifications/resources/list_changed"
-            | "notifications/prompts/list_changed" => {
-                if self.backends[server].sup.is_ready() {
-                    self.start_discovery(server);
-                }
+            | "notifications/prompts/list_changed"
+                if self.backends[server].sup.is_ready() =>
+            {
+                self.start_discovery(server);
             }
             "notifications/progress" => self.forward_progress(server, params),
             "notifications/message" => self.forward_log(server, params),
@@ -536,15 +536,10 @@ impl Gateway {
     /// else any ready session that supports the capability.
     fn origin_session(&self, server: &str, capability: &str) -> Option<crate::io::SessionId> {
         let supports = |s: &crate::io::SessionId| self.sessions.get(s).is_some_and(|s| s.supports(capability));
-        let latest = self
-            .calls
-            .values()
-            .rev()
-            .filter(|c| c.server == server)
-            .find_map(|c| match &c.kind {
-                CallKind::Client(cc) => Some(cc.session),
-                _ => None,
-            });
+        let latest = self.calls.values().rev().filter(|c| c.server == server).find_map(|c| match &c.kind {
+            CallKind::Client(cc) => Some(cc.session),
+            _ => None,
+        });
         match latest {
             Some(s) if supports(&s) => Some(s),
             Some(_) => None,
@@ -634,18 +629,34 @@ impl Gateway {
         if handshaking || b.session_losses > 1 {
             return self.connection_lost(server, Failure::Other { message: "backend session lost (HTTP 404)".into() });
         }
-        let resend = match self.calls.remove(&request) {
+        let lost = match self.calls.remove(&request) {
             Some(Call { kind: CallKind::Client(c), .. }) => Some(c),
             _ => None,
         };
-        self.drop_connection(server, "backend session lost (HTTP 404)", false);
-        if let Some(mut c) = resend {
+        let others = self.drop_connection(server, "backend session lost (HTTP 404)", true);
+        // The rejected request never ran: resend it. Others on the lost session may
+        // have run: resend them only when that is safe, else fail them.
+        let retry_unsafe = self.backends[server].sup.policy().retry_unsafe_calls;
+        let (safe, unsafe_): (Vec<ClientCall>, Vec<ClientCall>) =
+            others.into_iter().partition(|c| (c.retry_safe || retry_unsafe) && !c.resent);
+        let deadline = self.now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
+        let b = self.backends.get_mut(server).expect("live");
+        for mut c in lost.into_iter().chain(safe).rev() {
             c.resent = true;
-            let deadline = self.now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
-            let b = self.backends.get_mut(server).expect("live");
             b.queue.push_front(Queued { call: c, not_before: self.now, deadline });
         }
         self.connect(server);
+        for c in unsafe_ {
+            if c.probe {
+                self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
+            }
+            let msg = format!(
+                "backend '{server}' lost its session (HTTP 404) while this call was in flight; it may have run, so it was not resent"
+            );
+            let data = self.unavailable_data(server);
+            self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+            self.release(&c);
+        }
     }
 
     /// The connection is gone (exit, refused, handshake failure, timeout).
@@ -674,9 +685,12 @@ impl Gateway {
             } else {
                 let class = failure.classify();
                 self.count_failure(server, class.counts_for_breaker, c.probe);
-                let msg = format!("backend '{server}' disconnected: {message}");
+                let (code, msg) = match after {
+                    AfterLoss::Reauth => (code::REAUTH_REQUIRED, self.reauth_message(server)),
+                    _ => (code::BACKEND_UNAVAILABLE, format!("backend '{server}' disconnected: {message}")),
+                };
                 let data = self.unavailable_data(server);
-                self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+                self.reply_error(c.session, &c.id, code, &msg, Some(&data));
                 self.release(&c);
             }
         }
@@ -706,7 +720,8 @@ impl Gateway {
         let now = self.now;
         let b = self.backends.get_mut(server).expect("live");
         let throttled = attempt > RECONNECT_EVENTS_UNTHROTTLED
-            && b.last_reconnect_event.is_some_and(|at| now.saturating_since(at).as_millis() < RECONNECT_EVENT_INTERVAL_MS);
+            && b.last_reconnect_event
+                .is_some_and(|at| now.saturating_since(at).as_millis() < RECONNECT_EVENT_INTERVAL_MS);
         if throttled {
             return;
         }
@@ -736,15 +751,14 @@ impl Gateway {
                 client_calls.push(c);
             }
         }
-        let pending: Vec<(u64, crate::io::SessionId)> = self
-            .server_requests
-            .iter()
-            .filter(|(_, r)| r.server == server)
-            .map(|(id, r)| (*id, r.session))
-            .collect();
+        let pending: Vec<(u64, crate::io::SessionId)> =
+            self.server_requests.iter().filter(|(_, r)| r.server == server).map(|(id, r)| (*id, r.session)).collect();
         for (id, session) in pending {
             self.server_requests.remove(&id);
-            let params = format!(r#"{{"requestId":{id},"reason":{}}}"#, protocol::quote(&format!("backend '{server}' disconnected: {reason}")));
+            let params = format!(
+                r#"{{"requestId":{id},"reason":{}}}"#,
+                protocol::quote(&format!("backend '{server}' disconnected: {reason}"))
+            );
             self.to_client(session, protocol::notification("notifications/cancelled", Some(&params)));
         }
         client_calls
@@ -773,13 +787,23 @@ impl Gateway {
 
     pub(super) fn remove_backend(&mut self, server: &str) {
         self.close_backend(server, Status::Disconnected, Some("removed from config".into()));
-        self.settle();
-        self.catalog.unregister(server);
-        self.backends.remove(server);
-        let prefix = self.catalog.alias(server).map(|a| format!("{a}+"));
-        if let Some(prefix) = prefix {
+        // Announce its last status change while it still exists; clients hear of the
+        // lists it took away once, when the input settles.
+        let Some(mut b) = self.backends.remove(server) else { return };
+        self.retired_generations.insert(server.to_string(), b.sup.generation());
+        for t in b.sup.drain_transitions() {
+            self.emit(Event::ServerStatusChanged {
+                server: server.to_string(),
+                from: t.from,
+                to: t.to,
+                message: t.message,
+            });
+        }
+        // The alias is known only while the backend is registered.
+        if let Some(prefix) = self.catalog.alias(server).map(|a| format!("{a}+")) {
             self.subscriptions.retain(|uri, _| !uri.starts_with(&prefix));
         }
+        self.catalog.unregister(server);
     }
 
     /// A changed transport (or a catalog to rebuild): close and start over.
@@ -820,7 +844,9 @@ impl Gateway {
             Timer::ConnectDeadline => self.connection_lost(server, Failure::Timeout),
             Timer::HealthCheck => self.health_check(server),
             Timer::Idle => {
-                let busy = self.calls.values().any(|c| c.server == server) || !b.queue.is_empty();
+                // A health check in flight is not traffic.
+                let busy = self.calls.values().any(|c| c.server == server && !matches!(c.kind, CallKind::Health))
+                    || !b.queue.is_empty();
                 if busy || !b.sup.is_ready() {
                     b.sup.touch(now);
                 } else {
@@ -857,7 +883,11 @@ impl Gateway {
         }
         let interval = Self::duration(b.sup.policy().health_interval_ms);
         if b.last_success.is_some_and(|at| now.saturating_since(at) < interval) {
+            // Recent successful traffic is the check: it passed.
             b.sup.schedule_health(now, &mut self.rng);
+            if let Some(HealthChange::Restored) = b.sup.health.on_success() {
+                self.emit(Event::ServerHealthRestored { server: server.to_string() });
+            }
             return;
         }
         let method = if b.ping_unsupported { "tools/list" } else { "ping" };
@@ -908,11 +938,8 @@ impl Gateway {
     /// Re-sends subscriptions after a reconnect, so updates keep flowing.
     fn resubscribe(&mut self, server: &str) {
         let Some(alias) = self.catalog.alias(server).map(|a| format!("{a}+")) else { return };
-        let uris: Vec<String> = self
-            .subscriptions
-            .keys()
-            .filter_map(|u| u.strip_prefix(alias.as_str()).map(ToString::to_string))
-            .collect();
+        let uris: Vec<String> =
+            self.subscriptions.keys().filter_map(|u| u.strip_prefix(alias.as_str()).map(ToString::to_string)).collect();
         for uri in uris {
             let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
             self.quiet_request(server, "resources/subscribe", &params);
@@ -961,10 +988,22 @@ impl Gateway {
         let data = self.unavailable_data(server);
         let b = &self.backends[server];
         let status = b.sup.status();
+        if status == Status::RequiresReauth {
+            let msg = self.reauth_message(server);
+            self.reply_error(call.session, &call.id, code::REAUTH_REQUIRED, &msg, Some(&data));
+            return self.release(&call);
+        }
         let detail = b.sup.message().map(|m| format!(": {m}")).unwrap_or_default();
         let msg = format!("backend '{server}' is {status}{detail}");
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
         self.release(&call);
+    }
+
+    /// What a client is told when `server` rejected tether's credentials: what the
+    /// user must do about it.
+    pub(super) fn reauth_message(&self, server: &str) -> String {
+        let reason = self.backends.get(server).and_then(|b| b.sup.message()).unwrap_or("credentials rejected");
+        format!("backend '{server}' requires re-authentication ({reason}); renew its credentials, then reconnect it")
     }
 }
 

@@ -129,7 +129,8 @@ impl Gateway {
             }
         }
         if frame.len() > self.config.limits.max_frame_bytes as usize {
-            let msg = format!("frame of {} bytes exceeds the limit of {}", frame.len(), self.config.limits.max_frame_bytes);
+            let msg =
+                format!("frame of {} bytes exceeds the limit of {}", frame.len(), self.config.limits.max_frame_bytes);
             return self.to_client(session, protocol::error_response("null", code::INVALID_REQUEST, &msg, None));
         }
         let message = match protocol::parse(frame) {
@@ -155,7 +156,9 @@ impl Gateway {
                 s.in_flight.insert(id.clone());
                 self.client_request(session, id, &method, params);
             }
-            Message::Notification { method, params } => self.client_notification(session, &method, params.map(|p| p.get())),
+            Message::Notification { method, params } => {
+                self.client_notification(session, &method, params.map(|p| p.get()))
+            }
             Message::Response { id, result } => self.client_answer(session, id.get(), Ok(result.get())),
             Message::Error { id: Some(id), error } => self.client_answer(session, id.get(), Err(error.get())),
             Message::Error { id: None, .. } => {}
@@ -167,7 +170,9 @@ impl Gateway {
             None => None,
             Some(p) => match serde_json::from_str::<Map<String, Value>>(p) {
                 Ok(m) => Some(m),
-                Err(_) => return self.reply_error(session, &id, code::INVALID_PARAMS, "params must be an object", None),
+                Err(_) => {
+                    return self.reply_error(session, &id, code::INVALID_PARAMS, "params must be an object", None)
+                }
             },
         };
         match method {
@@ -178,7 +183,9 @@ impl Gateway {
                 let cursor = match parsed.as_ref().and_then(|p| p.get("cursor")) {
                     None | Some(Value::Null) => None,
                     Some(Value::String(c)) => Some(c.clone()),
-                    Some(_) => return self.reply_error(session, &id, code::INVALID_PARAMS, "cursor must be a string", None),
+                    Some(_) => {
+                        return self.reply_error(session, &id, code::INVALID_PARAMS, "cursor must be a string", None)
+                    }
                 };
                 self.list(session, id, kind, cursor);
             }
@@ -291,7 +298,8 @@ impl Gateway {
             _ => return,
         }
         let r = self.server_requests.remove(&gid).expect("checked");
-        let live = self.backends.get(&r.server).is_some_and(|b| b.sup.generation() == r.generation && b.sup.is_connected());
+        let live =
+            self.backends.get(&r.server).is_some_and(|b| b.sup.generation() == r.generation && b.sup.is_connected());
         if !live {
             return;
         }
@@ -335,9 +343,7 @@ impl Gateway {
         for p in due {
             match p.what {
                 Parked::List { kind, cursor } => self.answer_list(p.session, &p.id, kind, cursor.as_deref()),
-                Parked::Named { method, params, kind } => {
-                    self.route_named_now(p.session, p.id, &method, params, kind)
-                }
+                Parked::Named { method, params, kind } => self.route_named_now(p.session, p.id, &method, params, kind),
             }
         }
     }
@@ -415,7 +421,14 @@ impl Gateway {
     }
 
     /// `resources/read`: the served URI picks the backend.
-    fn route_uri(&mut self, session: SessionId, id: String, method: &str, params: Option<Map<String, Value>>, shape: Shape) {
+    fn route_uri(
+        &mut self,
+        session: SessionId,
+        id: String,
+        method: &str,
+        params: Option<Map<String, Value>>,
+        shape: Shape,
+    ) {
         let Some(mut params) = params else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
         };
@@ -531,10 +544,7 @@ impl Gateway {
         retry_safe: bool,
         shape: Shape,
     ) {
-        let progress = params
-            .get_mut("_meta")
-            .and_then(Value::as_object_mut)
-            .and_then(|m| m.remove("progressToken"));
+        let progress = params.get_mut("_meta").and_then(Value::as_object_mut).and_then(|m| m.remove("progressToken"));
         let mut call = ClientCall {
             session,
             id,
@@ -552,10 +562,7 @@ impl Gateway {
         let b = self.backends.get_mut(server).expect("catalog names live backends");
         match b.sup.status() {
             Status::RequiresReauth => {
-                let msg = format!(
-                    "backend '{server}' requires re-authentication ({}); renew its credentials, then reconnect it",
-                    b.sup.message().unwrap_or("credentials rejected")
-                );
+                let msg = self.reauth_message(server);
                 let data = self.unavailable_data(server);
                 self.reply_error(session, &call.id, code::REAUTH_REQUIRED, &msg, Some(&data));
                 return self.release(&call);
@@ -585,7 +592,9 @@ impl Gateway {
             Err(rejection) => {
                 let secs = rejection.retry_in.as_millis().div_ceil(1000);
                 let msg = if secs == 0 {
-                    format!("backend '{server}' circuit breaker is half-open and a probe call is in flight; retry shortly")
+                    format!(
+                        "backend '{server}' circuit breaker is half-open and a probe call is in flight; retry shortly"
+                    )
                 } else {
                     format!(
                         "backend '{server}' circuit breaker is open after {} consecutive failures; retry in {secs} s",
@@ -602,7 +611,9 @@ impl Gateway {
         }
         match b.sup.readiness() {
             Readiness::Ready => self.dispatch(server, call),
-            Readiness::Wait | Readiness::StartNow if b.queue.len() >= self.config.limits.max_queued_per_backend as usize => {
+            Readiness::Wait | Readiness::StartNow
+                if b.queue.len() >= self.config.limits.max_queued_per_backend as usize =>
+            {
                 self.refuse_overloaded(server, call, "too many calls waiting for this backend")
             }
             r @ (Readiness::Wait | Readiness::StartNow) => {

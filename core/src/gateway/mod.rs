@@ -130,6 +130,9 @@ pub struct Gateway {
     parked_lists: Vec<ParkedList>,
     /// Served resource URI -> sessions subscribed.
     subscriptions: BTreeMap<String, BTreeSet<SessionId>>,
+    /// Last generation of each removed backend, so a backend added back under the
+    /// same name never reuses a generation a late report could still name.
+    retired_generations: BTreeMap<String, Generation>,
     actions: VecDeque<Action>,
 }
 
@@ -150,6 +153,7 @@ impl Gateway {
             server_requests: BTreeMap::new(),
             parked_lists: Vec::new(),
             subscriptions: BTreeMap::new(),
+            retired_generations: BTreeMap::new(),
             actions: VecDeque::new(),
         };
         gw.apply_config(config);
@@ -334,10 +338,12 @@ impl Gateway {
         self.push(Action::Emit { event });
     }
 
+    #[allow(clippy::wrong_self_convention)] // "send to", not a conversion
     fn to_client(&mut self, session: SessionId, frame: String) {
         self.push(Action::SendToClient { session, frame });
     }
 
+    #[allow(clippy::wrong_self_convention)] // "send to", not a conversion
     fn to_backend(&mut self, server: &str, frame: String, request: Option<u64>) {
         let Some(b) = self.backends.get(server) else { return };
         let generation = b.sup.generation();
@@ -364,17 +370,13 @@ impl Gateway {
         // Bounded: each pass consumes at least one due timer or stops.
         for _ in 0..10_000 {
             let now = self.now;
-            if let Some(name) = self
-                .backends
-                .iter()
-                .find(|(_, b)| b.poll_timeout().is_some_and(|at| at <= now))
-                .map(|(n, _)| n.clone())
+            if let Some(name) =
+                self.backends.iter().find(|(_, b)| b.poll_timeout().is_some_and(|at| at <= now)).map(|(n, _)| n.clone())
             {
                 self.backend_timer(&name);
                 continue;
             }
-            if let Some(id) = self.calls.iter().find(|(_, c)| c.deadline.is_some_and(|d| d <= now)).map(|(id, _)| *id)
-            {
+            if let Some(id) = self.calls.iter().find(|(_, c)| c.deadline.is_some_and(|d| d <= now)).map(|(id, _)| *id) {
                 self.call_timed_out(id);
                 continue;
             }
@@ -394,7 +396,12 @@ impl Gateway {
             let Some(b) = self.backends.get_mut(&name) else { continue };
             let transitions: Vec<_> = b.sup.drain_transitions().collect();
             for t in transitions {
-                self.emit(Event::ServerStatusChanged { server: name.clone(), from: t.from, to: t.to, message: t.message });
+                self.emit(Event::ServerStatusChanged {
+                    server: name.clone(),
+                    from: t.from,
+                    to: t.to,
+                    message: t.message,
+                });
             }
         }
         self.answer_parked_lists(false);
@@ -478,7 +485,10 @@ impl Gateway {
             match self.backends.get_mut(&name) {
                 None => {
                     self.catalog.register(&name, server.prefixed);
-                    let sup = Supervisor::new(server.transport.is_stdio(), server.vital, policy, self.now);
+                    let mut sup = Supervisor::new(server.transport.is_stdio(), server.vital, policy, self.now);
+                    if let Some(last) = self.retired_generations.remove(&name) {
+                        sup.continue_generations(last);
+                    }
                     let eager = !server.lazy && !server.disabled;
                     self.backends.insert(name.clone(), Backend::new(server, sup));
                     if eager {

@@ -40,8 +40,7 @@ impl Backoff {
     /// Upper bound any [`delay`](Self::delay) may reach: `max` plus its jitter.
     pub fn ceiling(&self) -> Duration {
         let max = self.max.as_millis();
-        let spread =
-            max / 100 * u64::from(self.percent()) + max % 100 * u64::from(self.percent()) / 100;
+        let spread = max / 100 * u64::from(self.percent()) + max % 100 * u64::from(self.percent()) / 100;
         Duration::from_millis(max.saturating_add(spread))
     }
 
@@ -55,12 +54,7 @@ mod tests {
     use super::*;
 
     fn policy() -> Backoff {
-        Backoff {
-            initial: Duration::from_secs(1),
-            multiplier: 2,
-            max: Duration::from_secs(180),
-            jitter_percent: 10,
-        }
+        Backoff { initial: Duration::from_secs(1), multiplier: 2, max: Duration::from_secs(180), jitter_percent: 10 }
     }
 
     #[test]
@@ -68,12 +62,7 @@ mod tests {
         let b = policy();
         let secs: [u64; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 180, 180];
         for (i, s) in secs.iter().enumerate() {
-            assert_eq!(
-                b.base(i as u32 + 1),
-                Duration::from_secs(*s),
-                "attempt {}",
-                i + 1
-            );
+            assert_eq!(b.base(i as u32 + 1), Duration::from_secs(*s), "attempt {}", i + 1);
         }
         assert_eq!(b.base(0), Duration::from_secs(1));
         assert_eq!(b.ceiling(), Duration::from_secs(198));
@@ -89,10 +78,7 @@ mod tests {
             let mut seen_off_base = false;
             for _ in 0..1000 {
                 let d = b.delay(attempt, &mut rng).as_millis();
-                assert!(
-                    (lo..=hi).contains(&d),
-                    "attempt {attempt}: {d} not in {lo}..={hi}"
-                );
+                assert!((lo..=hi).contains(&d), "attempt {attempt}: {d} not in {lo}..={hi}");
                 assert!(d <= b.ceiling().as_millis());
                 seen_off_base |= d != base;
             }
@@ -102,10 +88,7 @@ mod tests {
 
     #[test]
     fn no_jitter_is_exact() {
-        let b = Backoff {
-            jitter_percent: 0,
-            ..policy()
-        };
+        let b = Backoff { jitter_percent: 0, ..policy() };
         let mut rng = Rng::new(1);
         assert_eq!(b.delay(3, &mut rng), Duration::from_secs(4));
         assert_eq!(b.ceiling(), Duration::from_secs(180));
@@ -129,10 +112,7 @@ mod tests {
         }
         assert_eq!(wild.ceiling(), Duration::from_millis(u64::MAX));
 
-        let zero = Backoff {
-            multiplier: 0,
-            ..policy()
-        };
+        let zero = Backoff { multiplier: 0, ..policy() };
         assert_eq!(zero.base(1), Duration::from_secs(1));
         assert_eq!(zero.base(2), Duration::ZERO);
     }

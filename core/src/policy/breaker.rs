@@ -76,9 +76,7 @@ impl CircuitBreaker {
     /// The state at `now`; an open breaker whose cooldown has ended reports half-open.
     pub fn state(&self, now: Instant) -> BreakerState {
         match self.state {
-            BreakerState::Open if self.cooldown_left(now) == Duration::ZERO => {
-                BreakerState::HalfOpen
-            }
+            BreakerState::Open if self.cooldown_left(now) == Duration::ZERO => BreakerState::HalfOpen,
             s => s,
         }
     }
@@ -88,12 +86,8 @@ impl CircuitBreaker {
     pub fn admit(&mut self, now: Instant) -> Result<Admission, Rejection> {
         match self.state(now) {
             BreakerState::Closed => Ok(Admission::Normal),
-            BreakerState::Open => Err(Rejection {
-                retry_in: self.cooldown_left(now),
-            }),
-            BreakerState::HalfOpen if self.probe_in_flight => Err(Rejection {
-                retry_in: Duration::ZERO,
-            }),
+            BreakerState::Open => Err(Rejection { retry_in: self.cooldown_left(now) }),
+            BreakerState::HalfOpen if self.probe_in_flight => Err(Rejection { retry_in: Duration::ZERO }),
             BreakerState::HalfOpen => {
                 self.state = BreakerState::HalfOpen;
                 self.opened_at = None;
@@ -129,9 +123,7 @@ impl CircuitBreaker {
         self.state = BreakerState::Open;
         self.opened_at = Some(now);
         self.probe_in_flight = false;
-        Some(BreakerTransition::Opened {
-            cooldown: self.cooldown,
-        })
+        Some(BreakerTransition::Opened { cooldown: self.cooldown })
     }
 
     /// The probe ended without a verdict (cancelled, or a failure that does not count):
@@ -204,12 +196,7 @@ mod tests {
         let mut b = tripped();
         assert_eq!(b.state(at(0)), BreakerState::Open);
         assert_eq!(b.consecutive_failures(), 5);
-        assert_eq!(
-            b.admit(at(10)),
-            Err(Rejection {
-                retry_in: Duration::from_secs(20)
-            })
-        );
+        assert_eq!(b.admit(at(10)), Err(Rejection { retry_in: Duration::from_secs(20) }));
         assert_eq!(b.cooldown_left(at(29)), Duration::from_secs(1));
         // A late failure from a call admitted before opening changes nothing.
         assert_eq!(b.on_failure(at(12)), None);
@@ -221,12 +208,7 @@ mod tests {
         let mut b = tripped();
         assert_eq!(b.state(at(30)), BreakerState::HalfOpen);
         assert_eq!(b.admit(at(30)), Ok(Admission::Probe));
-        assert_eq!(
-            b.admit(at(31)),
-            Err(Rejection {
-                retry_in: Duration::ZERO
-            })
-        );
+        assert_eq!(b.admit(at(31)), Err(Rejection { retry_in: Duration::ZERO }));
         assert_eq!(b.cooldown_left(at(31)), Duration::ZERO);
         assert_eq!(b.on_success(at(32)), Some(BreakerTransition::Closed));
         assert_eq!(b.state(at(32)), BreakerState::Closed);
@@ -241,12 +223,7 @@ mod tests {
         assert_eq!(b.admit(at(40)), Ok(Admission::Probe));
         assert_eq!(b.on_failure(at(45)), opened());
         assert_eq!(b.state(at(45)), BreakerState::Open);
-        assert_eq!(
-            b.admit(at(60)),
-            Err(Rejection {
-                retry_in: Duration::from_secs(15)
-            })
-        );
+        assert_eq!(b.admit(at(60)), Err(Rejection { retry_in: Duration::from_secs(15) }));
         assert_eq!(b.state(at(75)), BreakerState::HalfOpen);
         assert_eq!(b.admit(at(75)), Ok(Admission::Probe));
     }
@@ -257,12 +234,7 @@ mod tests {
         assert_eq!(b.admit(at(30)), Ok(Admission::Probe));
         b.probe_abandoned();
         assert_eq!(b.admit(at(31)), Ok(Admission::Probe));
-        assert_eq!(
-            b.admit(at(31)),
-            Err(Rejection {
-                retry_in: Duration::ZERO
-            })
-        );
+        assert_eq!(b.admit(at(31)), Err(Rejection { retry_in: Duration::ZERO }));
     }
 
     #[test]
@@ -302,9 +274,6 @@ mod tests {
         assert!(json.contains("\"state\":\"open\""), "{json}");
         let back: CircuitBreaker = serde_json::from_str(&json).unwrap();
         assert_eq!(back, b);
-        assert_eq!(
-            serde_json::to_string(&BreakerState::HalfOpen).unwrap(),
-            "\"half_open\""
-        );
+        assert_eq!(serde_json::to_string(&BreakerState::HalfOpen).unwrap(), "\"half_open\"");
     }
 }

@@ -78,12 +78,7 @@ pub struct Classification {
 
 impl Classification {
     const fn new(retryable: bool, counts: bool, delivery: Delivery, status: FailureStatus) -> Self {
-        Classification {
-            retryable,
-            counts_for_breaker: counts,
-            delivery,
-            status,
-        }
+        Classification { retryable, counts_for_breaker: counts, delivery, status }
     }
 }
 
@@ -168,42 +163,13 @@ mod tests {
             (http(400), false, true, MaybeDelivered, Error),
             (http(409), false, true, MaybeDelivered, Error),
             (http(499), false, true, MaybeDelivered, Error),
-            (
-                Failure::Exited { code: Some(1) },
-                true,
-                true,
-                MaybeDelivered,
-                Error,
-            ),
-            (
-                Failure::Exited { code: None },
-                true,
-                true,
-                MaybeDelivered,
-                Error,
-            ),
-            (
-                Failure::Spawn { message: msg("x") },
-                false,
-                true,
-                NotDelivered,
-                Error,
-            ),
-            (
-                Failure::Other { message: msg("x") },
-                false,
-                true,
-                MaybeDelivered,
-                Error,
-            ),
+            (Failure::Exited { code: Some(1) }, true, true, MaybeDelivered, Error),
+            (Failure::Exited { code: None }, true, true, MaybeDelivered, Error),
+            (Failure::Spawn { message: msg("x") }, false, true, NotDelivered, Error),
+            (Failure::Other { message: msg("x") }, false, true, MaybeDelivered, Error),
         ];
         for (failure, retryable, counts_for_breaker, delivery, status) in table {
-            let want = Classification {
-                retryable,
-                counts_for_breaker,
-                delivery,
-                status,
-            };
+            let want = Classification { retryable, counts_for_breaker, delivery, status };
             assert_eq!(failure.classify(), want, "{failure:?}");
         }
     }
@@ -223,28 +189,13 @@ mod tests {
         assert_eq!(Failure::Timeout.describe(), "timed out");
         assert_eq!(Failure::Reset.describe(), "connection reset");
         assert_eq!(http(503).describe(), "HTTP 503");
+        assert_eq!(Failure::Exited { code: Some(1) }.describe(), "process exited with code 1");
+        assert_eq!(Failure::Exited { code: None }.describe(), "process killed by a signal");
         assert_eq!(
-            Failure::Exited { code: Some(1) }.describe(),
-            "process exited with code 1"
-        );
-        assert_eq!(
-            Failure::Exited { code: None }.describe(),
-            "process killed by a signal"
-        );
-        assert_eq!(
-            Failure::Spawn {
-                message: msg("no such file")
-            }
-            .to_string(),
+            Failure::Spawn { message: msg("no such file") }.to_string(),
             "could not start process: no such file"
         );
-        assert_eq!(
-            Failure::Other {
-                message: msg("boom")
-            }
-            .to_string(),
-            "boom"
-        );
+        assert_eq!(Failure::Other { message: msg("boom") }.to_string(), "boom");
     }
 
     #[test]
@@ -252,14 +203,8 @@ mod tests {
         let cases = [
             (http(503), r#"{"kind":"http","status":503}"#),
             (Failure::Refused, r#"{"kind":"refused"}"#),
-            (
-                Failure::Exited { code: None },
-                r#"{"kind":"exited","code":null}"#,
-            ),
-            (
-                Failure::Spawn { message: msg("x") },
-                r#"{"kind":"spawn","message":"x"}"#,
-            ),
+            (Failure::Exited { code: None }, r#"{"kind":"exited","code":null}"#),
+            (Failure::Spawn { message: msg("x") }, r#"{"kind":"spawn","message":"x"}"#),
         ];
         for (failure, json) in cases {
             assert_eq!(serde_json::to_string(&failure).unwrap(), json);

@@ -20,11 +20,7 @@ impl CrashWindow {
     /// An empty window; `limit` is clamped to `1..=MAX_CRASH_LIMIT` and `window` to at
     /// least 1 ms, so the crash being recorded always counts.
     pub fn new(limit: u8, window: Duration) -> Self {
-        let mut w = CrashWindow {
-            limit: 1,
-            window: Duration::ZERO,
-            crashes: Deque::new(),
-        };
+        let mut w = CrashWindow { limit: 1, window: Duration::ZERO, crashes: Deque::new() };
         w.set_policy(limit, window);
         w
     }
@@ -48,11 +44,7 @@ impl CrashWindow {
 
     /// Crashes within `(now - window, now]`.
     pub fn count(&self, now: Instant) -> u8 {
-        let n = self
-            .crashes
-            .iter()
-            .filter(|&&t| self.within(t, now))
-            .count();
+        let n = self.crashes.iter().filter(|&&t| self.within(t, now)).count();
         // At most MAX_CRASH_LIMIT, which fits in a u8.
         n as u8
     }
@@ -92,9 +84,7 @@ impl CrashWindow {
 // `heapless::Deque` has no `PartialEq`, so compare contents by hand.
 impl PartialEq for CrashWindow {
     fn eq(&self, other: &Self) -> bool {
-        self.limit == other.limit
-            && self.window == other.window
-            && self.crashes.iter().eq(other.crashes.iter())
+        self.limit == other.limit && self.window == other.window && self.crashes.iter().eq(other.crashes.iter())
     }
 }
 

@@ -27,11 +27,7 @@ pub struct HealthTracker {
 impl HealthTracker {
     /// A healthy tracker; a `threshold` of 0 is treated as 1.
     pub fn new(threshold: u32) -> Self {
-        HealthTracker {
-            threshold: threshold.max(1),
-            consecutive_failures: 0,
-            degraded: false,
-        }
+        HealthTracker { threshold: threshold.max(1), consecutive_failures: 0, degraded: false }
     }
 
     /// Records a success; reports [`HealthChange::Restored`] if it was degraded.
@@ -52,9 +48,7 @@ impl HealthTracker {
             return None;
         }
         self.degraded = true;
-        Some(HealthChange::Degraded {
-            consecutive_failures: self.consecutive_failures,
-        })
+        Some(HealthChange::Degraded { consecutive_failures: self.consecutive_failures })
     }
 
     /// Whether the threshold was reached with no success since.
@@ -89,12 +83,7 @@ mod tests {
         assert_eq!(h.on_failure(), None);
         assert_eq!(h.on_failure(), None);
         assert!(!h.is_degraded());
-        assert_eq!(
-            h.on_failure(),
-            Some(HealthChange::Degraded {
-                consecutive_failures: 3
-            })
-        );
+        assert_eq!(h.on_failure(), Some(HealthChange::Degraded { consecutive_failures: 3 }));
         assert!(h.is_degraded());
         assert_eq!(h.on_failure(), None);
         assert_eq!(h.consecutive_failures(), 4);
@@ -110,38 +99,20 @@ mod tests {
         assert_eq!(h.on_failure(), None);
         assert_eq!(h.on_success(), None);
         assert_eq!(h.on_failure(), None);
-        assert_eq!(
-            h.on_failure(),
-            Some(HealthChange::Degraded {
-                consecutive_failures: 2
-            })
-        );
+        assert_eq!(h.on_failure(), Some(HealthChange::Degraded { consecutive_failures: 2 }));
     }
 
     #[test]
     fn zero_threshold_reset_and_reload() {
         let mut h = HealthTracker::new(0);
-        assert_eq!(
-            h.on_failure(),
-            Some(HealthChange::Degraded {
-                consecutive_failures: 1
-            })
-        );
+        assert_eq!(h.on_failure(), Some(HealthChange::Degraded { consecutive_failures: 1 }));
         h.reset();
         assert_eq!(h, HealthTracker::new(1));
         h.set_threshold(2);
         assert_eq!(h.on_failure(), None);
+        assert_eq!(h.on_failure(), Some(HealthChange::Degraded { consecutive_failures: 2 }));
         assert_eq!(
-            h.on_failure(),
-            Some(HealthChange::Degraded {
-                consecutive_failures: 2
-            })
-        );
-        assert_eq!(
-            serde_json::to_string(&HealthChange::Degraded {
-                consecutive_failures: 2
-            })
-            .unwrap(),
+            serde_json::to_string(&HealthChange::Degraded { consecutive_failures: 2 }).unwrap(),
             r#"{"degraded":{"consecutive_failures":2}}"#
         );
     }

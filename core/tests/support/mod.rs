@@ -169,7 +169,10 @@ impl Sim {
 
     /// The id of the latest request sent to `server` with `method`.
     pub fn last_request(&self, server: &str, method: &str) -> u64 {
-        self.requests_to(server, method).last().unwrap_or_else(|| panic!("no {method} sent to {server}\n{}", self.log)).0
+        self.requests_to(server, method)
+            .last()
+            .unwrap_or_else(|| panic!("no {method} sent to {server}\n{}", self.log))
+            .0
     }
 
     /// Answers the latest `method` request sent to `server`.
