@@ -270,3 +270,18 @@ fn a_call_before_discovery_waits_for_the_starting_backend() {
     sim.call(2, "fs__nope");
     assert_eq!(sim.response(2)["error"]["code"], -32602);
 }
+
+#[test]
+fn a_slow_first_start_delays_lists_once_not_every_time() {
+    let mut sim = Sim::new(two_backends());
+    sim.boot("fs", &["read"]);
+    sim.client_init();
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    assert!(sim.responses_for(1).is_empty());
+    sim.advance(2000);
+    sim.response(1);
+    sim.advance(1000);
+    // web is still connecting, but its aggregation window has passed: no new wait.
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
+    assert_eq!(sim.response(2)["result"]["tools"].as_array().unwrap().len(), 1);
+}

@@ -54,6 +54,8 @@ pub(super) struct Backend {
     /// When real traffic last succeeded (health checks are skipped after it).
     pub last_success: Option<Instant>,
     pub last_reconnect_event: Option<Instant>,
+    /// When the first connection attempt began (the aggregation deadline counts from it).
+    pub first_connect_at: Option<Instant>,
 }
 
 /// A discovery in progress: lists accumulate here until every page is in.
@@ -81,6 +83,7 @@ impl Backend {
             session_losses: 0,
             last_success: None,
             last_reconnect_event: None,
+            first_connect_at: None,
         }
     }
 
@@ -144,6 +147,7 @@ impl Gateway {
         let now = self.now;
         let Some(b) = self.backends.get_mut(server) else { return };
         let generation = b.sup.begin_connect(now);
+        b.first_connect_at.get_or_insert(now);
         b.stderr_tail.clear();
         b.discovery = None;
         let action = match &b.config.transport {
@@ -596,7 +600,9 @@ impl Gateway {
         }
         self.count_failure(server, class.counts_for_breaker, call.probe);
         // Mark the backend down first, so the error's data shows the status and the retry.
-        if class.retryable && matches!(class.status, FailureStatus::Offline) {
+        // Only a request that certainly never arrived (refused, DNS) says the backend
+        // is unreachable; a slow or reset answer is the breaker's business.
+        if class.delivery == crate::policy::Delivery::NotDelivered && class.status == FailureStatus::Offline {
             self.connection_lost(server, failure.clone());
         }
         let message = format!("backend '{server}' failed: {}", failure.describe());

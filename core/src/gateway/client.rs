@@ -313,7 +313,7 @@ impl Gateway {
     // ----- lists -----
 
     fn list(&mut self, session: SessionId, id: String, kind: ListKind, cursor: Option<String>) {
-        if self.first_discovery_pending() {
+        if self.first_discovery_pending(self.config.policy.aggregation_deadline_ms) {
             let deadline = self.now + Self::duration(self.config.policy.aggregation_deadline_ms);
             self.parked_lists.push(ParkedList { session, id, what: Parked::List { kind, cursor }, deadline });
             return;
@@ -321,12 +321,16 @@ impl Gateway {
         self.answer_list(session, &id, kind, cursor.as_deref());
     }
 
-    /// Some backend is starting for the first time and may still bring tools.
-    fn first_discovery_pending(&self) -> bool {
+    /// Some backend is starting for the first time, began less than `window_ms`
+    /// ago, and may still bring tools. A backend that has been starting for longer
+    /// is not waited for again, so one slow backend cannot slow every request.
+    fn first_discovery_pending(&self, window_ms: u64) -> bool {
+        let now = self.now;
         self.backends.values().any(|b| {
             !b.catalog_discovered
                 && !b.config.disabled
                 && matches!(b.sup.status(), Status::Connecting | Status::DiscoveringTools)
+                && b.first_connect_at.is_some_and(|at| now < at + Self::duration(window_ms))
         })
     }
 
@@ -336,9 +340,16 @@ impl Gateway {
             return;
         }
         let now = self.now;
-        let all = !deadline_only && !self.first_discovery_pending();
-        let (due, keep): (Vec<ParkedList>, Vec<ParkedList>) =
-            self.parked_lists.drain(..).partition(|p| all || p.deadline <= now);
+        let policy = &self.config.policy;
+        let lists_free = !deadline_only && !self.first_discovery_pending(policy.aggregation_deadline_ms);
+        let names_free = !deadline_only && !self.first_discovery_pending(policy.connect_timeout_ms);
+        let (due, keep): (Vec<ParkedList>, Vec<ParkedList>) = self.parked_lists.drain(..).partition(|p| {
+            let free = match p.what {
+                Parked::List { .. } => lists_free,
+                Parked::Named { .. } => names_free,
+            };
+            free || p.deadline <= now
+        });
         self.parked_lists = keep;
         for p in due {
             match p.what {
@@ -385,7 +396,7 @@ impl Gateway {
             ListKind::Tools => self.catalog.resolve_tool(name).is_some(),
             _ => self.catalog.resolve_prompt(name).is_some(),
         };
-        if !known && self.first_discovery_pending() {
+        if !known && self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
             // A backend that is still starting may bring this name: wait for it.
             let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
             let what = Parked::Named { method: method.to_string(), params, kind };
