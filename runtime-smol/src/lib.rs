@@ -2,8 +2,12 @@
 //! and does only I/O: processes, sockets, the clock and timers. Every decision
 //! (retries, status, timeouts, MCP semantics) is the core's.
 
+pub mod app;
+pub mod check;
+pub mod cli;
 pub mod client_stdio;
 pub mod config_file;
+pub mod demo;
 pub mod host;
 pub mod http_backend;
 pub mod mock_backend;

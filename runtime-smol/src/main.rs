@@ -1,1 +1,28 @@
-fn main() {}
+//! The `tether` binary.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tether_smol::cli::{Cli, Command};
+use tether_smol::{app, check};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    app::init_logging(&cli.log_level);
+    let result = match cli.command {
+        None | Some(Command::Serve) => app::serve(&cli),
+        Some(Command::Check) => check::run(&cli),
+        Some(Command::Replay { ref trace, json }) => app::replay(trace, json),
+        Some(Command::Demo) => tether_smol::demo::run(),
+        Some(Command::MockBackend(ref opts)) => {
+            tether_smol::mock_backend::run(opts.clone()).map(|_| ExitCode::SUCCESS).map_err(|e| e.to_string())
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("tether: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,1 +1,1779 @@
-//! A built-in mock MCP server (placeholder; being written).
+//! A scriptable mock MCP server, used by the end-to-end tests (as `mock-mcp`) and by
+//! `tether demo` (which re-executes `tether` as mocks).
+//!
+//! The mock speaks MCP 2025-11-25 (JSON-RPC 2.0) over stdio, as newline-delimited
+//! JSON, or over Streamable HTTP at `/mcp`. Flags ([`MockOptions`]) make it crash,
+//! hang, fail, answer slowly, refuse every HTTP request with a fixed status, and
+//! record what it received, so tests can walk `tether` through its failure paths.
+//!
+//! Built-in tools: `echo`, `add`, `slow`, `fail`, `crash`, `hang`, `progress`,
+//! `sample`, `pid`, `add_tool` and `log`, plus `t0`..`tN-1` with `--extra-tools N`
+//! and `added` once `add_tool` has run. There is one resource (`mock://info`), one
+//! resource template (`mock://item/{id}`) and one prompt (`greet`); completions,
+//! resource subscriptions and `logging/setLevel` work too.
+//!
+//! The file has three parts:
+//!
+//! - the options and the entry point, [`run`];
+//! - the protocol (`Mock`, `Session`, `Call`): a message is parsed into an
+//!   `Incoming`, and every request is served on its own thread, which writes what it
+//!   produces (notifications, server requests, then the response) to an `Outlet`;
+//! - the transports, which only move bytes: over stdio every outlet is stdout; over
+//!   HTTP each POST is an outlet that answers with a JSON body, or with an SSE stream
+//!   when something has to be sent before the response.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, BufRead, Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+use std::{fs, process, thread};
+
+use serde_json::{json, Map, Value};
+
+/// The MCP protocol version the mock speaks (and answers with when the client asks
+/// for a version it does not know).
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// The exit code of a deliberate crash (`crash` tool, `--crash-after`).
+pub const CRASH_EXIT_CODE: i32 = 3;
+
+/// How the mock behaves. Every field is a command-line flag.
+///
+/// Derives [`clap::Args`], so both the `mock-mcp` test binary and `tether` itself
+/// can flatten it into their command lines.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MockOptions {
+    /// Serve Streamable HTTP at /mcp on ADDR (e.g. 127.0.0.1:0; port 0 picks a free
+    /// port, reported as `listening on ADDR` on stderr) instead of stdio.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+
+    /// The name reported in serverInfo.
+    #[arg(long, value_name = "NAME", default_value = "mock")]
+    pub name: String,
+
+    /// Offer only these built-in tools (comma-separated; default: all of them).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub tools: Option<Vec<String>>,
+
+    /// Also offer N trivial tools t0..tN-1 (for scale tests).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub extra_tools: usize,
+
+    /// Exit with code 3 once N tool calls have been answered.
+    #[arg(long, value_name = "N")]
+    pub crash_after: Option<u64>,
+
+    /// Exit with CODE at once, before reading anything (after printing --stderr).
+    #[arg(long, value_name = "CODE", allow_negative_numbers = true)]
+    pub exit_on_start: Option<i32>,
+
+    /// Print TEXT as a line on stderr at start.
+    #[arg(long, value_name = "TEXT")]
+    pub stderr: Option<String>,
+
+    /// Answer ping with -32601 (method not found).
+    #[arg(long)]
+    pub no_ping: bool,
+
+    /// Delay the answer to initialize by MS milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub init_delay_ms: u64,
+
+    /// HTTP mode: answer every POST with this status (e.g. 401, 403, 500).
+    #[arg(long, value_name = "CODE", value_parser = clap::value_parser!(u16).range(100..=599))]
+    pub http_status: Option<u16>,
+
+    /// Append the method of every message received to PATH, one per line (the file
+    /// may be shared by successive processes).
+    #[arg(long, value_name = "PATH")]
+    pub state_file: Option<PathBuf>,
+}
+
+impl Default for MockOptions {
+    /// The options of a plain `mock-mcp` with no flags.
+    fn default() -> Self {
+        MockOptions {
+            http: None,
+            name: "mock".to_string(),
+            tools: None,
+            extra_tools: 0,
+            crash_after: None,
+            exit_on_start: None,
+            stderr: None,
+            no_ping: false,
+            init_delay_ms: 0,
+            http_status: None,
+            state_file: None,
+        }
+    }
+}
+
+/// The command line of a standalone mock.
+#[derive(clap::Parser)]
+#[command(name = "mock-mcp", version, about = "A scriptable mock MCP server for tether's tests")]
+struct StandaloneCommand {
+    #[command(flatten)]
+    options: MockOptions,
+}
+
+impl MockOptions {
+    /// Parses the process's arguments as the command line of a standalone mock
+    /// (`mock-mcp [FLAGS]`), exiting with a usage message when they are wrong.
+    pub fn from_command_line() -> Self {
+        <StandaloneCommand as clap::Parser>::parse().options
+    }
+}
+
+/// Runs the mock until its client goes away: over stdio until stdin reaches EOF
+/// (requests in flight then get up to a second to be answered, and `run` returns
+/// `Ok`), over HTTP (`--http`) until the process is killed.
+///
+/// `--stderr`, `--exit-on-start`, the `crash` tool and `--crash-after` end the
+/// process from inside. Errors are an unknown name in `--tools`, an address that
+/// cannot be bound, or a failure to read stdin.
+pub fn run(options: MockOptions) -> io::Result<()> {
+    if let Some(text) = &options.stderr {
+        eprintln!("{text}");
+    }
+    if let Some(code) = options.exit_on_start {
+        process::exit(code);
+    }
+    let mock = Arc::new(Mock::new(options)?);
+    match mock.options.http.clone() {
+        Some(addr) => serve_http(mock, &addr),
+        None => serve_stdio(mock, io::stdin().lock(), io::stdout()),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Protocol
+// ---------------------------------------------------------------------------
+
+/// Protocol versions the mock accepts in `initialize`, newest first.
+const SUPPORTED_VERSIONS: [&str; 4] = [PROTOCOL_VERSION, "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The one listed resource.
+const INFO_URI: &str = "mock://info";
+
+/// The URI prefix of the resource template `mock://item/{id}`.
+const ITEM_PREFIX: &str = "mock://item/";
+
+/// The tool `add_tool` adds.
+const ADDED_TOOL: &str = "added";
+
+/// MCP log levels, least severe first.
+const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq)]
+struct RpcError {
+    code: i64,
+    message: String,
+}
+
+impl RpcError {
+    fn parse_error(message: impl Into<String>) -> Self {
+        RpcError { code: -32700, message: message.into() }
+    }
+
+    fn invalid_request(message: impl Into<String>) -> Self {
+        RpcError { code: -32600, message: message.into() }
+    }
+
+    fn method_not_found(method: &str) -> Self {
+        RpcError { code: -32601, message: format!("method not found: {method}") }
+    }
+
+    fn invalid_params(message: impl Into<String>) -> Self {
+        RpcError { code: -32602, message: message.into() }
+    }
+
+    fn internal(message: impl Into<String>) -> Self {
+        RpcError { code: -32603, message: message.into() }
+    }
+
+    /// MCP's "resource not found".
+    fn resource_not_found(uri: &str) -> Self {
+        RpcError { code: -32002, message: format!("resource not found: {uri}") }
+    }
+}
+
+/// One message from the client, sorted by what it expects back.
+#[derive(Debug, PartialEq)]
+enum Incoming {
+    /// Expects exactly one response.
+    Request { id: Value, method: String, params: Value },
+    /// Expects nothing.
+    Notification { method: String, params: Value },
+    /// The client's answer to a request the mock sent (`sampling/createMessage`):
+    /// its `result`, or its `error` object.
+    Response { id: Value, outcome: Result<Value, Value> },
+}
+
+/// Parses one JSON-RPC message. A frame that is not one yields the error response
+/// to send back: -32700 for bad JSON, -32600 for JSON that is not a message.
+fn parse_message(frame: &[u8]) -> Result<Incoming, Value> {
+    let value: Value = serde_json::from_slice(frame)
+        .map_err(|e| error_response(&Value::Null, &RpcError::parse_error(format!("parse error: {e}"))))?;
+    let Value::Object(mut object) = value else {
+        return Err(error_response(&Value::Null, &RpcError::invalid_request("a message must be a JSON object")));
+    };
+    let id = object.remove("id");
+    let reply_id = id.clone().filter(is_valid_id).unwrap_or(Value::Null);
+    let invalid = |message: &str| error_response(&reply_id, &RpcError::invalid_request(message));
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid("`jsonrpc` must be \"2.0\""));
+    }
+    let params = object.remove("params").unwrap_or(Value::Null);
+    match (object.remove("method"), id) {
+        (Some(Value::String(method)), None) => Ok(Incoming::Notification { method, params }),
+        (Some(Value::String(method)), Some(id)) if is_valid_id(&id) => Ok(Incoming::Request { id, method, params }),
+        (Some(Value::String(_)), Some(_)) => Err(invalid("`id` must be a string or a number")),
+        (Some(_), _) => Err(invalid("`method` must be a string")),
+        (None, Some(id)) => {
+            if let Some(result) = object.remove("result") {
+                Ok(Incoming::Response { id, outcome: Ok(result) })
+            } else if let Some(error) = object.remove("error") {
+                Ok(Incoming::Response { id, outcome: Err(error) })
+            } else {
+                Err(invalid("a message needs a `method`, a `result` or an `error`"))
+            }
+        }
+        (None, None) => Err(invalid("a message needs a `method`, a `result` or an `error`")),
+    }
+}
+
+/// Whether `id` may identify a request (MCP forbids null ids).
+fn is_valid_id(id: &Value) -> bool {
+    id.is_string() || id.is_number()
+}
+
+/// A map key for a request id (`1` and `"1"` stay distinct).
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+fn success_response(id: &Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+fn error_response(id: &Value, error: &RpcError) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": error.code, "message": error.message}})
+}
+
+fn notification(method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "method": method, "params": params})
+}
+
+/// Where the messages produced while serving one request go.
+///
+/// Over stdio every outlet writes lines to stdout; over HTTP each POST has its own,
+/// which turns into a JSON body or an SSE stream.
+trait Outlet: Send + Sync {
+    /// Sends a notification or a server-to-client request tied to the request.
+    fn send(&self, message: &Value);
+
+    /// Sends the request's response; nothing follows it.
+    fn finish(&self, response: &Value);
+
+    /// Announces that messages will precede the response (HTTP opens its SSE stream
+    /// now rather than at the first message).
+    fn open_stream(&self) {}
+}
+
+/// Why serving a request stopped short of a result.
+#[derive(Debug)]
+enum Stop {
+    /// The client cancelled the request: it gets no response.
+    Cancelled,
+    /// Answered with a JSON-RPC error.
+    Error(RpcError),
+    /// A tool failed: answered with a result carrying `isError: true` and this text.
+    ToolError(String),
+}
+
+impl From<RpcError> for Stop {
+    fn from(error: RpcError) -> Self {
+        Stop::Error(error)
+    }
+}
+
+/// Locks a mutex, ignoring poisoning: a panicking request thread must not take the
+/// rest of the mock down with it.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A client request being served. Its thread waits here for time to pass, for a
+/// cancellation, or for the client's answer to a request the mock sent it.
+#[derive(Default)]
+struct Call {
+    state: Mutex<CallState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct CallState {
+    cancelled: bool,
+    reply: Option<Result<Value, Value>>,
+}
+
+impl Call {
+    /// Marks the call cancelled and wakes its thread.
+    fn cancel(&self) {
+        lock(&self.state).cancelled = true;
+        self.wake.notify_all();
+    }
+
+    /// Hands the client's answer to a server request to the waiting thread.
+    fn deliver(&self, reply: Result<Value, Value>) {
+        lock(&self.state).reply = Some(reply);
+        self.wake.notify_all();
+    }
+
+    /// Waits for `duration`, or stops early when the call is cancelled.
+    fn pause(&self, duration: Duration) -> Result<(), Stop> {
+        // A deadline too far out to represent is a wait that only a cancel ends.
+        let deadline = Instant::now().checked_add(duration);
+        let mut state = lock(&self.state);
+        loop {
+            if state.cancelled {
+                return Err(Stop::Cancelled);
+            }
+            state = match deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(());
+                    }
+                    self.wake.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0
+                }
+                None => self.wake.wait(state).unwrap_or_else(PoisonError::into_inner),
+            };
+        }
+    }
+
+    /// Waits for the client's answer to a server request, or for a cancel.
+    fn await_reply(&self) -> Result<Result<Value, Value>, Stop> {
+        let mut state = lock(&self.state);
+        loop {
+            if state.cancelled {
+                return Err(Stop::Cancelled);
+            }
+            if let Some(reply) = state.reply.take() {
+                return Ok(reply);
+            }
+            state = self.wake.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Waits until the call is cancelled, which may be never.
+    fn await_cancel(&self) -> Stop {
+        match self.pause(Duration::MAX) {
+            Ok(()) | Err(Stop::Cancelled) => Stop::Cancelled,
+            Err(other) => other,
+        }
+    }
+}
+
+/// One client's state: stdio has one session per process, HTTP one per
+/// `Mcp-Session-Id`.
+struct Session {
+    initialized: AtomicBool,
+    /// Index in [`LOG_LEVELS`] of the least severe level sent.
+    log_threshold: AtomicUsize,
+    subscriptions: Mutex<HashSet<String>>,
+    /// Client requests being served, by id.
+    calls: Mutex<HashMap<String, Arc<Call>>>,
+    /// Signalled whenever a request leaves `calls`.
+    call_ended: Condvar,
+    /// Server requests awaiting the client's answer, by id, with the call that sent them.
+    awaiting: Mutex<HashMap<String, Arc<Call>>>,
+}
+
+impl Session {
+    fn new() -> Self {
+        Session {
+            initialized: AtomicBool::new(false),
+            log_threshold: AtomicUsize::new(0),
+            subscriptions: Mutex::new(HashSet::new()),
+            calls: Mutex::new(HashMap::new()),
+            call_ended: Condvar::new(),
+            awaiting: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Registers a request as being served, so that a cancel can reach it.
+    fn begin(&self, id: &Value) -> Arc<Call> {
+        let call = Arc::new(Call::default());
+        lock(&self.calls).insert(id_key(id), Arc::clone(&call));
+        call
+    }
+
+    /// Forgets a request whose serving is over.
+    fn end(&self, id: &Value) {
+        lock(&self.calls).remove(&id_key(id));
+        self.call_ended.notify_all();
+    }
+
+    /// Applies `notifications/cancelled`.
+    fn cancel(&self, id: &Value) {
+        if let Some(call) = lock(&self.calls).get(&id_key(id)) {
+            call.cancel();
+        }
+    }
+
+    /// Cancels everything in flight (the session is over).
+    fn close(&self) {
+        for call in lock(&self.calls).values() {
+            call.cancel();
+        }
+    }
+
+    /// Gives the requests in flight up to `grace` to be answered, then closes the
+    /// session.
+    fn drain(&self, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        let mut calls = lock(&self.calls);
+        while !calls.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            calls = self.call_ended.wait_timeout(calls, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        drop(calls);
+        self.close();
+    }
+
+    /// Routes the client's answer to the call that sent the server request.
+    fn settle(&self, id: &Value, outcome: Result<Value, Value>) {
+        if let Some(call) = lock(&self.awaiting).remove(&id_key(id)) {
+            call.deliver(outcome);
+        }
+    }
+
+    fn is_subscribed(&self, uri: &str) -> bool {
+        lock(&self.subscriptions).contains(uri)
+    }
+
+    fn logs_at(&self, level: &str) -> bool {
+        let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(0);
+        rank >= self.log_threshold.load(Ordering::Relaxed)
+    }
+}
+
+/// The built-in tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Builtin {
+    Echo,
+    Add,
+    Slow,
+    Fail,
+    Crash,
+    Hang,
+    Progress,
+    Sample,
+    Pid,
+    AddTool,
+    Log,
+}
+
+impl Builtin {
+    const ALL: [Builtin; 11] = [
+        Builtin::Echo,
+        Builtin::Add,
+        Builtin::Slow,
+        Builtin::Fail,
+        Builtin::Crash,
+        Builtin::Hang,
+        Builtin::Progress,
+        Builtin::Sample,
+        Builtin::Pid,
+        Builtin::AddTool,
+        Builtin::Log,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Builtin::Echo => "echo",
+            Builtin::Add => "add",
+            Builtin::Slow => "slow",
+            Builtin::Fail => "fail",
+            Builtin::Crash => "crash",
+            Builtin::Hang => "hang",
+            Builtin::Progress => "progress",
+            Builtin::Sample => "sample",
+            Builtin::Pid => "pid",
+            Builtin::AddTool => "add_tool",
+            Builtin::Log => "log",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Builtin> {
+        Builtin::ALL.into_iter().find(|tool| tool.name() == name)
+    }
+
+    /// The tool's entry in `tools/list`.
+    fn definition(self) -> Value {
+        let no_arguments = json!({"type": "object", "properties": {}});
+        let (description, schema) = match self {
+            Builtin::Echo => (
+                "Returns the text it is given.",
+                json!({"type": "object", "properties": {
+                    "text": {"type": "string", "description": "The text to return."}
+                }, "required": ["text"]}),
+            ),
+            Builtin::Add => (
+                "Adds two numbers.",
+                json!({"type": "object", "properties": {
+                    "a": {"type": "number", "description": "The first addend."},
+                    "b": {"type": "number", "description": "The second addend."}
+                }, "required": ["a", "b"]}),
+            ),
+            Builtin::Slow => (
+                "Answers after a delay, without holding up other requests; cancellable.",
+                json!({"type": "object", "properties": {
+                    "ms": {"type": "integer", "minimum": 0, "description": "The delay in milliseconds."}
+                }, "required": ["ms"]}),
+            ),
+            Builtin::Fail => ("Always fails with a tool error (isError: true).", no_arguments),
+            Builtin::Crash => ("Makes the server exit with code 3 before answering.", no_arguments),
+            Builtin::Hang => ("Never answers (until cancelled, and not even then).", no_arguments),
+            Builtin::Progress => (
+                "Reports progress every `ms` milliseconds for `steps` steps, then answers; cancellable.",
+                json!({"type": "object", "properties": {
+                    "steps": {"type": "integer", "minimum": 0, "default": 3, "description": "How many progress notifications to send."},
+                    "ms": {"type": "integer", "minimum": 0, "default": 100, "description": "Milliseconds between notifications."}
+                }}),
+            ),
+            Builtin::Sample => (
+                "Asks the client to sample an LLM with the prompt and returns the answer's text.",
+                json!({"type": "object", "properties": {
+                    "prompt": {"type": "string", "description": "The user message to send."}
+                }, "required": ["prompt"]}),
+            ),
+            Builtin::Pid => ("Returns the server's process id.", no_arguments),
+            Builtin::AddTool => ("Adds a tool named `added` and sends notifications/tools/list_changed.", no_arguments),
+            Builtin::Log => (
+                "Sends the message as a notifications/message log entry, then answers.",
+                json!({"type": "object", "properties": {
+                    "message": {"type": "string", "description": "The message to log."}
+                }, "required": ["message"]}),
+            ),
+        };
+        let mut tool = json!({"name": self.name(), "description": description, "inputSchema": schema});
+        if matches!(self, Builtin::Echo | Builtin::Add) {
+            tool["annotations"] = json!({"readOnlyHint": true});
+        }
+        tool
+    }
+}
+
+/// A tool the mock offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    Builtin(Builtin),
+    /// `t<N>` from `--extra-tools`.
+    Extra(usize),
+    /// The tool `add_tool` adds.
+    Added,
+}
+
+/// What a tool sees of the `tools/call` that runs it.
+struct ToolCall<'a> {
+    session: &'a Session,
+    call: &'a Arc<Call>,
+    outlet: &'a dyn Outlet,
+    arguments: &'a Map<String, Value>,
+    progress_token: Option<&'a Value>,
+}
+
+impl ToolCall<'_> {
+    fn str_arg(&self, name: &str) -> Result<&str, Stop> {
+        self.arguments
+            .get(name)
+            .and_then(Value::as_str)
+            .ok_or_else(|| Stop::ToolError(format!("argument `{name}` must be a string")))
+    }
+
+    fn number_arg(&self, name: &str) -> Result<&serde_json::Number, Stop> {
+        match self.arguments.get(name) {
+            Some(Value::Number(number)) => Ok(number),
+            _ => Err(Stop::ToolError(format!("argument `{name}` must be a number"))),
+        }
+    }
+
+    /// A non-negative integer argument, or `default` when it is absent.
+    fn count_arg(&self, name: &str, default: Option<u64>) -> Result<u64, Stop> {
+        match (self.arguments.get(name), default) {
+            (None, Some(default)) => Ok(default),
+            (value, _) => value
+                .and_then(Value::as_u64)
+                .ok_or_else(|| Stop::ToolError(format!("argument `{name}` must be a non-negative integer"))),
+        }
+    }
+}
+
+/// A tool result with one text item.
+fn text_result(text: impl Into<String>) -> Value {
+    json!({"content": [{"type": "text", "text": text.into()}]})
+}
+
+/// The mock server: its options and the state all sessions share.
+struct Mock {
+    options: MockOptions,
+    /// The built-in tools offered, in `tools/list` order.
+    offered: Vec<Builtin>,
+    tool_added: AtomicBool,
+    tool_calls_answered: AtomicU64,
+    next_server_request: AtomicU64,
+}
+
+impl Mock {
+    /// Checks the options; `--tools` must name built-in tools only.
+    fn new(options: MockOptions) -> io::Result<Self> {
+        let offered = match &options.tools {
+            None => Builtin::ALL.to_vec(),
+            Some(names) => names
+                .iter()
+                .map(|name| name.trim())
+                .filter(|name| !name.is_empty())
+                .map(|name| {
+                    Builtin::from_name(name).ok_or_else(|| {
+                        let known: Vec<_> = Builtin::ALL.iter().map(|tool| tool.name()).collect();
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            format!("--tools: unknown tool `{name}` (built-in tools: {})", known.join(", ")),
+                        )
+                    })
+                })
+                .collect::<io::Result<_>>()?,
+        };
+        Ok(Mock {
+            options,
+            offered,
+            tool_added: AtomicBool::new(false),
+            tool_calls_answered: AtomicU64::new(0),
+            next_server_request: AtomicU64::new(1),
+        })
+    }
+
+    /// Takes one message from the client. Requests are served on a thread of their
+    /// own, answering through `outlet`; notifications and responses are applied at
+    /// once and `outlet` is dropped unused.
+    fn receive(self: &Arc<Self>, session: &Arc<Session>, message: Incoming, outlet: Arc<dyn Outlet>) {
+        match message {
+            Incoming::Request { id, method, params } => {
+                self.record(&method);
+                // Registered before the thread starts, so a cancel that follows the
+                // request finds it.
+                let call = session.begin(&id);
+                let (mock, session_for_thread) = (Arc::clone(self), Arc::clone(session));
+                let (id_for_thread, outlet_for_thread) = (id.clone(), Arc::clone(&outlet));
+                let spawned = thread::Builder::new().name("mock-request".to_string()).spawn(move || {
+                    mock.serve(&session_for_thread, &id_for_thread, &method, &params, &call, &*outlet_for_thread)
+                });
+                if let Err(e) = spawned {
+                    session.end(&id);
+                    outlet.finish(&error_response(&id, &RpcError::internal(format!("cannot start a thread: {e}"))));
+                }
+            }
+            Incoming::Notification { method, params } => {
+                self.record(&method);
+                if method == "notifications/cancelled" {
+                    if let Some(id) = params.get("requestId") {
+                        session.cancel(id);
+                    }
+                }
+            }
+            Incoming::Response { id, outcome } => session.settle(&id, outcome),
+        }
+    }
+
+    /// Serves one request on the current thread, to its end.
+    fn serve(
+        &self,
+        session: &Session,
+        id: &Value,
+        method: &str,
+        params: &Value,
+        call: &Arc<Call>,
+        outlet: &dyn Outlet,
+    ) {
+        let is_tool_call = method == "tools/call";
+        if is_tool_call {
+            self.crash_if_calls_used_up();
+        }
+        let response = match self.dispatch(session, method, params, call, outlet) {
+            Ok(result) => Some(success_response(id, result)),
+            Err(Stop::Error(error)) => Some(error_response(id, &error)),
+            Err(Stop::ToolError(text)) => {
+                let mut result = text_result(text);
+                result["isError"] = json!(true);
+                Some(success_response(id, result))
+            }
+            Err(Stop::Cancelled) => None,
+        };
+        if let Some(response) = &response {
+            outlet.finish(response);
+        }
+        // Only now, so that draining a session waits for the response to be written.
+        session.end(id);
+        if is_tool_call && response.is_some() {
+            self.tool_calls_answered.fetch_add(1, Ordering::SeqCst);
+            self.crash_if_calls_used_up();
+        }
+    }
+
+    /// Exits once `--crash-after` tool calls have been answered.
+    fn crash_if_calls_used_up(&self) {
+        if let Some(limit) = self.options.crash_after {
+            if self.tool_calls_answered.load(Ordering::SeqCst) >= limit {
+                eprintln!("{}: crashing after {limit} tool calls (--crash-after)", self.options.name);
+                process::exit(CRASH_EXIT_CODE);
+            }
+        }
+    }
+
+    /// Appends `method` to the state file, if there is one.
+    fn record(&self, method: &str) {
+        let Some(path) = &self.options.state_file else { return };
+        let line = format!("{}\n", method.escape_debug());
+        let appended = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            eprintln!("{}: cannot append to {}: {e}", self.options.name, path.display());
+        }
+    }
+
+    fn dispatch(
+        &self,
+        session: &Session,
+        method: &str,
+        params: &Value,
+        call: &Arc<Call>,
+        outlet: &dyn Outlet,
+    ) -> Result<Value, Stop> {
+        match method {
+            "initialize" => self.initialize(session, params, call),
+            "ping" if !self.options.no_ping => Ok(json!({})),
+            "tools/list" => Ok(json!({"tools": self.tool_definitions()})),
+            "tools/call" => self.call_tool(session, params, call, outlet),
+            "resources/list" => Ok(json!({"resources": [{
+                "uri": INFO_URI,
+                "name": "info",
+                "description": "What this mock is.",
+                "mimeType": "text/plain",
+            }]})),
+            "resources/templates/list" => Ok(json!({"resourceTemplates": [{
+                "uriTemplate": format!("{ITEM_PREFIX}{{id}}"),
+                "name": "item",
+                "description": "An item by id; reads as `item <id>`.",
+                "mimeType": "text/plain",
+            }]})),
+            "resources/read" => {
+                let uri = str_param(params, "uri")?;
+                let text = self.resource_text(uri).ok_or_else(|| RpcError::resource_not_found(uri))?;
+                Ok(json!({"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]}))
+            }
+            "resources/subscribe" => {
+                let uri = str_param(params, "uri")?;
+                self.resource_text(uri).ok_or_else(|| RpcError::resource_not_found(uri))?;
+                lock(&session.subscriptions).insert(uri.to_string());
+                Ok(json!({}))
+            }
+            "resources/unsubscribe" => {
+                lock(&session.subscriptions).remove(str_param(params, "uri")?);
+                Ok(json!({}))
+            }
+            "prompts/list" => Ok(json!({"prompts": [{
+                "name": "greet",
+                "description": "Greets someone by name.",
+                "arguments": [{"name": "name", "description": "Who to greet.", "required": true}],
+            }]})),
+            "prompts/get" => get_prompt(params),
+            "completion/complete" => complete(params),
+            "logging/setLevel" => {
+                let level = str_param(params, "level")?;
+                let rank = LOG_LEVELS
+                    .iter()
+                    .position(|known| *known == level)
+                    .ok_or_else(|| RpcError::invalid_params(format!("unknown log level `{level}`")))?;
+                session.log_threshold.store(rank, Ordering::Relaxed);
+                Ok(json!({}))
+            }
+            _ => Err(RpcError::method_not_found(method).into()),
+        }
+    }
+
+    /// Answers `initialize`, once per session, after `--init-delay-ms`.
+    fn initialize(&self, session: &Session, params: &Value, call: &Call) -> Result<Value, Stop> {
+        if session.initialized.swap(true, Ordering::SeqCst) {
+            return Err(RpcError::invalid_request("already initialized").into());
+        }
+        call.pause(Duration::from_millis(self.options.init_delay_ms))?;
+        let requested = params.get("protocolVersion").and_then(Value::as_str);
+        let version = requested.filter(|v| SUPPORTED_VERSIONS.contains(v)).unwrap_or(PROTOCOL_VERSION);
+        Ok(json!({
+            "protocolVersion": version,
+            "capabilities": {
+                "tools": {"listChanged": true},
+                "resources": {"subscribe": true, "listChanged": false},
+                "prompts": {"listChanged": false},
+                "completions": {},
+                "logging": {},
+            },
+            "serverInfo": {"name": self.options.name, "version": env!("CARGO_PKG_VERSION")},
+            "instructions": "A mock MCP server for testing tether.",
+        }))
+    }
+
+    /// The tools offered now, in `tools/list` order.
+    fn tools(&self) -> Vec<Tool> {
+        let builtins = self.offered.iter().map(|&tool| Tool::Builtin(tool));
+        let extras = (0..self.options.extra_tools).map(Tool::Extra);
+        let added = self.tool_added.load(Ordering::SeqCst).then_some(Tool::Added);
+        builtins.chain(extras).chain(added).collect()
+    }
+
+    fn tool_definitions(&self) -> Vec<Value> {
+        let no_arguments = json!({"type": "object", "properties": {}});
+        let define = |name: String, description: String| json!({"name": name, "description": description, "inputSchema": no_arguments});
+        self.tools()
+            .into_iter()
+            .map(|tool| match tool {
+                Tool::Builtin(builtin) => builtin.definition(),
+                Tool::Extra(n) => define(format!("t{n}"), format!("Trivial tool number {n}; returns its name.")),
+                Tool::Added => define(ADDED_TOOL.to_string(), "The tool add_tool added.".to_string()),
+            })
+            .collect()
+    }
+
+    fn find_tool(&self, name: &str) -> Option<Tool> {
+        if let Some(builtin) = Builtin::from_name(name).filter(|tool| self.offered.contains(tool)) {
+            return Some(Tool::Builtin(builtin));
+        }
+        if name == ADDED_TOOL {
+            return self.tool_added.load(Ordering::SeqCst).then_some(Tool::Added);
+        }
+        let n: usize = name.strip_prefix('t')?.parse().ok()?;
+        (n < self.options.extra_tools && name == format!("t{n}")).then_some(Tool::Extra(n))
+    }
+
+    fn call_tool(
+        &self,
+        session: &Session,
+        params: &Value,
+        call: &Arc<Call>,
+        outlet: &dyn Outlet,
+    ) -> Result<Value, Stop> {
+        let name = str_param(params, "name")?;
+        let tool = self.find_tool(name).ok_or_else(|| RpcError::invalid_params(format!("unknown tool `{name}`")))?;
+        let no_arguments = Map::new();
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => &no_arguments,
+            Some(Value::Object(arguments)) => arguments,
+            Some(_) => return Err(RpcError::invalid_params("`arguments` must be an object").into()),
+        };
+        let progress_token = params.pointer("/_meta/progressToken").filter(|token| !token.is_null());
+        let tool_call = ToolCall { session, call, outlet, arguments, progress_token };
+        match tool {
+            Tool::Builtin(builtin) => self.run_builtin(builtin, &tool_call),
+            Tool::Extra(n) => Ok(text_result(format!("t{n}"))),
+            Tool::Added => Ok(text_result("hello from the added tool")),
+        }
+    }
+
+    fn run_builtin(&self, tool: Builtin, t: &ToolCall) -> Result<Value, Stop> {
+        match tool {
+            Builtin::Echo => {
+                let text = t.str_arg("text")?;
+                if t.session.is_subscribed(INFO_URI) {
+                    t.outlet.send(&notification("notifications/resources/updated", json!({"uri": INFO_URI})));
+                }
+                Ok(text_result(text))
+            }
+            Builtin::Add => {
+                let (a, b) = (t.number_arg("a")?, t.number_arg("b")?);
+                let sum = match (a.as_i64(), b.as_i64()) {
+                    (Some(a), Some(b)) => a.checked_add(b).map(|sum| sum.to_string()),
+                    _ => None,
+                };
+                let sum = sum
+                    .unwrap_or_else(|| (a.as_f64().unwrap_or(f64::NAN) + b.as_f64().unwrap_or(f64::NAN)).to_string());
+                Ok(text_result(sum))
+            }
+            Builtin::Slow => {
+                let ms = t.count_arg("ms", None)?;
+                t.call.pause(Duration::from_millis(ms))?;
+                Ok(text_result(format!("slept {ms} ms")))
+            }
+            Builtin::Fail => Err(Stop::ToolError("the fail tool always fails".to_string())),
+            Builtin::Crash => {
+                eprintln!("{}: crashing (crash tool)", self.options.name);
+                process::exit(CRASH_EXIT_CODE)
+            }
+            Builtin::Hang => Err(t.call.await_cancel()),
+            Builtin::Progress => self.progress(t),
+            Builtin::Sample => self.sample(t),
+            Builtin::Pid => Ok(text_result(process::id().to_string())),
+            Builtin::AddTool => {
+                self.tool_added.store(true, Ordering::SeqCst);
+                t.outlet.send(&notification("notifications/tools/list_changed", json!({})));
+                Ok(text_result(format!("added tool `{ADDED_TOOL}`")))
+            }
+            Builtin::Log => {
+                let message = t.str_arg("message")?;
+                if t.session.logs_at("info") {
+                    let params = json!({"level": "info", "logger": self.options.name, "data": message});
+                    t.outlet.send(&notification("notifications/message", params));
+                }
+                Ok(text_result("logged"))
+            }
+        }
+    }
+
+    /// `progress`: one `notifications/progress` every `ms` for `steps` steps (when
+    /// the call carries a progress token), then the answer.
+    fn progress(&self, t: &ToolCall) -> Result<Value, Stop> {
+        let steps = t.count_arg("steps", Some(3))?;
+        let ms = t.count_arg("ms", Some(100))?;
+        t.outlet.open_stream();
+        for step in 1..=steps {
+            t.call.pause(Duration::from_millis(ms))?;
+            if let Some(token) = t.progress_token {
+                let params = json!({
+                    "progressToken": token,
+                    "progress": step,
+                    "total": steps,
+                    "message": format!("step {step} of {steps}"),
+                });
+                t.outlet.send(&notification("notifications/progress", params));
+            }
+        }
+        Ok(text_result(format!("done {steps} steps")))
+    }
+
+    /// `sample`: sends `sampling/createMessage` to the client and returns the text
+    /// of its answer.
+    fn sample(&self, t: &ToolCall) -> Result<Value, Stop> {
+        let prompt = t.str_arg("prompt")?;
+        t.outlet.open_stream();
+        let id = json!(self.next_server_request.fetch_add(1, Ordering::SeqCst));
+        let key = id_key(&id);
+        lock(&t.session.awaiting).insert(key.clone(), Arc::clone(t.call));
+        let params = json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+            "maxTokens": 256,
+        });
+        t.outlet.send(&json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": params}));
+        let reply = t.call.await_reply();
+        lock(&t.session.awaiting).remove(&key);
+        match reply? {
+            Ok(result) => sampled_text(&result)
+                .map(text_result)
+                .ok_or_else(|| Stop::ToolError(format!("the sampling answer has no text content: {result}"))),
+            Err(error) => {
+                let message = error.get("message").and_then(Value::as_str).unwrap_or("no message");
+                let code = error.get("code").map_or_else(|| "no code".to_string(), Value::to_string);
+                Err(Stop::ToolError(format!("the client refused to sample: {message} ({code})")))
+            }
+        }
+    }
+
+    /// The text of a readable resource.
+    fn resource_text(&self, uri: &str) -> Option<String> {
+        if uri == INFO_URI {
+            return Some(format!("This is the mock MCP server `{}`.", self.options.name));
+        }
+        let id = uri.strip_prefix(ITEM_PREFIX).filter(|id| !id.is_empty())?;
+        Some(format!("item {id}"))
+    }
+}
+
+/// A required string parameter of a request.
+fn str_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcError> {
+    params
+        .get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params(format!("missing string parameter `{name}`")))
+}
+
+/// The first text of a `sampling/createMessage` result, whose `content` is one
+/// content item or (since 2025-11-25) a list of them.
+fn sampled_text(result: &Value) -> Option<String> {
+    let content = result.get("content")?;
+    let items = match content {
+        Value::Array(items) => items.as_slice(),
+        item => std::slice::from_ref(item),
+    };
+    items.iter().find_map(|item| item.get("text").and_then(Value::as_str)).map(String::from)
+}
+
+/// `prompts/get` for the one prompt, `greet`.
+fn get_prompt(params: &Value) -> Result<Value, Stop> {
+    let prompt = str_param(params, "name")?;
+    if prompt != "greet" {
+        return Err(RpcError::invalid_params(format!("unknown prompt `{prompt}`")).into());
+    }
+    let name = params
+        .pointer("/arguments/name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params("prompt `greet` needs the argument `name`"))?;
+    Ok(json!({
+        "description": "Greets someone by name.",
+        "messages": [{"role": "user", "content": {"type": "text", "text": format!("Hello, {name}!")}}],
+    }))
+}
+
+/// `completion/complete`: names for `greet`'s argument, ids for the item template.
+fn complete(params: &Value) -> Result<Value, Stop> {
+    let reference = params.get("ref").ok_or_else(|| RpcError::invalid_params("missing `ref`"))?;
+    let prefix = params
+        .pointer("/argument/value")
+        .and_then(Value::as_str)
+        .ok_or_else(|| RpcError::invalid_params("missing `argument.value`"))?;
+    let candidates: &[&str] = match (reference.get("type").and_then(Value::as_str), params.pointer("/argument/name")) {
+        (Some("ref/prompt"), Some(argument)) if reference["name"] == "greet" && argument == "name" => {
+            &["alice", "bob", "carol"]
+        }
+        (Some("ref/resource"), Some(argument)) if argument == "id" => &["1", "2", "3", "42"],
+        _ => &[],
+    };
+    let values: Vec<&str> = candidates.iter().copied().filter(|value| value.starts_with(prefix)).collect();
+    Ok(json!({"completion": {"values": values, "total": values.len(), "hasMore": false}}))
+}
+
+// ---------------------------------------------------------------------------
+// stdio transport
+// ---------------------------------------------------------------------------
+
+/// Writes every message as one line of `W`.
+struct LineOutlet<W> {
+    output: Mutex<W>,
+}
+
+impl<W: Write> LineOutlet<W> {
+    fn write_line(&self, message: &Value) {
+        let line = format!("{message}\n");
+        let mut output = lock(&self.output);
+        // A failed write means the client is gone; EOF on stdin ends the mock.
+        let _ = output.write_all(line.as_bytes()).and_then(|()| output.flush());
+    }
+}
+
+impl<W: Write + Send> Outlet for LineOutlet<W> {
+    fn send(&self, message: &Value) {
+        self.write_line(message);
+    }
+
+    fn finish(&self, response: &Value) {
+        self.write_line(response);
+    }
+}
+
+/// How long the requests in flight at EOF on stdin get to be answered, so that
+/// `printf '…' | mock-mcp` shows its answers, while a `hang` delays exit only briefly.
+const EOF_GRACE: Duration = Duration::from_secs(1);
+
+/// Serves one session over newline-delimited JSON until `input` reaches EOF, then
+/// gives the requests in flight [`EOF_GRACE`] to be answered and abandons the rest.
+fn serve_stdio<R: BufRead, W: Write + Send + 'static>(mock: Arc<Mock>, mut input: R, output: W) -> io::Result<()> {
+    let outlet: Arc<dyn Outlet> = Arc::new(LineOutlet { output: Mutex::new(output) });
+    let session = Arc::new(Session::new());
+    let mut frame = Vec::new();
+    loop {
+        frame.clear();
+        if input.read_until(b'\n', &mut frame)? == 0 {
+            session.drain(EOF_GRACE);
+            return Ok(());
+        }
+        if frame.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match parse_message(&frame) {
+            Ok(message) => mock.receive(&session, message, Arc::clone(&outlet)),
+            Err(error) => outlet.finish(&error),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP transport
+// ---------------------------------------------------------------------------
+
+/// The largest POST body read.
+const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Binds `addr`, reports the bound address on stderr and serves forever.
+fn serve_http(mock: Arc<Mock>, addr: &str) -> io::Result<()> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| io::Error::new(io::ErrorKind::AddrNotAvailable, format!("cannot listen on {addr}: {e}")))?;
+    match server.server_addr().to_ip() {
+        Some(bound) => eprintln!("listening on {bound}"),
+        None => eprintln!("listening on {addr}"),
+    }
+    HttpFront::new(mock).serve(&server);
+    Ok(())
+}
+
+/// The Streamable HTTP endpoint: sessions by `Mcp-Session-Id`.
+struct HttpFront {
+    mock: Arc<Mock>,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl HttpFront {
+    fn new(mock: Arc<Mock>) -> Self {
+        HttpFront { mock, sessions: Mutex::new(HashMap::new()) }
+    }
+
+    /// Handles requests until the server shuts down.
+    fn serve(&self, server: &tiny_http::Server) {
+        for request in server.incoming_requests() {
+            self.handle(request);
+        }
+    }
+
+    fn handle(&self, request: tiny_http::Request) {
+        let path = request.url().split('?').next().unwrap_or_default();
+        if path != "/mcp" {
+            return respond(request, plain(404, "not found: the MCP endpoint is /mcp"));
+        }
+        match request.method() {
+            tiny_http::Method::Post => self.post(request),
+            tiny_http::Method::Delete => self.delete(request),
+            _ => respond(
+                request,
+                plain(405, "method not allowed: POST or DELETE").with_header(header("Allow", "POST, DELETE")),
+            ),
+        }
+    }
+
+    fn post(&self, mut request: tiny_http::Request) {
+        let mut body = Vec::new();
+        if let Err(e) = request.as_reader().take(MAX_BODY_BYTES + 1).read_to_end(&mut body) {
+            return respond(request, plain(400, &format!("cannot read the body: {e}")));
+        }
+        if let Some(status) = self.mock.options.http_status {
+            if let Some(method) = peek_method(&body) {
+                self.mock.record(&method);
+            }
+            return respond(request, forced_status(status));
+        }
+        if body.len() as u64 > MAX_BODY_BYTES {
+            return respond(request, plain(413, "the body is too large"));
+        }
+        let message = match parse_message(&body) {
+            Ok(message) => message,
+            Err(error) => return respond(request, json_body(400, &error)),
+        };
+        let (session_id, session) = if matches!(&message, Incoming::Request { method, .. } if method == "initialize") {
+            let id = new_session_id();
+            let session = Arc::new(Session::new());
+            lock(&self.sessions).insert(id.clone(), Arc::clone(&session));
+            (id, session)
+        } else {
+            match self.session_of(&request) {
+                Ok(found) => found,
+                Err(refusal) => return respond(request, refusal),
+            }
+        };
+        let exchange: Arc<dyn Outlet> = Arc::new(Exchange::new(request, session_id));
+        self.mock.receive(&session, message, exchange);
+    }
+
+    fn delete(&self, request: tiny_http::Request) {
+        match self.session_of(&request) {
+            Ok((id, session)) => {
+                lock(&self.sessions).remove(&id);
+                session.close();
+                respond(request, tiny_http::Response::empty(200));
+            }
+            Err(refusal) => respond(request, refusal),
+        }
+    }
+
+    /// The session a request names: 400 without `Mcp-Session-Id`, 404 for an
+    /// unknown (or ended) one.
+    fn session_of(&self, request: &tiny_http::Request) -> Result<(String, Arc<Session>), HttpResponse> {
+        let Some(id) = request.headers().iter().find(|h| h.field.equiv("Mcp-Session-Id")).map(|h| h.value.as_str())
+        else {
+            let error = RpcError::invalid_request("missing Mcp-Session-Id header");
+            return Err(json_body(400, &error_response(&Value::Null, &error)));
+        };
+        match lock(&self.sessions).get(id) {
+            Some(session) => Ok((id.to_string(), Arc::clone(session))),
+            None => {
+                let error = RpcError::invalid_request(format!("unknown session {id}"));
+                Err(json_body(404, &error_response(&Value::Null, &error)))
+            }
+        }
+    }
+}
+
+type HttpResponse = tiny_http::Response<io::Cursor<Vec<u8>>>;
+
+/// One POST being answered. It answers with a JSON body when the response is the
+/// first thing sent, and otherwise with an SSE stream (chunked) carrying the
+/// notifications and server requests, then the response. An exchange that ends
+/// without sending anything (a notification, a response, a cancelled request)
+/// answers 202 Accepted.
+struct Exchange {
+    session_id: String,
+    state: Mutex<ExchangeState>,
+}
+
+enum ExchangeState {
+    Waiting(tiny_http::Request),
+    Streaming(Box<dyn Write + Send>),
+    Ended,
+}
+
+impl Exchange {
+    fn new(request: tiny_http::Request, session_id: String) -> Self {
+        Exchange { session_id, state: Mutex::new(ExchangeState::Waiting(request)) }
+    }
+
+    /// Moves the exchange to streaming, writing the SSE response head if needed.
+    fn stream(&self, state: ExchangeState) -> ExchangeState {
+        match state {
+            ExchangeState::Waiting(request) => {
+                let mut writer = request.into_writer();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+                     Mcp-Session-Id: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+                    self.session_id
+                );
+                match writer.write_all(head.as_bytes()).and_then(|()| writer.flush()) {
+                    Ok(()) => ExchangeState::Streaming(writer),
+                    Err(_) => ExchangeState::Ended,
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Writes one SSE event as one chunk.
+fn write_event(writer: &mut dyn Write, message: &Value) -> io::Result<()> {
+    let event = format!("event: message\ndata: {message}\n\n");
+    write!(writer, "{:x}\r\n{event}\r\n", event.len())?;
+    writer.flush()
+}
+
+/// Ends a chunked body.
+fn end_chunks(writer: &mut dyn Write) -> io::Result<()> {
+    writer.write_all(b"0\r\n\r\n")?;
+    writer.flush()
+}
+
+impl Outlet for Exchange {
+    fn send(&self, message: &Value) {
+        let mut state = lock(&self.state);
+        *state = match self.stream(std::mem::replace(&mut *state, ExchangeState::Ended)) {
+            ExchangeState::Streaming(mut writer) => match write_event(&mut writer, message) {
+                Ok(()) => ExchangeState::Streaming(writer),
+                Err(_) => ExchangeState::Ended,
+            },
+            other => other,
+        };
+    }
+
+    fn finish(&self, response: &Value) {
+        let mut state = lock(&self.state);
+        match std::mem::replace(&mut *state, ExchangeState::Ended) {
+            ExchangeState::Waiting(request) => {
+                respond(request, json_body(200, response).with_header(header("Mcp-Session-Id", &self.session_id)));
+            }
+            ExchangeState::Streaming(mut writer) => {
+                let _ = write_event(&mut writer, response).and_then(|()| end_chunks(&mut writer));
+            }
+            ExchangeState::Ended => {}
+        }
+    }
+
+    fn open_stream(&self) {
+        let mut state = lock(&self.state);
+        *state = self.stream(std::mem::replace(&mut *state, ExchangeState::Ended));
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        match std::mem::replace(&mut *lock(&self.state), ExchangeState::Ended) {
+            ExchangeState::Waiting(request) => respond(request, tiny_http::Response::empty(202)),
+            ExchangeState::Streaming(mut writer) => {
+                let _ = end_chunks(&mut writer);
+            }
+            ExchangeState::Ended => {}
+        }
+    }
+}
+
+/// Sends a response; a client that has gone away is not an error.
+fn respond<R: Read>(request: tiny_http::Request, response: tiny_http::Response<R>) {
+    let _ = request.respond(response);
+}
+
+/// A header built from our own ASCII text.
+fn header(name: &str, value: &str) -> tiny_http::Header {
+    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("headers built here are ASCII")
+}
+
+fn plain(status: u16, text: &str) -> HttpResponse {
+    tiny_http::Response::from_string(text).with_status_code(status)
+}
+
+fn json_body(status: u16, body: &Value) -> HttpResponse {
+    tiny_http::Response::from_string(body.to_string())
+        .with_status_code(status)
+        .with_header(header("Content-Type", "application/json"))
+}
+
+/// The answer to every POST under `--http-status`.
+fn forced_status(status: u16) -> HttpResponse {
+    let response = json_body(status, &json!({"error": format!("status {status} forced by --http-status")}));
+    if status == 401 {
+        response.with_header(header("WWW-Authenticate", "Bearer realm=\"mock\""))
+    } else {
+        response
+    }
+}
+
+/// The method of a message, if the body is one.
+fn peek_method(body: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    value.get("method")?.as_str().map(String::from)
+}
+
+/// A fresh session id: 32 hex digits from std's randomly keyed hasher, unguessable
+/// enough for a mock.
+fn new_session_id() -> String {
+    static MINTED: AtomicU64 = AtomicU64::new(0);
+    let serial = MINTED.fetch_add(1, Ordering::Relaxed);
+    let mut id = String::with_capacity(32);
+    for half in 0..2u8 {
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u64(serial);
+        hasher.write_u8(half);
+        hasher.write_u32(process::id());
+        id.push_str(&format!("{:016x}", hasher.finish()));
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufReader, Cursor};
+    use std::net::{SocketAddr, TcpStream};
+    use std::sync::mpsc::{self, Receiver, Sender};
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    /// Collects everything sent through it.
+    struct Collector(Sender<Value>);
+
+    impl Outlet for Collector {
+        fn send(&self, message: &Value) {
+            let _ = self.0.send(message.clone());
+        }
+
+        fn finish(&self, response: &Value) {
+            let _ = self.0.send(response.clone());
+        }
+    }
+
+    /// A mock and one session, with what they send arriving on the receiver.
+    struct Harness {
+        mock: Arc<Mock>,
+        session: Arc<Session>,
+        outlet: Arc<dyn Outlet>,
+        sent: Receiver<Value>,
+    }
+
+    impl Harness {
+        fn new(options: MockOptions) -> Self {
+            let (tx, sent) = mpsc::channel();
+            let mock = Arc::new(Mock::new(options).expect("valid options"));
+            Harness { mock, session: Arc::new(Session::new()), outlet: Arc::new(Collector(tx)), sent }
+        }
+
+        fn feed(&self, frame: Value) {
+            let message = parse_message(frame.to_string().as_bytes()).expect("a valid message");
+            self.mock.receive(&self.session, message, Arc::clone(&self.outlet));
+        }
+
+        fn request(&self, id: u64, method: &str, params: Value) -> Value {
+            self.feed(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+            self.next()
+        }
+
+        fn next(&self) -> Value {
+            self.sent.recv_timeout(WAIT).expect("a message from the mock")
+        }
+
+        fn nothing_more(&self) {
+            assert_eq!(self.sent.recv_timeout(Duration::from_millis(100)).ok(), None);
+        }
+    }
+
+    #[test]
+    fn initialize_reports_the_server_and_its_capabilities() {
+        let options = MockOptions { name: "alpha".into(), ..MockOptions::default() };
+        let harness = Harness::new(options);
+        let response = harness.request(1, "initialize", json!({"protocolVersion": "2025-11-25", "capabilities": {}}));
+        assert_eq!(response["id"], 1);
+        assert_eq!(response["result"]["protocolVersion"], PROTOCOL_VERSION);
+        assert_eq!(response["result"]["serverInfo"]["name"], "alpha");
+        assert_eq!(response["result"]["capabilities"]["tools"]["listChanged"], true);
+        assert_eq!(response["result"]["capabilities"]["resources"]["subscribe"], true);
+
+        let again = harness.request(2, "initialize", json!({}));
+        assert_eq!(again["error"]["code"], -32600, "a second initialize on one session is refused");
+    }
+
+    #[test]
+    fn initialize_answers_an_older_supported_version_and_a_default_for_unknown_ones() {
+        let harness = Harness::new(MockOptions::default());
+        let response = harness.request(1, "initialize", json!({"protocolVersion": "2025-03-26"}));
+        assert_eq!(response["result"]["protocolVersion"], "2025-03-26");
+        let harness = Harness::new(MockOptions::default());
+        let response = harness.request(1, "initialize", json!({"protocolVersion": "1999-01-01"}));
+        assert_eq!(response["result"]["protocolVersion"], PROTOCOL_VERSION);
+    }
+
+    #[test]
+    fn tools_list_offers_the_chosen_builtins_then_the_extras() {
+        let options =
+            MockOptions { tools: Some(vec!["echo".into(), "add".into()]), extra_tools: 2, ..MockOptions::default() };
+        let harness = Harness::new(options);
+        let response = harness.request(1, "tools/list", json!({}));
+        let tools = response["result"]["tools"].as_array().expect("a tool list");
+        let names: Vec<_> = tools.iter().map(|tool| tool["name"].as_str().unwrap_or_default()).collect();
+        assert_eq!(names, ["echo", "add", "t0", "t1"]);
+        assert_eq!(tools[0]["annotations"]["readOnlyHint"], true);
+        assert_eq!(tools[0]["inputSchema"]["required"], json!(["text"]));
+
+        let hidden = harness.request(2, "tools/call", json!({"name": "slow", "arguments": {"ms": 1}}));
+        assert_eq!(hidden["error"]["code"], -32602);
+        let extra = harness.request(3, "tools/call", json!({"name": "t1"}));
+        assert_eq!(extra["result"]["content"][0]["text"], "t1");
+    }
+
+    #[test]
+    fn an_unknown_name_in_tools_is_an_error() {
+        let options = MockOptions { tools: Some(vec!["echo".into(), "nope".into()]), ..MockOptions::default() };
+        let error = Mock::new(options).err().expect("rejected");
+        assert!(error.to_string().contains("`nope`"), "{error}");
+    }
+
+    #[test]
+    fn echo_and_add_answer_with_text() {
+        let harness = Harness::new(MockOptions::default());
+        let echo = harness.request(1, "tools/call", json!({"name": "echo", "arguments": {"text": "hi"}}));
+        assert_eq!(echo["result"], json!({"content": [{"type": "text", "text": "hi"}]}));
+        let add = harness.request(2, "tools/call", json!({"name": "add", "arguments": {"a": 2, "b": 3}}));
+        assert_eq!(add["result"]["content"][0]["text"], "5");
+        let add = harness.request(3, "tools/call", json!({"name": "add", "arguments": {"a": 0.5, "b": 1}}));
+        assert_eq!(add["result"]["content"][0]["text"], "1.5");
+    }
+
+    #[test]
+    fn bad_tool_arguments_and_fail_are_tool_errors() {
+        let harness = Harness::new(MockOptions::default());
+        let echo = harness.request(1, "tools/call", json!({"name": "echo", "arguments": {}}));
+        assert_eq!(echo["result"]["isError"], true);
+        let fail = harness.request(2, "tools/call", json!({"name": "fail"}));
+        assert_eq!(fail["result"]["isError"], true);
+    }
+
+    #[test]
+    fn unknown_methods_get_method_not_found_and_so_does_ping_with_no_ping() {
+        let harness = Harness::new(MockOptions { no_ping: true, ..MockOptions::default() });
+        assert_eq!(harness.request(1, "bogus/method", json!({}))["error"]["code"], -32601);
+        assert_eq!(harness.request(2, "ping", json!({}))["error"]["code"], -32601);
+        let harness = Harness::new(MockOptions::default());
+        assert_eq!(harness.request(1, "ping", json!({}))["result"], json!({}));
+    }
+
+    #[test]
+    fn bad_frames_get_parse_error_or_invalid_request() {
+        let parse = parse_message(b"{not json").expect_err("bad JSON");
+        assert_eq!(parse["error"]["code"], -32700);
+        assert_eq!(parse["id"], Value::Null);
+        let not_object = parse_message(b"[1, 2]").expect_err("not an object");
+        assert_eq!(not_object["error"]["code"], -32600);
+        let no_version = parse_message(br#"{"id": 7, "method": "ping"}"#).expect_err("no jsonrpc");
+        assert_eq!((no_version["id"].clone(), no_version["error"]["code"].clone()), (json!(7), json!(-32600)));
+        let null_id = parse_message(br#"{"jsonrpc": "2.0", "id": null, "method": "ping"}"#).expect_err("null id");
+        assert_eq!(null_id["error"]["code"], -32600);
+    }
+
+    #[test]
+    fn messages_are_sorted_by_kind() {
+        let request = parse_message(br#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#);
+        assert_eq!(request, Ok(Incoming::Request { id: json!("a"), method: "ping".into(), params: Value::Null }));
+        let note = parse_message(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        assert!(matches!(note, Ok(Incoming::Notification { .. })));
+        let answer = parse_message(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"no"}}"#);
+        assert!(matches!(answer, Ok(Incoming::Response { outcome: Err(_), .. })));
+    }
+
+    #[test]
+    fn a_cancelled_slow_call_is_never_answered() {
+        let harness = Harness::new(MockOptions::default());
+        harness.feed(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"ms": 60_000}}}));
+        harness.feed(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
+        assert_eq!(harness.request(2, "ping", json!({}))["id"], 2);
+        harness.nothing_more();
+    }
+
+    #[test]
+    fn progress_is_reported_with_the_callers_token_before_the_answer() {
+        let harness = Harness::new(MockOptions::default());
+        harness.feed(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "progress", "arguments": {"steps": 2, "ms": 1}, "_meta": {"progressToken": "p"}}}));
+        for step in 1..=2 {
+            let note = harness.next();
+            assert_eq!(note["method"], "notifications/progress");
+            assert_eq!(note["params"]["progressToken"], "p");
+            assert_eq!((note["params"]["progress"].clone(), note["params"]["total"].clone()), (json!(step), json!(2)));
+        }
+        assert_eq!(harness.next()["result"]["content"][0]["text"], "done 2 steps");
+    }
+
+    #[test]
+    fn sample_asks_the_client_and_returns_its_text_or_its_refusal() {
+        let harness = Harness::new(MockOptions::default());
+        harness.feed(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "sample", "arguments": {"prompt": "hi?"}}}));
+        let ask = harness.next();
+        assert_eq!(ask["method"], "sampling/createMessage");
+        assert_eq!(ask["params"]["messages"][0]["content"]["text"], "hi?");
+        harness.feed(json!({"jsonrpc": "2.0", "id": ask["id"],
+            "result": {"role": "assistant", "content": {"type": "text", "text": "hello"}, "model": "m"}}));
+        assert_eq!(harness.next()["result"]["content"][0]["text"], "hello");
+
+        harness.feed(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "sample", "arguments": {"prompt": "again"}}}));
+        let ask = harness.next();
+        harness.feed(json!({"jsonrpc": "2.0", "id": ask["id"], "error": {"code": -1, "message": "user declined"}}));
+        let refused = harness.next();
+        assert_eq!(refused["result"]["isError"], true);
+        assert!(refused["result"]["content"][0]["text"].as_str().unwrap_or_default().contains("user declined"));
+    }
+
+    #[test]
+    fn add_tool_announces_the_new_tool() {
+        let harness = Harness::new(MockOptions { tools: Some(vec!["add_tool".into()]), ..MockOptions::default() });
+        harness.feed(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "add_tool"}}));
+        assert_eq!(harness.next()["method"], "notifications/tools/list_changed");
+        assert_eq!(harness.next()["id"], 1);
+        let tools = harness.request(2, "tools/list", json!({}));
+        assert_eq!(tools["result"]["tools"][1]["name"], ADDED_TOOL);
+    }
+
+    #[test]
+    fn echo_updates_a_subscribed_info_resource() {
+        let harness = Harness::new(MockOptions::default());
+        assert_eq!(harness.request(1, "resources/subscribe", json!({"uri": INFO_URI}))["result"], json!({}));
+        harness.feed(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "x"}}}));
+        let update = harness.next();
+        assert_eq!(update["method"], "notifications/resources/updated");
+        assert_eq!(update["params"]["uri"], INFO_URI);
+        assert_eq!(harness.next()["id"], 2);
+    }
+
+    #[test]
+    fn resources_prompts_completions_and_logging() {
+        let harness = Harness::new(MockOptions::default());
+        let item = harness.request(1, "resources/read", json!({"uri": "mock://item/7"}));
+        assert_eq!(item["result"]["contents"][0]["text"], "item 7");
+        let missing = harness.request(2, "resources/read", json!({"uri": "mock://nope"}));
+        assert_eq!(missing["error"]["code"], -32002);
+        let greeting = harness.request(3, "prompts/get", json!({"name": "greet", "arguments": {"name": "Ann"}}));
+        assert_eq!(greeting["result"]["messages"][0]["content"]["text"], "Hello, Ann!");
+        let completion = harness.request(
+            4,
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "greet"}, "argument": {"name": "name", "value": "b"}}),
+        );
+        assert_eq!(completion["result"]["completion"]["values"], json!(["bob"]));
+        assert_eq!(harness.request(5, "logging/setLevel", json!({"level": "error"}))["result"], json!({}));
+        harness.feed(json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+            "params": {"name": "log", "arguments": {"message": "quiet"}}}));
+        assert_eq!(harness.next()["id"], 6, "an info entry is below the error threshold");
+    }
+
+    #[test]
+    fn the_state_file_gets_one_line_per_method_received() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("state");
+        let harness = Harness::new(MockOptions { state_file: Some(path.clone()), ..MockOptions::default() });
+        harness.request(1, "initialize", json!({}));
+        harness.feed(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        harness.request(2, "tools/list", json!({}));
+        let lines = fs::read_to_string(&path).expect("the state file");
+        assert_eq!(lines, "initialize\nnotifications/initialized\ntools/list\n");
+    }
+
+    /// A writer whose bytes the test can read while the mock holds it.
+    #[derive(Clone, Default)]
+    struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for SharedBuffer {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            lock(&self.0).extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_stdio_loop_answers_each_line_and_stops_at_eof() {
+        let input = concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+            "\n\n",
+            "this is not json\n",
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hey"}}}"#,
+            "\n",
+        );
+        let output = SharedBuffer::default();
+        let mock = Arc::new(Mock::new(MockOptions::default()).expect("valid options"));
+        serve_stdio(mock, Cursor::new(input), output.clone()).expect("EOF ends the loop cleanly");
+
+        let deadline = Instant::now() + WAIT;
+        let lines = loop {
+            let text = String::from_utf8(lock(&output.0).clone()).expect("UTF-8 output");
+            let lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).expect("a JSON line")).collect();
+            if lines.len() >= 3 || Instant::now() > deadline {
+                break lines;
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        let by_id = |id: Value| lines.iter().find(|line| line["id"] == id).cloned().unwrap_or_default();
+        assert_eq!(by_id(json!(1))["result"]["serverInfo"]["name"], "mock");
+        assert_eq!(by_id(json!(2))["result"]["content"][0]["text"], "hey");
+        assert_eq!(by_id(Value::Null)["error"]["code"], -32700);
+    }
+
+    /// A mock serving HTTP on an ephemeral port.
+    fn http_mock(options: MockOptions) -> SocketAddr {
+        let server = tiny_http::Server::http("127.0.0.1:0").expect("bind");
+        let addr = server.server_addr().to_ip().expect("an IP address");
+        let mock = Arc::new(Mock::new(options).expect("valid options"));
+        thread::spawn(move || HttpFront::new(mock).serve(&server));
+        addr
+    }
+
+    /// Sends one HTTP/1.1 request and returns the open connection, positioned at
+    /// the start of the response.
+    fn http_send(addr: SocketAddr, method: &str, session: Option<&str>, body: &str) -> BufReader<TcpStream> {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(WAIT)).expect("timeout");
+        let session = session.map(|id| format!("Mcp-Session-Id: {id}\r\n")).unwrap_or_default();
+        write!(
+            stream,
+            "{method} /mcp HTTP/1.1\r\nHost: mock\r\nConnection: close\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("send");
+        BufReader::new(stream)
+    }
+
+    /// Sends a request and reads the whole response: status, headers, body.
+    fn http(addr: SocketAddr, method: &str, session: Option<&str>, body: &str) -> (u16, String, String) {
+        let mut reader = http_send(addr, method, session, body);
+        let mut text = String::new();
+        reader.read_to_string(&mut text).expect("a response");
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+        (status, head.to_string(), body.to_string())
+    }
+
+    fn session_header(head: &str) -> Option<String> {
+        head.lines()
+            .find_map(|line| line.strip_prefix("Mcp-Session-Id: ").or_else(|| line.strip_prefix("mcp-session-id: ")))
+            .map(String::from)
+    }
+
+    #[test]
+    fn http_sessions_are_issued_required_and_ended() {
+        let addr = http_mock(MockOptions::default());
+        let (status, head, body) = http(addr, "POST", None, r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#);
+        assert_eq!(status, 200, "{head}");
+        assert!(body.contains(r#""serverInfo""#), "{body}");
+        let session = session_header(&head).expect("a session id");
+        assert_eq!(session.len(), 32);
+
+        let echo =
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}"#;
+        assert_eq!(http(addr, "POST", None, echo).0, 400);
+        assert_eq!(http(addr, "POST", Some("feedbeef"), echo).0, 404);
+        let (status, _, body) = http(addr, "POST", Some(&session), echo);
+        assert_eq!((status, body.contains(r#""text":"hi""#)), (200, true), "{body}");
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(http(addr, "POST", Some(&session), note).0, 202);
+        assert_eq!(http(addr, "POST", Some(&session), "{oops").0, 400);
+        assert_eq!(http(addr, "GET", Some(&session), "").0, 405);
+        assert_eq!(http(addr, "DELETE", Some(&session), "").0, 200);
+        assert_eq!(http(addr, "POST", Some(&session), echo).0, 404);
+    }
+
+    #[test]
+    fn http_sample_streams_the_request_and_takes_the_answer_on_another_post() {
+        let addr = http_mock(MockOptions::default());
+        let (_, head, _) = http(addr, "POST", None, r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#);
+        let session = session_header(&head).expect("a session id");
+        let call =
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sample","arguments":{"prompt":"p"}}}"#;
+        let mut stream = http_send(addr, "POST", Some(&session), call);
+        let mut events = Vec::new();
+        let mut line = String::new();
+        while events.is_empty() {
+            line.clear();
+            assert!(stream.read_line(&mut line).expect("a line") > 0, "the stream ended early");
+            if line.starts_with("HTTP/1.1") {
+                assert!(line.contains("200"), "{line}");
+            }
+            if let Some(data) = line.strip_prefix("data: ") {
+                events.push(serde_json::from_str::<Value>(data).expect("JSON event"));
+            }
+        }
+        assert_eq!(events[0]["method"], "sampling/createMessage");
+        let answer = json!({"jsonrpc": "2.0", "id": events[0]["id"],
+            "result": {"role": "assistant", "content": {"type": "text", "text": "sampled"}, "model": "m"}});
+        assert_eq!(http(addr, "POST", Some(&session), &answer.to_string()).0, 202);
+        let mut rest = String::new();
+        stream.read_to_string(&mut rest).expect("the rest of the stream");
+        assert!(rest.contains(r#""text":"sampled""#), "{rest}");
+    }
+
+    #[test]
+    fn http_status_refuses_every_post() {
+        let addr = http_mock(MockOptions { http_status: Some(401), ..MockOptions::default() });
+        let (status, head, _) = http(addr, "POST", None, r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#);
+        assert_eq!(status, 401);
+        assert!(head.contains("WWW-Authenticate"), "{head}");
+    }
+}

@@ -1,0 +1,64 @@
+//! Command-line interface (clap).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// tether: a resilient MCP gateway.
+#[derive(Debug, Parser)]
+#[command(name = "tether", version, about, long_about = None)]
+pub struct Cli {
+    /// Configuration file (Claude Desktop `mcpServers`, VS Code `servers`, with an optional `tether` section).
+    #[arg(long, short, global = true, env = "TETHER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Write every input to this file as a trace (replay it with `tether replay`).
+    #[arg(long, global = true)]
+    pub record: Option<PathBuf>,
+    /// Log level for stderr (error, warn, info, debug, trace) or a tracing filter.
+    #[arg(long, global = true, default_value = "info", env = "TETHER_LOG")]
+    pub log_level: String,
+    #[command(flatten)]
+    pub policy: PolicyFlags,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Policy overrides from the command line (they win over the config file).
+#[derive(Debug, Default, Args)]
+pub struct PolicyFlags {
+    /// Consecutive failures that open a backend's circuit breaker.
+    #[arg(long, global = true)]
+    pub failure_threshold: Option<u32>,
+    /// Seconds an open breaker waits before letting one probe through.
+    #[arg(long, global = true)]
+    pub cooldown: Option<u64>,
+    /// Seconds a backend request may take before it is cancelled.
+    #[arg(long, global = true)]
+    pub request_timeout: Option<u64>,
+    /// Seed of the jitter PRNG (recorded in traces). Random when absent.
+    #[arg(long, global = true)]
+    pub seed: Option<u64>,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the configured backends as one MCP server over stdio (the default).
+    Serve,
+    /// Start every backend once and print a status table; exit non-zero if any failed.
+    Check,
+    /// Run a recorded trace through the engine and print the actions.
+    Replay {
+        /// The trace file.
+        trace: PathBuf,
+        /// Print actions as JSON lines instead of readable lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A self-contained tour with built-in mock backends: discovery, a crash and
+    /// restart, a crash loop, a breaker trip, an HTTP backend going down and back.
+    Demo,
+    /// Run the built-in mock MCP backend (used by the demo and tests).
+    #[command(hide = true)]
+    MockBackend(crate::mock_backend::MockOptions),
+}
