@@ -14,8 +14,15 @@ use crate::host::Host;
 
 /// Logs to stderr only: stdout is the protocol.
 pub fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(false)
+        .try_init();
 }
 
 /// Loads the configuration named on the command line (or the default path) and
@@ -44,7 +51,8 @@ fn apply_flags(cli: &Cli, config: &mut Config) {
     }
     if let Some(s) = cli.policy.request_timeout {
         config.policy.request_timeout_ms = s.saturating_mul(1000);
-        config.policy.request_timeout_max_ms = config.policy.request_timeout_max_ms.max(config.policy.request_timeout_ms);
+        config.policy.request_timeout_max_ms =
+            config.policy.request_timeout_max_ms.max(config.policy.request_timeout_ms);
     }
 }
 
@@ -96,11 +104,9 @@ fn cli_config_path(cli: &Cli) -> Option<std::path::PathBuf> {
 
 /// SIGTERM/SIGINT end the session like a closed stdin; SIGHUP reloads the config.
 async fn handle_signals(path: Option<std::path::PathBuf>, inputs: async_channel::Sender<Input>) {
-    let Ok(mut signals) = async_signal::Signals::new([
-        async_signal::Signal::Term,
-        async_signal::Signal::Int,
-        async_signal::Signal::Hup,
-    ]) else {
+    let Ok(mut signals) =
+        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int, async_signal::Signal::Hup])
+    else {
         return;
     };
     while let Some(Ok(signal)) = signals.next().await {

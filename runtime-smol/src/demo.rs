@@ -29,7 +29,8 @@ pub fn run() -> Result<ExitCode, String> {
     let (frames, frames_rx) = async_channel::unbounded();
     host.attach_client(CLIENT, frames);
     let inputs = host.inputs();
-    let mut script = Script { inputs, frames: frames_rx, reports, view: View::default(), next_id: 1, start: Instant::now() };
+    let mut script =
+        Script { inputs, frames: frames_rx, reports, view: View::default(), next_id: 1, start: Instant::now() };
     let outcome = smol::block_on(async {
         let outcome = future::or(async { Some(script.play(&mut web).await) }, async {
             host.run(|_, _| false).await;
@@ -61,7 +62,8 @@ fn demo_config(exe: &str, port: u16) -> Config {
     notes.policy.breaker_threshold = Some(3);
     notes.policy.breaker_cooldown_ms = Some(3000);
     notes.vital = true;
-    let flaky = mock("flaky", &["--exit-on-start", "1", "--stderr", "flaky: cannot open /var/db/flaky.sqlite: disk I/O error"]);
+    let flaky =
+        mock("flaky", &["--exit-on-start", "1", "--stderr", "flaky: cannot open /var/db/flaky.sqlite: disk I/O error"]);
     let mut web = ServerConfig::http(&format!("http://127.0.0.1:{port}/mcp"));
     web.policy.reconnect_initial_ms = Some(500);
     web.policy.call_retry_delays_ms = Some(vec![200, 400]);
@@ -103,7 +105,7 @@ impl View {
 
     fn print(&self) {
         println!("  ┌──────────┬────────────────────┬─────────┬───────┬──────────────────────────────────────────");
-        println!("  │ {:<8} │ {:<18} │ {:<7} │ {:>5} │ {}", "server", "status", "breaker", "tools", "last message");
+        println!("  │ {:<8} │ {:<18} │ {:<7} │ {:>5} │ last message", "server", "status", "breaker", "tools");
         println!("  ├──────────┼────────────────────┼─────────┼───────┼──────────────────────────────────────────");
         for (server, (status, message)) in &self.status {
             let breaker = if self.breaker_open.get(server).copied().unwrap_or(false) { "open" } else { "closed" };

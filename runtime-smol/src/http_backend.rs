@@ -133,7 +133,12 @@ impl Shared {
 
     fn failed(&self, request: Option<u64>, failure: Failure) {
         tracing::debug!(server = %self.server, ?request, "transport failure: {failure}");
-        self.report(Input::BackendFailed { server: self.server.clone(), generation: self.generation, request, failure });
+        self.report(Input::BackendFailed {
+            server: self.server.clone(),
+            generation: self.generation,
+            request,
+            failure,
+        });
     }
 
     /// Streamable HTTP requires `MCP-Protocol-Version` on every request after the

@@ -67,7 +67,14 @@ impl StdioBackend {
                 Ok(())
             });
         }
-        let mut child = match async_process::Command::from(cmd).spawn() {
+        let mut command = async_process::Command::from(cmd);
+        // The conversion keeps program, arguments, environment and pre-exec hooks,
+        // but stdio must be set on the async command to get async pipes.
+        command
+            .stdin(async_process::Stdio::piped())
+            .stdout(async_process::Stdio::piped())
+            .stderr(async_process::Stdio::piped());
+        let mut child = match command.spawn() {
             Ok(child) => child,
             Err(e) => {
                 tracing::warn!(server = %server, "cannot start {}: {e}", launch.command);

@@ -21,7 +21,11 @@ pub fn bin_dir() -> PathBuf {
 /// The `tether` binary under test.
 pub fn tether_bin() -> PathBuf {
     let path = bin_dir().join("tether");
-    assert!(path.exists(), "{} missing: run `cargo build -p tether-smol` (cargo test --workspace does)", path.display());
+    assert!(
+        path.exists(),
+        "{} missing: run `cargo build -p tether-smol` (cargo test --workspace does)",
+        path.display()
+    );
     path
 }
 
@@ -162,9 +166,9 @@ impl Tether {
     /// Tool names currently listed.
     pub fn tool_names(&mut self) -> Vec<String> {
         let r = self.request("tools/list", json!({}));
-        r["result"]["tools"].as_array().map_or_else(Vec::new, |t| {
-            t.iter().filter_map(|t| t["name"].as_str().map(String::from)).collect()
-        })
+        r["result"]["tools"]
+            .as_array()
+            .map_or_else(Vec::new, |t| t.iter().filter_map(|t| t["name"].as_str().map(String::from)).collect())
     }
 
     /// What tether logged so far.
