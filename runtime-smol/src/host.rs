@@ -58,6 +58,8 @@ pub enum Report {
 pub struct Host {
     gw: Gateway,
     clock: Clock,
+    /// The `now` the gateway was created at (a trace header must repeat it exactly).
+    start: Instant,
     inputs: Sender<Input>,
     inputs_rx: Receiver<Input>,
     connections: HashMap<String, (u64, Connection)>,
@@ -71,10 +73,12 @@ impl Host {
     pub fn new(config: Config, seed: u64) -> Result<Host, tether_core::ConfigError> {
         let clock = Clock::start();
         let (inputs, inputs_rx) = async_channel::unbounded();
-        let gw = Gateway::new(config, seed, clock.now())?;
+        let start = clock.now();
+        let gw = Gateway::new(config, seed, start)?;
         Ok(Host {
             gw,
             clock,
+            start,
             inputs,
             inputs_rx,
             connections: HashMap::new(),
@@ -87,7 +91,7 @@ impl Host {
     /// Writes every input to `file` as a trace (header first).
     pub fn record_to(&mut self, file: File, config: &Config, seed: u64) -> std::io::Result<()> {
         let mut w = BufWriter::new(file);
-        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start: self.clock.now(), config: config.clone() };
+        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start: self.start, config: config.clone() };
         writeln!(w, "{}", header_line(&header))?;
         self.record = Some(w);
         Ok(())
