@@ -594,8 +594,7 @@ impl Gateway {
             call.retries += 1;
             let not_before = self.now + wait;
             let deadline = call.created + Self::duration(b.sup.policy().request_timeout_max_ms);
-            let b = self.backends.get_mut(server).expect("live");
-            b.queue.push_back(Queued { call, not_before, deadline: deadline.max(not_before) });
+            self.requeue(server, Queued { call, not_before, deadline: deadline.max(not_before) }, false);
             return;
         }
         self.count_failure(server, class.counts_for_breaker, call.probe);
@@ -646,10 +645,9 @@ impl Gateway {
         let (safe, unsafe_): (Vec<ClientCall>, Vec<ClientCall>) =
             others.into_iter().partition(|c| (c.retry_safe || retry_unsafe) && !c.resent);
         let deadline = self.now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
-        let b = self.backends.get_mut(server).expect("live");
         for mut c in lost.into_iter().chain(safe).rev() {
             c.resent = true;
-            b.queue.push_front(Queued { call: c, not_before: self.now, deadline });
+            self.requeue(server, Queued { call: c, not_before: self.now, deadline }, true);
         }
         self.connect(server);
         for c in unsafe_ {
@@ -710,16 +708,38 @@ impl Gateway {
         }
         if !resend.is_empty() {
             let deadline = now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
-            let b = self.backends.get_mut(server).expect("live");
             for mut c in resend {
                 c.resent = true;
-                b.queue.push_back(Queued { call: c, not_before: now, deadline });
+                self.requeue(server, Queued { call: c, not_before: now, deadline }, false);
             }
             // Respawn now and retry once on the fresh process.
-            if b.sup.readiness() == Readiness::StartNow {
+            let b = self.backends.get_mut(server).expect("live");
+            if !b.queue.is_empty() && b.sup.readiness() == Readiness::StartNow {
                 self.connect(server);
             }
         }
+    }
+
+    /// Puts a call back in its backend's queue (a retry or a resend), or fails it
+    /// when the queue is full: the bound holds on every path.
+    fn requeue(&mut self, server: &str, queued: Queued, front: bool) {
+        let limit = self.config.limits.max_queued_per_backend as usize;
+        let b = self.backends.get_mut(server).expect("live");
+        if b.queue.len() < limit {
+            if front {
+                b.queue.push_front(queued);
+            } else {
+                b.queue.push_back(queued);
+            }
+            return;
+        }
+        let call = queued.call;
+        if call.probe {
+            b.sup.breaker.probe_abandoned();
+        }
+        let msg = format!("backend '{server}': too many calls waiting for this backend, so this one was not retried");
+        self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
+        self.release(&call);
     }
 
     fn announce_reconnect(&mut self, server: &str, attempt: u32, next_retry_ms: u64) {
