@@ -285,3 +285,17 @@ fn a_slow_first_start_delays_lists_once_not_every_time() {
     sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
     assert_eq!(sim.response(2)["result"]["tools"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn a_list_during_rediscovery_after_a_restart_waits_instead_of_missing_tools() {
+    let mut sim = Sim::new(one_stdio());
+    sim.boot("fs", &["read"]);
+    sim.client_init();
+    sim.exit("fs", Some(1));
+    sim.advance(1000);
+    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
+    assert!(sim.responses_for(1).is_empty(), "waits for the re-discovery");
+    sim.answer_tools("fs", &["read"]);
+    assert_eq!(sim.response(1)["result"]["tools"][0]["name"], "fs__read");
+}

@@ -616,6 +616,33 @@ fn after_a_crash_only_the_read_only_call_is_resent_and_answered_once() {
     insta::assert_snapshot!(sim.log);
 }
 
+/// Found by the interop test (tests/interop): server-everything's long-running tool,
+/// resent after a crash, counts its progress from 1 again. MCP says progress must
+/// increase, so the repeats are not forwarded (they still keep the call alive).
+#[test]
+fn progress_of_a_resent_call_never_goes_backwards_for_the_client() {
+    let mut sim = fs_with_hinted_tools();
+    sim.advance(3_000);
+    call_with_progress(&mut sim, 1, "fs__stat", json!("tok"));
+    let first = sim.last_request("fs", "tools/call");
+    progress(&mut sim, "fs", first, 1);
+    progress(&mut sim, "fs", first, 2);
+    sim.exit("fs", Some(1));
+    answer_initialize(&mut sim, "fs", json!({"tools":{}}));
+    let (_, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    let second = sim.last_request("fs", "tools/call");
+    assert_ne!(first, second, "resent with a fresh id");
+    assert_eq!(params["_meta"]["progressToken"], second, "the resent call asks for progress too");
+    for done in [1, 2, 3] {
+        progress(&mut sim, "fs", second, done);
+    }
+    let forwarded: Vec<_> =
+        client_notifications(&sim, "notifications/progress").iter().map(|p| p["progress"].clone()).collect();
+    assert_eq!(forwarded, [json!(1), json!(2), json!(3)], "{}", sim.log);
+    reply(&mut sim, "fs", second, text_result("done"));
+    assert_eq!(sim.response(1)["result"]["content"][0]["text"], "done");
+}
+
 #[test]
 fn calls_arriving_while_the_backend_restarts_wait_for_it_and_are_answered() {
     let mut sim = fs_with_hinted_tools();

@@ -20,7 +20,8 @@ fn config(rng: &mut Rng) -> Config {
     web.policy.call_retry_delays_ms = Some(vec![100, 200]);
     let mut b = ServerConfig::stdio("b-server", &[]);
     b.vital = rng.next_u64() % 2 == 0;
-    let mut config = Config::default().server("a", ServerConfig::stdio("a-server", &[])).server("b", b).server("web", web);
+    let mut config =
+        Config::default().server("a", ServerConfig::stdio("a-server", &[])).server("b", b).server("web", web);
     config.limits.max_in_flight = 16;
     config.limits.max_queued_per_backend = 4;
     config.limits.max_in_flight_per_session = 8;
@@ -76,7 +77,9 @@ impl Episode {
             1 => json!({"jsonrpc":"2.0","id":id,"method":"ping"}),
             2 => json!({"jsonrpc":"2.0","id":id,"method":"resources/read","params":{"uri":"a+file:///x"}}),
             3 => json!({"jsonrpc":"2.0","id":id,"method":"prompts/list","params":{"cursor":"p0"}}),
-            _ => json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{},"_meta":{"progressToken":id}}}),
+            _ => {
+                json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{},"_meta":{"progressToken":id}}})
+            }
         };
         self.asked.insert((session, id), false);
         self.sim.session(SessionId(session), frame);
@@ -102,7 +105,9 @@ impl Episode {
                 let frame = match self.rng.next_u64() % 10 {
                     0 => json!({"jsonrpc":"2.0","id":id,"error":{"code":-32603,"message":"boom"}}),
                     1 => json!({"jsonrpc":"2.0","id":id + 1000,"result":{}}),
-                    2 => json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":id,"progress":1}}),
+                    2 => {
+                        json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":id,"progress":1}})
+                    }
                     3 => json!({"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{}}),
                     4 => json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}),
                     _ => json!({"jsonrpc":"2.0","id":id,"result":result}),
@@ -161,7 +166,11 @@ impl Episode {
             14 => {
                 // Answer a pending server-to-client request, or send garbage.
                 let session = self.pick(&[1u64, 2]);
-                let frame = if self.chance(50) { "{oops".to_string() } else { json!({"jsonrpc":"2.0","id":self.next_id % 7,"result":{}}).to_string() };
+                let frame = if self.chance(50) {
+                    "{oops".to_string()
+                } else {
+                    json!({"jsonrpc":"2.0","id":self.next_id % 7,"result":{}}).to_string()
+                };
                 self.sim.input(Input::ClientFrame { session: SessionId(session), frame });
             }
             _ => {
@@ -203,7 +212,10 @@ fn episode(seed: u64) {
     let config = config(&mut rng);
     let mut e = Episode { sim: Sim::with_seed(config, seed), rng, next_id: 1, asked: BTreeMap::new() };
     for session in [1, 2] {
-        e.sim.session(SessionId(session), json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"sampling":{}}}}));
+        e.sim.session(
+            SessionId(session),
+            json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"sampling":{}}}}),
+        );
         e.sim.session(SessionId(session), json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     }
     e.asked.insert((1, 0), false);

@@ -18,6 +18,9 @@ use tether_core::{Failure, Input};
 /// Grace period after closing stdin before SIGTERM, and after SIGTERM before SIGKILL.
 const GRACE: Duration = Duration::from_millis(1500);
 
+/// How long an exit report waits for the rest of the process's stderr.
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
+
 /// A running stdio backend process.
 pub struct StdioBackend {
     frames: Sender<String>,
@@ -93,7 +96,14 @@ impl StdioBackend {
         smol::spawn(write_frames(stdin, frames_rx)).detach();
 
         let stderr = child.stderr.take().expect("piped");
-        smol::spawn(read_stderr(stderr, server.clone(), generation, inputs.clone())).detach();
+        // Closed when stderr reaches EOF.
+        let (stderr_open, stderr_closed) = async_channel::bounded::<()>(1);
+        let (name, stderr_inputs) = (server.clone(), inputs.clone());
+        smol::spawn(async move {
+            read_stderr(stderr, name, generation, stderr_inputs).await;
+            drop(stderr_open);
+        })
+        .detach();
 
         let stdout = child.stdout.take().expect("piped");
         let max_frame = launch.max_frame;
@@ -104,6 +114,13 @@ impl StdioBackend {
                 Ok(status) => status.code(),
                 Err(_) => None,
             };
+            // What the process wrote to stderr before it died is its crash message:
+            // report those lines before the exit. Bounded, since a process it left
+            // behind may hold stderr open.
+            futures_lite::future::or(async { while stderr_closed.recv().await.is_ok() {} }, async {
+                async_io::Timer::after(STDERR_DRAIN).await;
+            })
+            .await;
             done.store(true, Ordering::SeqCst);
             tracing::info!(server = %server, generation, ?code, "process exited");
             let _ = inputs.send(Input::BackendExited { server, generation, code }).await;

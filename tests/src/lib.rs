@@ -19,14 +19,59 @@ pub fn bin_dir() -> PathBuf {
 }
 
 /// The `tether` binary under test.
+///
+/// `cargo test -p tether-tests` builds this package's binaries (`mock-mcp`) but not
+/// those of its dependencies, so the first call builds `tether` with the cargo that
+/// runs the tests (a no-op when it is up to date). Set `TETHER_BIN` to test another
+/// build instead.
 pub fn tether_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("TETHER_BIN") {
+        return PathBuf::from(path);
+    }
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(build_tether);
     let path = bin_dir().join("tether");
-    assert!(
-        path.exists(),
-        "{} missing: run `cargo build -p tether-smol` (cargo test --workspace does)",
-        path.display()
-    );
+    assert!(path.exists(), "{} missing: run `cargo build -p tether-smol`", path.display());
     path
+}
+
+/// Builds the `tether` binary into the directory the tests run from.
+fn build_tether() {
+    let dir = bin_dir();
+    let Some(target_dir) = dir.parent() else { return };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", "tether-smol", "--bin", "tether"])
+        .env("CARGO_TARGET_DIR", target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    // The variables cargo sets for this test process describe tether-tests; build
+    // scripts that watch them (ring's watches CARGO_MANIFEST_DIR) would rebuild.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let per_package = ["CARGO_PKG_", "CARGO_BIN_EXE_"].iter().any(|p| name.starts_with(p))
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+            ]
+            .contains(&name.as_ref());
+        if per_package {
+            cmd.env_remove(name.as_ref());
+        }
+    }
+    match cmd.status() {
+        Ok(status) if status.success() => {}
+        Ok(status) => panic!("building tether failed ({status})"),
+        // No cargo at hand: test whatever binary is there.
+        Err(e) => eprintln!("cannot run cargo to build tether ({e}); using the existing binary"),
+    }
 }
 
 /// The mock backend binary.
@@ -48,6 +93,8 @@ pub struct Tether {
     pub inbox: Vec<Value>,
     /// Everything tether wrote to stderr.
     pub stderr: Arc<Mutex<String>>,
+    /// Every line tether wrote to stdout, as written (parsed or not).
+    pub stdout_lines: Arc<Mutex<Vec<String>>>,
     next_id: u64,
     /// Where the config (and anything else the test needs) lives.
     pub dir: tempfile::TempDir,
@@ -72,9 +119,12 @@ impl Tether {
             .expect("start tether");
         let stdout = child.stdout.take().unwrap();
         let (tx, frames) = mpsc::channel();
+        let stdout_lines = Arc::new(Mutex::new(Vec::new()));
+        let raw = stdout_lines.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                raw.lock().unwrap().push(line.clone());
                 match serde_json::from_str::<Value>(&line) {
                     Ok(v) => {
                         if tx.send(v).is_err() {
@@ -97,13 +147,84 @@ impl Tether {
             }
         });
         let stdin = child.stdin.take();
-        Tether { child, stdin, frames, inbox: Vec::new(), stderr, next_id: 1, dir }
+        Tether { child, stdin, frames, inbox: Vec::new(), stderr, stdout_lines, next_id: 1, dir }
+    }
+
+    /// The configuration file tether was started with (rewrite it, then [`Tether::reload`]).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.json")
+    }
+
+    /// A path inside the test's temporary directory (for state files, traces).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Replaces the configuration file and sends SIGHUP so tether reloads it.
+    pub fn reload(&self, config: &Value) {
+        std::fs::write(self.config_path(), serde_json::to_string_pretty(config).unwrap()).unwrap();
+        self.signal("HUP");
+    }
+
+    /// Sends a signal (`HUP`, `TERM`, …) to tether.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").args(["-s", name, &self.pid().to_string()]).status().expect("run kill");
+        assert!(status.success(), "kill -s {name} failed");
+    }
+
+    /// Sends a request without waiting; returns its id.
+    pub fn send_request(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}));
+        id
+    }
+
+    /// Waits for the response to request `id` (other frames go to `inbox`).
+    pub fn response(&mut self, id: u64, timeout: Duration) -> Option<Value> {
+        self.wait_for(|f| f["id"] == json!(id) && f.get("method").is_none(), timeout)
+    }
+
+    /// Removes and returns the frames in `inbox` matching `pred`, in arrival order.
+    pub fn take_inbox(&mut self, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let (taken, kept) = std::mem::take(&mut self.inbox).into_iter().partition(|f| pred(f));
+        self.inbox = kept;
+        taken
+    }
+
+    /// Moves every frame received so far into `inbox`, waiting `quiet` for more.
+    pub fn collect_for(&mut self, quiet: Duration) {
+        let deadline = Instant::now() + quiet;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.frames.recv_timeout(left) {
+                Ok(f) => self.inbox.push(f),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// How many times `needle` occurs in the stderr log so far.
+    pub fn log_count(&self, needle: &str) -> usize {
+        self.stderr_text().matches(needle).count()
+    }
+
+    /// Waits until `needle` occurs at least `count` times in the stderr log.
+    pub fn wait_log_count(&self, needle: &str, count: usize, timeout: Duration) -> bool {
+        wait_until(timeout, || self.log_count(needle) >= count)
     }
 
     /// Sends one frame.
     pub fn send(&mut self, frame: &Value) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{frame}").expect("write to tether");
+        stdin.flush().unwrap();
+    }
+
+    /// Sends one line as it is (for frames that are not JSON).
+    pub fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").expect("write to tether");
         stdin.flush().unwrap();
     }
 
@@ -176,16 +297,9 @@ impl Tether {
         self.stderr.lock().unwrap().clone()
     }
 
-    /// Polls `cond` on the stderr log until it holds.
+    /// Polls the stderr log until it contains `needle`.
     pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.stderr_text().contains(needle) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+        wait_until(timeout, || self.stderr_text().contains(needle))
     }
 
     /// Closes stdin and waits for tether to exit; returns its exit status.
@@ -214,5 +328,93 @@ impl Drop for Tether {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes; true if it held.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a process with this id exists, zombies included (`/proc/<pid>` is there
+/// until the parent reaps it).
+pub fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Whether a process with this id exists and has not exited (a zombie has).
+pub fn process_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // pid (comm) state ...; comm may contain spaces and parentheses.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, Some("Z" | "X") | None)
+}
+
+/// The lines of a mock's `--state-file` (the methods it received, in order).
+pub fn state_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).map(|s| s.lines().map(String::from).collect()).unwrap_or_default()
+}
+
+/// A localhost port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// A `mock-mcp --http` server run by the test (killed on drop).
+pub struct HttpMock {
+    child: Child,
+    /// Where it listens.
+    pub port: u16,
+}
+
+impl HttpMock {
+    /// Starts `mock-mcp --http 127.0.0.1:<port>` plus `args` and waits until it accepts connections.
+    pub fn start(port: u16, args: &[&str]) -> HttpMock {
+        let child = Command::new(mock_bin())
+            .arg("--http")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mock-mcp --http");
+        let mut mock = HttpMock { child, port };
+        let up = wait_until(Duration::from_secs(10), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() || mock.child.try_wait().ok().flatten().is_some()
+        });
+        assert!(up && mock.child.try_wait().unwrap().is_none(), "mock-mcp did not start listening on port {port}");
+        mock
+    }
+
+    /// The endpoint URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// Kills it and waits until it is gone.
+    pub fn stop(mut self) {
+        self.kill();
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HttpMock {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

@@ -56,6 +56,8 @@ pub(super) struct Backend {
     pub last_reconnect_event: Option<Instant>,
     /// When the first connection attempt began (the aggregation deadline counts from it).
     pub first_connect_at: Option<Instant>,
+    /// When the current connection attempt began (lists wait briefly for it).
+    pub connect_started_at: Option<Instant>,
 }
 
 /// A discovery in progress: lists accumulate here until every page is in.
@@ -84,6 +86,7 @@ impl Backend {
             last_success: None,
             last_reconnect_event: None,
             first_connect_at: None,
+            connect_started_at: None,
         }
     }
 
@@ -148,6 +151,7 @@ impl Gateway {
         let Some(b) = self.backends.get_mut(server) else { return };
         let generation = b.sup.begin_connect(now);
         b.first_connect_at.get_or_insert(now);
+        b.connect_started_at = Some(now);
         b.stderr_tail.clear();
         b.discovery = None;
         let action = match &b.config.transport {
@@ -450,13 +454,24 @@ impl Gateway {
         if call.server != server {
             return;
         }
-        let CallKind::Client(c) = &call.kind else { return };
+        let CallKind::Client(c) = &mut call.kind else { return };
         let Some(client_token) = c.progress.clone() else { return };
         let session = c.session;
         let policy = self.backends[server].sup.policy();
         let hard = c.created + Self::duration(policy.request_timeout_max_ms);
         let reset = now + Self::duration(policy.request_timeout_ms);
         call.deadline = Some(reset.min(hard));
+        // Progress must increase (MCP). A call resent on a fresh process counts
+        // again from the start: those repeats keep the call alive but are not forwarded.
+        let value = p.get("progress").and_then(Value::as_f64);
+        if let (Some(value), Some(last)) = (value, c.last_progress) {
+            if value <= last {
+                return;
+            }
+        }
+        if value.is_some() {
+            c.last_progress = value;
+        }
         p.insert("progressToken".into(), client_token);
         let params = serde_json::to_string(&p).unwrap_or_default();
         self.to_client(session, protocol::notification("notifications/progress", Some(&params)));

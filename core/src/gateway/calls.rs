@@ -57,6 +57,9 @@ pub(super) struct ClientCall {
     pub params: Option<serde_json::Map<String, serde_json::Value>>,
     /// The client's progress token, raw JSON, if it asked for progress.
     pub progress: Option<serde_json::Value>,
+    /// The last `progress` value forwarded to the client. MCP requires it to
+    /// increase; a call resent on a fresh process starts counting again.
+    pub last_progress: Option<f64>,
     /// The tool says it is read-only or idempotent.
     pub retry_safe: bool,
     /// Call retries used so far.

@@ -313,12 +313,24 @@ impl Gateway {
     // ----- lists -----
 
     fn list(&mut self, session: SessionId, id: String, kind: ListKind, cursor: Option<String>) {
-        if self.first_discovery_pending(self.config.policy.aggregation_deadline_ms) {
+        if self.connection_pending(self.config.policy.aggregation_deadline_ms) {
             let deadline = self.now + Self::duration(self.config.policy.aggregation_deadline_ms);
             self.parked_lists.push(ParkedList { session, id, what: Parked::List { kind, cursor }, deadline });
             return;
         }
         self.answer_list(session, &id, kind, cursor.as_deref());
+    }
+
+    /// Some backend is (re)connecting and began less than `window_ms` ago: a list
+    /// answered now would miss its tools (a restarted backend listing 0 tools),
+    /// so lists wait for it, never longer than the aggregation deadline.
+    fn connection_pending(&self, window_ms: u64) -> bool {
+        let now = self.now;
+        self.backends.values().any(|b| {
+            !b.config.disabled
+                && matches!(b.sup.status(), Status::Connecting | Status::DiscoveringTools)
+                && b.connect_started_at.is_some_and(|at| now < at + Self::duration(window_ms))
+        })
     }
 
     /// Some backend is starting for the first time, began less than `window_ms`
@@ -341,7 +353,7 @@ impl Gateway {
         }
         let now = self.now;
         let policy = &self.config.policy;
-        let lists_free = !deadline_only && !self.first_discovery_pending(policy.aggregation_deadline_ms);
+        let lists_free = !deadline_only && !self.connection_pending(policy.aggregation_deadline_ms);
         let names_free = !deadline_only && !self.first_discovery_pending(policy.connect_timeout_ms);
         let (due, keep): (Vec<ParkedList>, Vec<ParkedList>) = self.parked_lists.drain(..).partition(|p| {
             let free = match p.what {
@@ -562,6 +574,7 @@ impl Gateway {
             method: method.to_string(),
             params: Some(params),
             progress,
+            last_progress: None,
             retry_safe,
             retries: 0,
             resent: false,

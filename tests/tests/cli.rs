@@ -1,0 +1,218 @@
+//! The `tether` command line: `check`, `--record` with `replay`, `demo`, config
+//! errors, and stdout carrying nothing but protocol.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tether_tests::{mock_server, tether_bin, Tether};
+
+/// Runs `tether` with `args` to completion (killed after `limit`).
+fn run(args: &[&str], limit: Duration) -> Output {
+    let child = Command::new(tether_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tether");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(output) => output.expect("tether output"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-s", "KILL", &pid.to_string()]).status();
+            panic!("tether {args:?} did not finish within {limit:?}");
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn write_config(dir: &Path, config: &Value) -> String {
+    let path = dir.join("config.json");
+    std::fs::write(&path, serde_json::to_string_pretty(config).unwrap()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// Short restart delays, so a failing backend settles fast.
+fn with_policy(servers: Value) -> Value {
+    json!({ "tether": { "policy": { "restart_delays_ms": [100, 200, 300] } }, "mcpServers": servers })
+}
+
+#[test]
+fn check_prints_a_table_and_fails_when_a_backend_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = json!({
+        "good": mock_server(&["--name", "good"]),
+        "broken": mock_server(&["--name", "broken", "--exit-on-start", "1", "--stderr", "broken: missing API key"]),
+    });
+    let config = write_config(dir.path(), &with_policy(servers));
+    let out = run(&["--config", &config, "check"], Duration::from_secs(30));
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "check passed with a failing backend:\n{stdout}");
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{stdout}\n{}", text(&out.stderr)))
+            .to_string()
+    };
+    let good = line("good");
+    assert!(good.contains("online"), "{good}");
+    let broken = line("broken");
+    assert!(!broken.contains("online"), "{broken}");
+    assert!(broken.contains("missing API key"), "the failing row should carry the backend's stderr: {broken}");
+}
+
+#[test]
+fn check_succeeds_when_every_backend_is_online() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = json!({
+        "one": mock_server(&["--name", "one"]),
+        "two": mock_server(&["--name", "two", "--tools", "echo"]),
+    });
+    let config = write_config(dir.path(), &with_policy(servers));
+    let out = run(&["--config", &config, "check"], Duration::from_secs(30));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "check failed:\n{stdout}\n{}", text(&out.stderr));
+    for name in ["one", "two"] {
+        let row = stdout.lines().find(|l| l.split_whitespace().next() == Some(name));
+        assert!(row.is_some_and(|r| r.contains("online")), "{name}:\n{stdout}");
+    }
+}
+
+/// What `--record` writes, `replay` turns back into the frames the client got.
+#[test]
+fn a_recorded_session_replays_to_the_same_responses() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.jsonl");
+    let trace_arg = trace.to_str().unwrap().to_string();
+    let config = with_policy(json!({ "fs": mock_server(&["--name", "fs"]) }));
+    let mut t = Tether::start(config, &["--record", &trace_arg, "--seed", "42"]);
+    t.initialize();
+    t.tool_names();
+    assert_eq!(t.call_text("fs__echo", json!({"text": "recorded"})), "recorded");
+    let crashed = t.call("fs__crash", json!({}));
+    assert!(crashed["error"].is_object(), "{crashed}");
+    t.call_text("fs__pid", json!({}));
+    t.request(
+        "tools/call",
+        json!({"name": "fs__progress", "arguments": {"steps": 2, "ms": 10}, "_meta": {"progressToken": 7}}),
+    );
+    t.request("tools/call", json!({"name": "nope"}));
+    let lines = t.stdout_lines.clone();
+    assert!(t.finish().success());
+
+    let received: BTreeMap<String, Value> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|f| f.get("id").is_some() && f.get("method").is_none())
+        .map(|f| (f["id"].to_string(), f))
+        .collect();
+    assert!(received.len() >= 7, "{received:?}");
+
+    let out = run(&["replay", "--json", &trace_arg], Duration::from_secs(30));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut replayed = BTreeMap::new();
+    for line in text(&out.stdout).lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("replay --json line ({e}): {line}"));
+        let action = &v["action"];
+        if action["type"] == "send_to_client" && action["session"] == 1 {
+            let frame: Value = serde_json::from_str(action["frame"].as_str().unwrap()).unwrap();
+            if frame.get("id").is_some() && frame.get("method").is_none() {
+                replayed.insert(frame["id"].to_string(), frame);
+            }
+        }
+    }
+    assert_eq!(replayed, received, "replayed responses differ from the live ones");
+
+    // The readable form shows the same frames, one `client 1 <- …` line each.
+    let out = run(&["replay", &trace_arg], Duration::from_secs(30));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let readable = text(&out.stdout);
+    let to_client = readable.lines().filter(|l| l.contains("] client 1 <- ")).count();
+    let frames_received = lines.lock().unwrap().len();
+    assert!(to_client >= received.len(), "{readable}");
+    assert!(to_client >= frames_received, "replay shows {to_client} frames to the client, it got {frames_received}");
+    // Frames short enough to be shown whole appear exactly as the client got them.
+    let short: Vec<String> =
+        lines.lock().unwrap().iter().filter(|l| l.len() < 240 && !l.contains('\\')).cloned().collect();
+    assert!(short.len() >= 3, "{short:?}");
+    for line in short {
+        assert!(readable.contains(&format!("client 1 <- {line}\n")), "replay lacks {line}\n{readable}");
+    }
+}
+
+#[test]
+fn demo_runs_to_completion() {
+    let started = Instant::now();
+    let out = run(&["demo"], Duration::from_secs(120));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("Demo complete"), "{stdout}");
+    assert!(stdout.contains("permanently_failed"), "{stdout}");
+    eprintln!("demo took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_config_syntax_error_names_file_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.json");
+    std::fs::write(&path, "{\n  \"mcpServers\": {\n    \"fs\" {\"command\": \"x\"}\n  }\n}\n").unwrap();
+    let path = path.to_str().unwrap();
+    let out = run(&["--config", path], Duration::from_secs(30));
+    assert!(!out.status.success(), "tether accepted a broken config");
+    let stderr = text(&out.stderr);
+    let at = stderr.find(&format!("{path}:3:")).unwrap_or_else(|| panic!("no {path}:3:<column> in: {stderr}"));
+    let column: String = stderr[at + path.len() + 3..].chars().take_while(char::is_ascii_digit).collect();
+    assert!(!column.is_empty() && stderr[at + path.len() + 3 + column.len()..].starts_with(':'), "{stderr}");
+    assert!(out.stdout.is_empty(), "stdout must stay clean: {}", text(&out.stdout));
+}
+
+/// Whatever happens (backend stderr noise, backend logs, crashes, garbage from the
+/// client), tether's stdout carries only JSON-RPC messages, one per line.
+#[test]
+fn stdout_carries_only_json_lines() {
+    let servers = json!({
+        "fs": mock_server(&["--name", "fs", "--stderr", "fs: some noise on stderr"]),
+        "gone": mock_server(&["--name", "gone", "--exit-on-start", "2", "--stderr", "gone: cannot start"]),
+    });
+    let mut t = Tether::start(with_policy(servers), &[]);
+    t.initialize();
+    t.tool_names();
+    t.request("logging/setLevel", json!({"level": "debug"}));
+    assert_eq!(t.call_text("fs__log", json!({"message": "hello log"})), "logged");
+    t.call("fs__crash", json!({}));
+    t.call("fs__fail", json!({}));
+    t.request("no/such/method", json!({}));
+    let escapes = t.send_request("tools/call", json!({"name": "fs__echo", "arguments": {"text": "a\nb\u{1b}[31m"}}));
+    let echoed = t.response(escapes, Duration::from_secs(10)).expect("answer");
+    assert_eq!(echoed["result"]["content"][0]["text"], "a\nb\u{1b}[31m", "{echoed}");
+    for bad in ["this is not json", r#"{"jsonrpc":"2.0"}"#, "[1,2,3]", r#"{"id":99}"#, "\u{7f}\u{1b}[0m"] {
+        t.send_line(bad);
+    }
+    // Answered after everything above.
+    let last = t.request("ping", json!({}));
+    assert!(last["result"].is_object(), "{last}");
+    let refused = t.take_inbox(|f| matches!(f["error"]["code"].as_i64(), Some(-32700 | -32600)));
+    assert_eq!(refused.len(), 5, "each bad line gets one error: {refused:?}");
+    let lines = t.stdout_lines.clone();
+    assert!(t.wait_log("fs: some noise on stderr", Duration::from_secs(10)));
+    assert!(t.finish().success());
+    let lines = lines.lock().unwrap();
+    assert!(lines.len() >= 8, "{lines:?}");
+    for line in lines.iter() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("non-JSON line on stdout ({e}): {line}"));
+        assert_eq!(v["jsonrpc"], "2.0", "not a JSON-RPC message: {line}");
+    }
+}
