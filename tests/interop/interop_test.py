@@ -1,0 +1,703 @@
+"""Interop test: the official MCP Python SDK as a client of `tether`, with two real
+backends behind it: `@modelcontextprotocol/server-everything` (Node) as
+`everything` and `mcp-server-time` (Python) as `time`.
+
+Run by tests/interop/run.sh, which installs the pinned components and builds tether.
+Environment:
+  TETHER_BIN         the tether executable
+  INTEROP_DIR        where run.sh installed things (venv/, node/)
+  INTEROP_VERBOSE=1  print the tail of tether's stderr and the notifications seen (always on failure)
+
+Prints one line per check and a closing `N passed, N failed`; exits non-zero on any
+failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+
+# logging, subscribe and roots are deprecated in the 2026-07-28 revision; tether speaks 2025-11-25.
+warnings.simplefilter("ignore", MCPDeprecationWarning)
+
+TETHER_BIN = Path(os.environ["TETHER_BIN"]).resolve()
+INTEROP_DIR = Path(os.environ["INTEROP_DIR"]).resolve()
+VERBOSE = os.environ.get("INTEROP_VERBOSE") == "1"
+
+NODE_PKG = INTEROP_DIR / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything"
+EVERYTHING_JS = NODE_PKG / "dist" / "index.js"
+TIME_BIN = INTEROP_DIR / "venv" / "bin" / "mcp-server-time"
+
+# Values handed to the backends through the config's `env` blocks; the test reads
+# them back through the backends (server-everything's `get-env` tool, and the local
+# timezone that mcp-server-time names in its tool descriptions, taken from TZ).
+EVERYTHING_MARK = "tether-interop-env-ok"
+TIME_TZ = "Asia/Tokyo"
+
+# Per-check time limit (seconds): generous, but a hang must fail, not stall CI.
+CHECK_TIMEOUT = 30.0
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(condition: Any, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
+def text_of(result: types.CallToolResult | types.GetPromptResult) -> str:
+    if isinstance(result, types.GetPromptResult):
+        blocks = [m.content for m in result.messages]
+    else:
+        blocks = list(result.content)
+    return "\n".join(b.text for b in blocks if isinstance(b, types.TextContent))
+
+
+def describe(e: BaseException) -> str:
+    """An exception as one line; exception groups (anyio task groups) by their leaves."""
+    inner = getattr(e, "exceptions", None)
+    if isinstance(inner, (list, tuple)) and inner:
+        return "; ".join(describe(x) for x in inner)
+    return f"{type(e).__name__}: {e}"
+
+
+def write_config(directory: Path) -> Path:
+    """A Claude Desktop style file: `mcpServers` entries with `env` blocks, plus a
+    `tether` section. The SDK starts tether with a minimal environment (HOME, PATH,
+    ...), so each backend's `env` passes on what it needs explicitly."""
+    base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    config = {
+        "tether": {"separator": "__"},
+        "mcpServers": {
+            "everything": {
+                "command": "node",
+                "args": [str(EVERYTHING_JS), "stdio"],
+                "env": {**base_env, "TETHER_INTEROP_MARK": EVERYTHING_MARK},
+            },
+            "time": {
+                "command": str(TIME_BIN),
+                "args": [],
+                "env": {**base_env, "TZ": TIME_TZ},
+            },
+        },
+    }
+    path = directory / "tether.json"
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+# --------------------------------------------------------------------------------
+# Processes (Linux /proc)
+
+
+def _proc_cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _proc_ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may contain spaces.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1])
+
+
+def _all_pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def tether_pid(config_path: Path) -> int:
+    pids = [
+        pid
+        for pid in _all_pids()
+        if (cmd := _proc_cmdline(pid)) and Path(cmd[0]).name == TETHER_BIN.name and str(config_path) in cmd
+    ]
+    check(len(pids) == 1, f"expected one tether process for {config_path}, found {pids}")
+    return pids[0]
+
+
+def backend_pids(parent: int, marker: str) -> list[int]:
+    """Live children of `parent` whose command line contains `marker`."""
+    found = []
+    for pid in _all_pids():
+        if _proc_ppid(pid) != parent:
+            continue
+        if any(marker in part for part in _proc_cmdline(pid)):
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            if state[state.rindex(")") + 2] != "Z":  # not a zombie
+                found.append(pid)
+    return found
+
+
+# --------------------------------------------------------------------------------
+# The client side
+
+
+class Recorder:
+    """Everything the server pushes that the test looks at later."""
+
+    def __init__(self) -> None:
+        self.notifications: list[tuple[float, str, Any]] = []  # (time, method, params)
+        self.logs: list[tuple[float, types.LoggingMessageNotificationParams]] = []
+        self.sampling_requests: list[types.CreateMessageRequestParams] = []
+        self.elicitations: list[types.ElicitRequestParams] = []
+        self.roots_asked = 0
+        self.roots = [types.Root(uri="file:///tmp/tether-interop-root-1", name="first root")]
+
+    async def message_handler(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            self.notifications.append((time.monotonic(), "exception", repr(message)))
+            return
+        self.notifications.append((time.monotonic(), message.method, getattr(message, "params", None)))
+
+    async def logging_callback(self, params: types.LoggingMessageNotificationParams) -> None:
+        self.logs.append((time.monotonic(), params))
+
+    async def sampling_callback(self, context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        self.sampling_requests.append(params)
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text="canned answer from the interop test"),
+            model="interop-test-model",
+            stop_reason="endTurn",
+        )
+
+    async def elicitation_callback(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.elicitations.append(params)
+        return types.ElicitResult(action="accept", content={"name": "Ada Lovelace", "check": True, "integer": 7})
+
+    async def list_roots_callback(self, context: Any) -> types.ListRootsResult:
+        self.roots_asked += 1
+        return types.ListRootsResult(roots=list(self.roots))
+
+    def methods_since(self, since: float) -> list[str]:
+        return [m for (t, m, _) in self.notifications if t >= since]
+
+
+async def list_all_tools(session: ClientSession) -> list[types.Tool]:
+    tools: list[types.Tool] = []
+    cursor = None
+    while True:
+        page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+async def wait_for_tool(session: ClientSession, name: str, seconds: float) -> list[types.Tool]:
+    """Lists tools until `name` shows up (backends may register tools late)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        tools = await list_all_tools(session)
+        if any(t.name == name for t in tools) or time.monotonic() > deadline:
+            return tools
+        await anyio.sleep(0.25)
+
+
+class Run:
+    s: ClientSession  # set once connected
+
+    def __init__(self, rec: Recorder, config_path: Path):
+        self.rec = rec
+        self.config_path = config_path
+        self.passed: list[str] = []
+        self.failed: list[tuple[str, str]] = []
+        self.init: types.InitializeResult | None = None
+
+    async def step(self, name: str, fn: Callable[[], Awaitable[str]], timeout: float = CHECK_TIMEOUT) -> bool:
+        started = time.monotonic()
+        try:
+            with anyio.fail_after(timeout):
+                detail = await fn()
+        except CheckFailed as e:
+            self.failed.append((name, str(e)))
+            print(f"FAIL {name}: {e}", flush=True)
+            return False
+        except TimeoutError:
+            msg = f"no answer within {timeout:.0f} s"
+            self.failed.append((name, msg))
+            print(f"FAIL {name}: {msg}", flush=True)
+            return False
+        except Exception as e:  # an SDK error, a JSON-RPC error from tether, ...
+            msg = describe(e)
+            self.failed.append((name, msg))
+            print(f"FAIL {name}: {msg}", flush=True)
+            if VERBOSE:
+                traceback.print_exc()
+            return False
+        self.passed.append(name)
+        print(f"ok   {name} ({time.monotonic() - started:.1f} s){': ' + detail if detail else ''}", flush=True)
+        return True
+
+    # ---- the checks -------------------------------------------------------------
+
+    async def initialize(self) -> str:
+        self.init = await self.s.initialize()
+        r = self.init
+        check(r.protocol_version == "2025-11-25", f"protocolVersion: expected 2025-11-25, got {r.protocol_version!r}")
+        caps = r.capabilities
+        check(caps.tools is not None, f"tools capability missing: {caps!r}")
+        check(caps.resources is not None, f"resources capability missing: {caps!r}")
+        check(caps.prompts is not None, f"prompts capability missing: {caps!r}")
+        return f"server {r.server_info.name} {r.server_info.version}, protocol {r.protocol_version}"
+
+    async def list_tools(self) -> str:
+        # The everything server registers its capability-dependent tools (sampling,
+        # elicitation, roots) just after the handshake and announces them with
+        # list_changed, so allow it a moment to show up.
+        tools = await wait_for_tool(self.s, "everything__trigger-sampling-request", 10)
+        names = sorted(t.name for t in tools)
+        for expected in ("everything__echo", "everything__trigger-long-running-operation", "time__get_current_time"):
+            check(expected in names, f"tool {expected!r} missing from tools/list: {names}")
+        check(
+            "everything__trigger-sampling-request" in names,
+            "everything__trigger-sampling-request missing: the backend registers it only when tether "
+            f"announces the sampling capability; tools: {names}",
+        )
+        bad = [n for n in names if not (n.startswith("everything__") or n.startswith("time__"))]
+        check(not bad, f"tools not namespaced: {bad}")
+        for t in tools:
+            check(1 <= len(t.name) <= 64, f"tool name out of bounds: {t.name!r}")
+        time_tool = next(t for t in tools if t.name == "time__get_current_time")
+        check(
+            TIME_TZ in json.dumps(time_tool.input_schema),
+            f"time backend did not get TZ={TIME_TZ} from its config env block: {time_tool.input_schema}",
+        )
+        n_every = sum(n.startswith("everything__") for n in names)
+        n_time = sum(n.startswith("time__") for n in names)
+        return f"{len(names)} tools ({n_every} everything, {n_time} time); time env TZ seen"
+
+    async def list_resources(self) -> str:
+        res = await self.s.list_resources()
+        uris = [str(r.uri) for r in res.resources]
+        check(uris, "resources/list is empty")
+        bad = [u for u in uris if not u.startswith("everything+")]
+        check(not bad, f"resource URIs not prefixed with 'everything+': {bad[:5]}")
+        templates = await self.s.list_resource_templates()
+        tpl = [t.uri_template for t in templates.resource_templates]
+        check(tpl, "resources/templates/list is empty")
+        bad = [t for t in tpl if not t.startswith("everything+")]
+        check(not bad, f"resource templates not prefixed: {bad}")
+        return f"{len(uris)} resources, {len(tpl)} templates, e.g. {uris[0]}"
+
+    async def list_prompts(self) -> str:
+        res = await self.s.list_prompts()
+        names = sorted(p.name for p in res.prompts)
+        check("everything__simple-prompt" in names, f"everything__simple-prompt missing: {names}")
+        check("everything__args-prompt" in names, f"everything__args-prompt missing: {names}")
+        bad = [n for n in names if "__" not in n]
+        check(not bad, f"prompts not namespaced: {bad}")
+        return f"{len(names)} prompts"
+
+    async def call_echo(self) -> str:
+        r = await self.s.call_tool("everything__echo", {"message": "hello through tether"})
+        check(not r.is_error, f"echo returned isError: {r}")
+        check("hello through tether" in text_of(r), f"echo text: {text_of(r)!r}")
+        return text_of(r)
+
+    async def call_time(self) -> str:
+        r = await self.s.call_tool("time__get_current_time", {"timezone": "UTC"})
+        check(not r.is_error, f"get_current_time returned isError: {text_of(r)!r}")
+        body = text_of(r)
+        check('"timezone"' in body and "UTC" in body, f"unexpected get_current_time result: {body!r}")
+        data = json.loads(body)
+        check("datetime" in data, f"no datetime in {data}")
+        return f"UTC now {data['datetime']}"
+
+    async def env_block(self) -> str:
+        r = await self.s.call_tool("everything__get-env", {})
+        check(not r.is_error, f"get-env returned isError: {text_of(r)!r}")
+        body = text_of(r)
+        check(
+            EVERYTHING_MARK in body,
+            f"TETHER_INTEROP_MARK from the config env block not in the backend's environment: {body[:400]!r}",
+        )
+        return "everything backend sees TETHER_INTEROP_MARK"
+
+    async def read_resource(self) -> str:
+        res = await self.s.list_resources()
+        doc = next((r for r in res.resources if "static/document" in str(r.uri)), res.resources[0])
+        uri = str(doc.uri)
+        r = await self.s.read_resource(uri)
+        check(r.contents, f"resources/read {uri} returned no contents")
+        got = [str(c.uri) for c in r.contents]
+        check(got[0] == uri, f"resources/read {uri}: contents uri {got[0]!r} was not rewritten to the served URI")
+        text = getattr(r.contents[0], "text", "") or ""
+        check(len(text) > 0, f"resources/read {uri}: empty text")
+        # A templated resource, through the prefixed template.
+        turi = "everything+demo://resource/dynamic/text/7"
+        t = await self.s.read_resource(turi)
+        check(t.contents and str(t.contents[0].uri) == turi, f"templated read {turi}: {t.contents!r}")
+        return f"{uri} ({len(text)} chars), {turi}"
+
+    async def get_prompt(self) -> str:
+        p = await self.s.get_prompt("everything__simple-prompt")
+        check("simple prompt" in text_of(p), f"simple-prompt text: {text_of(p)!r}")
+        a = await self.s.get_prompt("everything__args-prompt", {"city": "Lisbon"})
+        check("Lisbon" in text_of(a), f"args-prompt text: {text_of(a)!r}")
+        return text_of(a)
+
+    async def progress(self) -> str:
+        seen: list[tuple[float, float | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total))
+
+        r = await self.s.call_tool(
+            "everything__trigger-long-running-operation",
+            {"duration": 2, "steps": 4},
+            progress_callback=on_progress,
+        )
+        check(not r.is_error, f"long-running operation failed: {text_of(r)!r}")
+        check("completed" in text_of(r), f"unexpected result: {text_of(r)!r}")
+        check(len(seen) == 4, f"expected 4 progress notifications through the SDK callback, got {seen}")
+        check([p for p, _ in seen] == [1, 2, 3, 4], f"progress out of order: {seen}")
+        check(all(t == 4 for _, t in seen), f"progress total should be 4: {seen}")
+        return f"progress {[p for p, _ in seen]}"
+
+    async def cancellation(self) -> str:
+        """The client gives up on a long call: the SDK sends notifications/cancelled,
+        tether forwards it and stops relaying that call's progress; later calls work."""
+        seen: list[float] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+
+        with anyio.move_on_after(1.6) as scope:
+            await self.s.call_tool(
+                "everything__trigger-long-running-operation",
+                {"duration": 4, "steps": 8},
+                progress_callback=on_progress,
+            )
+        check(scope.cancelled_caught, "the 4 s operation finished within 1.6 s?")
+        at_cancel = len(seen)
+        check(at_cancel >= 1, "no progress before the cancellation")
+        before = [m for _, m, _ in self.rec.notifications].count("notifications/progress")
+        await anyio.sleep(1.5)  # the backend keeps counting; nothing of it may reach us
+        after = [m for _, m, _ in self.rec.notifications].count("notifications/progress")
+        check(after == before and len(seen) == at_cancel, f"progress still relayed after the cancel: {seen}")
+        r = await self.s.call_tool("everything__echo", {"message": "after the cancel"})
+        check("after the cancel" in text_of(r), f"call after the cancel: {text_of(r)!r}")
+        return f"cancelled after progress {seen}; nothing relayed after"
+
+    async def sampling(self) -> str:
+        before = len(self.rec.sampling_requests)
+        r = await self.s.call_tool("everything__trigger-sampling-request", {"prompt": "say hi", "maxTokens": 20})
+        check(not r.is_error, f"sampling tool failed: {text_of(r)!r}")
+        check(len(self.rec.sampling_requests) == before + 1, "the sampling callback was not called exactly once")
+        req = self.rec.sampling_requests[-1]
+        check(req.max_tokens == 20, f"sampling request maxTokens: {req.max_tokens}")
+        check("canned answer from the interop test" in text_of(r), f"sampling answer not relayed: {text_of(r)!r}")
+        check("interop-test-model" in text_of(r), f"model not relayed: {text_of(r)!r}")
+        return "backend got the client's sampling answer"
+
+    def everything_pid(self) -> tuple[int, int]:
+        tpid = tether_pid(self.config_path)
+        pids = backend_pids(tpid, str(EVERYTHING_JS))
+        check(len(pids) == 1, f"expected one everything backend under tether (pid {tpid}), found {pids}")
+        return tpid, pids[0]
+
+    async def kill_in_flight(self) -> str:
+        """SIGKILL the backend while a call is running on it. The tool is marked
+        readOnly/idempotent and the backend has not crashed yet, so tether resends
+        the call on the fresh process; in any case the call must end, not hang."""
+        tpid, old = self.everything_pid()
+        seen: list[float] = []
+        first = anyio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+            first.set()
+
+        outcome: dict[str, Any] = {}
+
+        async def call() -> None:
+            try:
+                outcome["result"] = await self.s.call_tool(
+                    "everything__trigger-long-running-operation",
+                    {"duration": 3, "steps": 3},
+                    progress_callback=on_progress,
+                )
+            except MCPError as e:
+                outcome["error"] = e
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(10):
+                await first.wait()
+            os.kill(old, signal.SIGKILL)
+            killed_at = time.monotonic()
+        took = time.monotonic() - killed_at
+        new = backend_pids(tpid, str(EVERYTHING_JS))
+        check(new and old not in new, f"killed process {old} still listed; now {new}")
+        if "error" in outcome:
+            e = outcome["error"]
+            raise CheckFailed(
+                f"the idempotent call was not resent after the crash: error {e.error.code} {e.error.message!r} "
+                f"data={e.error.data!r}"
+            )
+        r = outcome["result"]
+        check(not r.is_error and "completed" in text_of(r), f"resent call result: {text_of(r)!r}")
+        # MCP: progress must increase, even though the fresh process counts from 1 again.
+        check(all(a < b for a, b in zip(seen, seen[1:])), f"progress went backwards across the resend: {seen}")
+        return f"pid {old} killed mid-call, call resent and completed {took:.1f} s later on pid {new[0]}; progress {seen}"
+
+    async def survive_kill(self) -> str:
+        """SIGKILL the idle backend. Once tether has seen the exit (it hides the
+        backend's tools and says so with tools/list_changed), the next call must
+        succeed: it waits for the restart and goes to the fresh process."""
+        tpid, old = self.everything_pid()
+        marker = str(EVERYTHING_JS)
+        killed_at = time.monotonic()
+        os.kill(old, signal.SIGKILL)
+
+        # A call sent in the instant after the kill may reach the dying process and
+        # fail with "backend disconnected" (by design no resend: the backend crashed
+        # already in this window), so wait until tether knows.
+        while "notifications/tools/list_changed" not in self.rec.methods_since(killed_at):
+            check(
+                time.monotonic() - killed_at < 10,
+                "no notifications/tools/list_changed within 10 s of the kill; seen since: "
+                f"{self.rec.methods_since(killed_at)}",
+            )
+            await anyio.sleep(0.05)
+        noticed = time.monotonic() - killed_at
+
+        try:
+            r = await self.s.call_tool("everything__echo", {"message": "after the kill"})
+        except MCPError as e:
+            raise CheckFailed(
+                f"first call after the kill failed: {e.error.code} {e.error.message!r} data={e.error.data!r}"
+            ) from e
+        check(not r.is_error and "after the kill" in text_of(r), f"first call after the kill: {text_of(r)!r}")
+        recovered = time.monotonic() - killed_at
+
+        new = backend_pids(tpid, marker)
+        check(len(new) == 1 and new[0] != old, f"expected a fresh everything process, old {old}, now {new}")
+        tools = await wait_for_tool(self.s, "everything__echo", 5)
+        check(any(t.name == "everything__echo" for t in tools), "everything__echo not listed after the restart")
+        return (
+            f"pid {old} killed; list_changed after {noticed:.2f} s; the next call succeeded "
+            f"{recovered:.1f} s after the kill on new pid {new[0]}"
+        )
+
+    async def ping(self) -> str:
+        await self.s.send_ping()
+        return ""
+
+    async def completion(self) -> str:
+        ref = types.PromptReference(type="ref/prompt", name="everything__completable-prompt")
+        r = await self.s.complete(ref, {"name": "department", "value": "Eng"})
+        check(r.completion.values == ["Engineering"], f"completion of department 'Eng': {r.completion.values}")
+        r = await self.s.complete(
+            ref, {"name": "name", "value": ""}, context_arguments={"department": "Sales"}
+        )
+        check(r.completion.values == ["David", "Eve", "Frank"], f"completion with context: {r.completion.values}")
+        return "department 'Eng' -> Engineering; names in Sales"
+
+    async def logging(self) -> str:
+        await self.s.set_logging_level("debug")
+        since = time.monotonic()
+        r = await self.s.call_tool("everything__toggle-simulated-logging", {})
+        check(not r.is_error and "Started" in text_of(r), f"toggle-simulated-logging: {text_of(r)!r}")
+        try:
+            while not [p for t, p in self.rec.logs if t >= since and (p.logger or "").startswith("everything")]:
+                check(time.monotonic() - since < 8, "no notifications/message from the everything backend")
+                await anyio.sleep(0.1)
+        finally:
+            await self.s.call_tool("everything__toggle-simulated-logging", {})  # off again
+        got = [p for t, p in self.rec.logs if t >= since and (p.logger or "").startswith("everything")][0]
+        check(got.logger == "everything", f"logger of a backend message without one should be 'everything': {got}")
+        check("message" in str(got.data), f"unexpected log data: {got.data!r}")
+        return f"[{got.level}] logger={got.logger} {got.data}"
+
+    async def subscribe(self) -> str:
+        uri = "everything+demo://resource/static/document/architecture.md"
+        await self.s.subscribe_resource(uri)
+        since = time.monotonic()
+        r = await self.s.call_tool("everything__toggle-subscriber-updates", {})
+        check(not r.is_error and "Started" in text_of(r), f"toggle-subscriber-updates: {text_of(r)!r}")
+
+        def updates() -> list[str]:
+            return [str(p.uri) for t, m, p in self.rec.notifications if t >= since and m == "notifications/resources/updated"]
+
+        try:
+            while not updates():
+                check(time.monotonic() - since < 8, "no notifications/resources/updated for a subscribed resource")
+                await anyio.sleep(0.1)
+        finally:
+            await self.s.call_tool("everything__toggle-subscriber-updates", {})  # off again
+            await self.s.unsubscribe_resource(uri)
+        check(updates()[0] == uri, f"resources/updated carried {updates()[0]!r}, expected the served URI {uri!r}")
+        return f"updated {uri}"
+
+    async def elicitation(self) -> str:
+        r = await self.s.call_tool("everything__trigger-elicitation-request", {})
+        check(not r.is_error, f"elicitation tool failed: {text_of(r)!r}")
+        check(len(self.rec.elicitations) == 1, f"elicitation callback called {len(self.rec.elicitations)} times")
+        check("Ada Lovelace" in text_of(r), f"elicitation answer not relayed: {text_of(r)!r}")
+        return "backend got the client's elicitation answer"
+
+    async def roots(self) -> str:
+        r = await self.s.call_tool("everything__get-roots-list", {})
+        check(not r.is_error, f"get-roots-list failed: {text_of(r)!r}")
+        check("tether-interop-root-1" in text_of(r), f"client roots not seen by the backend: {text_of(r)!r}")
+        # Change the roots and tell the server: the backend should ask again.
+        asked = self.rec.roots_asked
+        self.rec.roots = [types.Root(uri="file:///tmp/tether-interop-root-2", name="second root")]
+        await self.s.send_roots_list_changed()
+        deadline = time.monotonic() + 8
+        while True:
+            r = await self.s.call_tool("everything__get-roots-list", {})
+            if "tether-interop-root-2" in text_of(r):
+                break
+            check(
+                time.monotonic() < deadline,
+                f"roots/list_changed did not reach the backend (roots asked {self.rec.roots_asked - asked} "
+                f"times since): {text_of(r)!r}",
+            )
+            await anyio.sleep(0.2)
+        return f"roots/list answered {self.rec.roots_asked} times; list_changed forwarded"
+
+    async def unknown_tool(self) -> str:
+        try:
+            r = await self.s.call_tool("everything__no-such-tool", {})
+        except MCPError as e:
+            check(e.error.code == -32602, f"unknown tool: expected -32602, got {e.error.code} {e.error.message}")
+            return f"-32602 {e.error.message}"
+        check(r.is_error, f"unknown tool call succeeded: {r}")
+        return f"isError: {text_of(r)}"
+
+
+async def auto_client(params: StdioServerParameters, errlog: Any) -> str:
+    from mcp.client.client import Client
+
+    # A transport rather than the parameters, so tether's stderr goes to our log.
+    async with Client(stdio_client(params, errlog=errlog)) as c:
+        session = c.session
+        check(session.initialize_result is not None, "the high-level client did not fall back to initialize")
+        check(session.protocol_version == "2025-11-25", f"negotiated {session.protocol_version!r}")
+        tools = await c.list_tools()
+        check(any(t.name == "time__get_current_time" for t in tools.tools), "time__get_current_time not listed")
+        r = await c.call_tool("everything__echo", {"message": "from the high-level client"})
+        check("from the high-level client" in text_of(r), f"echo via Client: {text_of(r)!r}")
+    return f"protocol {session.protocol_version}, {len(tools.tools)} tools, echo ok"
+
+
+STARTED = time.monotonic()
+
+
+async def session_checks(run: Run) -> None:
+    if not await run.step("initialize", run.initialize):
+        return
+    await run.step("tools/list namespaced", run.list_tools)
+    await run.step("resources/list namespaced", run.list_resources)
+    await run.step("prompts/list namespaced", run.list_prompts)
+    await run.step("tools/call everything__echo", run.call_echo)
+    await run.step("tools/call time__get_current_time", run.call_time)
+    await run.step("config env block reaches the backend", run.env_block)
+    await run.step("resources/read", run.read_resource)
+    await run.step("prompts/get", run.get_prompt)
+    await run.step("unknown tool is an error", run.unknown_tool)
+    await run.step("ping", run.ping)
+    await run.step("completion/complete", run.completion)
+    await run.step("logging/setLevel and backend log messages", run.logging)
+    await run.step("resources/subscribe and resources/updated", run.subscribe)
+    await run.step("elicitation request answered by the client", run.elicitation)
+    await run.step("roots/list and roots/list_changed", run.roots)
+    await run.step("progress notifications", run.progress)
+    await run.step("cancellation of a running call", run.cancellation)
+    await run.step("sampling request answered by the client", run.sampling)
+    await run.step("backend killed during a call, call resent", run.kill_in_flight, 45)
+    await run.step("backend killed with SIGKILL, tether recovers", run.survive_kill, 45)
+    await run.step("tools/call everything__echo after recovery", run.call_echo)
+    await run.step("tools/call time__get_current_time after recovery", run.call_time)
+
+
+async def main() -> int:
+    for path, what in ((TETHER_BIN, "tether"), (EVERYTHING_JS, "server-everything"), (TIME_BIN, "mcp-server-time")):
+        if not path.exists():
+            print(f"FAIL setup: {what} not found at {path}", flush=True)
+            return 1
+
+    rec = Recorder()
+    with tempfile.TemporaryDirectory(prefix="tether-interop-") as tmp:
+        tmpdir = Path(tmp)
+        config_path = write_config(tmpdir)
+        run = Run(rec, config_path)
+        log_path = tmpdir / "tether.stderr"
+        params = StdioServerParameters(
+            command=str(TETHER_BIN), args=["--config", str(config_path), "--log-level", "debug"]
+        )
+        try:
+            with open(log_path, "w") as errlog:
+                async with stdio_client(params, errlog=errlog) as (read, write):
+                    async with ClientSession(
+                        read,
+                        write,
+                        read_timeout_seconds=CHECK_TIMEOUT,
+                        sampling_callback=rec.sampling_callback,
+                        elicitation_callback=rec.elicitation_callback,
+                        list_roots_callback=rec.list_roots_callback,
+                        message_handler=rec.message_handler,
+                        logging_callback=rec.logging_callback,
+                        client_info=types.Implementation(name="tether-interop-test", version="1"),
+                    ) as session:
+                        run.s = session
+                        await session_checks(run)
+            # The SDK's high-level Client with its defaults (mode="auto"): it probes
+            # the 2026-07-28 `server/discover` first, which tether refuses with
+            # -32601, and must fall back to the initialize handshake.
+            if not run.failed:
+                with open(log_path, "a") as errlog:
+                    await run.step(
+                        "high-level Client, mode=auto: discover probe falls back", lambda: auto_client(params, errlog)
+                    )
+        except Exception as e:  # the connection itself broke (tether died, the SDK gave up, ...)
+            run.failed.append(("connection to tether", describe(e)))
+            print(f"FAIL connection to tether: {describe(e)}", flush=True)
+            traceback.print_exc()
+        stderr = log_path.read_text(errors="replace")
+
+    if run.failed or VERBOSE:
+        print("---- tether stderr (last 80 lines) ----")
+        print("\n".join(stderr.splitlines()[-80:]))
+        print("---- notifications received ----")
+        print(", ".join(m for _, m, _ in rec.notifications) or "(none)")
+    print()
+    for name, why in run.failed:
+        print(f"FAILED: {name}: {why}")
+    setup = os.environ.get("INTEROP_SETUP_SECONDS")
+    print(f"interop: {'setup ' + setup + ' s, ' if setup else ''}checks {time.monotonic() - STARTED:.1f} s")
+    print(f"interop: {len(run.passed)} passed, {len(run.failed)} failed")
+    return 1 if run.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main))

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Interop test: the official MCP Python SDK drives `tether`, which fronts two real
+# MCP servers, @modelcontextprotocol/server-everything (Node) and mcp-server-time
+# (Python). Installs pinned versions under target/interop/ (idempotent), builds
+# tether, runs tests/interop/interop_test.py.
+#
+# Needs: the Rust toolchain, python3 (>= 3.10) with venv + pip, node (>= 18) + npm,
+# and the PyPI and npm registries. Any missing piece or failed install fails the run
+# with a message; nothing is skipped.
+#
+#   bash tests/interop/run.sh            # INTEROP_VERBOSE=1 to print tether's log
+set -euo pipefail
+
+# Pinned versions (bump deliberately; see README "Tests").
+MCP_VERSION=2.3.0                      # PyPI: mcp, the official Python SDK
+MCP_SERVER_TIME_VERSION=2026.10.19     # PyPI: mcp-server-time
+EVERYTHING_VERSION=2026.8.31           # npm: @modelcontextprotocol/server-everything
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+INTEROP_DIR="$ROOT/target/interop"
+VENV="$INTEROP_DIR/venv"
+NODE_DIR="$INTEROP_DIR/node"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
+TETHER_BIN="$TARGET_DIR/debug/tether"
+started=$SECONDS
+
+fail() {
+    echo "interop: FAILED: $*" >&2
+    exit 1
+}
+
+need() {
+    command -v "$1" > /dev/null 2>&1 || fail "'$1' not found on PATH ($2)"
+}
+
+need python3 "Python >= 3.10 with venv and pip is required"
+need node "Node.js >= 18 is required"
+need npm "npm is required"
+need cargo "the Rust toolchain is required"
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+    || fail "python3 is $(python3 --version 2>&1); mcp $MCP_VERSION needs >= 3.10"
+node -e 'process.exit(parseInt(process.versions.node) >= 18 ? 0 : 1)' \
+    || fail "node is $(node --version); server-everything needs >= 18"
+mkdir -p "$INTEROP_DIR"
+
+# ---- Python: venv with the SDK and mcp-server-time ---------------------------
+py_stamp="$VENV/.tether-interop-pins"
+py_pins="mcp==$MCP_VERSION mcp-server-time==$MCP_SERVER_TIME_VERSION"
+if [ -f "$py_stamp" ] && [ "$(cat "$py_stamp")" = "$py_pins" ] \
+    && "$VENV/bin/python" -c 'import mcp, mcp_server_time' > /dev/null 2>&1; then
+    echo "== interop: python venv up to date ($py_pins)"
+else
+    echo "== interop: python venv ($py_pins)"
+    if ! "$VENV/bin/python" -c 'import sys' > /dev/null 2>&1; then
+        rm -rf "$VENV"
+        python3 -m venv "$VENV" || fail "python3 -m venv $VENV failed (Debian: apt-get install python3-venv)"
+    fi
+    # -q keeps it quiet; pip still prints errors. No retries hide a registry outage.
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/pip" install -q --no-input $py_pins \
+        || fail "pip install $py_pins failed (is PyPI reachable?)"
+    "$VENV/bin/python" -c 'import mcp, mcp_server_time' || fail "the installed mcp packages do not import"
+    echo "$py_pins" > "$py_stamp"
+fi
+[ -x "$VENV/bin/mcp-server-time" ] || fail "$VENV/bin/mcp-server-time missing after install"
+
+# ---- Node: server-everything --------------------------------------------------
+everything_pkg="$NODE_DIR/node_modules/@modelcontextprotocol/server-everything/package.json"
+installed_version() {
+    node -e 'try { console.log(require(process.argv[1]).version) } catch (e) { console.log("") }' "$1"
+}
+if [ "$(installed_version "$everything_pkg")" = "$EVERYTHING_VERSION" ]; then
+    echo "== interop: server-everything $EVERYTHING_VERSION up to date"
+else
+    echo "== interop: npm install @modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
+    mkdir -p "$NODE_DIR"
+    npm install --prefix "$NODE_DIR" --save-exact --no-audit --no-fund --no-update-notifier \
+        --loglevel=error "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION" < /dev/null \
+        || fail "npm install @modelcontextprotocol/server-everything@$EVERYTHING_VERSION failed (is the npm registry reachable?)"
+    [ "$(installed_version "$everything_pkg")" = "$EVERYTHING_VERSION" ] \
+        || fail "server-everything $EVERYTHING_VERSION not found in $NODE_DIR after npm install"
+fi
+
+# ---- tether -------------------------------------------------------------------
+echo "== interop: cargo build -p tether-smol --bin tether"
+cargo build -q -p tether-smol --bin tether || fail "cargo build of tether failed"
+[ -x "$TETHER_BIN" ] || fail "tether binary not found at $TETHER_BIN"
+
+# ---- the test -----------------------------------------------------------------
+echo "== interop: python tests/interop/interop_test.py"
+status=0
+# The test prints its closing "interop: N passed, N failed" line last.
+TETHER_BIN="$TETHER_BIN" INTEROP_DIR="$INTEROP_DIR" INTEROP_SETUP_SECONDS=$((SECONDS - started)) \
+    timeout --kill-after=10 300 "$VENV/bin/python" -u tests/interop/interop_test.py < /dev/null || status=$?
+if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    fail "interop_test.py did not finish within 300 s"
+elif [ "$status" -ne 0 ]; then
+    fail "interop_test.py exited with status $status (see the FAIL lines above)"
+fi
