@@ -14,48 +14,12 @@ use tether_core::{Action, AdminCommand, Event, Failure, Status};
 
 // ----- helpers local to these scenarios -----
 
-/// Every event emitted so far, with its time.
-fn events(sim: &Sim) -> Vec<(u64, Event)> {
-    sim.actions
-        .iter()
-        .filter_map(|(at, a)| match a {
-            Action::Emit { event } => Some((*at, event.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Connections opened to `server` so far, as (time, generation).
 fn connects(sim: &Sim, server: &str) -> Vec<(u64, u64)> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
             Action::ConnectHttp { server: s, generation, .. } if s == server => Some((*at, *generation)),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Requests with `method` sent to `server` (any generation), as (time, id).
-fn sent(sim: &Sim, server: &str, method: &str) -> Vec<(u64, u64)> {
-    sim.actions
-        .iter()
-        .filter_map(|(at, a)| match a {
-            Action::SendToBackend { server: s, frame, .. } if s == server => {
-                let v: Value = serde_json::from_str(frame).ok()?;
-                (v["method"] == method && v.get("id").is_some()).then(|| (*at, v["id"].as_u64().unwrap()))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// The statuses `server` went through, in order (the `to` of each change).
-fn status_path(sim: &Sim, server: &str) -> Vec<Status> {
-    events(sim)
-        .into_iter()
-        .filter_map(|(_, e)| match e {
-            Event::ServerStatusChanged { server: s, to, .. } if s == server => Some(to),
             _ => None,
         })
         .collect()
@@ -87,22 +51,6 @@ fn answered_at(sim: &Sim, id: u64) -> Vec<u64> {
             _ => None,
         })
         .collect()
-}
-
-/// Names of the tools the client is served now (asks with request `id`).
-fn listed_tools(sim: &mut Sim, id: u64) -> Vec<String> {
-    sim.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/list"}));
-    let r = sim.response(id);
-    r["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
-}
-
-/// Answers backend request `id` of `server` with `result`.
-fn reply(sim: &mut Sim, server: &str, id: u64, result: Value) {
-    sim.backend(server, json!({"jsonrpc":"2.0","id":id,"result":result}));
-}
-
-fn text_result(text: &str) -> Value {
-    json!({"content":[{"type":"text","text":text}]})
 }
 
 /// Fails the latest `method` request sent to `server` with `failure`.
@@ -153,14 +101,14 @@ fn refused_call_is_retried_then_the_backend_reconnects_with_capped_jittered_back
         fail_latest(&mut sim, "web", "tools/call", Failure::Refused);
         assert_eq!(sim.status("web"), Status::Online, "call retries do not take the backend down yet");
         assert!(sim.responses_for(1).is_empty(), "the client waits while the call is retried");
-        let before = sent(&sim, "web", "tools/call").len();
+        let before = request_times(&sim, "web", "tools/call").len();
         sim.note(&format!("the call waits {wait} ms, then is resent"));
         sim.advance(wait - 1);
-        assert_eq!(sent(&sim, "web", "tools/call").len(), before, "resent early");
+        assert_eq!(request_times(&sim, "web", "tools/call").len(), before, "resent early");
         sim.advance(1);
-        assert_eq!(sent(&sim, "web", "tools/call").len(), before + 1, "not resent after {wait} ms");
+        assert_eq!(request_times(&sim, "web", "tools/call").len(), before + 1, "not resent after {wait} ms");
     }
-    let times: Vec<u64> = sent(&sim, "web", "tools/call").iter().map(|(at, _)| *at).collect();
+    let times: Vec<u64> = request_times(&sim, "web", "tools/call").iter().map(|(at, _)| *at).collect();
     assert_eq!(times, [start, start + 500, start + 1500, start + 3500]);
 
     sim.note("the third retry is refused too: the call fails and the backend goes offline");
@@ -237,7 +185,7 @@ fn refused_call_is_retried_then_the_backend_reconnects_with_capped_jittered_back
     assert_eq!(reconnected, [16]);
     assert_eq!(sim.status("web"), Status::Online);
     assert_eq!(sim.gw.status("web").unwrap().reconnect_attempt, 0);
-    assert_eq!(sent(&sim, "web", "tools/list").len(), 2, "discovered once at start, once after the reconnect");
+    assert_eq!(request_times(&sim, "web", "tools/list").len(), 2, "discovered once at start, once after the reconnect");
     let changed = tools_changed_at(&sim);
     assert_eq!(changed.len(), 2, "told when the tools went away and when they came back");
     assert_eq!(changed[1], sim.now);
@@ -259,7 +207,7 @@ fn trip_breaker(sim: &mut Sim) {
         assert_eq!(err["code"], -32001);
         assert!(err["message"].as_str().unwrap().contains("HTTP 500"), "{err}");
     }
-    assert_eq!(sent(sim, "web", "tools/call").len(), 5, "HTTP 500 on a call that may have run is not resent");
+    assert_eq!(request_times(sim, "web", "tools/call").len(), 5, "HTTP 500 on a call that may have run is not resent");
     let opened: Vec<(u64, u64)> = events(sim)
         .into_iter()
         .filter_map(|(at, e)| match e {
@@ -299,17 +247,17 @@ fn breaker_opens_after_five_failures_rejects_then_a_successful_probe_closes_it()
     assert!(msg.contains("'web'") && msg.contains("retry in 20 s"), "{msg}");
     assert_eq!(err["data"]["breaker"], "open");
     assert_eq!(answered_at(&sim, 6), [sim.now]);
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 5, "a rejected call never reaches the backend");
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 5, "a rejected call never reaches the backend");
 
     sim.advance(opened_at + 30_000 - sim.now);
     sim.note("the 30 s cooldown is over: one probe call goes through, a concurrent call is rejected");
     sim.call(7, "web__search");
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 6, "the probe is sent");
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 6, "the probe is sent");
     sim.call(8, "web__search");
     let err = error_of(&sim, 8);
     assert!(err["message"].as_str().unwrap().contains("probe"), "{err}");
     assert_eq!(err["data"]["breaker"], "half_open");
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 6, "only one probe at a time");
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 6, "only one probe at a time");
 
     sim.note("the probe succeeds: the breaker closes and calls flow again");
     let probe = sim.last_request("web", "tools/call");
@@ -318,7 +266,7 @@ fn breaker_opens_after_five_failures_rejects_then_a_successful_probe_closes_it()
     assert_eq!(circuit_events(&sim), [(opened_at, "opened"), (sim.now, "closed")]);
     assert_eq!(sim.gw.status("web").unwrap().breaker, tether_core::policy::BreakerState::Closed);
     sim.call(9, "web__search");
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 7);
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 7);
     let id = sim.last_request("web", "tools/call");
     reply(&mut sim, "web", id, text_result("again"));
     assert_eq!(sim.response(9)["result"], text_result("again"));
@@ -335,7 +283,7 @@ fn failed_probe_reopens_the_breaker_with_a_fresh_cooldown() {
     sim.advance(30_000);
     sim.note("cooldown over: the probe call fails with HTTP 500 too");
     sim.call(6, "web__search");
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 6, "the probe is sent");
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 6, "the probe is sent");
     fail_latest(&mut sim, "web", "tools/call", Failure::Http { status: 500 });
     assert_eq!(error_of(&sim, 6)["code"], -32001);
     let reopened_at = sim.now;
@@ -349,12 +297,12 @@ fn failed_probe_reopens_the_breaker_with_a_fresh_cooldown() {
     sim.call(8, "web__search");
     let msg = error_of(&sim, 8)["message"].as_str().unwrap().to_string();
     assert!(msg.contains("retry in 1 s"), "{msg}");
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 6);
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 6);
 
     sim.advance(1);
     sim.note("30 s after the failed probe: the next call is the new probe");
     sim.call(9, "web__search");
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 7);
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 7);
     let id = sim.last_request("web", "tools/call");
     reply(&mut sim, "web", id, text_result("ok"));
     assert_eq!(sim.response(9)["result"], text_result("ok"));
@@ -378,9 +326,9 @@ fn assert_waiting_for_the_user(sim: &mut Sim) {
 
 /// A call refused at once because the backend needs new credentials.
 fn assert_refused_for_reauth(sim: &mut Sim, id: u64) {
-    let calls = sent(sim, "web", "tools/call").len();
+    let calls = request_times(sim, "web", "tools/call").len();
     sim.call(id, "web__search");
-    assert_eq!(sent(sim, "web", "tools/call").len(), calls, "nothing is sent to a backend that rejects us");
+    assert_eq!(request_times(sim, "web", "tools/call").len(), calls, "nothing is sent to a backend that rejects us");
     let err = error_of(sim, id);
     assert_eq!(err["code"], -32004);
     let msg = err["message"].as_str().unwrap();
@@ -404,7 +352,7 @@ fn http_401_on_a_call_requires_reauth_until_an_admin_reconnect() {
     assert_eq!(err["code"], -32004, "the client is told to re-authenticate: {err}");
     let msg = err["message"].as_str().unwrap();
     assert!(msg.contains("'web'") && msg.contains("re-authentication"), "{msg}");
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 5, "a 401 is never retried");
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 5, "a 401 is never retried");
     assert!(circuit_events(&sim).is_empty(), "a 401 does not count against the breaker");
     assert_eq!(sim.gw.status("web").unwrap().breaker, tether_core::policy::BreakerState::Closed);
     assert_eq!(tools_changed_at(&sim), [sim.now], "web's tools are hidden while it waits for the user");
@@ -478,7 +426,7 @@ fn two_calls_on_an_offline_backend_start_one_reconnect_and_one_rediscovery() {
     sim.call(2, "web__search");
     let attempt_at = sim.now;
     assert_eq!(connects(&sim, "web").len(), 2, "exactly one reconnect for both calls");
-    assert_eq!(sent(&sim, "web", "initialize").len(), 2, "exactly one initialize for both calls");
+    assert_eq!(request_times(&sim, "web", "initialize").len(), 2, "exactly one initialize for both calls");
     assert!(sim.responses_for(1).is_empty() && sim.responses_for(2).is_empty());
 
     sim.note("the handshake completes: both calls go out at once, re-discovery runs beside them");
@@ -488,10 +436,10 @@ fn two_calls_on_an_offline_backend_start_one_reconnect_and_one_rediscovery() {
         json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"web","version":"1"}}),
     );
     assert_eq!(sim.status("web"), Status::DiscoveringTools);
-    let calls = sent(&sim, "web", "tools/call");
+    let calls = request_times(&sim, "web", "tools/call");
     assert_eq!(calls.len(), 2);
     assert!(calls.iter().all(|(at, _)| *at == sim.now), "both calls sent right after the handshake");
-    assert_eq!(sent(&sim, "web", "tools/list").len(), 2, "one re-discovery (plus the one at start)");
+    assert_eq!(request_times(&sim, "web", "tools/list").len(), 2, "one re-discovery (plus the one at start)");
     let reconnected: Vec<u32> = events(&sim)
         .into_iter()
         .filter_map(|(_, e)| match e {
@@ -507,13 +455,13 @@ fn two_calls_on_an_offline_backend_start_one_reconnect_and_one_rediscovery() {
     assert_eq!(sim.response(1)["result"], text_result("one"));
     assert_eq!(sim.response(2)["result"], text_result("two"));
     assert_eq!(sim.status("web"), Status::DiscoveringTools, "discovery is still running");
-    assert_eq!(sent(&sim, "web", "tools/list").len(), 2, "successful calls start no further discovery");
+    assert_eq!(request_times(&sim, "web", "tools/list").len(), 2, "successful calls start no further discovery");
 
     sim.answer_tools("web", &["search"]);
     assert_eq!(sim.status("web"), Status::Online);
     sim.advance(scheduled + 10_000 - sim.now);
     assert_eq!(connects(&sim, "web").last().unwrap().0, attempt_at, "the scheduled retry was cancelled");
-    assert_eq!(sent(&sim, "web", "tools/list").len(), 2);
+    assert_eq!(request_times(&sim, "web", "tools/list").len(), 2);
     insta::assert_snapshot!(sim.log);
 }
 
@@ -536,7 +484,7 @@ fn reconnected_and_rediscovering() -> Sim {
         json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true}},"serverInfo":{"name":"web","version":"1"}}),
     );
     assert_eq!(sim.status("web"), Status::DiscoveringTools);
-    assert_eq!(sent(&sim, "web", "tools/list").len(), 2);
+    assert_eq!(request_times(&sim, "web", "tools/list").len(), 2);
     sim
 }
 
@@ -634,7 +582,7 @@ fn admin_reconnect_and_a_call_while_offline_try_at_once_and_a_failure_is_a_struc
     assert_eq!(data["next_retry_ms"], json!(st.next_retry_ms.unwrap()));
     assert_jittered(3, data["next_retry_ms"].as_u64().unwrap());
     assert_eq!(data["last_error"], "connection refused");
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 0, "the call never reached the backend");
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 0, "the call never reached the backend");
 
     sim.note("the next scheduled attempt succeeds");
     let failed_at = sim.now;
@@ -659,7 +607,7 @@ fn http_404_reinitializes_and_resends_once_and_a_second_404_backs_off() {
     assert!(sim.responses_for(1).is_empty(), "the client is not bothered");
     sim.note("the fresh session's handshake completes: the call is resent on it and answered");
     sim.boot("web", &["search"]);
-    let calls = sent(&sim, "web", "tools/call");
+    let calls = request_times(&sim, "web", "tools/call");
     assert_eq!(calls.len(), 2, "resent exactly once");
     reply(&mut sim, "web", calls[1].1, text_result("found"));
     assert_eq!(sim.response(1)["result"], text_result("found"));
@@ -672,7 +620,7 @@ fn http_404_reinitializes_and_resends_once_and_a_second_404_backs_off() {
     fail_latest(&mut sim, "web", "tools/call", Failure::Http { status: 404 });
     sim.boot("web", &["search"]);
     let gen3 = sim.gen("web");
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 4);
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 4);
     fail_latest(&mut sim, "web", "tools/call", Failure::Http { status: 404 });
     let err = error_of(&sim, 2);
     assert_eq!(err["code"], -32001);
@@ -685,7 +633,7 @@ fn http_404_reinitializes_and_resends_once_and_a_second_404_backs_off() {
     let failed_at = sim.now;
     sim.advance(wait - 1);
     assert_eq!(sim.gen("web"), gen3, "no reconnect before the backoff ends");
-    assert_eq!(sent(&sim, "web", "tools/call").len(), 4, "the call was not resent a second time");
+    assert_eq!(request_times(&sim, "web", "tools/call").len(), 4, "the call was not resent a second time");
     sim.note("the backoff ends: a new connection");
     sim.advance(1);
     assert_eq!(connects(&sim, "web").last().unwrap(), &(failed_at + wait, gen3 + 1));
@@ -711,7 +659,7 @@ fn http_404_with_other_calls_in_flight_leaves_none_unanswered() {
     sim.call(1, "web__search");
     sim.call(2, "web__lookup");
     sim.call(3, "web__search");
-    let first = sent(&sim, "web", "tools/call");
+    let first = request_times(&sim, "web", "tools/call");
     sim.note("the session is lost: the third call's POST gets HTTP 404. That call never ran and lookup is");
     sim.note("read-only: both wait for the new session. The first search may have run: it fails now");
     sim.fail("web", Some(first[2].1), Failure::Http { status: 404 });
@@ -722,7 +670,7 @@ fn http_404_with_other_calls_in_flight_leaves_none_unanswered() {
     assert!(sim.responses_for(2).is_empty() && sim.responses_for(3).is_empty());
     sim.answer("web", "initialize", init);
     sim.answer("web", "tools/list", tools);
-    let resent: Vec<u64> = sent(&sim, "web", "tools/call")[3..].iter().map(|(_, id)| *id).collect();
+    let resent: Vec<u64> = request_times(&sim, "web", "tools/call")[3..].iter().map(|(_, id)| *id).collect();
     assert_eq!(resent.len(), 2, "the 404'd call and the read-only call are resent");
     for id in resent {
         reply(&mut sim, "web", id, text_result("ok"));

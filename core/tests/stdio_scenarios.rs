@@ -35,28 +35,6 @@ fn closes(sim: &Sim, server: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Every event emitted so far, with its time.
-fn events(sim: &Sim) -> Vec<(u64, Event)> {
-    sim.actions
-        .iter()
-        .filter_map(|(at, a)| match a {
-            Action::Emit { event } => Some((*at, event.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The statuses `server` went through, in order (the `to` of each change).
-fn status_path(sim: &Sim, server: &str) -> Vec<Status> {
-    events(sim)
-        .into_iter()
-        .filter_map(|(_, e)| match e {
-            Event::ServerStatusChanged { server: s, to, .. } if s == server => Some(to),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Frames sent to `server` on connection `generation`, parsed, with their time.
 fn frames_to(sim: &Sim, server: &str, generation: u64) -> Vec<(u64, Value)> {
     sim.actions
@@ -78,20 +56,6 @@ fn methods_to(sim: &Sim, server: &str, generation: u64) -> Vec<String> {
         .collect()
 }
 
-/// Requests with `method` sent to `server` (any generation), as (time, id).
-fn request_times(sim: &Sim, server: &str, method: &str) -> Vec<(u64, u64)> {
-    sim.actions
-        .iter()
-        .filter_map(|(at, a)| match a {
-            Action::SendToBackend { server: s, frame, .. } if s == server => {
-                let v: Value = serde_json::from_str(frame).ok()?;
-                (v["method"] == method && v.get("id").is_some()).then(|| (*at, v["id"].as_u64().unwrap()))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
 /// Notifications with `method` the client received, their params.
 fn client_notifications(sim: &Sim, method: &str) -> Vec<Value> {
     sim.client_frames()
@@ -99,13 +63,6 @@ fn client_notifications(sim: &Sim, method: &str) -> Vec<Value> {
         .filter(|f| f["method"] == method && f.get("id").is_none())
         .map(|f| f["params"].clone())
         .collect()
-}
-
-/// Names of the tools the client is served now (asks with a fresh request id).
-fn listed_tools(sim: &mut Sim, id: u64) -> Vec<String> {
-    sim.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/list"}));
-    let r = sim.response(id);
-    r["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
 }
 
 /// Answers the latest `initialize` sent to `server` with these capabilities.
@@ -120,15 +77,6 @@ fn answer_initialize(sim: &mut Sim, server: &str, capabilities: Value) {
 /// Answers the latest `tools/list` of `server` with full tool objects (annotations included).
 fn answer_tool_objects(sim: &mut Sim, server: &str, tools: Value) {
     sim.answer(server, "tools/list", json!({ "tools": tools }));
-}
-
-/// Answers a request of the backend by id.
-fn reply(sim: &mut Sim, server: &str, id: u64, result: Value) {
-    sim.backend(server, json!({"jsonrpc":"2.0","id":id,"result":result}));
-}
-
-fn text_result(text: &str) -> Value {
-    json!({"content":[{"type":"text","text":text}]})
 }
 
 /// A running gateway with `fs` online (tools `read_file`, `write_file`) and a ready client.

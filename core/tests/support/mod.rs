@@ -7,7 +7,9 @@ use std::fmt::Write;
 
 use serde_json::{json, Value};
 use tether_core::trace::{header_line, input_line, TraceHeader, TRACE_VERSION};
-use tether_core::{Action, AdminCommand, Config, Failure, Gateway, Input, Instant, ServerConfig, SessionId};
+use tether_core::{
+    Action, AdminCommand, Config, Event, Failure, Gateway, Input, Instant, ServerConfig, SessionId, Status,
+};
 
 /// The client session most scenarios use.
 pub const CLIENT: SessionId = SessionId(1);
@@ -257,4 +259,58 @@ pub fn one_stdio() -> Config {
 
 pub fn one_http() -> Config {
     Config::default().server("web", ServerConfig::http("https://web.example/mcp"))
+}
+
+// ----- queries over a run, shared by the scenario suites -----
+
+/// Every event emitted so far, with its time.
+pub fn events(sim: &Sim) -> Vec<(u64, Event)> {
+    sim.actions
+        .iter()
+        .filter_map(|(at, a)| match a {
+            Action::Emit { event } => Some((*at, event.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The statuses `server` went through, in order (the `to` of each change).
+pub fn status_path(sim: &Sim, server: &str) -> Vec<Status> {
+    events(sim)
+        .into_iter()
+        .filter_map(|(_, e)| match e {
+            Event::ServerStatusChanged { server: s, to, .. } if s == server => Some(to),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Names of the tools the client is served now (asks with a fresh request id).
+pub fn listed_tools(sim: &mut Sim, id: u64) -> Vec<String> {
+    sim.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/list"}));
+    let r = sim.response(id);
+    r["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// Answers a request of the backend by id.
+pub fn reply(sim: &mut Sim, server: &str, id: u64, result: Value) {
+    sim.backend(server, json!({"jsonrpc":"2.0","id":id,"result":result}));
+}
+
+pub fn text_result(text: &str) -> Value {
+    json!({"content":[{"type":"text","text":text}]})
+}
+
+/// Requests with `method` sent to `server` (any generation), as (time, id).
+pub fn request_times(sim: &Sim, server: &str, method: &str) -> Vec<(u64, u64)> {
+    sim.actions
+        .iter()
+        .filter_map(|(at, a)| match a {
+            Action::SendToBackend { server: s, frame, .. } if s == server => {
+                let v: Value = serde_json::from_str(frame).ok()?;
+                (v["method"] == method && v.get("id").is_some()).then(|| (*at, v["id"].as_u64().unwrap()))
+            }
+            _ => None,
+        })
+        .collect()
 }
