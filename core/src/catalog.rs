@@ -377,6 +377,35 @@ impl Catalog {
         Ok(out)
     }
 
+    /// Checks that served names are valid and unique and that every one resolves
+    /// back to the entry it came from (used by invariant checks and fuzzing).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (index, kind) in [(&self.tools, ListKind::Tools), (&self.prompts, ListKind::Prompts)] {
+            let mut served = 0;
+            for (server, reg) in &self.backends {
+                for entry in reg.catalog.entries(kind) {
+                    served += 1;
+                    let name = &entry.served;
+                    if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(is_name_byte) {
+                        return Err(format!("served name {name:?} is not a valid name"));
+                    }
+                    if index.get(name) != Some(server) {
+                        return Err(format!("served name {name:?} of {server} does not resolve back to it"));
+                    }
+                }
+            }
+            if served != index.len() {
+                return Err(format!("{kind:?} index has {} names for {served} entries", index.len()));
+            }
+        }
+        for (alias, server) in &self.aliases {
+            if self.backends.get(server).map(|r| &r.alias) != Some(alias) {
+                return Err(format!("alias {alias} does not belong to {server}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Re-derives served names after a backend's `prefixed` flag changed.
     fn rekey(&mut self, server: &str) {
         let Some(reg) = self.backends.get(server) else { return };

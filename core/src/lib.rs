@@ -10,6 +10,9 @@ extern crate std;
 pub mod catalog;
 pub mod codec;
 pub mod config;
+#[cfg(feature = "std")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gateway;
 pub mod io;
 pub mod policy;

@@ -315,6 +315,7 @@ impl Gateway {
                 return Err(format!("{name}: stderr tail unbounded"));
             }
         }
+        self.catalog.check_invariants()?;
         for (sid, s) in &self.sessions {
             if s.in_flight.len() > limits.max_in_flight_per_session as usize {
                 return Err(format!("session {} over its in-flight bound", sid.0));

@@ -1,0 +1,562 @@
+//! Byte-driven drivers that throw arbitrary input at a [`Gateway`] and check every
+//! promise the engine makes. The same drivers run under cargo-fuzz (`fuzz/`), over
+//! the committed corpora in `cargo test`, and from a PRNG in the stress test.
+//!
+//! Promises checked:
+//! - no panic, whatever the input;
+//! - [`Gateway::check_invariants`] after every input: bounded tables and queues,
+//!   no call on a stale connection, nothing owed to a closed session, catalog
+//!   names valid, unique and round-tripping, breaker, crash window and backoff
+//!   within their bounds;
+//! - actions only name the newest connection of a backend;
+//! - a backend that went `permanently_failed` or `requires_reauth` is not started
+//!   again without an admin command or a config reload;
+//! - once every timer has fired, every client request was answered exactly once
+//!   (unless its client cancelled it or went away).
+
+use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde_json::{json, Value};
+
+use crate::codec::{LineDecoder, SseDecoder};
+use crate::config::{Config, ServerConfig};
+use crate::gateway::Gateway;
+use crate::io::{Action, AdminCommand, Event, Input, SessionId, Status};
+use crate::policy::Failure;
+use crate::protocol::{self, Message};
+use crate::time::Instant;
+
+/// A broken promise, with a description of what and when.
+pub type Violation = String;
+
+/// Reads choices from fuzzer bytes; yields zeros once exhausted.
+pub struct Choices<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Choices<'a> {
+    /// Choices drawn from `data`.
+    pub fn new(data: &'a [u8]) -> Self {
+        Choices { data, pos: 0 }
+    }
+
+    /// Whether every byte has been used.
+    pub fn is_empty(&self) -> bool {
+        self.pos >= self.data.len()
+    }
+
+    /// The next byte (0 when exhausted).
+    pub fn byte(&mut self) -> u8 {
+        let b = self.data.get(self.pos).copied().unwrap_or(0);
+        self.pos += 1;
+        b
+    }
+
+    /// A value in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        usize::from(self.byte()) % n.max(1)
+    }
+
+    /// Up to `max` raw bytes.
+    pub fn slice(&mut self, max: usize) -> &'a [u8] {
+        let len = self.below(max + 1);
+        let start = self.pos.min(self.data.len());
+        let end = (start + len).min(self.data.len());
+        self.pos = end;
+        &self.data[start..end]
+    }
+}
+
+/// The backends every driver runs: two stdio (one vital), one HTTP.
+pub const SERVERS: [&str; 3] = ["a", "b", "web"];
+
+/// The configuration the drivers start from: small limits, so bounds are reached.
+pub fn driver_config(variant: u8) -> Config {
+    let mut web = ServerConfig::http("https://web.example/mcp");
+    web.policy.call_retry_delays_ms = Some(alloc::vec![100, 200]);
+    let mut b = ServerConfig::stdio("b-server", &[]);
+    b.vital = variant & 1 == 1;
+    let mut a = ServerConfig::stdio("a-server", &["--x"]);
+    if variant & 2 == 2 {
+        a.transport = crate::config::Transport::Stdio {
+            command: "a-server".into(),
+            args: alloc::vec!["--y".into()],
+            env: BTreeMap::new(),
+            cwd: None,
+        };
+    }
+    a.prefixed = variant & 4 == 0;
+    let mut config = Config::default().server("a", a).server("b", b).server("web", web);
+    if variant & 8 == 8 {
+        config.servers.remove("b");
+    }
+    config.limits.max_in_flight = 16;
+    config.limits.max_queued_per_backend = 4;
+    config.limits.max_in_flight_per_session = 8;
+    config.limits.max_pending_server_requests = 2;
+    config.limits.max_sessions = 3;
+    config.limits.page_size = 2;
+    config.limits.max_frame_bytes = 4096;
+    config.policy.request_timeout_ms = 5_000;
+    config.policy.request_timeout_max_ms = 20_000;
+    config.policy.idle_timeout_ms = 30_000;
+    config
+}
+
+/// A gateway under test plus what the checks need to remember.
+pub struct Harness {
+    /// The engine.
+    pub gw: Gateway,
+    now: u64,
+    /// Newest generation seen in a spawn/connect action, per backend.
+    gens: BTreeMap<String, u64>,
+    /// Requests sent to each backend on its newest generation and not yet answered by the driver.
+    open: BTreeMap<String, Vec<(u64, String)>>,
+    /// Requests the clients sent, per (session, raw id).
+    asked: BTreeMap<(u64, String), u32>,
+    /// Answers the clients got, per (session, raw id).
+    answered: BTreeMap<(u64, String), u32>,
+    /// Ids a client cancelled.
+    cancelled: BTreeSet<(u64, String)>,
+    /// Backends that gave up or need reauth, and may not be started by the engine alone.
+    stopped: BTreeSet<String>,
+    /// Server-to-client request ids the clients were sent.
+    server_requests: Vec<(u64, u64)>,
+    next_id: u64,
+}
+
+impl Harness {
+    /// A fresh gateway with [`driver_config`]`(variant)`.
+    pub fn new(variant: u8, seed: u64) -> Result<Harness, Violation> {
+        let gw = Gateway::new(driver_config(variant), seed, Instant::ZERO).map_err(|e| format!("config: {e}"))?;
+        let mut h = Harness {
+            gw,
+            now: 0,
+            gens: BTreeMap::new(),
+            open: BTreeMap::new(),
+            asked: BTreeMap::new(),
+            answered: BTreeMap::new(),
+            cancelled: BTreeSet::new(),
+            stopped: BTreeSet::new(),
+            server_requests: Vec::new(),
+            next_id: 1,
+        };
+        h.drain()?;
+        Ok(h)
+    }
+
+    /// Feeds one input now and checks everything.
+    pub fn input(&mut self, input: Input) -> Result<(), Violation> {
+        match &input {
+            Input::ClientFrame { session, frame } => self.note_client_frame(session.0, frame),
+            Input::ClientClosed { session } => self.forget_session(session.0),
+            Input::Admin { command } => {
+                let (AdminCommand::Reconnect { server }
+                | AdminCommand::Restart { server }
+                | AdminCommand::Remove { server }) = command;
+                self.stopped.remove(server);
+            }
+            Input::ConfigReloaded { .. } => self.stopped.clear(),
+            _ => {}
+        }
+        if let Err(e) = self.gw.handle(Instant::from_millis(self.now), input) {
+            return Err(format!("host contract error from a valid input: {e}"));
+        }
+        self.drain()
+    }
+
+    fn note_client_frame(&mut self, session: u64, frame: &str) {
+        if frame.len() > self.gw.config().limits.max_frame_bytes as usize {
+            return; // refused with id null
+        }
+        match protocol::parse(frame) {
+            Ok(Message::Request { id, .. }) => {
+                *self.asked.entry((session, id.get().to_string())).or_default() += 1;
+            }
+            // An invalid message whose id could be read is answered under that id.
+            Err(protocol::FrameError { id: Some(id), .. }) => {
+                *self.asked.entry((session, id)).or_default() += 1;
+            }
+            Ok(Message::Notification { method, params }) if method == "notifications/cancelled" => {
+                let id = params
+                    .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+                    .and_then(|p| p.get("requestId").and_then(|v| serde_json::to_string(v).ok()));
+                if let Some(id) = id {
+                    self.cancelled.insert((session, id));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A session that left is owed nothing.
+    fn forget_session(&mut self, session: u64) {
+        self.asked.retain(|k, _| k.0 != session);
+        self.answered.retain(|k, _| k.0 != session);
+        self.cancelled.retain(|k| k.0 != session);
+    }
+
+    /// Moves time forward, firing every timer on the way.
+    pub fn advance(&mut self, ms: u64) -> Result<(), Violation> {
+        let target = self.now.saturating_add(ms);
+        for _ in 0..100_000 {
+            match self.gw.poll_timeout() {
+                Some(at) if at.as_millis() <= target => {
+                    self.now = self.now.max(at.as_millis());
+                    self.input(Input::Tick)?;
+                }
+                _ => {
+                    self.now = target;
+                    return Ok(());
+                }
+            }
+        }
+        Err("timers keep firing without time passing (livelock)".into())
+    }
+
+    fn drain(&mut self) -> Result<(), Violation> {
+        while let Some(action) = self.gw.poll_action() {
+            self.check_action(&action)?;
+        }
+        self.gw.check_invariants().map_err(|e| format!("invariant at {} ms: {e}", self.now))
+    }
+
+    fn check_action(&mut self, action: &Action) -> Result<(), Violation> {
+        match action {
+            Action::Spawn { server, generation, .. } | Action::ConnectHttp { server, generation, .. } => {
+                if self.stopped.contains(server) {
+                    return Err(format!("{server} was started again after it gave up or needed reauth"));
+                }
+                if self.gens.get(server).is_some_and(|g| g >= generation) {
+                    return Err(format!("{server}: generation {generation} is not newer"));
+                }
+                self.gens.insert(server.clone(), *generation);
+                self.open.insert(server.clone(), Vec::new());
+            }
+            Action::SendToBackend { server, generation, frame, .. } => {
+                if self.gens.get(server) != Some(generation) {
+                    return Err(format!("frame sent to {server}#{generation}, not its newest connection"));
+                }
+                let v: Value = serde_json::from_str(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
+                if let (Some(id), Some(method)) = (v.get("id").and_then(Value::as_u64), v.get("method")) {
+                    let method = method.as_str().unwrap_or("").to_string();
+                    self.open.entry(server.clone()).or_default().push((id, method));
+                }
+            }
+            Action::CloseBackend { server, generation } => {
+                if self.gens.get(server) != Some(generation) {
+                    return Err(format!("close of {server}#{generation}, not its newest connection"));
+                }
+            }
+            Action::SendToClient { session, frame } => {
+                let v: Value = serde_json::from_str(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
+                if v.get("method").is_none() {
+                    if let Some(id) = v.get("id") {
+                        let id = serde_json::to_string(id).unwrap_or_default();
+                        *self.answered.entry((session.0, id)).or_default() += 1;
+                    }
+                } else if let Some(id) = v.get("id").and_then(Value::as_u64) {
+                    self.server_requests.push((session.0, id));
+                }
+            }
+            Action::CloseClient { session } => self.forget_session(session.0),
+            Action::Emit { event } => {
+                if let Event::ServerStatusChanged {
+                    server,
+                    to: Status::PermanentlyFailed | Status::RequiresReauth,
+                    ..
+                } = event
+                {
+                    self.stopped.insert(server.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After everything settled: each request answered exactly once.
+    pub fn check_answers(&self) -> Result<(), Violation> {
+        for (key, asked) in &self.asked {
+            let got = self.answered.get(key).copied().unwrap_or(0);
+            if self.cancelled.contains(key) {
+                if got > *asked {
+                    return Err(format!("request {key:?} asked {asked} times, answered {got} times"));
+                }
+            } else if got != *asked {
+                return Err(format!("request {key:?} asked {asked} times, answered {got} times"));
+            }
+        }
+        for key in self.answered.keys() {
+            if !self.asked.contains_key(key) && key.1 != "null" {
+                return Err(format!("answer to {key:?}, which nobody asked"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets every timer fire (a simulated day), then checks the answers.
+    pub fn settle(&mut self) -> Result<(), Violation> {
+        self.advance(24 * 3_600_000)?;
+        self.check_answers()
+    }
+
+    fn generation(&self, server: &str) -> u64 {
+        self.gens.get(server).copied().unwrap_or(0)
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Answers `request` of `server` the way a well-behaved backend would.
+    fn good_answer(id: u64, method: &str) -> Value {
+        let result = match method {
+            "initialize" => {
+                json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{},"resources":{"subscribe":true},"prompts":{}}})
+            }
+            "tools/list" => json!({"tools":[{"name":"echo","annotations":{"readOnlyHint":true}},{"name":"write"}]}),
+            "resources/list" => json!({"resources":[{"uri":"file:///x","name":"x"}]}),
+            "resources/templates/list" => json!({"resourceTemplates":[]}),
+            "prompts/list" => json!({"prompts":[{"name":"greet"}],"nextCursor":"2"}),
+            "resources/read" => json!({"contents":[{"uri":"file:///x","text":"x"}]}),
+            _ => json!({"content":[{"type":"text","text":"ok"}]}),
+        };
+        json!({"jsonrpc":"2.0","id":id,"result":result})
+    }
+
+    /// Boots every backend that has an open `initialize` and list requests.
+    pub fn boot_all(&mut self) -> Result<(), Violation> {
+        for _ in 0..4 {
+            for server in SERVERS {
+                let open = self.open.get(server).cloned().unwrap_or_default();
+                for (id, method) in open {
+                    self.answer(server, id, &method, 0)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn answer(&mut self, server: &str, id: u64, method: &str, how: u8) -> Result<(), Violation> {
+        if let Some(list) = self.open.get_mut(server) {
+            list.retain(|(i, _)| *i != id);
+        }
+        let frame = match how % 8 {
+            0..=4 => Self::good_answer(id, method),
+            5 => json!({"jsonrpc":"2.0","id":id,"error":{"code":-32603,"message":"boom"}}),
+            6 => json!({"jsonrpc":"2.0","id":id,"error":{"code":-32601,"message":"nope"}}),
+            _ => json!({"jsonrpc":"2.0","id":id,"result":"not an object"}),
+        };
+        let generation = self.generation(server);
+        self.input(Input::BackendFrame { server: server.into(), generation, frame: frame.to_string() })
+    }
+
+    /// One step decoded from the choices.
+    pub fn step(&mut self, c: &mut Choices<'_>) -> Result<(), Violation> {
+        let session = SessionId(1 + c.below(3) as u64);
+        let server = SERVERS[c.below(SERVERS.len())];
+        match c.below(18) {
+            0..=3 => {
+                let id = if c.below(8) == 0 { self.next_id } else { self.fresh_id() };
+                let tool = ["a__echo", "b__echo", "web__write", "echo", "web__echo", "nope"][c.below(6)];
+                let frame = match c.below(10) {
+                    0 => json!({"jsonrpc":"2.0","id":id,"method":"tools/list"}),
+                    1 => json!({"jsonrpc":"2.0","id":id,"method":"prompts/list","params":{"cursor":"p2"}}),
+                    2 => json!({"jsonrpc":"2.0","id":id,"method":"resources/read","params":{"uri":"a+file:///x"}}),
+                    3 => {
+                        json!({"jsonrpc":"2.0","id":id,"method":"resources/subscribe","params":{"uri":"web+file:///x"}})
+                    }
+                    4 => json!({"jsonrpc":"2.0","id":format!("s{id}"),"method":"ping"}),
+                    5 => {
+                        json!({"jsonrpc":"2.0","id":id,"method":"initialize","params":{"capabilities":{"sampling":{},"roots":{}}}})
+                    }
+                    6 => json!({"jsonrpc":"2.0","id":id,"method":"logging/setLevel","params":{"level":"info"}}),
+                    _ => {
+                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{},"_meta":{"progressToken":id}}})
+                    }
+                };
+                self.input(Input::ClientFrame { session, frame: frame.to_string() })
+            }
+            4..=7 => {
+                let open = self.open.get(server).cloned().unwrap_or_default();
+                if open.is_empty() {
+                    return Ok(());
+                }
+                let (id, method) = open[c.below(open.len())].clone();
+                let how = c.byte();
+                self.answer(server, id, &method, how)
+            }
+            8 => {
+                let token = self.open.get(server).and_then(|o| o.first().map(|(id, _)| *id)).unwrap_or(7);
+                let frame = match c.below(6) {
+                    0 => {
+                        json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":token,"progress":c.byte()}})
+                    }
+                    1 => json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}),
+                    2 => json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}),
+                    3 => {
+                        json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///x"}})
+                    }
+                    4 => {
+                        let method =
+                            ["sampling/createMessage", "roots/list", "elicitation/create", "ping", "x/y"][c.below(5)];
+                        json!({"jsonrpc":"2.0","id":format!("r{}", c.byte()),"method":method})
+                    }
+                    _ => json!({"jsonrpc":"2.0","id":token + 1000,"result":{}}),
+                };
+                let generation = self.generation(server);
+                self.input(Input::BackendFrame { server: server.into(), generation, frame: frame.to_string() })
+            }
+            9 => {
+                let server = ["a", "b"][c.below(2)];
+                let code = if c.below(2) == 0 { Some(1) } else { None };
+                let generation = self.generation(server);
+                self.input(Input::BackendExited { server: server.into(), generation, code })
+            }
+            10 => {
+                let failure = [
+                    Failure::Refused,
+                    Failure::Timeout,
+                    Failure::Reset,
+                    Failure::Http { status: 500 },
+                    Failure::Http { status: 404 },
+                    Failure::Http { status: 401 },
+                    Failure::Spawn { message: "x".into() },
+                ][c.below(7)]
+                .clone();
+                let open = self.open.get(server).cloned().unwrap_or_default();
+                let request = match c.below(3) {
+                    0 => None,
+                    1 if !open.is_empty() => Some(open[c.below(open.len())].0),
+                    _ => Some(u64::from(c.byte())),
+                };
+                let generation = self.generation(server);
+                self.input(Input::BackendFailed { server: server.into(), generation, request, failure })
+            }
+            11 => {
+                let ms = [1u64, 100, 600, 2_000, 31_000, 200_000, 3 * 3_600_000][c.below(7)];
+                self.advance(ms)
+            }
+            12 => {
+                let mine: Vec<String> = self.asked.keys().filter(|k| k.0 == session.0).map(|k| k.1.clone()).collect();
+                let Some(id) = mine.get(c.below(mine.len().max(1))).cloned() else { return Ok(()) };
+                let frame =
+                    format!(r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#);
+                self.input(Input::ClientFrame { session, frame })
+            }
+            13 => {
+                let id = self.server_requests.get(c.below(self.server_requests.len().max(1))).map_or(99, |r| r.1);
+                let frame = match c.below(3) {
+                    0 => json!({"jsonrpc":"2.0","id":id,"result":{"roots":[]}}),
+                    1 => json!({"jsonrpc":"2.0","id":id,"error":{"code":-1,"message":"no"}}),
+                    _ => json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+                };
+                self.input(Input::ClientFrame { session, frame: frame.to_string() })
+            }
+            14 => {
+                if self.gw.status(server).is_none() {
+                    return Ok(());
+                }
+                let server = server.to_string();
+                let command = match c.below(3) {
+                    0 => AdminCommand::Reconnect { server },
+                    1 => AdminCommand::Restart { server },
+                    _ => AdminCommand::Remove { server },
+                };
+                self.input(Input::Admin { command })
+            }
+            15 => {
+                let config = driver_config(c.byte());
+                self.input(Input::ConfigReloaded { config })
+            }
+            16 => match c.below(2) {
+                0 => self.input(Input::ClientClosed { session }),
+                _ => self.input(Input::ClientConnected { session }),
+            },
+            _ => {
+                // Stale and raw inputs.
+                let generation = self.generation(server).saturating_sub(1 + c.below(2) as u64);
+                let raw = String::from_utf8_lossy(c.slice(64)).to_string();
+                match c.below(3) {
+                    0 => self.input(Input::BackendFrame { server: server.into(), generation, frame: raw }),
+                    1 => self.input(Input::BackendExited { server: server.into(), generation, code: Some(9) }),
+                    _ => self.input(Input::ClientFrame { session, frame: raw }),
+                }
+            }
+        }
+    }
+}
+
+/// The `gateway` target: a sequence of inputs decoded from `data`.
+pub fn gateway(data: &[u8]) -> Result<(), Violation> {
+    let mut c = Choices::new(data);
+    let variant = c.byte();
+    let seed = u64::from(c.byte());
+    let mut h = Harness::new(variant, seed)?;
+    for session in 1..=2 {
+        let frame =
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"sampling":{},"roots":{}}}}"#;
+        h.input(Input::ClientFrame { session: SessionId(session), frame: frame.into() })?;
+        let ready = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        h.input(Input::ClientFrame { session: SessionId(session), frame: ready.into() })?;
+    }
+    if c.below(4) != 0 {
+        h.boot_all()?;
+    }
+    let mut steps = 0;
+    while !c.is_empty() && steps < 400 {
+        h.step(&mut c)?;
+        steps += 1;
+    }
+    h.settle()
+}
+
+/// The `frames` target: arbitrary bytes as client and backend byte streams,
+/// through the codecs and into the gateway.
+pub fn frames(data: &[u8]) -> Result<(), Violation> {
+    let mut c = Choices::new(data);
+    let mut h = Harness::new(0, 1)?;
+    h.boot_all()?;
+    let mut client = LineDecoder::new(4096);
+    let mut stdio = LineDecoder::new(4096);
+    let mut sse = SseDecoder::new(4096);
+    let mut rounds = 0;
+    while !c.is_empty() && rounds < 200 {
+        rounds += 1;
+        let target = c.below(3);
+        let chunk = c.slice(96);
+        match target {
+            0 => {
+                client.push(chunk);
+                while let Some(line) = client.next_line() {
+                    let frame = line.unwrap_or_else(|e| format!("<{e}>"));
+                    h.input(Input::ClientFrame { session: SessionId(1), frame })?;
+                }
+            }
+            1 => {
+                stdio.push(chunk);
+                while let Some(line) = stdio.next_line() {
+                    let Ok(frame) = line else { continue };
+                    let generation = h.generation("a");
+                    h.input(Input::BackendFrame { server: "a".into(), generation, frame })?;
+                }
+            }
+            _ => {
+                sse.push(chunk);
+                while let Some(event) = sse.next_event() {
+                    let Ok(event) = event else { continue };
+                    let generation = h.generation("web");
+                    h.input(Input::BackendFrame { server: "web".into(), generation, frame: event.data })?;
+                }
+            }
+        }
+    }
+    while let Some(Ok(frame)) = client.finish() {
+        h.input(Input::ClientFrame { session: SessionId(1), frame })?;
+    }
+    h.settle()
+}
