@@ -4,6 +4,13 @@
 //!
 //! HTTP runs through ureq (rustls) on smol's blocking pool. Every outcome becomes
 //! an input; what to do about it (retry, reconnect, re-initialize) is the core's call.
+//!
+//! Each POST runs on its own thread, so two frames could overtake each other on
+//! the wire. Where order matters it is kept: a frame sent after a notification or
+//! a response waits until that POST was accepted (its response head arrived), so
+//! `notifications/initialized` reaches the server before the discovery requests
+//! and an answer to a server request before what follows it. Requests do not hold
+//! up later frames: a slow JSON-answered call must not stall the connection.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -18,6 +25,12 @@ use tether_core::{Failure, Input};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a POST waits for the legacy transport's endpoint event.
 const ENDPOINT_WAIT: Duration = Duration::from_secs(30);
+/// How long a frame waits for the notification or response sent before it to be
+/// accepted (and the handshake answer for the GET stream to open) before it goes
+/// regardless.
+const ORDER_WAIT: Duration = Duration::from_secs(2);
+/// How much of an error response's body is read to understand it.
+const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 
 /// Where and how to connect.
 pub struct HttpTarget {
@@ -62,7 +75,35 @@ struct State {
     get_stream_opened: bool,
     /// Legacy transport: where to POST, from the `endpoint` event.
     endpoint: Option<String>,
+    /// Opens when the last notification or response sent has been accepted.
+    barrier: Option<Arc<Gate>>,
     closed: bool,
+}
+
+/// Opens once an HTTP request got its response head (or failed): the frames
+/// ordered behind it may go.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Gate {
+    /// Waits until the gate opens, at most `timeout`.
+    fn wait(&self, timeout: Duration) {
+        let open = self.open.lock().unwrap();
+        drop(self.opened.wait_timeout_while(open, timeout, |open| !*open).unwrap());
+    }
+}
+
+/// Opens its gate when dropped, so every way out of a request opens it.
+struct Opener(Arc<Gate>);
+
+impl Drop for Opener {
+    fn drop(&mut self) {
+        *self.0.open.lock().unwrap() = true;
+        self.0.opened.notify_all();
+    }
 }
 
 impl HttpBackend {
@@ -91,24 +132,44 @@ impl HttpBackend {
         HttpBackend { shared }
     }
 
-    /// Sends one frame; `request` is the id to quote if delivery fails.
+    /// Sends one frame; `request` is the id to quote if delivery fails, `None` for
+    /// notifications and responses, which the frames after them wait for.
     pub fn send(&self, frame: String, request: Option<u64>) {
         let s = self.shared.clone();
-        smol::unblock(move || s.post(&frame, request)).detach();
+        let (after, accepted) = {
+            let mut state = s.state.lock().unwrap();
+            let after = state.barrier.clone();
+            let accepted = request.is_none().then(|| {
+                let gate = Arc::new(Gate::default());
+                state.barrier = Some(gate.clone());
+                Opener(gate)
+            });
+            (after, accepted)
+        };
+        smol::unblock(move || {
+            if let Some(gate) = after {
+                gate.wait(ORDER_WAIT);
+            }
+            s.post(&frame, request, accepted);
+        })
+        .detach();
     }
 
     /// Ends the session (DELETE when the server gave one) and stops reporting.
     pub fn close(self) {
         let s = self.shared;
-        let session = {
+        let (session, version) = {
             let mut state = s.state.lock().unwrap();
             state.closed = true;
-            state.session_id.clone()
+            (state.session_id.clone(), state.protocol_version.clone())
         };
         s.endpoint_known.notify_all();
         if let (Some(session), false) = (session, s.legacy) {
             smol::unblock(move || {
                 let mut req = s.agent.delete(&s.url).set("Mcp-Session-Id", &session);
+                if let Some(v) = &version {
+                    req = req.set("MCP-Protocol-Version", v);
+                }
                 for (k, v) in &s.headers {
                     req = req.set(k, v);
                 }
@@ -126,8 +187,10 @@ impl Shared {
         }
     }
 
-    fn frame(&self, frame: String) {
-        self.remember_version(&frame);
+    fn frame(self: &Arc<Self>, frame: String) {
+        if self.remember_version(&frame) {
+            self.open_get_stream();
+        }
         self.report(Input::BackendFrame { server: self.server.clone(), generation: self.generation, frame });
     }
 
@@ -142,8 +205,9 @@ impl Shared {
     }
 
     /// Streamable HTTP requires `MCP-Protocol-Version` on every request after the
-    /// handshake: the transport notes the version the server chose.
-    fn remember_version(&self, frame: &str) {
+    /// handshake: the transport notes the version the server chose. True when this
+    /// frame was the handshake answer.
+    fn remember_version(&self, frame: &str) -> bool {
         #[derive(serde::Deserialize)]
         struct Answer {
             result: Option<Version>,
@@ -154,14 +218,17 @@ impl Shared {
             protocol_version: Option<String>,
         }
         if !frame.contains("protocolVersion") {
-            return;
+            return false;
         }
         if let Ok(Answer { result: Some(Version { protocol_version: Some(v) }) }) = serde_json::from_str(frame) {
-            self.state.lock().unwrap().protocol_version = Some(v);
+            return self.state.lock().unwrap().protocol_version.replace(v).is_none();
         }
+        false
     }
 
-    fn post(self: &Arc<Self>, frame: &str, request: Option<u64>) {
+    /// POSTs one frame. `accepted` opens when the response head arrived (or the
+    /// POST failed): the frames ordered behind this one may go then.
+    fn post(self: &Arc<Self>, frame: &str, request: Option<u64>, accepted: Option<Opener>) {
         let url = if self.legacy {
             match self.wait_for_endpoint() {
                 Some(url) => url,
@@ -178,32 +245,44 @@ impl Shared {
         for (k, v) in &self.headers {
             req = req.set(k, v);
         }
-        {
+        let in_session = {
             let state = self.state.lock().unwrap();
-            if let Some(id) = &state.session_id {
-                req = req.set("Mcp-Session-Id", id);
-            }
             if let Some(v) = &state.protocol_version {
                 req = req.set("MCP-Protocol-Version", v);
             }
-        }
-        let response = match req.send_string(frame) {
+            match &state.session_id {
+                Some(id) if !self.legacy => {
+                    req = req.set("Mcp-Session-Id", id);
+                    true
+                }
+                _ => false,
+            }
+        };
+        let response = req.send_string(frame);
+        drop(accepted);
+        let response = match response {
             Ok(r) => r,
-            Err(ureq::Error::Status(status, _)) => return self.failed(request, Failure::Http { status }),
+            Err(ureq::Error::Status(status, r)) => {
+                let status = if in_session && status == 400 && rejects_session(&error_text(r)) {
+                    // The spec answers a request in an unknown session with 404; the
+                    // TypeScript SDK's example servers (and servers built from them)
+                    // answer 400 "No valid session ID provided", e.g. after a restart.
+                    // It is the same loss: the core re-initializes.
+                    tracing::debug!(server = %self.server, "HTTP 400 rejects the session: treated as session lost (404)");
+                    404
+                } else {
+                    status
+                };
+                return self.failed(request, Failure::Http { status });
+            }
             Err(ureq::Error::Transport(t)) => return self.failed(request, transport_failure(&t)),
         };
         if self.legacy {
             return; // answers arrive on the event stream
         }
-        let open_get = {
-            let mut state = self.state.lock().unwrap();
-            if let Some(id) = response.header("Mcp-Session-Id") {
-                state.session_id = Some(id.to_string());
-            }
-            let open = !state.get_stream_opened && state.session_id.is_some() && state.protocol_version.is_some();
-            state.get_stream_opened |= open;
-            open
-        };
+        if let Some(id) = response.header("Mcp-Session-Id") {
+            self.state.lock().unwrap().session_id = Some(id.to_string());
+        }
         let is_sse = response.content_type() == "text/event-stream";
         if response.status() == 202 {
             // Accepted: a notification or response; nothing comes back on this POST.
@@ -223,22 +302,45 @@ impl Shared {
                 Err(_) => self.failed(request, Failure::Reset),
             }
         }
-        if open_get {
-            let s = self.clone();
-            smol::unblock(move || s.get_stream()).detach();
+    }
+
+    /// Opens the optional server-to-client GET stream once the handshake is
+    /// answered, and before the answer goes to the core: whatever the server sends
+    /// on its own right after `notifications/initialized` (a tools/list_changed for
+    /// tools it registers then, a roots/list request) goes to that stream or nowhere.
+    fn open_get_stream(self: &Arc<Self>) {
+        {
+            let mut state = self.state.lock().unwrap();
+            if self.legacy || state.get_stream_opened || state.session_id.is_none() {
+                return;
+            }
+            state.get_stream_opened = true;
         }
+        let gate = Arc::new(Gate::default());
+        let opened = Opener(gate.clone());
+        let s = self.clone();
+        smol::unblock(move || s.get_stream(opened)).detach();
+        gate.wait(ORDER_WAIT);
     }
 
     /// The optional server-to-client stream. A server without one answers 405.
-    fn get_stream(&self) {
+    fn get_stream(self: &Arc<Self>, opened: Opener) {
         let mut req = self.agent.get(&self.url).set("Accept", "text/event-stream");
         for (k, v) in &self.headers {
             req = req.set(k, v);
         }
-        if let Some(id) = &self.state.lock().unwrap().session_id {
-            req = req.set("Mcp-Session-Id", id);
+        {
+            let state = self.state.lock().unwrap();
+            if let Some(id) = &state.session_id {
+                req = req.set("Mcp-Session-Id", id);
+            }
+            if let Some(v) = &state.protocol_version {
+                req = req.set("MCP-Protocol-Version", v);
+            }
         }
-        match req.call() {
+        let response = req.call();
+        drop(opened);
+        match response {
             Ok(r) if r.content_type() == "text/event-stream" => {
                 self.read_sse(r.into_reader(), false);
             }
@@ -249,7 +351,7 @@ impl Shared {
 
     /// Feeds SSE `message` events as frames; legacy streams also carry `endpoint`.
     /// Returns false when the stream failed mid-way.
-    fn read_sse(&self, mut reader: impl Read, legacy: bool) -> bool {
+    fn read_sse(self: &Arc<Self>, mut reader: impl Read, legacy: bool) -> bool {
         let mut decoder = SseDecoder::new(self.max_frame);
         let mut chunk = vec![0u8; 16 * 1024];
         loop {
@@ -275,7 +377,7 @@ impl Shared {
         }
     }
 
-    fn legacy_stream(&self) {
+    fn legacy_stream(self: &Arc<Self>) {
         let mut req = self.agent.get(&self.url).set("Accept", "text/event-stream");
         for (k, v) in &self.headers {
             req = req.set(k, v);
@@ -297,6 +399,34 @@ impl Shared {
             .wait_timeout_while(state, ENDPOINT_WAIT, |s| s.endpoint.is_none() && !s.closed)
             .unwrap();
         state.endpoint.clone()
+    }
+}
+
+/// The start of an error response's body, for telling what it is about.
+fn error_text(response: ureq::Response) -> String {
+    let mut text = String::new();
+    let _ = response.into_reader().take(ERROR_BODY_LIMIT).read_to_string(&mut text);
+    text
+}
+
+/// Whether an HTTP 400 body rejects the session: a JSON-RPC error whose message
+/// is about the session (the TypeScript SDK's example servers, and the many
+/// servers built from them, say "Bad Request: No valid session ID provided"), or
+/// a plain-text body saying so (Python SDK servers before they switched to 404).
+fn rejects_session(body: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Reply {
+        error: Option<Error>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Error {
+        message: Option<String>,
+    }
+    let about_session = |text: &str| text.to_ascii_lowercase().contains("session");
+    match serde_json::from_str::<Reply>(body) {
+        Ok(Reply { error: Some(Error { message: Some(m) }) }) => about_session(&m),
+        Ok(_) => false,
+        Err(_) => about_session(body),
     }
 }
 
@@ -334,12 +464,172 @@ fn resolve(base: &str, endpoint: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::resolve;
+    use super::*;
+    use std::io::Cursor;
 
     #[test]
     fn endpoints_resolve_against_the_stream_url() {
         assert_eq!(resolve("http://h:1/sse", "/messages?s=1"), "http://h:1/messages?s=1");
         assert_eq!(resolve("http://h:1/a/sse", "messages"), "http://h:1/a/messages");
         assert_eq!(resolve("http://h:1/sse", "https://x/y"), "https://x/y");
+    }
+
+    #[test]
+    fn session_rejections_are_recognised() {
+        let ts = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#;
+        assert!(rejects_session(ts));
+        assert!(rejects_session(r#"{"error":{"message":"Session not found"}}"#));
+        assert!(!rejects_session(r#"{"jsonrpc":"2.0","error":{"code":-32602,"message":"Invalid params"},"id":3}"#));
+        assert!(rejects_session("Bad Request: No valid session ID provided")); // plain text
+        assert!(!rejects_session(r#"{"jsonrpc":"2.0","error":{"code":-32600,"message":"bad"},"session":1}"#));
+        assert!(!rejects_session("Bad Request: invalid JSON"));
+        assert!(!rejects_session(""));
+    }
+
+    type Log = Arc<Mutex<Vec<String>>>;
+    type Reply = tiny_http::Response<Cursor<Vec<u8>>>;
+
+    /// A server answering each request on its own thread with `answer(method, body,
+    /// session header, log)`; returns the endpoint URL and the log.
+    fn serve(answer: fn(&str, &str, Option<&str>, &Log) -> Reply) -> (String, Log) {
+        let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/mcp", server.server_addr().to_ip().unwrap());
+        let log = Log::default();
+        let server_log = log.clone();
+        std::thread::spawn(move || {
+            for mut request in server.incoming_requests() {
+                let log = server_log.clone();
+                std::thread::spawn(move || {
+                    let mut body = String::new();
+                    request.as_reader().read_to_string(&mut body).unwrap();
+                    let session = request
+                        .headers()
+                        .iter()
+                        .find(|h| h.field.equiv("Mcp-Session-Id"))
+                        .map(|h| h.value.as_str().to_string());
+                    let method = request.method().as_str().to_string();
+                    let reply = answer(&method, &body, session.as_deref(), &log);
+                    let _ = request.respond(reply);
+                });
+            }
+        });
+        (url, log)
+    }
+
+    fn reply(status: u16, content_type: &str, body: &str) -> Reply {
+        let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes()).unwrap();
+        tiny_http::Response::from_string(body).with_status_code(status).with_header(header)
+    }
+
+    /// The initialize answer, opening session `s1`.
+    fn handshake() -> Reply {
+        let body = r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{}}}"#;
+        let session = tiny_http::Header::from_bytes(&b"Mcp-Session-Id"[..], &b"s1"[..]).unwrap();
+        reply(200, "application/json", body).with_header(session)
+    }
+
+    fn connect(url: String) -> (HttpBackend, async_channel::Receiver<Input>) {
+        let (tx, rx) = async_channel::unbounded();
+        let target = HttpTarget {
+            server: "web".into(),
+            generation: 1,
+            url,
+            headers: BTreeMap::new(),
+            legacy: false,
+            read_timeout: Duration::from_secs(10),
+            max_frame: 1 << 20,
+        };
+        (HttpBackend::connect(target, tx), rx)
+    }
+
+    fn next_input(rx: &async_channel::Receiver<Input>) -> Input {
+        let timeout = async {
+            smol::Timer::after(Duration::from_secs(10)).await;
+            None
+        };
+        smol::block_on(smol::future::or(async { rx.recv().await.ok() }, timeout)).expect("an input within 10 s")
+    }
+
+    fn frame_of(input: Input) -> String {
+        match input {
+            Input::BackendFrame { frame, .. } => frame,
+            other => panic!("expected a frame, got {other:?}"),
+        }
+    }
+
+    const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+
+    #[test]
+    fn frames_after_a_notification_wait_until_it_is_accepted() {
+        let (url, log) = serve(|_, body, _, log| {
+            if body.contains("notifications/initialized") {
+                log.lock().unwrap().push("notification received".into());
+                std::thread::sleep(Duration::from_millis(300));
+                log.lock().unwrap().push("notification answered".into());
+                reply(202, "text/plain", "")
+            } else {
+                log.lock().unwrap().push("request received".into());
+                reply(200, "application/json", r#"{"jsonrpc":"2.0","id":2,"result":{"tools":[]}}"#)
+            }
+        });
+        let (backend, rx) = connect(url);
+        backend.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(), None);
+        backend.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#.into(), Some(2));
+        assert!(frame_of(next_input(&rx)).contains(r#""tools":[]"#));
+        let log = log.lock().unwrap().clone();
+        assert_eq!(log, ["notification received", "notification answered", "request received"]);
+    }
+
+    #[test]
+    fn the_get_stream_is_open_before_the_handshake_answer_is_reported() {
+        let (url, log) = serve(|method, _, session, log| match method {
+            "GET" => {
+                log.lock().unwrap().push(format!("GET in session {session:?}"));
+                reply(200, "text/event-stream", "")
+            }
+            "POST" => handshake(),
+            _ => reply(405, "text/plain", ""),
+        });
+        let (backend, rx) = connect(url);
+        backend.send(INITIALIZE.into(), Some(1));
+        assert!(frame_of(next_input(&rx)).contains("protocolVersion"));
+        assert_eq!(log.lock().unwrap().clone(), [r#"GET in session Some("s1")"#]);
+    }
+
+    #[test]
+    fn a_400_rejecting_the_session_is_reported_as_a_lost_session() {
+        let (url, _) = serve(|method, body, session, _| match (method, session) {
+            ("POST", None) => handshake(),
+            ("POST", Some(_)) if body.contains("tools/call") => reply(
+                400,
+                "application/json",
+                r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#,
+            ),
+            ("POST", Some(_)) => reply(
+                400,
+                "application/json",
+                r#"{"jsonrpc":"2.0","error":{"code":-32602,"message":"Invalid params"},"id":3}"#,
+            ),
+            _ => reply(405, "text/plain", ""),
+        });
+        let (backend, rx) = connect(url);
+        backend.send(INITIALIZE.into(), Some(1));
+        frame_of(next_input(&rx));
+        backend.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call"}"#.into(), Some(2));
+        let lost = Input::BackendFailed {
+            server: "web".into(),
+            generation: 1,
+            request: Some(2),
+            failure: Failure::Http { status: 404 },
+        };
+        assert_eq!(next_input(&rx), lost);
+        backend.send(r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get"}"#.into(), Some(3));
+        let bad = Input::BackendFailed {
+            server: "web".into(),
+            generation: 1,
+            request: Some(3),
+            failure: Failure::Http { status: 400 },
+        };
+        assert_eq!(next_input(&rx), bad);
     }
 }

@@ -1,12 +1,17 @@
-"""Interop test: the official MCP Python SDK as a client of `tether`, with two real
+"""Interop test: the official MCP Python SDK as a client of `tether`, with real
 backends behind it: `@modelcontextprotocol/server-everything` (Node) as
-`everything` and `mcp-server-time` (Python) as `time`.
+`everything` (stdio), `mcp-server-time` (Python) as `time` (stdio), and two more
+server-everything processes that the test starts itself, reached over HTTP:
+`everything_http` (Streamable HTTP, `index.js streamableHttp`, POST/GET /mcp) and
+`everything_sse` (the legacy HTTP+SSE transport, `index.js sse`, GET /sse and
+POST /message).
 
 Run by tests/interop/run.sh, which installs the pinned components and builds tether.
 Environment:
   TETHER_BIN         the tether executable
   INTEROP_DIR        where run.sh installed things (venv/, node/)
-  INTEROP_VERBOSE=1  print the tail of tether's stderr and the notifications seen (always on failure)
+  INTEROP_VERBOSE=1  print the tail of tether's stderr, the HTTP servers' logs and the
+                     notifications seen (always on failure)
 
 Prints one line per check and a closing `N passed, N failed`; exits non-zero on any
 failure.
@@ -17,13 +22,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import IO, Any, Awaitable, Callable
 
 import anyio
 import mcp_types as types
@@ -69,6 +76,12 @@ def text_of(result: types.CallToolResult | types.GetPromptResult) -> str:
     return "\n".join(b.text for b in blocks if isinstance(b, types.TextContent))
 
 
+def from_everything(logger: str | None) -> bool:
+    """A log message relayed from the stdio `everything` backend (tether prefixes the
+    logger with the backend's name), not from `everything_http` or `everything_sse`."""
+    return logger is not None and (logger == "everything" or logger.startswith("everything/"))
+
+
 def describe(e: BaseException) -> str:
     """An exception as one line; exception groups (anyio task groups) by their leaves."""
     inner = getattr(e, "exceptions", None)
@@ -77,10 +90,20 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def write_config(directory: Path) -> Path:
+# The HTTP backends: their tether names, and the prefixes of what tether serves from them.
+HTTP = "everything_http"  # Streamable HTTP
+SSE = "everything_sse"  # legacy HTTP+SSE
+# Resource URIs get a per-backend scheme alias (`_` is not allowed in a URI scheme).
+URI_ALIASES = {"everything": "everything", HTTP: "everything-http", SSE: "everything-sse"}
+TOOL_PREFIXES = ("everything__", "time__", f"{HTTP}__", f"{SSE}__")
+
+
+def write_config(directory: Path, http_url: str, sse_url: str) -> Path:
     """A Claude Desktop style file: `mcpServers` entries with `env` blocks, plus a
     `tether` section. The SDK starts tether with a minimal environment (HOME, PATH,
-    ...), so each backend's `env` passes on what it needs explicitly."""
+    ...), so each backend's `env` passes on what it needs explicitly. The two `url`
+    entries are remote backends: `/mcp` is Streamable HTTP, a path ending in `/sse`
+    the legacy HTTP+SSE transport."""
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
     config = {
         "tether": {"separator": "__"},
@@ -95,6 +118,8 @@ def write_config(directory: Path) -> Path:
                 "args": [],
                 "env": {**base_env, "TZ": TIME_TZ},
             },
+            HTTP: {"url": http_url},
+            SSE: {"url": sse_url},
         },
     }
     path = directory / "tether.json"
@@ -152,6 +177,100 @@ def backend_pids(parent: int, marker: str) -> list[int]:
             if state[state.rindex(")") + 2] != "Z":  # not a zombie
                 found.append(pid)
     return found
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the test process dies (Linux
+    PR_SET_PDEATHSIG), so a test killed by run.sh's timeout leaves no server behind."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class HttpServer:
+    """server-everything run by the test with an HTTP transport (`streamableHttp` or
+    `sse`) on a free port; its output goes to a log file shown on failure."""
+
+    def __init__(self, mode: str, log_path: Path):
+        self.mode = mode
+        self.log_path = log_path
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def spawn(self) -> None:
+        if self._log is None:
+            self._log = open(self.log_path, "ab")
+        self._log.write(f"---- node index.js {self.mode} on port {self.port}\n".encode())
+        self._log.flush()
+        self.proc = subprocess.Popen(
+            ["node", str(EVERYTHING_JS), self.mode],
+            env={**os.environ, "PORT": str(self.port)},
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+    async def wait_listening(self, seconds: float = 20) -> None:
+        deadline = time.monotonic() + seconds
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise CheckFailed(f"{self.mode} server exited with status {self.proc.returncode}: {self.log_tail(5)}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise CheckFailed(f"{self.mode} server not listening on port {self.port} after {seconds:.0f} s")
+            await anyio.sleep(0.05)
+
+    async def start(self) -> None:
+        """On a fresh free port; a port taken meanwhile (the server exits) gets another try."""
+        for attempt in range(3):
+            self.port = free_port()
+            self.spawn()
+            try:
+                return await self.wait_listening()
+            except CheckFailed:
+                self.kill()
+                if attempt == 2:
+                    raise
+
+    async def restart(self) -> None:
+        """On the same port."""
+        self.spawn()
+        await self.wait_listening()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def close(self) -> None:
+        self.kill()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_tail(self, lines: int) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
 
 
 # --------------------------------------------------------------------------------
@@ -223,9 +342,10 @@ async def wait_for_tool(session: ClientSession, name: str, seconds: float) -> li
 class Run:
     s: ClientSession  # set once connected
 
-    def __init__(self, rec: Recorder, config_path: Path):
+    def __init__(self, rec: Recorder, config_path: Path, http_server: HttpServer):
         self.rec = rec
         self.config_path = config_path
+        self.http_server = http_server  # the Streamable HTTP backend's process, killed and restarted
         self.passed: list[str] = []
         self.failed: list[tuple[str, str]] = []
         self.init: types.InitializeResult | None = None
@@ -280,7 +400,7 @@ class Run:
             "everything__trigger-sampling-request missing: the backend registers it only when tether "
             f"announces the sampling capability; tools: {names}",
         )
-        bad = [n for n in names if not (n.startswith("everything__") or n.startswith("time__"))]
+        bad = [n for n in names if not n.startswith(TOOL_PREFIXES)]
         check(not bad, f"tools not namespaced: {bad}")
         for t in tools:
             check(1 <= len(t.name) <= 64, f"tool name out of bounds: {t.name!r}")
@@ -297,12 +417,14 @@ class Run:
         res = await self.s.list_resources()
         uris = [str(r.uri) for r in res.resources]
         check(uris, "resources/list is empty")
-        bad = [u for u in uris if not u.startswith("everything+")]
-        check(not bad, f"resource URIs not prefixed with 'everything+': {bad[:5]}")
+        prefixes = tuple(f"{a}+" for a in URI_ALIASES.values())
+        bad = [u for u in uris if not u.startswith(prefixes)]
+        check(not bad, f"resource URIs not prefixed with one of {prefixes}: {bad[:5]}")
+        check(any(u.startswith("everything+") for u in uris), f"no 'everything+' resource listed: {uris[:5]}")
         templates = await self.s.list_resource_templates()
         tpl = [t.uri_template for t in templates.resource_templates]
         check(tpl, "resources/templates/list is empty")
-        bad = [t for t in tpl if not t.startswith("everything+")]
+        bad = [t for t in tpl if not t.startswith(prefixes)]
         check(not bad, f"resource templates not prefixed: {bad}")
         return f"{len(uris)} resources, {len(tpl)} templates, e.g. {uris[0]}"
 
@@ -342,7 +464,9 @@ class Run:
 
     async def read_resource(self) -> str:
         res = await self.s.list_resources()
-        doc = next((r for r in res.resources if "static/document" in str(r.uri)), res.resources[0])
+        mine = [r for r in res.resources if str(r.uri).startswith("everything+")]
+        check(mine, "no 'everything+' resource listed")
+        doc = next((r for r in mine if "static/document" in str(r.uri)), mine[0])
         uri = str(doc.uri)
         r = await self.s.read_resource(uri)
         check(r.contents, f"resources/read {uri} returned no contents")
@@ -527,12 +651,12 @@ class Run:
         r = await self.s.call_tool("everything__toggle-simulated-logging", {})
         check(not r.is_error and "Started" in text_of(r), f"toggle-simulated-logging: {text_of(r)!r}")
         try:
-            while not [p for t, p in self.rec.logs if t >= since and (p.logger or "").startswith("everything")]:
+            while not [p for t, p in self.rec.logs if t >= since and from_everything(p.logger)]:
                 check(time.monotonic() - since < 8, "no notifications/message from the everything backend")
                 await anyio.sleep(0.1)
         finally:
             await self.s.call_tool("everything__toggle-simulated-logging", {})  # off again
-        got = [p for t, p in self.rec.logs if t >= since and (p.logger or "").startswith("everything")][0]
+        got = [p for t, p in self.rec.logs if t >= since and from_everything(p.logger)][0]
         check(got.logger == "everything", f"logger of a backend message without one should be 'everything': {got}")
         check("message" in str(got.data), f"unexpected log data: {got.data!r}")
         return f"[{got.level}] logger={got.logger} {got.data}"
@@ -594,6 +718,158 @@ class Run:
         check(r.is_error, f"unknown tool call succeeded: {r}")
         return f"isError: {text_of(r)}"
 
+    # ---- the HTTP backends ----------------------------------------------------------
+
+    async def http_online(self) -> str:
+        """Both HTTP backends are online (tools are listed only then) and serve the
+        same tools as the stdio `everything`, including those the server registers
+        after the handshake and announces with list_changed (on the Streamable HTTP
+        backend that notification has no request to ride on: it comes on the GET stream)."""
+        deadline = time.monotonic() + 10
+        while True:
+            tools = await list_all_tools(self.s)
+            names = {t.name for t in tools}
+            stdio = {n.removeprefix("everything__") for n in names if n.startswith("everything__")}
+            served = {b: {n.removeprefix(f"{b}__") for n in names if n.startswith(f"{b}__")} for b in (HTTP, SSE)}
+            if all(served[b] == stdio for b in served) or time.monotonic() > deadline:
+                break
+            await anyio.sleep(0.25)
+        for b, got in served.items():
+            check(got, f"no {b}__* tools listed: is {b} online? tools: {sorted(names)}")
+            check(
+                got == stdio,
+                f"{b} serves other tools than the stdio everything backend: missing {sorted(stdio - got)}, "
+                f"extra {sorted(got - stdio)}",
+            )
+        check("trigger-sampling-request" in served[HTTP], f"{HTTP}__trigger-sampling-request missing")
+        return f"{HTTP}: {len(served[HTTP])} tools, {SSE}: {len(served[SSE])} tools (same as the stdio backend)"
+
+    async def http_echo(self, backend: str) -> str:
+        message = f"hello through {backend}"
+        r = await self.s.call_tool(f"{backend}__echo", {"message": message})
+        check(not r.is_error, f"echo returned isError: {r}")
+        check(message in text_of(r), f"echo text: {text_of(r)!r}")
+        return text_of(r)
+
+    async def http_read_resource(self, backend: str) -> str:
+        alias = URI_ALIASES[backend]
+        uri = f"{alias}+demo://resource/static/document/architecture.md"
+        r = await self.s.read_resource(uri)
+        check(r.contents, f"resources/read {uri} returned no contents")
+        check(str(r.contents[0].uri) == uri, f"resources/read {uri}: contents uri {r.contents[0].uri!s}")
+        text = getattr(r.contents[0], "text", "") or ""
+        check(len(text) > 0, f"resources/read {uri}: empty text")
+        turi = f"{alias}+demo://resource/dynamic/text/3"
+        t = await self.s.read_resource(turi)
+        check(t.contents and str(t.contents[0].uri) == turi, f"templated read {turi}: {t.contents!r}")
+        return f"{uri} ({len(text)} chars), {turi}"
+
+    async def http_progress(self) -> str:
+        """The Streamable HTTP server answers a tools/call POST with an SSE stream that
+        carries the progress notifications before the result."""
+        seen: list[tuple[float, float | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total))
+
+        r = await self.s.call_tool(
+            f"{HTTP}__trigger-long-running-operation", {"duration": 2, "steps": 4}, progress_callback=on_progress
+        )
+        check(not r.is_error and "completed" in text_of(r), f"long-running operation: {text_of(r)!r}")
+        check([p for p, _ in seen] == [1, 2, 3, 4], f"expected progress 1..4 through the SDK callback, got {seen}")
+        check(all(t == 4 for _, t in seen), f"progress total should be 4: {seen}")
+        return f"progress {[p for p, _ in seen]}"
+
+    async def http_sampling(self) -> str:
+        """The server's sampling/createMessage travels on the tools/call POST's SSE
+        stream; tether asks the client and POSTs the answer back in the session."""
+        before = len(self.rec.sampling_requests)
+        r = await self.s.call_tool(f"{HTTP}__trigger-sampling-request", {"prompt": "say hi", "maxTokens": 21})
+        check(not r.is_error, f"sampling tool failed: {text_of(r)!r}")
+        check(len(self.rec.sampling_requests) == before + 1, "the sampling callback was not called exactly once")
+        check(self.rec.sampling_requests[-1].max_tokens == 21, "sampling request maxTokens not relayed")
+        check("canned answer from the interop test" in text_of(r), f"sampling answer not relayed: {text_of(r)!r}")
+        return "backend got the client's sampling answer"
+
+    async def http_killed(self) -> str:
+        """SIGKILL the Streamable HTTP server: a call to it fails with a structured
+        error (-32001 with data.status), and the other backends keep working."""
+        old = self.http_server.proc.pid if self.http_server.proc else None
+        self.http_server.kill()
+        killed_at = time.monotonic()
+        try:
+            r = await self.s.call_tool(f"{HTTP}__echo", {"message": "server is gone"})
+        except MCPError as e:
+            took = time.monotonic() - killed_at
+            error = e.error
+        else:
+            raise CheckFailed(f"a call to the killed server succeeded: {text_of(r)!r}")
+        data = error.data
+        check(error.code == -32001, f"expected -32001 (backend unavailable), got {error.code} {error.message}")
+        check(isinstance(data, dict) and data.get("status"), f"error without data.status: data={data!r}")
+        check(data.get("server") == HTTP, f"data.server: {data!r}")
+        r = await self.s.call_tool(f"{SSE}__echo", {"message": "sse still up"})
+        check("sse still up" in text_of(r), f"{SSE} affected by the other server's death: {text_of(r)!r}")
+        return (
+            f"pid {old} killed; the call failed after {took:.1f} s: {error.message!r}, "
+            f"status={data['status']}, next_retry_ms={data.get('next_retry_ms')}"
+        )
+
+    async def http_restarted(self) -> str:
+        """Restart the server on the same port: tether reconnects (a fresh
+        initialize: the old session died with the process) and calls work again."""
+        await self.http_server.restart()
+        restarted = time.monotonic()
+        failures: list[str] = []
+        while True:
+            try:
+                r = await self.s.call_tool(f"{HTTP}__echo", {"message": "after the restart"})
+            except MCPError as e:
+                data = e.error.data
+                failures.append(str(data.get("status") if isinstance(data, dict) else e.error.code))
+                check(
+                    time.monotonic() - restarted < 15,
+                    f"calls still fail 15 s after the restart ({len(failures)} tries): {e.error.message!r} "
+                    f"data={e.error.data!r}",
+                )
+                await anyio.sleep(0.25)
+                continue
+            break
+        took = time.monotonic() - restarted
+        check(not r.is_error and "after the restart" in text_of(r), f"call after the restart: {text_of(r)!r}")
+        # Rediscovered in full, including the tools registered after the handshake.
+        tools = await wait_for_tool(self.s, f"{HTTP}__trigger-sampling-request", 5)
+        check(
+            any(t.name == f"{HTTP}__trigger-sampling-request" for t in tools),
+            f"{HTTP}__trigger-sampling-request not listed after the restart",
+        )
+        return f"a call succeeded {took:.1f} s after the restart ({len(failures)} failed before: {failures})"
+
+    async def http_restarted_unnoticed(self) -> str:
+        """Kill and restart the server at once, while tether is idle: its next POST
+        carries the session the new process never issued. The spec says 404; the
+        TypeScript SDK's example server answers 400 "No valid session ID provided".
+        Either way tether must open a fresh session and resend, so the call succeeds."""
+        old = self.http_server.proc.pid if self.http_server.proc else None
+        # Let the re-discovery after the last reconnect finish: a request in flight
+        # at the kill would tell tether (connection reset) and the test nothing.
+        await anyio.sleep(1)
+        self.http_server.kill()
+        await self.http_server.restart()
+        started = time.monotonic()
+        try:
+            r = await self.s.call_tool(f"{HTTP}__echo", {"message": "new process, old session"})
+        except MCPError as e:
+            raise CheckFailed(
+                f"the call with the stale session failed: {e.error.code} {e.error.message!r} data={e.error.data!r}"
+            ) from e
+        check("new process, old session" in text_of(r), f"call after the quick restart: {text_of(r)!r}")
+        r = await self.s.call_tool(f"{HTTP}__echo", {"message": "and the next one"})
+        check("and the next one" in text_of(r), f"second call after the quick restart: {text_of(r)!r}")
+        new = self.http_server.proc.pid if self.http_server.proc else None
+        took = time.monotonic() - started
+        return f"pid {old} replaced by {new}; the call opened a fresh session and succeeded in {took:.1f} s"
+
 
 async def auto_client(params: StdioServerParameters, errlog: Any) -> str:
     from mcp.client.client import Client
@@ -638,6 +914,16 @@ async def session_checks(run: Run) -> None:
     await run.step("backend killed with SIGKILL, tether recovers", run.survive_kill, 45)
     await run.step("tools/call everything__echo after recovery", run.call_echo)
     await run.step("tools/call time__get_current_time after recovery", run.call_time)
+    # The HTTP backends: server-everything over Streamable HTTP and over legacy HTTP+SSE.
+    await run.step("http: both HTTP backends online with namespaced tools", run.http_online)
+    for backend, how in ((HTTP, "Streamable HTTP"), (SSE, "legacy SSE")):
+        await run.step(f"http: tools/call {backend}__echo ({how})", lambda b=backend: run.http_echo(b))
+        await run.step(f"http: resources/read via {backend} ({how})", lambda b=backend: run.http_read_resource(b))
+    await run.step(f"http: progress notifications via {HTTP} (SSE-answered POST)", run.http_progress)
+    await run.step(f"http: sampling request from {HTTP} answered by the client", run.http_sampling)
+    await run.step(f"http: {HTTP} server killed, a call gets a structured error", run.http_killed, 45)
+    await run.step(f"http: {HTTP} server restarted on its port, calls work again", run.http_restarted, 45)
+    await run.step(f"http: {HTTP} restarted unnoticed, the stale session is replaced", run.http_restarted_unnoticed, 45)
 
 
 async def main() -> int:
@@ -649,45 +935,71 @@ async def main() -> int:
     rec = Recorder()
     with tempfile.TemporaryDirectory(prefix="tether-interop-") as tmp:
         tmpdir = Path(tmp)
-        config_path = write_config(tmpdir)
-        run = Run(rec, config_path)
-        log_path = tmpdir / "tether.stderr"
-        params = StdioServerParameters(
-            command=str(TETHER_BIN), args=["--config", str(config_path), "--log-level", "debug"]
-        )
+        # The HTTP backends are the test's own processes, killed in the end whatever happens.
+        http_server = HttpServer("streamableHttp", tmpdir / "everything-http.log")
+        sse_server = HttpServer("sse", tmpdir / "everything-sse.log")
         try:
-            with open(log_path, "w") as errlog:
-                async with stdio_client(params, errlog=errlog) as (read, write):
-                    async with ClientSession(
-                        read,
-                        write,
-                        read_timeout_seconds=CHECK_TIMEOUT,
-                        sampling_callback=rec.sampling_callback,
-                        elicitation_callback=rec.elicitation_callback,
-                        list_roots_callback=rec.list_roots_callback,
-                        message_handler=rec.message_handler,
-                        logging_callback=rec.logging_callback,
-                        client_info=types.Implementation(name="tether-interop-test", version="1"),
-                    ) as session:
-                        run.s = session
-                        await session_checks(run)
-            # The SDK's high-level Client with its defaults (mode="auto"): it probes
-            # the 2026-07-28 `server/discover` first, which tether refuses with
-            # -32601, and must fall back to the initialize handshake.
-            if not run.failed:
-                with open(log_path, "a") as errlog:
-                    await run.step(
-                        "high-level Client, mode=auto: discover probe falls back", lambda: auto_client(params, errlog)
-                    )
-        except Exception as e:  # the connection itself broke (tether died, the SDK gave up, ...)
-            run.failed.append(("connection to tether", describe(e)))
-            print(f"FAIL connection to tether: {describe(e)}", flush=True)
-            traceback.print_exc()
-        stderr = log_path.read_text(errors="replace")
+            return await run_all(rec, tmpdir, http_server, sse_server)
+        finally:
+            http_server.close()
+            sse_server.close()
+
+
+async def run_all(rec: Recorder, tmpdir: Path, http_server: HttpServer, sse_server: HttpServer) -> int:
+    try:
+        with anyio.fail_after(30):
+            await http_server.start()
+            await sse_server.start()
+    except (CheckFailed, TimeoutError) as e:
+        print(f"FAIL setup: HTTP servers: {describe(e)}", flush=True)
+        for server in (http_server, sse_server):
+            print(f"---- {server.log_path.name} ----\n{server.log_tail(20)}")
+        print("interop: 0 passed, 1 failed")
+        return 1
+    config_path = write_config(
+        tmpdir, f"http://127.0.0.1:{http_server.port}/mcp", f"http://127.0.0.1:{sse_server.port}/sse"
+    )
+    run = Run(rec, config_path, http_server)
+    log_path = tmpdir / "tether.stderr"
+    params = StdioServerParameters(
+        command=str(TETHER_BIN), args=["--config", str(config_path), "--log-level", "debug"]
+    )
+    try:
+        with open(log_path, "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(
+                    read,
+                    write,
+                    read_timeout_seconds=CHECK_TIMEOUT,
+                    sampling_callback=rec.sampling_callback,
+                    elicitation_callback=rec.elicitation_callback,
+                    list_roots_callback=rec.list_roots_callback,
+                    message_handler=rec.message_handler,
+                    logging_callback=rec.logging_callback,
+                    client_info=types.Implementation(name="tether-interop-test", version="1"),
+                ) as session:
+                    run.s = session
+                    await session_checks(run)
+        # The SDK's high-level Client with its defaults (mode="auto"): it probes
+        # the 2026-07-28 `server/discover` first, which tether refuses with
+        # -32601, and must fall back to the initialize handshake.
+        if not run.failed:
+            with open(log_path, "a") as errlog:
+                await run.step(
+                    "high-level Client, mode=auto: discover probe falls back", lambda: auto_client(params, errlog)
+                )
+    except Exception as e:  # the connection itself broke (tether died, the SDK gave up, ...)
+        run.failed.append(("connection to tether", describe(e)))
+        print(f"FAIL connection to tether: {describe(e)}", flush=True)
+        traceback.print_exc()
+    stderr = log_path.read_text(errors="replace")
 
     if run.failed or VERBOSE:
         print("---- tether stderr (last 80 lines) ----")
         print("\n".join(stderr.splitlines()[-80:]))
+        for server in (http_server, sse_server):
+            print(f"---- {server.log_path.name} (last 20 lines) ----")
+            print(server.log_tail(20))
         print("---- notifications received ----")
         print(", ".join(m for _, m, _ in rec.notifications) or "(none)")
     print()

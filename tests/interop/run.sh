@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Interop test: the official MCP Python SDK drives `tether`, which fronts two real
-# MCP servers, @modelcontextprotocol/server-everything (Node) and mcp-server-time
-# (Python). Installs pinned versions under target/interop/ (idempotent), builds
-# tether, runs tests/interop/interop_test.py.
+# Interop test: the official MCP Python SDK drives `tether`, which fronts real MCP
+# servers: @modelcontextprotocol/server-everything (Node) and mcp-server-time
+# (Python) over stdio, and server-everything again over Streamable HTTP and legacy
+# HTTP+SSE (the test starts those two on free ports and kills them at the end).
+# Installs pinned versions under target/interop/ (idempotent), builds tether, runs
+# tests/interop/interop_test.py.
 #
 # Needs: the Rust toolchain, python3 (>= 3.10) with venv + pip, node (>= 18) + npm,
 # and the PyPI and npm registries. Any missing piece or failed install fails the run
