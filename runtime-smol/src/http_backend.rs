@@ -287,7 +287,9 @@ impl Shared {
         if response.status() == 202 {
             // Accepted: a notification or response; nothing comes back on this POST.
         } else if is_sse {
-            if !self.read_sse(response.into_reader(), false) {
+            let outcome = self.read_sse(response.into_reader(), false, request);
+            // A stream that broke, or ended without answering its request, loses the request.
+            if !outcome.clean || (request.is_some() && !outcome.answered) {
                 self.failed(request, Failure::Reset);
             }
         } else {
@@ -342,7 +344,7 @@ impl Shared {
         drop(opened);
         match response {
             Ok(r) if r.content_type() == "text/event-stream" => {
-                self.read_sse(r.into_reader(), false);
+                self.read_sse(r.into_reader(), false, None);
             }
             Ok(_) | Err(ureq::Error::Status(..)) => {}
             Err(ureq::Error::Transport(t)) => tracing::debug!(server = %self.server, "GET stream: {t}"),
@@ -351,14 +353,15 @@ impl Shared {
 
     /// Feeds SSE `message` events as frames; legacy streams also carry `endpoint`.
     /// Returns false when the stream failed mid-way.
-    fn read_sse(self: &Arc<Self>, mut reader: impl Read, legacy: bool) -> bool {
+    fn read_sse(self: &Arc<Self>, mut reader: impl Read, legacy: bool, request: Option<u64>) -> SseOutcome {
         let mut decoder = SseDecoder::new(self.max_frame);
         let mut chunk = vec![0u8; 16 * 1024];
+        let mut answered = false;
         loop {
             let n = match reader.read(&mut chunk) {
-                Ok(0) => return true,
+                Ok(0) => return SseOutcome { clean: true, answered },
                 Ok(n) => n,
-                Err(_) => return false,
+                Err(_) => return SseOutcome { clean: false, answered },
             };
             decoder.push(&chunk[..n]);
             while let Some(event) = decoder.next_event() {
@@ -368,11 +371,12 @@ impl Shared {
                     self.state.lock().unwrap().endpoint = Some(endpoint);
                     self.endpoint_known.notify_all();
                 } else if (event.event == "message" || event.event.is_empty()) && !event.data.trim().is_empty() {
+                    answered |= request.is_some_and(|id| answers(&event.data, id));
                     self.frame(event.data);
                 }
             }
             if self.state.lock().unwrap().closed {
-                return true;
+                return SseOutcome { clean: true, answered };
             }
         }
     }
@@ -384,7 +388,7 @@ impl Shared {
         }
         match req.call() {
             Ok(r) => {
-                let _ = self.read_sse(r.into_reader(), true);
+                let _ = self.read_sse(r.into_reader(), true, None);
                 self.failed(None, Failure::Reset);
             }
             Err(ureq::Error::Status(status, _)) => self.failed(None, Failure::Http { status }),
@@ -430,6 +434,30 @@ fn rejects_session(body: &str) -> bool {
     }
 }
 
+/// How an SSE stream ended.
+struct SseOutcome {
+    /// It ended normally (not a read error).
+    clean: bool,
+    /// It carried the answer to the request that opened it.
+    answered: bool,
+}
+
+/// Whether `frame` is the response (result or error) to request `id`.
+fn answers(frame: &str, id: u64) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Response {
+        id: Option<serde_json::Value>,
+        #[serde(default)]
+        result: Option<serde::de::IgnoredAny>,
+        #[serde(default)]
+        error: Option<serde::de::IgnoredAny>,
+    }
+    match serde_json::from_str::<Response>(frame) {
+        Ok(r) => r.id.and_then(|v| v.as_u64()) == Some(id) && (r.result.is_some() || r.error.is_some()),
+        Err(_) => false,
+    }
+}
+
 /// Maps a ureq transport error to the core's failure kinds.
 fn transport_failure(t: &ureq::Transport) -> Failure {
     match t.kind() {
@@ -464,6 +492,17 @@ fn resolve(base: &str, endpoint: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_stream_is_answered_only_by_the_response_to_its_request() {
+        use super::answers;
+        assert!(answers(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#, 7));
+        assert!(answers(r#"{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}"#, 7));
+        assert!(!answers(r#"{"jsonrpc":"2.0","id":8,"result":{}}"#, 7));
+        assert!(!answers(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#, 7));
+        assert!(!answers(r#"{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage"}"#, 7));
+    }
+
     use super::*;
     use std::io::Cursor;
 
