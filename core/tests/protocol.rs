@@ -299,3 +299,21 @@ fn a_list_during_rediscovery_after_a_restart_waits_instead_of_missing_tools() {
     sim.answer_tools("fs", &["read"]);
     assert_eq!(sim.response(1)["result"]["tools"][0]["name"], "fs__read");
 }
+
+#[test]
+fn a_list_changed_re_lists_only_that_list() {
+    let mut sim = booted();
+    let before = |sim: &Sim, m: &str| sim.requests_to("fs", m).len();
+    let (tools, prompts, resources) =
+        (before(&sim, "tools/list"), before(&sim, "prompts/list"), before(&sim, "resources/list"));
+    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
+    sim.answer("fs", "tools/list", json!({"tools":[{"name":"read"},{"name":"write"}]}));
+    assert_eq!(before(&sim, "tools/list"), tools + 1);
+    assert_eq!(before(&sim, "prompts/list"), prompts);
+    assert_eq!(before(&sim, "resources/list"), resources);
+    // The lists that were not re-listed are still served.
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"prompts/list"}));
+    assert_eq!(sim.response(1)["result"]["prompts"][0]["name"], "fs__greet");
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
+    assert_eq!(sim.response(2)["result"]["tools"].as_array().unwrap().len(), 2);
+}

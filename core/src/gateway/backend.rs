@@ -39,7 +39,10 @@ pub(super) struct Backend {
     /// A discovery (initial or background) under way.
     pub discovery: Option<Discovery>,
     /// Run discovery again when the current one ends (list_changed arrived meanwhile).
-    pub rediscover: bool,
+    pub rediscover: u8,
+    /// The raw lists of the last successful discovery, so one list can be
+    /// refreshed (on its `list_changed`) without listing the others again.
+    pub listed: [Vec<Map<String, Value>>; 4],
     /// The catalog holds a completed discovery of this backend.
     pub catalog_discovered: bool,
     /// The next handshake may skip discovery (respawn from dormant).
@@ -63,6 +66,8 @@ pub(super) struct Backend {
 /// A discovery in progress: lists accumulate here until every page is in.
 #[derive(Default)]
 pub(super) struct Discovery {
+    /// Kinds being re-listed (bit `1 << kind`); the others keep their last lists.
+    pub requested: u8,
     pub lists: [Vec<Map<String, Value>>; 4],
     pub outstanding: u32,
     pub failed: bool,
@@ -76,7 +81,8 @@ impl Backend {
             era: Era::Handshake,
             capabilities: Map::new(),
             discovery: None,
-            rediscover: false,
+            rediscover: 0,
+            listed: Default::default(),
             catalog_discovered: false,
             skip_discovery: false,
             queue: VecDeque::new(),
@@ -285,22 +291,24 @@ impl Gateway {
             self.emit(Event::ServerReconnected { server: server.to_string(), attempts_taken, capabilities });
         }
         if !skip {
-            self.start_discovery(server);
+            self.start_discovery(server, ALL_KINDS);
         }
         self.resubscribe(server);
         self.flush_queue(server);
     }
 
     /// Lists everything the backend offers (following its cursors).
-    pub(super) fn start_discovery(&mut self, server: &str) {
+    pub(super) fn start_discovery(&mut self, server: &str, requested: u8) {
         let Some(b) = self.backends.get_mut(server) else { return };
         if b.discovery.is_some() {
-            b.rediscover = true;
+            b.rediscover |= requested;
             return;
         }
-        b.rediscover = false;
-        let kinds: Vec<ListKind> = ListKind::ALL.into_iter().filter(|k| b.has_capability(k.capability())).collect();
-        b.discovery = Some(Discovery::default());
+        let kinds: Vec<ListKind> = ListKind::ALL
+            .into_iter()
+            .filter(|k| requested & kind_bit(*k) != 0 && b.has_capability(k.capability()))
+            .collect();
+        b.discovery = Some(Discovery { requested, ..Discovery::default() });
         for kind in &kinds {
             self.request_page(server, *kind, None, 1);
         }
@@ -383,7 +391,14 @@ impl Gateway {
         }
         if !d.failed {
             b.catalog_discovered = true;
-            let conflicts = self.catalog.install(server, d.lists);
+            let mut lists = d.lists;
+            for kind in ListKind::ALL {
+                if d.requested & kind_bit(kind) == 0 {
+                    lists[kind as usize] = b.listed[kind as usize].clone();
+                }
+            }
+            b.listed = lists.clone();
+            let conflicts = self.catalog.install(server, lists);
             for c in conflicts {
                 self.emit(Event::NameConflict { server: server.to_string(), name: c.name });
             }
@@ -395,8 +410,9 @@ impl Gateway {
         if b.sup.status() == Status::DiscoveringTools {
             b.sup.on_discovered(now, &mut self.rng);
         }
-        if b.rediscover {
-            self.start_discovery(server);
+        let again = core::mem::take(&mut b.rediscover);
+        if again != 0 {
+            self.start_discovery(server, again);
         }
     }
 
@@ -436,7 +452,12 @@ impl Gateway {
             | "notifications/prompts/list_changed"
                 if self.backends[server].sup.is_ready() =>
             {
-                self.start_discovery(server);
+                let kinds = match method {
+                    "notifications/tools/list_changed" => kind_bit(ListKind::Tools),
+                    "notifications/prompts/list_changed" => kind_bit(ListKind::Prompts),
+                    _ => kind_bit(ListKind::Resources) | kind_bit(ListKind::ResourceTemplates),
+                };
+                self.start_discovery(server, kinds);
             }
             "notifications/progress" => self.forward_progress(server, params),
             "notifications/message" => self.forward_log(server, params),
@@ -1046,6 +1067,14 @@ impl Gateway {
         let reason = self.backends.get(server).and_then(|b| b.sup.message()).unwrap_or("credentials rejected");
         format!("backend '{server}' requires re-authentication ({reason}); renew its credentials, then reconnect it")
     }
+}
+
+/// Every list kind, as a discovery mask.
+const ALL_KINDS: u8 = 0b1111;
+
+/// The discovery-mask bit of one list kind.
+fn kind_bit(kind: ListKind) -> u8 {
+    1 << (kind as u8)
 }
 
 /// Reads `error.code` from a raw JSON-RPC error object.
