@@ -29,7 +29,7 @@ fn run(name: &str, target: fn(&[u8]) -> Result<(), String>, episodes: u64) {
 }
 
 fn episodes() -> u64 {
-    std::env::var("STRESS_EPISODES").ok().and_then(|s| s.parse().ok()).unwrap_or(150)
+    std::env::var("STRESS_EPISODES").ok().and_then(|s| s.parse().ok()).unwrap_or(1000)
 }
 
 #[test]
