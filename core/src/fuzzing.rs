@@ -192,6 +192,12 @@ impl Harness {
         }
     }
 
+    /// Jumps time forward with a single tick, as a host waking from sleep does.
+    pub fn hibernate(&mut self, ms: u64) -> Result<(), Violation> {
+        self.now = self.now.saturating_add(ms);
+        self.input(Input::Tick)
+    }
+
     /// A session that left is owed nothing.
     fn forget_session(&mut self, session: u64) {
         self.asked.retain(|k, _| k.0 != session);
@@ -438,10 +444,11 @@ impl Harness {
                 let generation = self.generation(server);
                 self.input(Input::BackendFailed { server: server.into(), generation, request, failure })
             }
-            11 => {
-                let ms = [1u64, 100, 600, 2_000, 31_000, 200_000, 3 * 3_600_000][c.below(7)];
-                self.advance(ms)
-            }
+            11 => match c.below(7) {
+                // The machine sleeps for hours: nothing runs, then one tick on waking.
+                6 => self.hibernate(3_600_000 * (1 + c.below(8) as u64)),
+                i => self.advance([1u64, 100, 600, 2_000, 31_000, 200_000][i]),
+            },
             12 => {
                 let mine: Vec<String> = self.asked.keys().filter(|k| k.0 == session.0).map(|k| k.1.clone()).collect();
                 let Some(id) = mine.get(c.below(mine.len().max(1))).cloned() else { return Ok(()) };
