@@ -179,6 +179,8 @@ pub struct Catalog {
     prompts: BTreeMap<String, String>,
     /// URI scheme alias -> backend.
     aliases: BTreeMap<String, String>,
+    /// Bumped on every change, so callers can cache what they derive from it.
+    version: u64,
 }
 
 /// A name clash found while installing a list: the item was not served.
@@ -197,11 +199,18 @@ impl Catalog {
             tools: BTreeMap::new(),
             prompts: BTreeMap::new(),
             aliases: BTreeMap::new(),
+            version: 0,
         }
+    }
+
+    /// Changes whenever any list, name or registration changes.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// Registers a backend (idempotent). Its URI alias is fixed here.
     pub fn register(&mut self, server: &str, prefixed: bool) {
+        self.version += 1;
         if let Some(reg) = self.backends.get_mut(server) {
             if reg.prefixed != prefixed {
                 reg.prefixed = prefixed;
@@ -216,6 +225,7 @@ impl Catalog {
 
     /// Forgets a backend and its items.
     pub fn unregister(&mut self, server: &str) {
+        self.version += 1;
         self.clear_index(server);
         if let Some(reg) = self.backends.remove(server) {
             self.aliases.remove(&reg.alias);
@@ -236,6 +246,7 @@ impl Catalog {
     /// them). Items whose served name another backend already holds are skipped and
     /// returned as conflicts.
     pub fn install(&mut self, server: &str, lists: [Vec<Map<String, Value>>; 4]) -> Vec<Conflict> {
+        self.version += 1;
         let Some(reg) = self.backends.get(server) else {
             return Vec::new();
         };

@@ -115,6 +115,8 @@ pub struct Supervisor {
     last_activity: Instant,
     timers: [Option<Instant>; TIMERS],
     transitions: Vec<Transition>,
+    /// Status changes so far (lets the gateway cache what depends on status).
+    changes: u64,
 }
 
 impl Supervisor {
@@ -138,6 +140,7 @@ impl Supervisor {
             last_activity: now,
             timers: [None; TIMERS],
             transitions: Vec::new(),
+            changes: 0,
         }
     }
 
@@ -195,6 +198,11 @@ impl Supervisor {
     /// When a timer is due.
     pub fn timer(&self, timer: Timer) -> Option<Instant> {
         self.timers[timer as usize]
+    }
+
+    /// How many times the status has changed since this supervisor was made.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Status changes not yet announced.
@@ -359,6 +367,7 @@ impl Supervisor {
             return;
         }
         self.status = to;
+        self.changes += 1;
         self.transitions.push(Transition { from, to, message });
     }
 

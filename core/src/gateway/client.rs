@@ -61,7 +61,7 @@ impl Gateway {
             return;
         }
         let mut s = Session::new();
-        s.seen = ListKind::ALL.map(|k| self.visible_hash(k));
+        s.seen = self.visible_hashes();
         self.sessions.insert(session, s);
     }
 
@@ -377,7 +377,7 @@ impl Gateway {
             let visible = |s: &str| backends.get(s).is_some_and(|b| b.is_visible());
             self.catalog.page(kind, cursor, self.config.limits.page_size as usize, visible)
         };
-        let hash = self.visible_hash(kind);
+        let hash = self.visible_hashes()[kind as usize];
         if let Some(s) = self.sessions.get_mut(&session) {
             s.seen[kind as usize] = hash;
         }

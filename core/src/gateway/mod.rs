@@ -128,6 +128,9 @@ pub struct Gateway {
     /// Backend-to-client requests in flight, by the id the gateway gave them.
     server_requests: BTreeMap<u64, ServerRequest>,
     parked_lists: Vec<ParkedList>,
+    /// The catalog version and status-change count the visible-list fingerprints
+    /// were computed for, and the fingerprints.
+    visible_cache: Option<((u64, u64, usize), [u64; 4])>,
     /// Served resource URI -> sessions subscribed.
     subscriptions: BTreeMap<String, BTreeSet<SessionId>>,
     /// Last generation of each removed backend, so a backend added back under the
@@ -152,6 +155,7 @@ impl Gateway {
             next_request_id: 1,
             server_requests: BTreeMap::new(),
             parked_lists: Vec::new(),
+            visible_cache: None,
             subscriptions: BTreeMap::new(),
             retired_generations: BTreeMap::new(),
             actions: VecDeque::new(),
@@ -392,33 +396,40 @@ impl Gateway {
     /// After any change: announce status transitions, answer parked lists,
     /// notify clients whose visible lists changed.
     fn settle(&mut self) {
-        let names: Vec<String> = self.backends.keys().cloned().collect();
-        for name in names {
-            let Some(b) = self.backends.get_mut(&name) else { continue };
-            let transitions: Vec<_> = b.sup.drain_transitions().collect();
-            for t in transitions {
-                self.emit(Event::ServerStatusChanged {
-                    server: name.clone(),
-                    from: t.from,
-                    to: t.to,
-                    message: t.message,
-                });
+        let mut changed = Vec::new();
+        for (name, b) in self.backends.iter_mut() {
+            for t in b.sup.drain_transitions() {
+                changed.push(Event::ServerStatusChanged { server: name.clone(), from: t.from, to: t.to, message: t.message });
             }
+        }
+        for event in changed {
+            self.emit(event);
         }
         self.answer_parked_lists(false);
         self.announce_list_changes();
     }
 
-    /// The fingerprint of what clients may see of `kind` now.
-    fn visible_hash(&self, kind: ListKind) -> u64 {
+    /// Fingerprints of what clients may see of each list now. Cached: recomputed
+    /// only after the catalog or a backend's status changed, not on every input.
+    fn visible_hashes(&mut self) -> [u64; 4] {
+        let changes = self.backends.values().fold(0u64, |n, b| n.wrapping_add(b.sup.changes()));
+        let version = (self.catalog.version(), changes, self.backends.len());
+        if let Some((v, hashes)) = self.visible_cache {
+            if v == version {
+                return hashes;
+            }
+        }
         let backends = &self.backends;
-        self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.is_visible()))
+        let hashes = ListKind::ALL
+            .map(|kind| self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.is_visible())));
+        self.visible_cache = Some((version, hashes));
+        hashes
     }
 
     /// Sends `list_changed` to each ready session whose last view of a list differs
     /// from what it would see now, and only then.
     fn announce_list_changes(&mut self) {
-        let hashes = ListKind::ALL.map(|k| self.visible_hash(k));
+        let hashes = self.visible_hashes();
         let mut frames = Vec::new();
         let parked = &self.parked_lists;
         for (id, session) in self.sessions.iter_mut().filter(|(_, s)| s.ready) {
