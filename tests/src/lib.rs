@@ -2,6 +2,8 @@
 //! backend (`mock-mcp`, the same mock `tether demo` uses), driven by a small
 //! blocking MCP client.
 
+pub mod bench;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
