@@ -80,13 +80,18 @@ pub fn serve(cli: &Cli) -> Result<ExitCode, String> {
     let config = load_config(cli)?;
     let mut host = host(cli, &config)?;
     tracing::info!("tether {} serving {} backend(s) over stdio", env!("CARGO_PKG_VERSION"), config.servers.len());
-    smol::block_on(async {
+    let max_frame = config.limits.max_frame_bytes as usize;
+    let config_path = cli_config_path(cli);
+    // The host loop runs on the executor thread that also runs every I/O task, so
+    // handing a frame from a reader to the engine and on to a writer is a queue
+    // push, not a cross-thread wake-up.
+    smol::block_on(smol::spawn(async move {
         let (frames, frames_rx) = async_channel::unbounded();
         host.attach_client(STDIO_SESSION, frames);
         let inputs = host.inputs();
-        smol::spawn(read_stdin(inputs.clone(), config.limits.max_frame_bytes as usize)).detach();
+        smol::spawn(read_stdin(inputs.clone(), max_frame)).detach();
         let writer = smol::spawn(write_stdout(frames_rx));
-        smol::spawn(handle_signals(cli_config_path(cli), inputs)).detach();
+        smol::spawn(handle_signals(config_path, inputs)).detach();
         host.run(|_, input| matches!(input, Input::ClientClosed { session } if *session == STDIO_SESSION)).await;
         host.shutdown().await;
         drop(host);
@@ -94,7 +99,7 @@ pub fn serve(cli: &Cli) -> Result<ExitCode, String> {
             async_io::Timer::after(std::time::Duration::from_millis(500)).await;
         })
         .await;
-    });
+    }));
     Ok(ExitCode::SUCCESS)
 }
 
