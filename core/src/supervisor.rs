@@ -6,11 +6,11 @@
 //! it decides what comes next: which status, which timer, whether to start a new
 //! connection. Status changes queue up as [`Transition`]s for the gateway to emit.
 
-use alloc::string::String;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use crate::config::Policy;
-use crate::io::{Generation, Status};
+use crate::io::{Event, Generation, Status};
 use crate::policy::{restart_delay, Backoff, CircuitBreaker, CrashWindow, Failure, FailureStatus, HealthTracker};
 use crate::rng::Rng;
 use crate::time::{Duration, Instant};
@@ -44,6 +44,13 @@ pub struct Transition {
     pub to: Status,
     /// Why.
     pub message: Option<String>,
+}
+
+impl Transition {
+    /// The `server_status_changed` event announcing this change.
+    pub fn into_event(self, server: &str) -> Event {
+        Event::ServerStatusChanged { server: server.to_string(), from: self.from, to: self.to, message: self.message }
+    }
 }
 
 /// What the supervisor decided after a connection was lost.

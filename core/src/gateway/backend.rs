@@ -854,12 +854,7 @@ impl Gateway {
         let Some(mut b) = self.backends.remove(server) else { return };
         self.retired_generations.insert(server.to_string(), b.sup.generation());
         for t in b.sup.drain_transitions() {
-            self.emit(Event::ServerStatusChanged {
-                server: server.to_string(),
-                from: t.from,
-                to: t.to,
-                message: t.message,
-            });
+            self.emit(t.into_event(server));
         }
         // The alias is known only while the backend is registered.
         if let Some(prefix) = self.catalog.alias(server).map(|a| format!("{a}+")) {

@@ -398,9 +398,7 @@ impl Gateway {
     fn settle(&mut self) {
         let mut changed = Vec::new();
         for (name, b) in self.backends.iter_mut() {
-            for t in b.sup.drain_transitions() {
-                changed.push(Event::ServerStatusChanged { server: name.clone(), from: t.from, to: t.to, message: t.message });
-            }
+            changed.extend(b.sup.drain_transitions().map(|t| t.into_event(name)));
         }
         for event in changed {
             self.emit(event);
