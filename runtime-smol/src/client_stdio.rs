@@ -9,9 +9,11 @@ use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 
 use async_channel::{Receiver, Sender};
-use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tether_core::codec::{encode_line, LineDecoder};
+use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tether_core::codec::encode_line;
 use tether_core::{Input, SessionId};
+
+use crate::line_reader::LineReader;
 
 /// The session number of the stdio client.
 pub const STDIO_SESSION: SessionId = SessionId(1);
@@ -39,27 +41,13 @@ pub async fn read_stdin(inputs: Sender<Input>, max_frame: usize) {
         let _ = inputs.send(Input::ClientClosed { session: STDIO_SESSION }).await;
         return;
     };
-    let mut decoder = LineDecoder::new(max_frame);
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let n = match stdin.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        decoder.push(&chunk[..n]);
-        while let Some(line) = decoder.next_line() {
-            let frame = match line {
-                Ok(frame) => frame,
-                // The core answers an unreadable frame with the right JSON-RPC error.
-                Err(e) => format!("<{e}>"),
-            };
-            if inputs.send(Input::ClientFrame { session: STDIO_SESSION, frame }).await.is_err() {
-                return;
-            }
+    let mut lines = LineReader::new(&mut stdin, max_frame, 64 * 1024);
+    while let Some(line) = lines.next().await {
+        // The core answers an unreadable frame with the right JSON-RPC error.
+        let frame = line.unwrap_or_else(|e| format!("<{e}>"));
+        if inputs.send(Input::ClientFrame { session: STDIO_SESSION, frame }).await.is_err() {
+            return;
         }
-    }
-    while let Some(Ok(frame)) = decoder.finish() {
-        let _ = inputs.send(Input::ClientFrame { session: STDIO_SESSION, frame }).await;
     }
     let _ = inputs.send(Input::ClientClosed { session: STDIO_SESSION }).await;
 }

@@ -10,5 +10,6 @@ pub mod config_file;
 pub mod demo;
 pub mod host;
 pub mod http_backend;
+pub mod line_reader;
 pub mod mock_backend;
 pub mod stdio_backend;

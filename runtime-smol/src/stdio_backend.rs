@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::line_reader::LineReader;
 use async_channel::{Receiver, Sender};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use tether_core::codec::LineDecoder;
+use futures_lite::AsyncWriteExt;
 use tether_core::{Failure, Input};
 
 /// Grace period after closing stdin before SIGTERM, and after SIGTERM before SIGKILL.
@@ -192,50 +192,31 @@ async fn write_frames(mut stdin: async_process::ChildStdin, frames: Receiver<Str
 }
 
 async fn read_frames(
-    mut stdout: async_process::ChildStdout,
+    stdout: async_process::ChildStdout,
     server: &str,
     generation: u64,
     max_frame: usize,
     inputs: &Sender<Input>,
 ) {
-    let mut decoder = LineDecoder::new(max_frame);
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let n = match stdout.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        decoder.push(&chunk[..n]);
-        while let Some(line) = decoder.next_line() {
-            match line {
-                Ok(frame) => {
-                    let input = Input::BackendFrame { server: server.to_string(), generation, frame };
-                    if inputs.send(input).await.is_err() {
-                        return;
-                    }
+    let mut lines = LineReader::new(stdout, max_frame, 64 * 1024);
+    while let Some(line) = lines.next().await {
+        match line {
+            Ok(frame) => {
+                let input = Input::BackendFrame { server: server.to_string(), generation, frame };
+                if inputs.send(input).await.is_err() {
+                    return;
                 }
-                Err(e) => tracing::warn!(server = %server, "dropped a frame from stdout: {e}"),
             }
+            Err(e) => tracing::warn!(server = %server, "dropped a frame from stdout: {e}"),
         }
-    }
-    while let Some(Ok(frame)) = decoder.finish() {
-        let _ = inputs.send(Input::BackendFrame { server: server.to_string(), generation, frame }).await;
     }
 }
 
-async fn read_stderr(mut stderr: async_process::ChildStderr, server: String, generation: u64, inputs: Sender<Input>) {
-    let mut decoder = LineDecoder::new(16 * 1024);
-    let mut chunk = vec![0u8; 8 * 1024];
-    loop {
-        let n = match stderr.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        decoder.push(&chunk[..n]);
-        while let Some(line) = decoder.next_line() {
-            let line = line.unwrap_or_else(|e| format!("<{e}>"));
-            tracing::info!(target: "backend", server = %server, "{line}");
-            let _ = inputs.send(Input::BackendStderr { server: server.clone(), generation, line }).await;
-        }
+async fn read_stderr(stderr: async_process::ChildStderr, server: String, generation: u64, inputs: Sender<Input>) {
+    let mut lines = LineReader::new(stderr, 16 * 1024, 8 * 1024);
+    while let Some(line) = lines.next().await {
+        let line = line.unwrap_or_else(|e| format!("<{e}>"));
+        tracing::info!(target: "backend", server = %server, "{line}");
+        let _ = inputs.send(Input::BackendStderr { server: server.clone(), generation, line }).await;
     }
 }
