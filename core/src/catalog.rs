@@ -214,7 +214,7 @@ impl Catalog {
         if let Some(reg) = self.backends.get_mut(server) {
             if reg.prefixed != prefixed {
                 reg.prefixed = prefixed;
-                self.rekey(server);
+                self.rekey(server, !prefixed);
             }
             return;
         }
@@ -306,19 +306,48 @@ impl Catalog {
         Some(Resolved { server, entry })
     }
 
-    /// The backend and original URI behind a served URI (`fs+file:///x` -> `fs`, `file:///x`).
+    /// The backend and original URI behind a served URI: `fs+file:///x` -> `fs`,
+    /// `file:///x` for a prefixed backend; an unprefixed backend serves its URIs
+    /// unchanged, so a bare URI goes to the unprefixed backend that lists it, else
+    /// whose template's fixed prefix matches it best, else the only unprefixed one.
     pub fn resolve_uri<'a>(&'a self, served: &'a str) -> Option<(&'a str, &'a str)> {
-        let (alias, rest) = served.split_once('+')?;
-        let server = self.aliases.get(alias)?;
-        if rest.is_empty() {
+        if served.is_empty() {
             return None;
         }
-        Some((server.as_str(), rest))
+        let unprefixed = || self.backends.iter().filter(|(_, r)| !r.prefixed);
+        let listed = unprefixed().find(|(_, r)| r.catalog.entries(ListKind::Resources).iter().any(|e| e.served == served));
+        if let Some((server, _)) = listed {
+            return Some((server.as_str(), served));
+        }
+        if let Some((alias, rest)) = served.split_once('+') {
+            if let Some(server) = self.aliases.get(alias) {
+                if self.backends.get(server).is_some_and(|r| r.prefixed) && !rest.is_empty() {
+                    return Some((server.as_str(), rest));
+                }
+            }
+        }
+        let fixed = |t: &str| t.split('{').next().unwrap_or("").len();
+        let templated = unprefixed()
+            .filter_map(|(server, r)| {
+                let entries = r.catalog.entries(ListKind::ResourceTemplates).iter();
+                let best = entries.filter(|e| served.starts_with(&e.served[..fixed(&e.served)])).map(|e| fixed(&e.served));
+                best.max().map(|len| (len, server))
+            })
+            .max_by_key(|(len, _)| *len);
+        if let Some((_, server)) = templated {
+            return Some((server.as_str(), served));
+        }
+        let mut all = unprefixed();
+        match (all.next(), all.next()) {
+            (Some((server, _)), None) => Some((server.as_str(), served)),
+            _ => None,
+        }
     }
 
-    /// The URI a client sees for a backend's `uri`.
+    /// The URI a client sees for a backend's `uri` (itself for an unprefixed backend).
     pub fn serve_uri(&self, server: &str, uri: &str) -> Option<String> {
-        self.alias(server).map(|a| format!("{a}+{uri}"))
+        let reg = self.backends.get(server)?;
+        Some(if reg.prefixed { format!("{}+{uri}", reg.alias) } else { uri.to_string() })
     }
 
     /// Every item of `kind` from backends that `visible` accepts, in a stable order.
@@ -417,8 +446,9 @@ impl Catalog {
         Ok(())
     }
 
-    /// Re-derives served names after a backend's `prefixed` flag changed.
-    fn rekey(&mut self, server: &str) {
+    /// Re-derives served names after a backend's `prefixed` flag changed
+    /// (`was_prefixed`: the entries carry the old, aliased URIs).
+    fn rekey(&mut self, server: &str, was_prefixed: bool) {
         let Some(reg) = self.backends.get(server) else { return };
         if !reg.catalog.discovered {
             return;
@@ -428,7 +458,9 @@ impl Catalog {
             for e in reg.catalog.entries(kind) {
                 if let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&e.json) {
                     m.insert(kind.key_field().into(), Value::String(e.original.clone()));
-                    unalias_meta(&mut m, &reg.alias);
+                    if was_prefixed {
+                        unalias_meta(&mut m, &reg.alias);
+                    }
                     lists[kind.index()].push(m);
                 }
             }
@@ -472,11 +504,14 @@ impl Catalog {
                 let joined = if prefixed { format!("{server}{}{original}", self.separator) } else { original.clone() };
                 served_name(&joined)
             }
-            ListKind::Resources | ListKind::ResourceTemplates => format!("{alias}+{original}"),
+            ListKind::Resources | ListKind::ResourceTemplates if prefixed => format!("{alias}+{original}"),
+            ListKind::Resources | ListKind::ResourceTemplates => original.clone(),
         };
         let mut obj = item.clone();
         obj.insert(kind.key_field().into(), Value::String(served.clone()));
-        alias_meta(&mut obj, alias);
+        if prefixed {
+            alias_meta(&mut obj, alias);
+        }
         let annotations = item.get("annotations");
         let hint = |h: &str| annotations.and_then(|a| a.get(h)).and_then(Value::as_bool).unwrap_or(false);
         let retry_safe = kind == ListKind::Tools && (hint("readOnlyHint") || hint("idempotentHint"));
@@ -633,6 +668,36 @@ mod tests {
         let tool = c.resolve_tool("fs__view").unwrap().entry;
         assert!(tool.json.contains(r#""resourceUri":"fs+ui://view""#), "{}", tool.json);
         assert!(tool.json.contains(r#""x":1"#));
+    }
+
+    #[test]
+    fn unprefixed_backends_serve_uris_unchanged() {
+        let mut c = Catalog::new("__");
+        c.register("fs", true);
+        c.register("plain", false);
+        let mut l: [Vec<Map<String, Value>>; 4] = Default::default();
+        l[0] = vec![obj(json!({"name":"view","_meta":{"ui":{"resourceUri":"ui://view"}}}))];
+        l[1] = vec![obj(json!({"uri":"test://static-text","name":"t"}))];
+        l[2] = vec![obj(json!({"uriTemplate":"test://template/{id}/data","name":"tpl"}))];
+        c.install("plain", l);
+        let (_, res) = c.visible(ListKind::Resources, |_| true).next().unwrap();
+        assert_eq!(res.served, "test://static-text");
+        assert_eq!(c.resolve_uri("test://static-text"), Some(("plain", "test://static-text")));
+        assert_eq!(c.resolve_uri("test://template/7/data"), Some(("plain", "test://template/7/data")));
+        assert_eq!(c.resolve_uri("fs+file:///x"), Some(("fs", "file:///x")));
+        // Not listed, no template: the only unprefixed backend takes it.
+        assert_eq!(c.resolve_uri("other://x"), Some(("plain", "other://x")));
+        assert_eq!(c.serve_uri("plain", "test://a").as_deref(), Some("test://a"));
+        assert_eq!(c.serve_uri("fs", "file:///a").as_deref(), Some("fs+file:///a"));
+        assert!(c.resolve_tool("view").unwrap().entry.json.contains(r#""resourceUri":"ui://view""#));
+        // Turning prefixing on aliases everything, and back off restores it.
+        c.register("plain", true);
+        assert_eq!(c.resolve_uri("plain+test://static-text"), Some(("plain", "test://static-text")));
+        assert!(c.resolve_tool("plain__view").unwrap().entry.json.contains(r#""resourceUri":"plain+ui://view""#));
+        c.register("plain", false);
+        assert!(c.resolve_tool("view").unwrap().entry.json.contains(r#""resourceUri":"ui://view""#));
+        assert_eq!(c.resolve_uri("other://x"), Some(("plain", "other://x")));
+        c.check_invariants().unwrap();
     }
 
     #[test]

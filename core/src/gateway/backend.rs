@@ -856,10 +856,9 @@ impl Gateway {
         for t in b.sup.drain_transitions() {
             self.emit(t.into_event(server));
         }
-        // The alias is known only while the backend is registered.
-        if let Some(prefix) = self.catalog.alias(server).map(|a| format!("{a}+")) {
-            self.subscriptions.retain(|uri, _| !uri.starts_with(&prefix));
-        }
+        // Which backend a URI belongs to is known only while it is registered.
+        let catalog = &self.catalog;
+        self.subscriptions.retain(|uri, _| catalog.resolve_uri(uri).is_none_or(|(s, _)| s != server));
         self.catalog.unregister(server);
     }
 
@@ -994,9 +993,12 @@ impl Gateway {
 
     /// Re-sends subscriptions after a reconnect, so updates keep flowing.
     fn resubscribe(&mut self, server: &str) {
-        let Some(alias) = self.catalog.alias(server).map(|a| format!("{a}+")) else { return };
-        let uris: Vec<String> =
-            self.subscriptions.keys().filter_map(|u| u.strip_prefix(alias.as_str()).map(ToString::to_string)).collect();
+        let catalog = &self.catalog;
+        let uris: Vec<String> = self
+            .subscriptions
+            .keys()
+            .filter_map(|u| catalog.resolve_uri(u).filter(|(s, _)| *s == server).map(|(_, uri)| uri.to_string()))
+            .collect();
         for uri in uris {
             let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
             self.quiet_request(server, "resources/subscribe", &params);
