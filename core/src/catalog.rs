@@ -315,7 +315,8 @@ impl Catalog {
             return None;
         }
         let unprefixed = || self.backends.iter().filter(|(_, r)| !r.prefixed);
-        let listed = unprefixed().find(|(_, r)| r.catalog.entries(ListKind::Resources).iter().any(|e| e.served == served));
+        let listed =
+            unprefixed().find(|(_, r)| r.catalog.entries(ListKind::Resources).iter().any(|e| e.served == served));
         if let Some((server, _)) = listed {
             return Some((server.as_str(), served));
         }
@@ -330,7 +331,8 @@ impl Catalog {
         let templated = unprefixed()
             .filter_map(|(server, r)| {
                 let entries = r.catalog.entries(ListKind::ResourceTemplates).iter();
-                let best = entries.filter(|e| served.starts_with(&e.served[..fixed(&e.served)])).map(|e| fixed(&e.served));
+                let best =
+                    entries.filter(|e| served.starts_with(&e.served[..fixed(&e.served)])).map(|e| fixed(&e.served));
                 best.max().map(|len| (len, server))
             })
             .max_by_key(|(len, _)| *len);

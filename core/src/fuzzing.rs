@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use crate::codec::{LineDecoder, SseDecoder};
 use crate::config::{Config, ServerConfig};
 use crate::gateway::Gateway;
-use crate::io::{Action, AdminCommand, Event, Input, SessionId, Status};
+use crate::io::{Action, AdminCommand, ClientRoute, Event, Input, SessionId, Status};
 use crate::policy::Failure;
 use crate::protocol::{self, Message};
 use crate::time::Instant;
@@ -257,8 +257,19 @@ impl Harness {
                     return Err(format!("close of {server}#{generation}, not its newest connection"));
                 }
             }
-            Action::SendToClient { session, frame } => {
+            Action::SendToClient { session, frame, route } => {
                 let v: Value = serde_json::from_str(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
+                let is_answer = v.get("method").is_none() && v.get("id").is_some();
+                let routed_as = match route {
+                    ClientRoute::Reply(id) => serde_json::from_str::<Value>(id).ok(),
+                    _ => None,
+                };
+                if is_answer && routed_as.as_ref() != v.get("id") {
+                    return Err(format!("answer {frame} routed as {route:?}"));
+                }
+                if !is_answer && routed_as.is_some() {
+                    return Err(format!("{frame} routed as a reply ({route:?})"));
+                }
                 if v.get("method").is_none() {
                     if let Some(id) = v.get("id") {
                         let id = serde_json::to_string(id).unwrap_or_default();

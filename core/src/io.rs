@@ -187,6 +187,10 @@ pub enum Action {
         session: SessionId,
         /// The frame.
         frame: String,
+        /// Which client request it answers or belongs to (HTTP transports put it
+        /// on that request's response stream).
+        #[serde(default, skip_serializing_if = "ClientRoute::is_session")]
+        route: ClientRoute,
     },
     /// Close a client session.
     CloseClient {
@@ -198,6 +202,29 @@ pub enum Action {
         /// What happened.
         event: Event,
     },
+}
+
+/// Where a frame for a client belongs. stdio has one stream and ignores it; the
+/// Streamable HTTP transport answers a POSTed request on its own response and
+/// sends everything else on the session's standalone stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientRoute {
+    /// The answer to the client's request with this id (raw JSON): ends its stream.
+    Reply(String),
+    /// Sent while serving the client's request with this id (raw JSON): progress,
+    /// its backend's log messages, sampling/elicitation/roots requests it caused.
+    Related(String),
+    /// Not tied to a client request: list changes, resource updates, events.
+    #[default]
+    Session,
+}
+
+impl ClientRoute {
+    /// Whether this is the session's standalone stream.
+    pub fn is_session(&self) -> bool {
+        matches!(self, ClientRoute::Session)
+    }
 }
 
 /// Status of one backend, as shown to clients and operators.
@@ -439,7 +466,7 @@ impl fmt::Display for Action {
                 write!(f, "{server}#{generation} <- {}", short(frame))
             }
             Action::CloseBackend { server, generation } => write!(f, "close {server}#{generation}"),
-            Action::SendToClient { session, frame } => write!(f, "client {} <- {}", session.0, short(frame)),
+            Action::SendToClient { session, frame, .. } => write!(f, "client {} <- {}", session.0, short(frame)),
             Action::CloseClient { session } => write!(f, "close client {}", session.0),
             Action::Emit { event } => write!(f, "event {event}"),
         }

@@ -30,7 +30,7 @@ fn tools_changed_at(sim: &Sim) -> Vec<u64> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::SendToClient { session, frame } if *session == CLIENT => {
+            Action::SendToClient { session, frame, .. } if *session == CLIENT => {
                 let v: Value = serde_json::from_str(frame).ok()?;
                 (v["method"] == "notifications/tools/list_changed").then_some(*at)
             }
@@ -44,7 +44,7 @@ fn answered_at(sim: &Sim, id: u64) -> Vec<u64> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::SendToClient { session, frame } if *session == CLIENT => {
+            Action::SendToClient { session, frame, .. } if *session == CLIENT => {
                 let v: Value = serde_json::from_str(frame).ok()?;
                 (v["id"] == json!(id) && v.get("method").is_none()).then_some(*at)
             }

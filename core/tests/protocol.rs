@@ -5,7 +5,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::*;
-use tether_core::{Action, Config, Input, ServerConfig, SessionId};
+use tether_core::{Action, ClientRoute, Config, Input, ServerConfig, SessionId};
 
 fn full_caps() -> Value {
     json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{},"resources":{"subscribe":true},"prompts":{},"logging":{},"completions":{}},"serverInfo":{"name":"fs","version":"1"}})
@@ -101,7 +101,7 @@ fn subscriptions_route_updates_to_subscribers_only() {
     let updates: Vec<_> = sim.actions[before..]
         .iter()
         .filter_map(|(_, a)| match a {
-            Action::SendToClient { session, frame } => Some((*session, frame.clone())),
+            Action::SendToClient { session, frame, .. } => Some((*session, frame.clone())),
             _ => None,
         })
         .collect();
@@ -316,4 +316,61 @@ fn a_list_changed_re_lists_only_that_list() {
     assert_eq!(sim.response(1)["result"]["prompts"][0]["name"], "fs__greet");
     sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
     assert_eq!(sim.response(2)["result"]["tools"].as_array().unwrap().len(), 2);
+}
+
+/// Frames to session 1 with their routes, in order.
+fn routed(sim: &Sim) -> Vec<(ClientRoute, Value)> {
+    sim.actions
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::SendToClient { session, frame, route } if *session == CLIENT => {
+                Some((route.clone(), serde_json::from_str(frame).unwrap()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn frames_say_which_client_request_they_belong_to() {
+    let mut sim = booted();
+    let before = routed(&sim).len();
+    sim.client(json!({"jsonrpc":"2.0","id":"c-1","method":"tools/call","params":{"name":"fs__read","arguments":{},"_meta":{"progressToken":"p"}}}));
+    let (id, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":id,"progress":1}}),
+    );
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"working"}}),
+    );
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":5}}),
+    );
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"content":[]}}));
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"idle"}}),
+    );
+    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
+    sim.answer_tools("fs", &["read", "write"]);
+    let frames = routed(&sim).split_off(before);
+    let call = ClientRoute::Related("\"c-1\"".into());
+    let kinds: Vec<(ClientRoute, String)> = frames
+        .iter()
+        .map(|(r, f)| (r.clone(), f["method"].as_str().map_or_else(|| format!("answer {}", f["id"]), str::to_string)))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (call.clone(), "notifications/progress".to_string()),
+            (call.clone(), "notifications/message".to_string()),
+            (call, "sampling/createMessage".to_string()),
+            (ClientRoute::Reply("\"c-1\"".into()), "answer \"c-1\"".to_string()),
+            (ClientRoute::Session, "notifications/message".to_string()),
+            (ClientRoute::Session, "notifications/tools/list_changed".to_string()),
+        ]
+    );
 }

@@ -446,7 +446,7 @@ fn frames_to_session(sim: &Sim, session: SessionId) -> Vec<Value> {
     sim.actions
         .iter()
         .filter_map(|(_, a)| match a {
-            Action::SendToClient { session: s, frame } if *s == session => serde_json::from_str(frame).ok(),
+            Action::SendToClient { session: s, frame, .. } if *s == session => serde_json::from_str(frame).ok(),
             _ => None,
         })
         .collect()

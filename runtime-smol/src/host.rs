@@ -214,7 +214,7 @@ impl Host {
                     self.close_connection(&server);
                 }
             }
-            Action::SendToClient { session, frame } => {
+            Action::SendToClient { session, frame, .. } => {
                 if let Some(sink) = self.clients.get(&session) {
                     let _ = sink.try_send(frame);
                 }

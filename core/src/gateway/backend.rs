@@ -477,7 +477,7 @@ impl Gateway {
         }
         let CallKind::Client(c) = &mut call.kind else { return };
         let Some(client_token) = c.progress.clone() else { return };
-        let session = c.session;
+        let (session, client_id) = (c.session, c.id.clone());
         let policy = self.backends[server].sup.policy();
         let hard = c.created + Self::duration(policy.request_timeout_max_ms);
         let reset = now + Self::duration(policy.request_timeout_ms);
@@ -495,7 +495,11 @@ impl Gateway {
         }
         p.insert("progressToken".into(), client_token);
         let params = serde_json::to_string(&p).unwrap_or_default();
-        self.to_client(session, protocol::notification("notifications/progress", Some(&params)));
+        self.related_to_client(
+            session,
+            Some(&client_id),
+            protocol::notification("notifications/progress", Some(&params)),
+        );
     }
 
     fn forward_log(&mut self, server: &str, params: Option<&str>) {
@@ -508,7 +512,10 @@ impl Gateway {
         let params = serde_json::to_string(&p).unwrap_or_default();
         let ready: Vec<_> = self.sessions.iter().filter(|(_, s)| s.ready).map(|(id, _)| *id).collect();
         for session in ready {
-            self.to_client(session, protocol::notification("notifications/message", Some(&params)));
+            // Logged while this session has a call on the backend: most likely about that call.
+            let related = self.latest_call(server, Some(session)).map(|(_, id)| id);
+            let frame = protocol::notification("notifications/message", Some(&params));
+            self.related_to_client(session, related.as_deref(), frame);
         }
     }
 
@@ -532,11 +539,12 @@ impl Gateway {
             .server_requests
             .iter()
             .find(|(_, r)| r.server == server && r.backend_id == request_id)
-            .map(|(id, r)| (*id, r.session));
-        if let Some((id, session)) = found {
+            .map(|(id, r)| (*id, r.session, r.related.clone()));
+        if let Some((id, session, related)) = found {
             self.server_requests.remove(&id);
             let params = format!(r#"{{"requestId":{id},"reason":"cancelled by the server"}}"#);
-            self.to_client(session, protocol::notification("notifications/cancelled", Some(&params)));
+            let frame = protocol::notification("notifications/cancelled", Some(&params));
+            self.related_to_client(session, related.as_deref(), frame);
         }
     }
 
@@ -555,7 +563,7 @@ impl Gateway {
                 return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
             }
         };
-        let Some(session) = self.origin_session(server, capability) else {
+        let Some((session, related)) = self.origin_session(server, capability) else {
             let msg = format!("no connected client supports {capability}");
             return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
         };
@@ -567,24 +575,38 @@ impl Gateway {
         let generation = self.backends[server].sup.generation();
         self.server_requests.insert(
             client_id,
-            ServerRequest { server: server.to_string(), generation, backend_id: id.to_string(), session },
+            ServerRequest {
+                server: server.to_string(),
+                generation,
+                backend_id: id.to_string(),
+                session,
+                related: related.clone(),
+            },
         );
-        self.to_client(session, protocol::request(client_id, method, params));
+        self.related_to_client(session, related.as_deref(), protocol::request(client_id, method, params));
     }
 
-    /// The session to ask: the one with the latest call in flight on this backend,
-    /// else any ready session that supports the capability.
-    fn origin_session(&self, server: &str, capability: &str) -> Option<crate::io::SessionId> {
+    /// The session to ask, and the client call it is asked for: the latest call in
+    /// flight on this backend, else any ready session that supports the capability.
+    fn origin_session(&self, server: &str, capability: &str) -> Option<(crate::io::SessionId, Option<String>)> {
         let supports = |s: &crate::io::SessionId| self.sessions.get(s).is_some_and(|s| s.supports(capability));
-        let latest = self.calls.values().rev().filter(|c| c.server == server).find_map(|c| match &c.kind {
-            CallKind::Client(cc) => Some(cc.session),
-            _ => None,
-        });
-        match latest {
-            Some(s) if supports(&s) => Some(s),
+        match self.latest_call(server, None) {
+            Some((s, id)) if supports(&s) => Some((s, Some(id))),
             Some(_) => None,
-            None => self.sessions.iter().find(|(id, s)| s.ready && supports(id)).map(|(id, _)| *id),
+            None => self.sessions.iter().find(|(id, s)| s.ready && supports(id)).map(|(id, _)| (*id, None)),
         }
+    }
+
+    /// The newest client call in flight on `server` (from `session`, if given): its session and id.
+    fn latest_call(
+        &self,
+        server: &str,
+        session: Option<crate::io::SessionId>,
+    ) -> Option<(crate::io::SessionId, String)> {
+        self.calls.values().rev().filter(|c| c.server == server).find_map(|c| match &c.kind {
+            CallKind::Client(cc) if session.is_none_or(|s| s == cc.session) => Some((cc.session, cc.id.clone())),
+            _ => None,
+        })
     }
 
     /// A transport failure on the live connection, for one request or all of it.
@@ -813,15 +835,23 @@ impl Gateway {
                 client_calls.push(c);
             }
         }
-        let pending: Vec<(u64, crate::io::SessionId)> =
-            self.server_requests.iter().filter(|(_, r)| r.server == server).map(|(id, r)| (*id, r.session)).collect();
-        for (id, session) in pending {
+        let pending: Vec<(u64, crate::io::SessionId, Option<String>)> = self
+            .server_requests
+            .iter()
+            .filter(|(_, r)| r.server == server)
+            .map(|(id, r)| (*id, r.session, r.related.clone()))
+            .collect();
+        for (id, session, related) in pending {
             self.server_requests.remove(&id);
             let params = format!(
                 r#"{{"requestId":{id},"reason":{}}}"#,
                 protocol::quote(&format!("backend '{server}' disconnected: {reason}"))
             );
-            self.to_client(session, protocol::notification("notifications/cancelled", Some(&params)));
+            self.related_to_client(
+                session,
+                related.as_deref(),
+                protocol::notification("notifications/cancelled", Some(&params)),
+            );
         }
         client_calls
     }

@@ -91,6 +91,8 @@ pub(super) struct ServerRequest {
     /// The backend's id, raw JSON.
     pub backend_id: String,
     pub session: SessionId,
+    /// The client call it was made for (raw id), if one was in flight.
+    pub related: Option<String>,
 }
 
 /// A client request waiting for backends that are starting for the first time:

@@ -131,13 +131,17 @@ impl Gateway {
         if frame.len() > self.config.limits.max_frame_bytes as usize {
             let msg =
                 format!("frame of {} bytes exceeds the limit of {}", frame.len(), self.config.limits.max_frame_bytes);
-            return self.to_client(session, protocol::error_response("null", code::INVALID_REQUEST, &msg, None));
+            return self.reply_to_client(
+                session,
+                "null",
+                protocol::error_response("null", code::INVALID_REQUEST, &msg, None),
+            );
         }
         let message = match protocol::parse(frame) {
             Ok(m) => m,
             Err(e) => {
                 let id = e.id.as_deref().unwrap_or("null");
-                return self.to_client(session, protocol::error_response(id, e.code, &e.message, None));
+                return self.reply_to_client(session, id, protocol::error_response(id, e.code, &e.message, None));
             }
         };
         match message {
@@ -147,11 +151,16 @@ impl Gateway {
                 let s = self.sessions.get_mut(&session).expect("present");
                 if s.in_flight.contains(&id) {
                     let msg = "a request with this id is already in flight";
-                    return self.to_client(session, protocol::error_response(&id, code::INVALID_REQUEST, msg, None));
+                    let frame = protocol::error_response(&id, code::INVALID_REQUEST, msg, None);
+                    return self.reply_to_client(session, &id, frame);
                 }
                 if s.in_flight.len() >= self.config.limits.max_in_flight_per_session as usize {
                     let msg = "too many requests in flight for this session";
-                    return self.to_client(session, protocol::error_response(&id, code::OVERLOADED, msg, None));
+                    return self.reply_to_client(
+                        session,
+                        &id,
+                        protocol::error_response(&id, code::OVERLOADED, msg, None),
+                    );
                 }
                 s.in_flight.insert(id.clone());
                 self.client_request(session, id, &method, params);
@@ -701,7 +710,7 @@ impl Gateway {
                 Shape::Unsubscribe(_) => protocol::response(&call.id, result),
             },
         };
-        self.to_client(session, frame);
+        self.reply_to_client(session, &call.id, frame);
         self.release(&call);
     }
 
@@ -731,13 +740,13 @@ impl Gateway {
         if let Some(s) = self.sessions.get_mut(&session) {
             s.in_flight.remove(id);
         }
-        self.to_client(session, protocol::response(id, result));
+        self.reply_to_client(session, id, protocol::response(id, result));
     }
 
     pub(super) fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str, data: Option<&str>) {
         if let Some(s) = self.sessions.get_mut(&session) {
             s.in_flight.remove(id);
         }
-        self.to_client(session, protocol::error_response(id, code, message, data));
+        self.reply_to_client(session, id, protocol::error_response(id, code, message, data));
     }
 }

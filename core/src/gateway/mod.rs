@@ -30,7 +30,7 @@ use core::fmt;
 
 use crate::catalog::{Catalog, ListKind};
 use crate::config::{Config, ConfigError, ServerConfig};
-use crate::io::{Action, AdminCommand, Event, Generation, Input, SessionId, Status};
+use crate::io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, SessionId, Status};
 use crate::policy::{BreakerState, Failure};
 use crate::protocol::{self, Era};
 use crate::rng::Rng;
@@ -345,7 +345,18 @@ impl Gateway {
 
     #[allow(clippy::wrong_self_convention)] // "send to", not a conversion
     fn to_client(&mut self, session: SessionId, frame: String) {
-        self.push(Action::SendToClient { session, frame });
+        self.push(Action::SendToClient { session, frame, route: ClientRoute::Session });
+    }
+
+    /// A frame that answers the client's request `id` (raw JSON).
+    fn reply_to_client(&mut self, session: SessionId, id: &str, frame: String) {
+        self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(id.to_string()) });
+    }
+
+    /// A frame sent on behalf of the client's request `id`, or to the session when none.
+    fn related_to_client(&mut self, session: SessionId, id: Option<&str>, frame: String) {
+        let route = id.map_or(ClientRoute::Session, |id| ClientRoute::Related(id.to_string()));
+        self.push(Action::SendToClient { session, frame, route });
     }
 
     #[allow(clippy::wrong_self_convention)] // "send to", not a conversion

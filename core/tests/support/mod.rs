@@ -223,7 +223,7 @@ impl Sim {
         self.actions
             .iter()
             .filter_map(|(_, a)| match a {
-                Action::SendToClient { session, frame } if *session == CLIENT => serde_json::from_str(frame).ok(),
+                Action::SendToClient { session, frame, .. } if *session == CLIENT => serde_json::from_str(frame).ok(),
                 _ => None,
             })
             .collect()
