@@ -604,7 +604,7 @@ impl Gateway {
         session: Option<crate::io::SessionId>,
     ) -> Option<(crate::io::SessionId, String)> {
         self.calls.values().rev().filter(|c| c.server == server).find_map(|c| match &c.kind {
-            CallKind::Client(cc) if session.is_none_or(|s| s == cc.session) => Some((cc.session, cc.id.clone())),
+            CallKind::Client(cc) if session.map_or(true, |s| s == cc.session) => Some((cc.session, cc.id.clone())),
             _ => None,
         })
     }
@@ -888,7 +888,7 @@ impl Gateway {
         }
         // Which backend a URI belongs to is known only while it is registered.
         let catalog = &self.catalog;
-        self.subscriptions.retain(|uri, _| catalog.resolve_uri(uri).is_none_or(|(s, _)| s != server));
+        self.subscriptions.retain(|uri, _| catalog.resolve_uri(uri).map_or(true, |(s, _)| s != server));
         self.catalog.unregister(server);
     }
 
