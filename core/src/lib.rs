@@ -17,6 +17,7 @@ pub mod gateway;
 pub mod io;
 pub mod policy;
 pub mod protocol;
+pub mod redact;
 pub mod rng;
 pub mod supervisor;
 pub mod time;

@@ -5,7 +5,7 @@ mod support;
 
 use serde_json::json;
 use support::*;
-use tether_core::Status;
+use tether_core::{Action, Config, ServerConfig, Status, Transport};
 
 fn code_of(sim: &Sim) -> i64 {
     sim.client_frames().last().unwrap()["error"]["code"].as_i64().unwrap()
@@ -94,4 +94,35 @@ fn bad_initialize_answer_is_a_failed_connection_not_a_panic() {
     assert_eq!(sim.status("fs"), Status::Error);
     sim.advance(1000);
     assert_eq!(sim.status("fs"), Status::Connecting);
+}
+
+#[test]
+fn a_backend_that_prints_its_secret_does_not_leak_it() {
+    const SECRET: &str = "sk-planted-7f3a9c";
+    let mut server = ServerConfig::stdio("fs-server", &[]);
+    if let Transport::Stdio { env, .. } = &mut server.transport {
+        env.insert("API_KEY".into(), SECRET.into());
+    }
+    let mut sim = Sim::new(Config::default().server("fs", server));
+    sim.boot("fs", &["read"]);
+    sim.client_init();
+    sim.call(1, "fs__read");
+    sim.stderr("fs", &format!("fatal: key {SECRET} rejected"));
+    sim.exit("fs", Some(1));
+    let mut outputs = Vec::new();
+    for (_, action) in &sim.actions {
+        match action {
+            Action::SendToClient { frame, .. } => outputs.push(frame.clone()),
+            Action::Emit { event } => outputs.push(format!("{event} {}", serde_json::to_string(event).unwrap())),
+            _ => {}
+        }
+    }
+    for status in sim.gw.statuses() {
+        outputs.push(format!("{status:?}"));
+    }
+    let all = outputs.join("\n");
+    assert!(all.contains("[redacted]"), "the crash message quotes the redacted stderr line:\n{all}");
+    assert!(!all.contains(SECRET), "{all}");
+    let trace_header = serde_json::to_string(&sim.gw.config().redacted()).unwrap();
+    assert!(!trace_header.contains(SECRET));
 }

@@ -88,10 +88,12 @@ impl Host {
         })
     }
 
-    /// Writes every input to `file` as a trace (header first).
+    /// Writes every input to `file` as a trace (header first). Secrets are
+    /// redacted: the header holds a redacted config, and any input line that
+    /// quotes a secret has it blanked.
     pub fn record_to(&mut self, file: File, config: &Config, seed: u64) -> std::io::Result<()> {
         let mut w = BufWriter::new(file);
-        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start: self.start, config: config.clone() };
+        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start: self.start, config: config.redacted() };
         writeln!(w, "{}", header_line(&header))?;
         self.record = Some(w);
         Ok(())
@@ -155,7 +157,8 @@ impl Host {
     pub fn feed(&mut self, input: Input) -> Result<(), tether_core::HostError> {
         let now = self.clock.now();
         if let Some(w) = self.record.as_mut() {
-            let _ = writeln!(w, "{}", input_line(now, &input));
+            let line = input_line(now, &input);
+            let _ = writeln!(w, "{}", self.gw.redactor().redact(&line));
             let _ = w.flush();
         }
         let result = self.gw.handle(now, input);

@@ -747,6 +747,9 @@ impl Gateway {
         if let Some(s) = self.sessions.get_mut(&session) {
             s.in_flight.remove(id);
         }
-        self.reply_to_client(session, id, protocol::error_response(id, code, message, data));
+        let message = self.redactor.redact(message);
+        let data = data.map(|d| self.redactor.redact(d));
+        let frame = protocol::error_response(id, code, &message, data.as_deref());
+        self.reply_to_client(session, id, frame);
     }
 }

@@ -33,6 +33,7 @@ use crate::config::{Config, ConfigError, ServerConfig};
 use crate::io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, SessionId, Status};
 use crate::policy::{BreakerState, Failure};
 use crate::protocol::{self, Era};
+use crate::redact::Redactor;
 use crate::rng::Rng;
 use crate::supervisor::{Supervisor, Timer};
 use crate::time::{Duration, Instant};
@@ -121,6 +122,8 @@ pub struct Gateway {
     now: Instant,
     backends: BTreeMap<String, Backend>,
     catalog: Catalog,
+    /// Secrets of the current config, removed from events and error messages.
+    redactor: Redactor,
     sessions: BTreeMap<SessionId, Session>,
     /// Requests in flight to backends, by the id the gateway gave them.
     calls: BTreeMap<u64, Call>,
@@ -146,6 +149,7 @@ impl Gateway {
         config.validate()?;
         let mut gw = Gateway {
             catalog: Catalog::new(&config.separator),
+            redactor: Redactor::default(),
             config: Config::default(),
             rng: Rng::new(seed),
             now,
@@ -186,7 +190,7 @@ impl Gateway {
             Input::BackendStderr { server, generation, line } => {
                 if self.current(&server, generation)? {
                     if let Some(b) = self.backends.get_mut(&server) {
-                        b.push_stderr(line);
+                        b.push_stderr(self.redactor.redact(&line).into_owned());
                     }
                 }
             }
@@ -195,8 +199,11 @@ impl Gateway {
                     self.connection_lost(&server, Failure::Exited { code });
                 }
             }
-            Input::BackendFailed { server, generation, request, failure } => {
+            Input::BackendFailed { server, generation, request, mut failure } => {
                 if self.current(&server, generation)? {
+                    if let Failure::Spawn { message } | Failure::Other { message } = &mut failure {
+                        self.redactor.redact_in_place(message);
+                    }
                     self.backend_failed(&server, request, failure);
                 }
             }
@@ -235,6 +242,11 @@ impl Gateway {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The secrets of the configuration in force, for hosts that write text of their own.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
     }
 
     /// The catalog of every backend.
@@ -339,7 +351,8 @@ impl Gateway {
         self.actions.push_back(action);
     }
 
-    fn emit(&mut self, event: Event) {
+    fn emit(&mut self, mut event: Event) {
+        self.redactor.redact_event(&mut event);
         self.push(Action::Emit { event });
     }
 
@@ -481,6 +494,7 @@ impl Gateway {
     /// (re)start; removed ones close.
     fn apply_config(&mut self, config: Config) {
         let old = core::mem::replace(&mut self.config, config);
+        self.redactor = Redactor::from_config(&self.config);
         if old.separator != self.config.separator {
             let names: Vec<String> = self.backends.keys().cloned().collect();
             let mut fresh = Catalog::new(&self.config.separator);
