@@ -7,10 +7,11 @@ use std::process::ExitCode;
 use futures_lite::StreamExt;
 use tether_core::{Config, Input};
 
-use crate::cli::Cli;
+use crate::cli::{Cli, ServeArgs};
 use crate::client_stdio::{read_stdin, write_stdout, STDIO_SESSION};
 use crate::config_file;
 use crate::host::Host;
+use crate::http_server::{HttpServer, ServerOptions};
 
 /// Logs to stderr only: stdout is the protocol.
 pub fn init_logging(level: &str) {
@@ -74,33 +75,87 @@ pub fn host(cli: &Cli, config: &Config) -> Result<Host, String> {
     Ok(host)
 }
 
-/// `tether serve`: one client over stdio until it leaves or a signal arrives.
+/// `tether serve`: one client over stdio, and/or any number of Streamable HTTP
+/// clients with `--listen`, until stdin ends (stdio) or a signal arrives.
 /// SIGHUP reloads the configuration file.
-pub fn serve(cli: &Cli) -> Result<ExitCode, String> {
+pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     let config = load_config(cli)?;
+    let options = match &args.listen {
+        Some(addr) => Some(listen_options(addr, args)?),
+        None => None,
+    };
+    let stdio = options.is_none() || args.stdio;
     let mut host = host(cli, &config)?;
-    tracing::info!("tether {} serving {} backend(s) over stdio", env!("CARGO_PKG_VERSION"), config.servers.len());
     let max_frame = config.limits.max_frame_bytes as usize;
     let config_path = cli_config_path(cli);
+    let backends = config.servers.len();
+    let transports = match (stdio, options.is_some()) {
+        (true, true) => "stdio and HTTP",
+        (true, false) => "stdio",
+        _ => "HTTP",
+    };
     // The host loop runs on the executor thread that also runs every I/O task, so
     // handing a frame from a reader to the engine and on to a writer is a queue
     // push, not a cross-thread wake-up.
     smol::block_on(smol::spawn(async move {
-        let (frames, frames_rx) = async_channel::unbounded();
-        host.attach_client(STDIO_SESSION, frames);
         let inputs = host.inputs();
-        smol::spawn(read_stdin(inputs.clone(), max_frame)).detach();
-        let writer = smol::spawn(write_stdout(frames_rx));
+        if let Some(options) = options {
+            let server = match HttpServer::bind(options, inputs.clone()) {
+                Ok(server) => server,
+                Err(e) => return Err(format!("cannot listen: {e}")),
+            };
+            // Scripts wait for this line to learn the port.
+            tracing::info!("tether listening on http://{}/mcp", server.local_addr());
+            host.attach_http(server);
+        }
+        tracing::info!("tether {} serving {backends} backend(s) over {transports}", env!("CARGO_PKG_VERSION"));
+        let writer = stdio.then(|| {
+            let (frames, frames_rx) = async_channel::unbounded();
+            host.attach_client(STDIO_SESSION, frames);
+            smol::spawn(read_stdin(inputs.clone(), max_frame)).detach();
+            smol::spawn(write_stdout(frames_rx))
+        });
         smol::spawn(handle_signals(config_path, inputs)).detach();
         host.run(|_, input| matches!(input, Input::ClientClosed { session } if *session == STDIO_SESSION)).await;
         host.shutdown().await;
         drop(host);
-        let _ = futures_lite::future::or(writer, async {
-            async_io::Timer::after(std::time::Duration::from_millis(500)).await;
-        })
-        .await;
-    }));
+        if let Some(writer) = writer {
+            let _ = futures_lite::future::or(writer, async {
+                async_io::Timer::after(std::time::Duration::from_millis(500)).await;
+            })
+            .await;
+        }
+        Ok(())
+    }))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The listener's options from the flags. `ADDR` is `host:port`, or a bare port
+/// (loopback). A non-loopback address without a token is allowed but warned about.
+fn listen_options(addr: &str, args: &ServeArgs) -> Result<ServerOptions, String> {
+    use std::net::ToSocketAddrs;
+    let listen = if let Ok(port) = addr.parse::<u16>() {
+        std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port))
+    } else {
+        addr.to_socket_addrs()
+            .map_err(|e| format!("--listen {addr}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("--listen {addr}: no address"))?
+    };
+    if !listen.ip().is_loopback() && args.auth_token.is_none() {
+        tracing::warn!("listening on {listen} without --auth-token: anyone who can reach it can use every backend");
+    }
+    if args.auth_token.as_deref().is_some_and(|t| t.len() < 16) {
+        return Err("--auth-token must be at least 16 characters".into());
+    }
+    Ok(ServerOptions {
+        listen,
+        allowed_origins: args.allow_origin.clone(),
+        auth_token: args.auth_token.clone(),
+        max_body_bytes: args.max_body_bytes,
+        get_stream: !args.no_get_stream,
+        ..ServerOptions::default()
+    })
 }
 
 fn cli_config_path(cli: &Cli) -> Option<std::path::PathBuf> {

@@ -40,11 +40,36 @@ pub struct PolicyFlags {
     pub seed: Option<u64>,
 }
 
+/// How `serve` reaches its clients.
+#[derive(Debug, Default, Args)]
+pub struct ServeArgs {
+    /// Serve MCP over Streamable HTTP at `http://ADDR/mcp` (e.g. 127.0.0.1:8080).
+    /// stdio is then not served unless `--stdio` is also given.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Also serve stdio when listening.
+    #[arg(long)]
+    pub stdio: bool,
+    /// Bearer token HTTP clients must send (`Authorization: Bearer TOKEN`).
+    #[arg(long, env = "TETHER_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+    /// A browser origin allowed besides loopback ones (repeatable), e.g. https://app.example.com.
+    #[arg(long, value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
+    /// Largest HTTP request body, in bytes (larger: 413).
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Answer GET with 405 instead of opening the server-to-client stream.
+    #[arg(long)]
+    pub no_get_stream: bool,
+}
+
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the configured backends as one MCP server over stdio (the default).
-    Serve,
+    /// Serve the configured backends as one MCP server over stdio (the default),
+    /// or over Streamable HTTP with `--listen`.
+    Serve(ServeArgs),
     /// Start every backend once and print a status table; exit non-zero if any failed.
     Check,
     /// Run a recorded trace through the engine and print the actions.

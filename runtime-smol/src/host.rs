@@ -9,9 +9,10 @@ use std::time::Duration;
 use async_channel::{Receiver, Sender};
 use futures_lite::future;
 use tether_core::trace::{header_line, input_line, TraceHeader, TRACE_VERSION};
-use tether_core::{Action, Config, Event, Gateway, Input, Instant, SessionId};
+use tether_core::{Action, ClientRoute, Config, Event, Gateway, Input, Instant, SessionId};
 
 use crate::http_backend::{HttpBackend, HttpTarget};
+use crate::http_server::{HttpServer, Route};
 use crate::stdio_backend::{Launch, StdioBackend};
 
 /// The monotonic clock the core's `Instant`s are measured on.
@@ -64,6 +65,8 @@ pub struct Host {
     inputs_rx: Receiver<Input>,
     connections: HashMap<String, (u64, Connection)>,
     clients: HashMap<SessionId, ClientSink>,
+    /// The Streamable HTTP listener: every session not in `clients` is its.
+    http: Option<HttpServer>,
     record: Option<BufWriter<File>>,
     reports: Option<Sender<Report>>,
 }
@@ -83,6 +86,7 @@ impl Host {
             inputs_rx,
             connections: HashMap::new(),
             clients: HashMap::new(),
+            http: None,
             record: None,
             reports: None,
         })
@@ -94,7 +98,8 @@ impl Host {
     pub fn record_to(&mut self, file: File, config: &Config, seed: u64) -> std::io::Result<()> {
         let mut w = BufWriter::new(file);
         let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start: self.start, config: config.redacted() };
-        writeln!(w, "{}", header_line(&header))?;
+        // Arguments may quote a secret too (`--api-key "$KEY"`).
+        writeln!(w, "{}", self.gw.redactor().redact(&header_line(&header)))?;
         self.record = Some(w);
         Ok(())
     }
@@ -115,6 +120,11 @@ impl Host {
     pub fn attach_client(&mut self, session: SessionId, sink: ClientSink) {
         self.clients.insert(session, sink);
         let _ = self.inputs.try_send(Input::ClientConnected { session });
+    }
+
+    /// Serves HTTP sessions through `server` (it announces its sessions itself).
+    pub fn attach_http(&mut self, server: HttpServer) {
+        self.http = Some(server);
     }
 
     /// The engine, for status queries.
@@ -186,6 +196,7 @@ impl Host {
                     env: &env,
                     cwd: cwd.as_deref(),
                     max_frame,
+                    redactor: self.gw.redactor().clone(),
                 };
                 if let Some(b) = StdioBackend::spawn(launch, self.inputs.clone()) {
                     self.connections.insert(server, (generation, Connection::Stdio(b)));
@@ -217,13 +228,24 @@ impl Host {
                     self.close_connection(&server);
                 }
             }
-            Action::SendToClient { session, frame, .. } => {
+            Action::SendToClient { session, frame, route } => {
                 if let Some(sink) = self.clients.get(&session) {
                     let _ = sink.try_send(frame);
+                } else if let Some(http) = &self.http {
+                    let route = match route {
+                        ClientRoute::Reply(id) => Route::Reply(id),
+                        ClientRoute::Related(id) => Route::Related(id),
+                        ClientRoute::Session => Route::Session,
+                    };
+                    http.deliver(session, route, frame);
                 }
             }
             Action::CloseClient { session } => {
-                self.clients.remove(&session);
+                if self.clients.remove(&session).is_none() {
+                    if let Some(http) = &self.http {
+                        http.close_session(session);
+                    }
+                }
                 self.report(Report::ClientClosed(session));
             }
             Action::Emit { event } => {
@@ -250,6 +272,9 @@ impl Host {
     /// Stops every backend: stdin closed, then SIGTERM, then SIGKILL to each
     /// process group; HTTP sessions are deleted.
     pub async fn shutdown(&mut self) {
+        if let Some(http) = self.http.take() {
+            http.shutdown();
+        }
         let mut processes = Vec::new();
         for (_, (_, connection)) in self.connections.drain() {
             match connection {

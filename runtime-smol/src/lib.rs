@@ -10,6 +10,7 @@ pub mod config_file;
 pub mod demo;
 pub mod host;
 pub mod http_backend;
+pub mod http_server;
 pub mod line_reader;
 pub mod mock_backend;
 pub mod stdio_backend;

@@ -3,14 +3,15 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use tether_smol::cli::{Cli, Command};
+use tether_smol::cli::{Cli, Command, ServeArgs};
 use tether_smol::{app, check};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     app::init_logging(&cli.log_level);
     let result = match cli.command {
-        None | Some(Command::Serve) => app::serve(&cli),
+        None => app::serve(&cli, &ServeArgs::default()),
+        Some(Command::Serve(ref args)) => app::serve(&cli, args),
         Some(Command::Check) => check::run(&cli),
         Some(Command::Replay { ref trace, json }) => app::replay(trace, json),
         Some(Command::Demo) => tether_smol::demo::run(),

@@ -9,6 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tether_core::redact::Redactor;
 
 use crate::line_reader::LineReader;
 use async_channel::{Receiver, Sender};
@@ -44,6 +45,8 @@ pub struct Launch<'a> {
     pub cwd: Option<&'a str>,
     /// Largest frame accepted from the process.
     pub max_frame: usize,
+    /// The config's secrets, blanked in the stderr lines this logs.
+    pub redactor: Redactor,
 }
 
 impl StdioBackend {
@@ -98,9 +101,9 @@ impl StdioBackend {
         let stderr = child.stderr.take().expect("piped");
         // Closed when stderr reaches EOF.
         let (stderr_open, stderr_closed) = async_channel::bounded::<()>(1);
-        let (name, stderr_inputs) = (server.clone(), inputs.clone());
+        let (name, stderr_inputs, redactor) = (server.clone(), inputs.clone(), launch.redactor);
         smol::spawn(async move {
-            read_stderr(stderr, name, generation, stderr_inputs).await;
+            read_stderr(stderr, name, generation, stderr_inputs, redactor).await;
             drop(stderr_open);
         })
         .detach();
@@ -212,11 +215,17 @@ async fn read_frames(
     }
 }
 
-async fn read_stderr(stderr: async_process::ChildStderr, server: String, generation: u64, inputs: Sender<Input>) {
+async fn read_stderr(
+    stderr: async_process::ChildStderr,
+    server: String,
+    generation: u64,
+    inputs: Sender<Input>,
+    redactor: Redactor,
+) {
     let mut lines = LineReader::new(stderr, 16 * 1024, 8 * 1024);
     while let Some(line) = lines.next().await {
         let line = line.unwrap_or_else(|e| format!("<{e}>"));
-        tracing::info!(target: "backend", server = %server, "{line}");
+        tracing::info!(target: "backend", server = %server, "{}", redactor.redact(&line));
         let _ = inputs.send(Input::BackendStderr { server: server.clone(), generation, line }).await;
     }
 }

@@ -234,11 +234,7 @@ run_suite a "baseline: server-everything $EVERYTHING_VERSION over Streamable HTT
 stop_process "$everything_pid"
 
 # ---- b and c: tether --------------------------------------------------------------------
-# Guard until `tether serve --listen` exists; remove it once it does.
-if ! "$TETHER_BIN" serve --help 2>&1 | grep -q -- '--listen'; then
-    echo "== conformance: run b: SKIPPED: tether has no --listen yet"
-    echo "== conformance: run c: SKIPPED: tether has no --listen yet"
-else
+{
     config_file "$WORK/b-config.json" everything "$NODE22" "$EVERYTHING_JS" stdio
     run_tether b "tether --listen, server-everything over stdio" "$WORK/b-config.json"
 
@@ -284,7 +280,7 @@ else
     comm -23 "$WORK/expected-failures" "$WORK/c.fail" | while read -r name; do
         echo "  note: expected-failures.txt lists $name, which now passes: remove it"
     done
-fi
+}
 
 if [ "${#problems[@]}" -gt 0 ]; then
     printf '  - %s\n' "${problems[@]}" >&2

@@ -1,0 +1,200 @@
+//! The Streamable HTTP server transport (MCP 2025-11-25, "Transports"): clients
+//! reach tether over HTTP instead of stdio.
+//!
+//! One endpoint path takes POST (one JSON-RPC message per request), GET (the
+//! session's standalone SSE stream, or the resumption of any stream with
+//! `Last-Event-ID`) and DELETE (end the session). The module carries transport
+//! semantics only: it recognises `initialize` to open a session and tells
+//! requests, notifications and responses apart by their JSON-RPC shape; every
+//! accepted message goes to the host as [`Input::ClientFrame`], and the host
+//! hands frames back with [`HttpServer::deliver`], saying where they belong
+//! ([`Route`]).
+//!
+//! Files, one job each:
+//! - `listener.rs`: accepting TCP connections and serving them with hyper (HTTP/1.1);
+//! - `service.rs`: one HTTP request: guards, then POST, GET or DELETE;
+//! - `guards.rs`: Host, Origin, bearer token, `Accept`, `MCP-Protocol-Version`;
+//! - `message.rs`: the shape of a JSON-RPC message, request id keys, error bodies;
+//! - `reply.rs`: building responses (JSON, SSE, empty, errors);
+//! - `sessions.rs`: the session table, requests waiting for their answer, routing;
+//! - `stream.rs`: one SSE stream: event ids, the replay log, its live connection.
+//!
+//! Choices where the specification leaves one:
+//! - A second GET on a session *replaces* the connection of its standalone stream
+//!   (the old one ends): a client whose connection silently died must be able to
+//!   come back, and the server cannot tell a dead connection from an idle one.
+//! - Event ids are `<session>-<stream>-<seq>`; stream 0 is the standalone stream,
+//!   POST streams count from 1. Every new connection starts with a priming event
+//!   (an id and empty data) unless it starts with replayed events, which carry ids.
+//! - A `Last-Event-ID` that names no stream this session still keeps (malformed,
+//!   another session's, evicted) is ignored: the GET is served as a plain GET
+//!   (the standalone stream, or 405 when GET streams are off). Resumption itself
+//!   works with GET streams off: it only continues streams that POSTs opened.
+//! - Each stream keeps its last [`ServerOptions::replay_events`] delivered events for
+//!   resumption, plus up to 1024 events that no connection took yet (frames for
+//!   a stream whose client is away, including standalone-stream frames before the
+//!   first GET); beyond that the oldest undelivered one is dropped with a warning.
+//!   Finished POST streams stay resumable until 16 newer ones finished. A client
+//!   that reads too slowly (4096 events queued) loses its connection and resumes.
+//! - A client disconnecting is never a cancellation. A JSON-answered request whose
+//!   client left before the answer has nothing to resume: its answer is dropped.
+//! - Without GET streams, frames routed to [`Route::Session`] are dropped; so are
+//!   answers to requests this transport is not waiting for. A [`Route::Related`]
+//!   frame for a request that already ended goes to the standalone stream.
+//! - A request whose id is still in flight on the same session is refused (400,
+//!   -32600): answers are routed by id. Duplicates never reach the host.
+//! - No `Accept` header means "anything" (RFC 9110); `*/*`, `application/*` and
+//!   `text/*` count. A `Content-Type` other than JSON is refused with 415.
+//! - DELETE answers 204. A request waiting for its answer when its session ends
+//!   gets 404; when the server shuts down, 503.
+//! - When listening on a loopback address, `Host` must name a loopback host (any
+//!   port) or the host of one of [`ServerOptions::allowed_origins`].
+//! - Checks run in this order, so a 401 says nothing about paths or sessions:
+//!   Host (403), Origin (403), bearer token (401), path (404), method (405),
+//!   `MCP-Protocol-Version` (400), then the method's own checks.
+
+mod guards;
+mod listener;
+mod message;
+mod reply;
+mod service;
+mod sessions;
+mod stream;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_channel::Sender;
+use tether_core::{Input, SessionId};
+
+use sessions::Table;
+
+pub use message::id_key;
+
+/// Options of the listener (all have safe defaults). `Debug` hides the token.
+#[derive(Clone)]
+pub struct ServerOptions {
+    /// Address to listen on. Default `127.0.0.1:0` (any free port).
+    pub listen: SocketAddr,
+    /// The MCP endpoint's path. Default `/mcp`.
+    pub path: String,
+    /// Allowed `Origin` values beyond the loopback ones, e.g. `https://app.example.com`.
+    pub allowed_origins: Vec<String>,
+    /// Bearer token every request must carry; `None`: no authentication.
+    pub auth_token: Option<String>,
+    /// Largest POST body; larger ones get 413. Default 4 MiB.
+    pub max_body_bytes: usize,
+    /// Offer the standalone GET stream; `false`: GET answers 405. Default `true`.
+    pub get_stream: bool,
+    /// Session numbers are allocated from here upward. Default 2 (1 is stdio's).
+    pub first_session: u64,
+    /// Delivered events kept per stream for `Last-Event-ID` resumption. Default 256.
+    pub replay_events: usize,
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("listen", &self.listen)
+            .field("path", &self.path)
+            .field("allowed_origins", &self.allowed_origins)
+            .field("auth_token", &self.auth_token.as_ref().map(|_| "<redacted>"))
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("get_stream", &self.get_stream)
+            .field("first_session", &self.first_session)
+            .field("replay_events", &self.replay_events)
+            .finish()
+    }
+}
+
+impl Default for ServerOptions {
+    fn default() -> ServerOptions {
+        ServerOptions {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            path: "/mcp".into(),
+            allowed_origins: Vec::new(),
+            auth_token: None,
+            max_body_bytes: 4 * 1024 * 1024,
+            get_stream: true,
+            first_session: 2,
+            replay_events: 256,
+        }
+    }
+}
+
+/// Where the core says a frame for a client session belongs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// The response to the client's request whose raw JSON id text is this (ends
+    /// that request's stream). Ids are compared as JSON values: `7`, ` 7 ` and
+    /// `"a"` / `"\u0061"` match (see [`id_key`]).
+    Reply(String),
+    /// A message sent while serving that request (progress, logging, a
+    /// server-to-client request).
+    Related(String),
+    /// Not tied to a request: the session's standalone GET stream.
+    Session,
+}
+
+/// A running Streamable HTTP listener. Cheap to clone; every clone is the same server.
+#[derive(Clone)]
+pub struct HttpServer {
+    shared: Arc<Shared>,
+}
+
+/// What the listener, the request handlers and the host's calls share.
+struct Shared {
+    options: ServerOptions,
+    inputs: Sender<Input>,
+    local_addr: SocketAddr,
+    table: Mutex<Table>,
+    /// Closed by [`HttpServer::shutdown`]: the accept loop and every connection watch it.
+    stop: async_channel::Sender<()>,
+    stop_rx: async_channel::Receiver<()>,
+}
+
+impl Shared {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl HttpServer {
+    /// Binds and starts serving on smol's global executor (`smol::spawn`): the
+    /// accept loop and one task per connection.
+    pub fn bind(options: ServerOptions, inputs: Sender<Input>) -> std::io::Result<HttpServer> {
+        let listener = async_io::Async::<std::net::TcpListener>::bind(options.listen)?;
+        let local_addr = listener.get_ref().local_addr()?;
+        let table = Table::new(options.first_session, options.replay_events, options.get_stream);
+        let (stop, stop_rx) = async_channel::bounded(1);
+        let shared = Arc::new(Shared { options, inputs, local_addr, table: Mutex::new(table), stop, stop_rx });
+        smol::spawn(listener::accept_loop(shared.clone(), listener)).detach();
+        tracing::debug!("Streamable HTTP listening on {local_addr}");
+        Ok(HttpServer { shared })
+    }
+
+    /// The address it listens on (with the port chosen when `listen` had port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr
+    }
+
+    /// A frame for `session` from the core. Frames for a session that is gone are dropped.
+    pub fn deliver(&self, session: SessionId, route: Route, frame: String) {
+        self.shared.table().deliver(session, route, frame);
+    }
+
+    /// The core closed the session (limit, idle expiry, shutdown): its streams end;
+    /// later requests naming it get 404. The host is not told (it knows).
+    pub fn close_session(&self, session: SessionId) {
+        self.shared.table().close(session);
+    }
+
+    /// Stops listening and ends every stream; requests still waiting get 503.
+    pub fn shutdown(&self) {
+        self.shared.table().close_all();
+        self.shared.stop.close();
+    }
+}

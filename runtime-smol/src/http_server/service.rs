@@ -1,0 +1,249 @@
+//! One HTTP request to the endpoint: the guards, then POST (a message), GET (a
+//! stream) or DELETE (the end of a session).
+
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH};
+use hyper::{Method, Request, Response, StatusCode};
+use tether_core::{Input, SessionId};
+
+use super::guards::{self, Refusal, JSON, SSE};
+use super::message::{classify, Shape, INVALID_REQUEST, PARSE_ERROR};
+use super::reply::{self, Body};
+use super::sessions::{First, Refused};
+use super::Shared;
+
+/// The session header, in requests and in the initialize response.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Answers one request.
+pub(super) async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    let options = &shared.options;
+    match guards::admit(options, request.headers()) {
+        Ok(()) => {}
+        Err(Refusal::Host) => {
+            return reply::error(StatusCode::FORBIDDEN, "forbidden: the Host header does not name this server")
+        }
+        Err(Refusal::Origin) => return reply::error(StatusCode::FORBIDDEN, "forbidden: Origin not allowed"),
+        Err(Refusal::Unauthorized) => return reply::unauthorized(),
+    }
+    if request.uri().path() != options.path {
+        return reply::error(StatusCode::NOT_FOUND, "not found: no MCP endpoint at this path");
+    }
+    let method = request.method().clone();
+    if method != Method::POST && method != Method::GET && method != Method::DELETE {
+        return reply::method_not_allowed(options.get_stream);
+    }
+    if !guards::version_supported(request.headers()) {
+        return reply::error(StatusCode::BAD_REQUEST, "bad request: unsupported MCP-Protocol-Version");
+    }
+    match method {
+        Method::POST => post(&shared, request).await,
+        Method::GET => get(&shared, request.headers()),
+        _ => delete(&shared, request.headers()).await,
+    }
+}
+
+fn session_key(headers: &HeaderMap) -> Option<&str> {
+    // A value that is not visible ASCII names no session: it will not be found.
+    headers.get(SESSION_HEADER).map(|v| v.to_str().unwrap_or("\u{0}"))
+}
+
+fn missing_session() -> Response<Body> {
+    reply::error(
+        StatusCode::BAD_REQUEST,
+        "bad request: Mcp-Session-Id header required (only initialize opens a session)",
+    )
+}
+
+fn unknown_session() -> Response<Body> {
+    reply::error(StatusCode::NOT_FOUND, "session not found: unknown or closed Mcp-Session-Id; initialize again")
+}
+
+fn host_gone() -> Response<Body> {
+    reply::error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable: the gateway is shutting down")
+}
+
+/// A waiting request's session ended: the session closed (404) or the server did (503).
+fn gone(shared: &Shared) -> Response<Body> {
+    if shared.table().is_closed() {
+        host_gone()
+    } else {
+        unknown_session()
+    }
+}
+
+async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+    let headers = request.headers();
+    if !guards::accepts(headers, JSON) || !guards::accepts(headers, SSE) {
+        return reply::error(
+            StatusCode::NOT_ACCEPTABLE,
+            "not acceptable: Accept must list application/json and text/event-stream",
+        );
+    }
+    if !guards::json_body(headers) {
+        return reply::error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported media type: send application/json");
+    }
+    let key = session_key(headers).map(str::to_string);
+    let body = match read_body(request, shared.options.max_body_bytes).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let Ok(text) = String::from_utf8(body.to_vec()) else {
+        return reply::error_code(StatusCode::BAD_REQUEST, PARSE_ERROR, "parse error: the body is not UTF-8");
+    };
+    let shape = match classify(&text) {
+        Ok(shape) => shape,
+        Err(invalid) => {
+            let (code, message) = invalid.error();
+            return reply::error_code(StatusCode::BAD_REQUEST, code, message);
+        }
+    };
+    let (session, new_key) = match key {
+        Some(key) => match shared.table().find(&key) {
+            Some(session) => (session, None),
+            None => return unknown_session(),
+        },
+        None if matches!(shape, Shape::Request { initialize: true, .. }) => {
+            let Some(key) = new_session_key() else {
+                tracing::error!("no randomness from the operating system for a session id");
+                return reply::error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable: cannot open a session");
+            };
+            match shared.table().open(key.clone()) {
+                Some(session) => (session, Some(key)),
+                None => return host_gone(),
+            }
+        }
+        None => return missing_session(),
+    };
+    match shape {
+        Shape::Request { id, .. } => self::request(shared, session, new_key, id, text).await,
+        Shape::Notification | Shape::Response => {
+            if shared.inputs.send(Input::ClientFrame { session, frame: text }).await.is_err() {
+                return host_gone();
+            }
+            reply::empty(StatusCode::ACCEPTED)
+        }
+    }
+}
+
+/// Forgets a wait when its POST goes away before the first frame.
+struct Abandon {
+    shared: Arc<Shared>,
+    session: SessionId,
+    id: String,
+    token: u64,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.shared.table().abandon(self.session, &self.id, self.token);
+    }
+}
+
+/// Forwards a request and answers with whatever the core routes to it first.
+async fn request(
+    shared: &Arc<Shared>,
+    session: SessionId,
+    new_key: Option<String>,
+    id: String,
+    frame: String,
+) -> Response<Body> {
+    let waiter = match shared.table().expect(session, &id) {
+        Ok(waiter) => waiter,
+        Err(Refused::Duplicate) => {
+            return reply::error_code(
+                StatusCode::BAD_REQUEST,
+                INVALID_REQUEST,
+                "invalid request: a request with this id is already in flight in this session",
+            )
+        }
+        Err(Refused::Gone) => return gone(shared),
+    };
+    // Declared after `waiter`, so dropped first: a frame is never sent to a wait
+    // whose receiver is gone while the table still lists it.
+    let _abandon = Abandon { shared: shared.clone(), session, id, token: waiter.token };
+    if new_key.is_some() && shared.inputs.send(Input::ClientConnected { session }).await.is_err() {
+        return host_gone();
+    }
+    if shared.inputs.send(Input::ClientFrame { session, frame }).await.is_err() {
+        return host_gone();
+    }
+    let mut response = match waiter.first.recv().await {
+        Ok(First::Reply(frame)) => reply::json(StatusCode::OK, frame),
+        Ok(First::Stream(rx)) => reply::sse(rx),
+        Err(_) => return gone(shared),
+    };
+    if let Some(value) = new_key.and_then(|key| HeaderValue::from_str(&key).ok()) {
+        response.headers_mut().insert(SESSION_HEADER, value);
+    }
+    response
+}
+
+/// The body, at most `max` bytes (413 beyond).
+async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Response<Body>> {
+    let too_large =
+        || reply::error(StatusCode::PAYLOAD_TOO_LARGE, &format!("payload too large: the body exceeds {max} bytes"));
+    let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > max as u64) {
+        return Err(too_large());
+    }
+    match Limited::new(request.into_body(), max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
+        Err(_) => Err(reply::error(StatusCode::BAD_REQUEST, "bad request: the body could not be read")),
+    }
+}
+
+/// 128 bits from the operating system, as 32 hex digits.
+fn new_session_key() -> Option<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// GET: resume the stream `Last-Event-ID` names, or open the standalone stream.
+fn get(shared: &Shared, headers: &HeaderMap) -> Response<Body> {
+    let get_stream = shared.options.get_stream;
+    if !guards::accepts(headers, SSE) {
+        return reply::error(StatusCode::NOT_ACCEPTABLE, "not acceptable: Accept must list text/event-stream");
+    }
+    let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    if !get_stream && last_event_id.is_none() {
+        return reply::method_not_allowed(false);
+    }
+    let Some(key) = session_key(headers) else { return missing_session() };
+    let mut table = shared.table();
+    let Some(session) = table.find(key) else { return unknown_session() };
+    let (conn, rx) = async_channel::unbounded();
+    let conn = match last_event_id {
+        Some(last) => match table.resume(session, last, conn) {
+            Ok(()) => return reply::sse(rx),
+            Err(conn) => {
+                tracing::debug!(session = session.0, "Last-Event-ID names no kept stream: served as a plain GET");
+                conn
+            }
+        },
+        None => conn,
+    };
+    if !get_stream {
+        return reply::method_not_allowed(false);
+    }
+    table.listen(session, conn);
+    reply::sse(rx)
+}
+
+/// DELETE: the client ends its session.
+async fn delete(shared: &Shared, headers: &HeaderMap) -> Response<Body> {
+    let Some(key) = session_key(headers) else { return missing_session() };
+    let session = {
+        let mut table = shared.table();
+        let Some(session) = table.find(key) else { return unknown_session() };
+        table.close(session);
+        session
+    };
+    let _ = shared.inputs.send(Input::ClientClosed { session }).await;
+    reply::empty(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,687 @@
+//! The listener end to end: a real socket, a fake host answering through
+//! `deliver`, and real HTTP clients (ureq; raw TCP for headers ureq will not send).
+//!
+//! The fake host answers each request with `{"echo": <method>}`, except:
+//! `slow/progress` sends two related progress notifications first; `push` sends a
+//! frame to the session's standalone stream first; `slow/held` sends one progress
+//! notification and holds its answer until a `test/release` notification, which
+//! releases every held request with a second progress notification and the answer.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_channel::Receiver;
+use serde_json::{json, Value};
+use tether_core::{Input, SessionId};
+
+use super::{HttpServer, Route, ServerOptions};
+
+const ACCEPT: &str = "application/json, text/event-stream";
+const VERSION: &str = "2025-11-25";
+const TOKEN: &str = "s3cret-token";
+
+type Log = Arc<Mutex<Vec<Input>>>;
+
+struct Harness {
+    server: HttpServer,
+    url: String,
+    log: Log,
+    agent: ureq::Agent,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.server.shutdown();
+    }
+}
+
+fn start(options: ServerOptions) -> Harness {
+    let (inputs, rx) = async_channel::unbounded();
+    let server = smol::block_on(async { HttpServer::bind(options, inputs) }).expect("bind");
+    let log = Log::default();
+    smol::spawn(fake_host(server.clone(), rx, log.clone())).detach();
+    let url = format!("http://{}/mcp", server.local_addr());
+    // An overall deadline per request: `timeout_read` alone is not applied to a
+    // pooled connection, and a broken server must fail a test, not hang it.
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(5))
+        .timeout_read(Duration::from_secs(10))
+        .timeout(Duration::from_secs(15))
+        .build();
+    Harness { server, url, log, agent }
+}
+
+fn options() -> ServerOptions {
+    ServerOptions { listen: "127.0.0.1:0".parse().unwrap(), ..ServerOptions::default() }
+}
+
+fn progress(n: u32) -> String {
+    json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": n}}).to_string()
+}
+
+async fn fake_host(server: HttpServer, rx: Receiver<Input>, log: Log) {
+    let mut held: Vec<(SessionId, Value)> = Vec::new();
+    while let Ok(input) = rx.recv().await {
+        // Logged once handled: a test that saw an input in the log sees its effects.
+        handle(&server, &mut held, &input);
+        log.lock().unwrap().push(input);
+    }
+}
+
+fn handle(server: &HttpServer, held: &mut Vec<(SessionId, Value)>, input: &Input) {
+    let Input::ClientFrame { session, frame } = input else { return };
+    let session = *session;
+    let message: Value = serde_json::from_str(frame).expect("the host gets JSON");
+    let method = message["method"].as_str().unwrap_or_default().to_string();
+    let Some(id) = message.get("id").cloned() else {
+        if method == "test/release" {
+            for (session, id) in held.drain(..) {
+                server.deliver(session, Route::Related(id.to_string()), progress(2));
+                let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"echo": "slow/held"}});
+                server.deliver(session, Route::Reply(id.to_string()), answer.to_string());
+            }
+        }
+        return;
+    };
+    if method.is_empty() {
+        return; // a response to a server request
+    }
+    let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"echo": method}}).to_string();
+    let key = id.to_string();
+    match method.as_str() {
+        "slow/progress" => {
+            server.deliver(session, Route::Related(key.clone()), progress(1));
+            server.deliver(session, Route::Related(key.clone()), progress(2));
+            server.deliver(session, Route::Reply(key), answer);
+        }
+        "push" => {
+            let pushed = json!({"jsonrpc": "2.0", "method": "notifications/pushed", "params": {"by": id}});
+            server.deliver(session, Route::Session, pushed.to_string());
+            server.deliver(session, Route::Reply(key), answer);
+        }
+        "slow/held" => {
+            server.deliver(session, Route::Related(key), progress(1));
+            held.push((session, id));
+        }
+        _ => server.deliver(session, Route::Reply(key), answer),
+    }
+}
+
+/// What a test looks at in a response.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    content_type: String,
+    session: Option<String>,
+    allow: Option<String>,
+    challenge: Option<String>,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {:?}", self.body))
+    }
+
+    fn error_code(&self) -> i64 {
+        self.json()["error"]["code"].as_i64().expect("a JSON-RPC error body")
+    }
+}
+
+fn outcome(result: Result<ureq::Response, ureq::Error>) -> ureq::Response {
+    match result {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("transport error: {e}"),
+    }
+}
+
+fn answer(response: ureq::Response) -> Answer {
+    let header = |name: &str| response.header(name).map(str::to_string);
+    let (session, allow, challenge) = (header("mcp-session-id"), header("allow"), header("www-authenticate"));
+    let (status, content_type) = (response.status(), response.content_type().to_string());
+    let body = response.into_string().expect("a readable body");
+    Answer { status, content_type, session, allow, challenge, body }
+}
+
+fn request(method: u32, name: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": method, "method": name, "params": {}}).to_string()
+}
+
+fn initialize_body() -> String {
+    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": VERSION}}).to_string()
+}
+
+impl Harness {
+    /// A POST with the headers a conforming client sends.
+    fn post_request(&self, session: Option<&str>) -> ureq::Request {
+        let mut req = self.agent.post(&self.url).set("Accept", ACCEPT).set("Content-Type", "application/json");
+        if let Some(session) = session {
+            req = req.set("Mcp-Session-Id", session).set("MCP-Protocol-Version", VERSION);
+        }
+        req
+    }
+
+    fn post(&self, session: Option<&str>, body: &str) -> Answer {
+        answer(outcome(self.post_request(session).send_string(body)))
+    }
+
+    fn initialize(&self) -> String {
+        let answer = self.post(None, &initialize_body());
+        assert_eq!(answer.status, 200, "{answer:?}");
+        answer.session.expect("initialize issues Mcp-Session-Id")
+    }
+
+    fn get(&self, session: &str, last_event_id: Option<&str>) -> ureq::Response {
+        let mut req = self
+            .agent
+            .get(&self.url)
+            .set("Accept", "text/event-stream")
+            .set("Mcp-Session-Id", session)
+            .set("MCP-Protocol-Version", VERSION);
+        if let Some(id) = last_event_id {
+            req = req.set("Last-Event-ID", id);
+        }
+        outcome(req.call())
+    }
+
+    fn delete(&self, session: &str) -> Answer {
+        answer(outcome(self.agent.delete(&self.url).set("Mcp-Session-Id", session).call()))
+    }
+
+    /// Waits until the host has seen a frame containing `marker`.
+    fn wait_for_frame(&self, marker: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.frames().iter().any(|f| f.contains(marker)) {
+            assert!(Instant::now() < deadline, "the host never got a frame with {marker}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits until the host has seen `input`.
+    fn wait_for_input(&self, input: &Input) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.inputs().contains(input) {
+            assert!(Instant::now() < deadline, "the host never got {input:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn connected(&self) -> usize {
+        self.inputs().iter().filter(|i| matches!(i, Input::ClientConnected { .. })).count()
+    }
+
+    fn frames(&self) -> Vec<String> {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter_map(|i| match i {
+                Input::ClientFrame { frame, .. } => Some(frame.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Proves the host got nothing containing `needle`: a marker sent after it arrives first.
+    fn assert_not_forwarded(&self, session: &str, needle: &str) {
+        let marker = format!("marker-{}", needle.len());
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"m": marker}});
+        assert_eq!(self.post(Some(session), &note.to_string()).status, 202);
+        self.wait_for_frame(&marker);
+        assert!(!self.frames().iter().any(|f| f.contains(needle)), "{needle} was forwarded");
+    }
+}
+
+/// One SSE event: its id and data (data lines joined).
+#[derive(Debug, Clone, PartialEq)]
+struct Event {
+    id: String,
+    data: String,
+}
+
+struct Sse {
+    lines: BufReader<Box<dyn Read + Send + Sync + 'static>>,
+}
+
+impl Sse {
+    fn new(response: ureq::Response) -> Sse {
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.content_type(), "text/event-stream");
+        Sse { lines: BufReader::new(response.into_reader()) }
+    }
+
+    /// The next event, or `None` when the stream ended.
+    fn next(&mut self) -> Option<Event> {
+        let mut event = Event { id: String::new(), data: String::new() };
+        let mut seen = false;
+        loop {
+            let mut line = String::new();
+            if self.lines.read_line(&mut line).expect("reading the stream") == 0 {
+                return None;
+            }
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                if seen {
+                    return Some(event);
+                }
+                continue;
+            }
+            seen = true;
+            if let Some(id) = line.strip_prefix("id:") {
+                event.id = id.trim().to_string();
+            } else if let Some(data) = line.strip_prefix("data:") {
+                if !event.data.is_empty() {
+                    event.data.push('\n');
+                }
+                event.data.push_str(data.trim_start());
+            }
+        }
+    }
+
+    fn rest(mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.next()).collect()
+    }
+}
+
+/// Sends raw bytes and reads the whole answer (the request asks to close).
+fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status: {text:?}"));
+    (status, text)
+}
+
+#[test]
+fn initialize_opens_a_session_with_an_unguessable_id() {
+    let h = start(ServerOptions { first_session: 40, ..options() });
+    let answer = h.post(None, &initialize_body());
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.content_type, "application/json");
+    assert_eq!(answer.json()["result"]["echo"], "initialize");
+    let first = answer.session.expect("a session id");
+    assert!(first.len() >= 32 && first.bytes().all(|b| b.is_ascii_hexdigit()), "{first}");
+    let second = h.initialize();
+    assert_ne!(first, second);
+    let inputs = h.inputs();
+    assert_eq!(inputs[0], Input::ClientConnected { session: SessionId(40) });
+    assert!(matches!(&inputs[1], Input::ClientFrame { session: SessionId(40), frame } if frame.contains("initialize")));
+    assert_eq!(inputs[2], Input::ClientConnected { session: SessionId(41) });
+    // Later requests in the session reach the host under its number.
+    assert_eq!(h.post(Some(&second), &request(1, "tools/list")).json()["result"]["echo"], "tools/list");
+    assert!(matches!(h.inputs().last(), Some(Input::ClientFrame { session: SessionId(41), .. })));
+}
+
+#[test]
+fn a_request_without_a_session_id_is_400_and_not_forwarded() {
+    let h = start(options());
+    let session = h.initialize();
+    let answer = h.post(None, &request(1, "tools/list"));
+    assert_eq!(answer.status, 400);
+    assert!(answer.json()["error"]["message"].as_str().unwrap().contains("Mcp-Session-Id"));
+    h.assert_not_forwarded(&session, "tools/list");
+}
+
+#[test]
+fn an_unknown_session_is_404() {
+    let h = start(options());
+    h.initialize();
+    let answer = h.post(Some("0123456789abcdef0123456789abcdef"), &request(1, "tools/list"));
+    assert_eq!(answer.status, 404);
+    assert_eq!(answer.content_type, "application/json");
+    let get = answer_of_get(&h, "0123456789abcdef0123456789abcdef");
+    assert_eq!(get, 404);
+}
+
+fn answer_of_get(h: &Harness, session: &str) -> u16 {
+    h.get(session, None).status()
+}
+
+#[test]
+fn a_reply_first_is_json_and_related_frames_first_make_an_sse_stream() {
+    let h = start(options());
+    let session = h.initialize();
+    let json_answer = h.post(Some(&session), &request(1, "tools/list"));
+    assert_eq!((json_answer.status, json_answer.content_type.as_str()), (200, "application/json"));
+    assert_eq!(json_answer.json(), json!({"jsonrpc": "2.0", "id": 1, "result": {"echo": "tools/list"}}));
+
+    let response = outcome(h.post_request(Some(&session)).send_string(&request(2, "slow/progress")));
+    let events = Sse::new(response).rest();
+    assert_eq!(events.len(), 4, "{events:?}");
+    assert!(events[0].data.is_empty() && !events[0].id.is_empty(), "a priming event first: {events:?}");
+    assert_eq!(events[1].data, progress(1));
+    assert_eq!(events[2].data, progress(2));
+    assert_eq!(serde_json::from_str::<Value>(&events[3].data).unwrap()["result"]["echo"], "slow/progress");
+    let mut ids: Vec<&str> = events.iter().map(|e| e.id.as_str()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "ids are unique: {ids:?}");
+}
+
+#[test]
+fn notifications_and_responses_are_accepted_with_202() {
+    let h = start(options());
+    let session = h.initialize();
+    let note = h.post(Some(&session), r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    assert_eq!((note.status, note.body.as_str()), (202, ""));
+    let response = h.post(Some(&session), r#"{"jsonrpc":"2.0","id":"srv-1","result":{"roots":[]}}"#);
+    assert_eq!((response.status, response.body.as_str()), (202, ""));
+    h.wait_for_frame("notifications/initialized");
+    h.wait_for_frame("srv-1");
+}
+
+#[test]
+fn the_get_stream_carries_session_frames_and_buffers_them_until_it_opens() {
+    let h = start(options());
+    let session = h.initialize();
+    // Before any GET: buffered.
+    assert_eq!(h.post(Some(&session), &request(1, "push")).json()["result"]["echo"], "push");
+    let mut stream = Sse::new(h.get(&session, None));
+    let buffered = stream.next().unwrap();
+    assert!(buffered.data.contains("notifications/pushed") && buffered.data.contains(r#""by":1"#), "{buffered:?}");
+    // While open: delivered live, and the POST still gets its own JSON answer.
+    assert_eq!(h.post(Some(&session), &request(2, "push")).status, 200);
+    let live = stream.next().unwrap();
+    assert!(live.data.contains(r#""by":2"#), "{live:?}");
+    assert_ne!(buffered.id, live.id);
+}
+
+#[test]
+fn a_second_get_replaces_the_first() {
+    let h = start(options());
+    let session = h.initialize();
+    let mut first = Sse::new(h.get(&session, None));
+    assert!(first.next().unwrap().data.is_empty(), "primed");
+    let mut second = Sse::new(h.get(&session, None));
+    assert!(second.next().unwrap().data.is_empty(), "primed");
+    assert_eq!(first.next(), None, "the first stream ended");
+    h.post(Some(&session), &request(1, "push"));
+    assert!(second.next().unwrap().data.contains("notifications/pushed"));
+}
+
+#[test]
+fn get_streams_can_be_turned_off() {
+    let h = start(ServerOptions { get_stream: false, ..options() });
+    let session = h.initialize();
+    let answer = answer(h.get(&session, None));
+    assert_eq!(answer.status, 405);
+    assert_eq!(answer.allow.as_deref(), Some("POST, DELETE"));
+    // POST streams still work.
+    let response = outcome(h.post_request(Some(&session)).send_string(&request(1, "slow/progress")));
+    assert_eq!(Sse::new(response).rest().len(), 4);
+}
+
+#[test]
+fn last_event_id_resumes_only_the_stream_it_names() {
+    let h = start(options());
+    let session = h.initialize();
+    let mut standalone = Sse::new(h.get(&session, None));
+    let standalone_priming = standalone.next().unwrap();
+
+    // A POST stream: primed, one progress, then the client goes away.
+    let response = outcome(h.post_request(Some(&session)).send_string(&request(7, "slow/held")));
+    let mut post = Sse::new(response);
+    let priming = post.next().unwrap();
+    let first = post.next().unwrap();
+    assert!(priming.data.is_empty());
+    assert_eq!(first.data, progress(1));
+    drop(post);
+
+    // Meanwhile the standalone stream gets a frame of its own.
+    assert_eq!(h.post(Some(&session), &request(8, "push")).status, 200);
+    let pushed = standalone.next().unwrap();
+    assert!(pushed.data.contains("notifications/pushed"));
+
+    // The held request finishes while its client is away: not cancelled, kept.
+    let release = h.post(Some(&session), r#"{"jsonrpc":"2.0","method":"test/release"}"#);
+    assert_eq!(release.status, 202);
+    h.wait_for_frame("test/release");
+    let resumed = Sse::new(h.get(&session, Some(&first.id))).rest();
+    assert_eq!(resumed.len(), 2, "{resumed:?}");
+    assert_eq!(resumed[0].data, progress(2));
+    assert_eq!(serde_json::from_str::<Value>(&resumed[1].data).unwrap()["result"]["echo"], "slow/held");
+    assert!(resumed.iter().all(|e| !e.data.contains("pushed")), "nothing of the standalone stream");
+
+    // Resuming the standalone stream from its priming event replays its frame only.
+    let mut again = Sse::new(h.get(&session, Some(&standalone_priming.id)));
+    assert_eq!(again.next().unwrap(), pushed);
+    assert_eq!(standalone.next(), None, "the resumed standalone stream replaced its old connection");
+
+    let mut ids = vec![standalone_priming.id, priming.id, first.id, pushed.id, resumed[0].id.clone()];
+    ids.push(resumed[1].id.clone());
+    let count = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), count, "event ids are unique across the session's streams");
+}
+
+#[test]
+fn an_unknown_last_event_id_gets_a_fresh_standalone_stream() {
+    let h = start(options());
+    let session = h.initialize();
+    let other = h.initialize();
+    h.post(Some(&other), &request(1, "push")); // buffered on the other session's stream
+    let mut stream = Sse::new(h.get(&session, Some("3-0-0"))); // the other session's first event
+    let first = stream.next().unwrap();
+    assert!(first.data.is_empty(), "a fresh, primed stream, nothing replayed: {first:?}");
+    assert!(first.id.starts_with("2-0-"), "{first:?}");
+}
+
+#[test]
+fn delete_ends_the_session_then_404() {
+    let h = start(options());
+    let session = h.initialize();
+    let mut stream = Sse::new(h.get(&session, None));
+    stream.next().unwrap();
+    let answer = h.delete(&session);
+    assert_eq!(answer.status, 204);
+    assert_eq!(stream.next(), None, "its stream ended");
+    h.wait_for_input(&Input::ClientClosed { session: SessionId(2) });
+    assert_eq!(h.post(Some(&session), &request(1, "tools/list")).status, 404);
+    assert_eq!(h.delete(&session).status, 404);
+}
+
+#[test]
+fn the_core_closing_a_session_ends_its_streams() {
+    let h = start(options());
+    let session = h.initialize();
+    let mut stream = Sse::new(h.get(&session, None));
+    stream.next().unwrap();
+    h.server.close_session(SessionId(2));
+    assert_eq!(stream.next(), None);
+    assert_eq!(h.post(Some(&session), &request(1, "tools/list")).status, 404);
+    let other = h.initialize();
+    h.assert_not_forwarded(&other, "nothing"); // everything sent before this marker has arrived
+    assert!(!h.inputs().contains(&Input::ClientClosed { session: SessionId(2) }), "the core knows already");
+}
+
+#[test]
+fn a_foreign_origin_is_403() {
+    let h = start(ServerOptions { allowed_origins: vec!["https://app.example.com".into()], ..options() });
+    let init =
+        |origin: &str| answer(outcome(h.post_request(None).set("Origin", origin).send_string(&initialize_body())));
+    let refused = init("http://evil.example");
+    assert_eq!(refused.status, 403);
+    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("Origin"));
+    assert_eq!(init("http://localhost:5173").status, 200);
+    assert_eq!(init("https://app.example.com").status, 200);
+    assert_eq!(init("null").status, 403);
+    assert_eq!(h.connected(), 2);
+}
+
+#[test]
+fn a_foreign_host_is_403_on_a_loopback_listener() {
+    let h = start(options());
+    let addr = h.server.local_addr();
+    let body = initialize_body();
+    let head = |host: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {host}\r\nAccept: {ACCEPT}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+    };
+    let (status, text) = raw(addr, &head(&format!("evil.example:{}", addr.port())), body.as_bytes());
+    assert_eq!(status, 403, "{text}");
+    let (status, text) = raw(addr, &head(&format!("localhost:{}", addr.port())), body.as_bytes());
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(h.connected(), 1, "the refused initialize was not forwarded");
+}
+
+#[test]
+fn a_bearer_token_is_required_when_configured() {
+    let h = start(ServerOptions { auth_token: Some(TOKEN.into()), ..options() });
+    let missing = h.post(None, &initialize_body());
+    assert_eq!(missing.status, 401);
+    assert_eq!(missing.challenge.as_deref(), Some("Bearer"));
+    let wrong = answer(outcome(
+        h.post_request(None).set("Authorization", "Bearer s3cret-tokeN").send_string(&initialize_body()),
+    ));
+    assert_eq!(wrong.status, 401);
+    // A 401 says nothing about sessions: an unknown one is 401, not 404.
+    let unknown = h.post(Some("0123456789abcdef0123456789abcdef"), &request(1, "tools/list"));
+    assert_eq!(unknown.status, 401);
+    let bearer = format!("Bearer {TOKEN}");
+    let right = answer(outcome(h.post_request(None).set("Authorization", &bearer).send_string(&initialize_body())));
+    assert_eq!(right.status, 200);
+    assert_eq!(h.connected(), 1, "nothing was forwarded without the token");
+    let session = right.session.unwrap();
+    let get = h.agent.get(&h.url).set("Accept", "text/event-stream").set("Mcp-Session-Id", &session).call();
+    assert_eq!(outcome(get).status(), 401, "GET needs the token too");
+}
+
+#[test]
+fn an_oversized_body_is_413() {
+    let h = start(ServerOptions { max_body_bytes: 512, ..options() });
+    let session = h.initialize();
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"pad": "x".repeat(2000)}});
+    let answer = h.post(Some(&session), &big.to_string());
+    assert_eq!(answer.status, 413);
+    assert!(answer.json()["error"]["message"].as_str().unwrap().contains("512"));
+    // Chunked, without a length up front: counted while read.
+    let body = big.to_string();
+    let chunked = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {ACCEPT}\r\nContent-Type: application/json\r\n\
+         Mcp-Session-Id: {session}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    let (status, text) = raw(h.server.local_addr(), &head, chunked.as_bytes());
+    assert_eq!(status, 413, "{text}");
+    h.assert_not_forwarded(&session, "tools/call");
+}
+
+#[test]
+fn a_large_body_within_the_limit_is_forwarded_whole() {
+    let h = start(options());
+    let session = h.initialize();
+    let pad = "y".repeat(3 * 1024 * 1024);
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"pad": pad}}).to_string();
+    assert_eq!(h.post(Some(&session), &big).json()["result"]["echo"], "tools/call");
+    assert!(h.frames().contains(&big));
+}
+
+#[test]
+fn options_never_show_the_token() {
+    let shown = format!("{:?}", ServerOptions { auth_token: Some(TOKEN.into()), ..options() });
+    assert!(!shown.contains(TOKEN) && shown.contains("redacted"), "{shown}");
+}
+
+#[test]
+fn an_unsupported_protocol_version_is_400() {
+    let h = start(options());
+    let session = h.initialize();
+    let post = |version: Option<&str>| {
+        let mut req = h
+            .agent
+            .post(&h.url)
+            .set("Accept", ACCEPT)
+            .set("Content-Type", "application/json")
+            .set("Mcp-Session-Id", &session);
+        if let Some(v) = version {
+            req = req.set("MCP-Protocol-Version", v);
+        }
+        answer(outcome(req.send_string(&request(1, "tools/list"))))
+    };
+    let bad = post(Some("2099-01-01"));
+    assert_eq!(bad.status, 400);
+    assert!(bad.json()["error"]["message"].as_str().unwrap().contains("MCP-Protocol-Version"));
+    assert_eq!(post(Some("2025-06-18")).status, 200);
+    assert_eq!(post(None).status, 200, "absent: assumed 2025-03-26");
+}
+
+#[test]
+fn batches_and_non_json_are_400_and_not_forwarded() {
+    let h = start(options());
+    let session = h.initialize();
+    let batch = format!("[{}]", request(1, "tools/batched"));
+    let answer = h.post(Some(&session), &batch);
+    assert_eq!(answer.status, 400);
+    assert_eq!(answer.error_code(), -32600);
+    let answer = h.post(Some(&session), "{not json at all");
+    assert_eq!(answer.status, 400);
+    assert_eq!(answer.error_code(), -32700);
+    let answer = h.post(Some(&session), r#"{"jsonrpc":"2.0","params":{"what":"shapeless"}}"#);
+    assert_eq!(answer.status, 400);
+    assert_eq!(answer.error_code(), -32600);
+    h.assert_not_forwarded(&session, "tools/batched");
+    assert!(!h.frames().iter().any(|f| f.contains("shapeless")));
+}
+
+#[test]
+fn content_negotiation_paths_and_methods() {
+    let h = start(options());
+    let session = h.initialize();
+    let json_only = h
+        .agent
+        .post(&h.url)
+        .set("Accept", "application/json")
+        .set("Mcp-Session-Id", &session)
+        .send_string(&request(1, "tools/list"));
+    assert_eq!(outcome(json_only).status(), 406);
+    let any = h.agent.post(&h.url).set("Accept", "*/*").set("Mcp-Session-Id", &session);
+    assert_eq!(outcome(any.send_string(&request(2, "tools/list"))).status(), 200);
+    let elsewhere = h.agent.post(&h.url.replace("/mcp", "/other")).set("Accept", ACCEPT);
+    assert_eq!(outcome(elsewhere.send_string(&initialize_body())).status(), 404);
+    let put = answer(outcome(h.agent.put(&h.url).call()));
+    assert_eq!(put.status, 405);
+    assert_eq!(put.allow.as_deref(), Some("GET, POST, DELETE"));
+}
+
+#[test]
+fn a_duplicate_request_id_in_flight_is_refused() {
+    let h = start(options());
+    let session = h.initialize();
+    let response = outcome(h.post_request(Some(&session)).send_string(&request(9, "slow/held")));
+    let mut held = Sse::new(response);
+    held.next().unwrap();
+    let duplicate = h.post(Some(&session), &request(9, "tools/list"));
+    assert_eq!(duplicate.status, 400);
+    assert_eq!(duplicate.error_code(), -32600);
+    h.post(Some(&session), r#"{"jsonrpc":"2.0","method":"test/release"}"#);
+    let rest = held.rest();
+    assert!(rest.last().unwrap().data.contains("slow/held"), "{rest:?}");
+    assert!(!h.frames().iter().any(|f| f.contains("tools/list")));
+}
+
+#[test]
+fn shutdown_ends_streams_and_stops_listening() {
+    let h = start(options());
+    let session = h.initialize();
+    let mut stream = Sse::new(h.get(&session, None));
+    stream.next().unwrap();
+    h.server.shutdown();
+    assert_eq!(stream.next(), None);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(h.server.local_addr()).is_ok() {
+        assert!(Instant::now() < deadline, "still accepting after shutdown");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

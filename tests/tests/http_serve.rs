@@ -1,0 +1,137 @@
+//! `tether serve --listen`: the real binary serving Streamable HTTP next to
+//! stdio, with a bearer token, and keeping planted secrets out of every output.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tether_tests::{mock_server, Tether};
+
+const TOKEN: &str = "tok-listener-0123456789abcdef";
+
+/// The MCP endpoint URL from tether's log line.
+fn listening(t: &Tether) -> String {
+    assert!(t.wait_log("listening on http://", Duration::from_secs(20)), "{}", t.stderr_text());
+    let log = t.stderr_text();
+    let at = log.find("listening on http://").unwrap() + "listening on ".len();
+    log[at..].split_whitespace().next().unwrap().to_string()
+}
+
+/// One POST; returns status, session header and body (JSON, or the data of an SSE stream's last event).
+fn post(url: &str, token: Option<&str>, session: Option<&str>, body: &Value) -> (u16, Option<String>, String) {
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(20)).build();
+    let mut req =
+        agent.post(url).set("Content-Type", "application/json").set("Accept", "application/json, text/event-stream");
+    if let Some(token) = token {
+        req = req.set("Authorization", &format!("Bearer {token}"));
+    }
+    if let Some(session) = session {
+        req = req.set("Mcp-Session-Id", session).set("MCP-Protocol-Version", "2025-11-25");
+    }
+    let response = match req.send_string(&body.to_string()) {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("POST {url}: {e}"),
+    };
+    let status = response.status();
+    let session = response.header("mcp-session-id").map(str::to_string);
+    let sse = response.content_type() == "text/event-stream";
+    let mut text = response.into_string().unwrap();
+    if sse {
+        text = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .rfind(|d| !d.is_empty())
+            .unwrap_or("")
+            .to_string();
+    }
+    (status, session, text)
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"http-test","version":"1"}}})
+}
+
+#[test]
+fn http_clients_share_the_backends_with_stdio_and_need_the_token() {
+    let config = json!({"mcpServers": {"fs": mock_server(&[])}});
+    let mut t = Tether::start(config, &["serve", "--listen", "127.0.0.1:0", "--stdio", "--auth-token", TOKEN]);
+    let url = listening(&t);
+
+    let (status, session, _) = post(&url, None, None, &initialize());
+    assert_eq!((status, session), (401, None), "no token, no session");
+    let (status, _, _) = post(&url, Some("tok-wrong-0123456789abcdef"), None, &initialize());
+    assert_eq!(status, 401);
+
+    let (status, session, body) = post(&url, Some(TOKEN), None, &initialize());
+    assert_eq!(status, 200, "{body}");
+    let session = session.expect("a session id");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["result"]["protocolVersion"], "2025-11-25");
+    let initialized = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+    assert_eq!(post(&url, Some(TOKEN), Some(&session), &initialized).0, 202);
+
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__echo","arguments":{"text":"over http"}}});
+    let (status, _, body) = post(&url, Some(TOKEN), Some(&session), &call);
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["id"], 2);
+    assert_eq!(answer["result"]["content"][0]["text"], "over http");
+
+    // The stdio client is served by the same process and the same backend.
+    t.initialize();
+    assert_eq!(t.call_text("fs__echo", json!({"text": "over stdio"})), "over stdio");
+
+    let (status, _, _) = post(&url, Some(TOKEN), Some("not-a-session"), &call);
+    assert_eq!(status, 404);
+    let (status, _, _) = post(&url, Some(TOKEN), None, &call);
+    assert_eq!(status, 400, "a request without a session");
+    assert!(t.finish().success());
+}
+
+#[test]
+fn planted_secrets_appear_in_no_output() {
+    const ENV_SECRET: &str = "sk-env-planted-41f7c2";
+    const HEADER_SECRET: &str = "hdr-planted-9b2e77";
+    const QUERY_SECRET: &str = "qry-planted-55d0aa";
+    let leaky = json!({
+        "command": tether_tests::mock_bin(),
+        "args": ["--stderr", format!("fatal: API_KEY={ENV_SECRET} was rejected"), "--exit-on-start", "1"],
+        "env": {"API_KEY": ENV_SECRET},
+    });
+    let remote = json!({
+        "type": "http",
+        "url": format!("http://127.0.0.1:1/mcp?token={QUERY_SECRET}"),
+        "headers": {"Authorization": format!("Bearer {HEADER_SECRET}")},
+    });
+    let config = json!({"mcpServers": {"fs": mock_server(&[]), "leaky": leaky, "remote": remote}});
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.jsonl");
+    let mut t = Tether::start(
+        config,
+        &["--record", trace.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--stdio", "--auth-token", TOKEN],
+    );
+    let url = listening(&t);
+    let mut outputs = Vec::new();
+    let (_, session, body) = post(&url, Some(TOKEN), None, &initialize());
+    outputs.push(body);
+    let session = session.unwrap();
+    // Calls to the broken backends answer with errors that say why, without the secrets.
+    for (id, tool) in [(2, "leaky__anything"), (3, "remote__anything"), (4, "fs__echo")] {
+        let call =
+            json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{"text":"x"}}});
+        outputs.push(post(&url, Some(TOKEN), Some(&session), &call).2);
+    }
+    t.initialize();
+    outputs.push(t.request("tools/list", json!({})).to_string());
+    // Let the crash loop reach its end (permanently failed) and the remote back off.
+    assert!(t.wait_log("permanently_failed", Duration::from_secs(30)), "{}", t.stderr_text());
+    let (stderr, stdout) = (t.stderr.clone(), t.stdout_lines.clone());
+    assert!(t.finish().success());
+    outputs.push(std::fs::read_to_string(&trace).unwrap());
+    outputs.push(stderr.lock().unwrap().clone());
+    outputs.extend(stdout.lock().unwrap().iter().cloned());
+    let all = outputs.join("\n");
+    assert!(all.contains("[redacted]"), "the leaky backend's stderr line is quoted, redacted:\n{all}");
+    for secret in [ENV_SECRET, HEADER_SECRET, QUERY_SECRET, TOKEN] {
+        assert!(!all.contains(secret), "{secret} leaked:\n{all}");
+    }
+}
