@@ -200,6 +200,9 @@ pub struct Limits {
     pub max_pending_server_requests: u32,
     /// Resource subscriptions across all sessions.
     pub max_subscriptions: u32,
+    /// An HTTP client session with nothing in flight is closed after this many ms
+    /// without a message from its client (stdio sessions never expire).
+    pub idle_session_ms: u32,
 }
 
 impl Default for Limits {
@@ -215,6 +218,7 @@ impl Default for Limits {
             max_catalog_items: 10_000,
             max_pending_server_requests: 64,
             max_subscriptions: 1024,
+            idle_session_ms: 30 * 60 * 1000,
         }
     }
 }
@@ -232,6 +236,7 @@ impl Limits {
             ("max_catalog_items", self.max_catalog_items),
             ("max_pending_server_requests", self.max_pending_server_requests),
             ("max_subscriptions", self.max_subscriptions),
+            ("idle_session_ms", self.idle_session_ms),
         ] {
             if v == 0 {
                 return Err(ConfigError::new(format!("limits.{field}"), "must be at least 1"));

@@ -494,7 +494,7 @@ impl Harness {
             }
             16 => match c.below(2) {
                 0 => self.input(Input::ClientClosed { session }),
-                _ => self.input(Input::ClientConnected { session }),
+                _ => self.input(Input::ClientConnected { session, expires: false }),
             },
             _ => {
                 // Stale and raw inputs.

@@ -30,6 +30,10 @@ pub enum Input {
     ClientConnected {
         /// Its session.
         session: SessionId,
+        /// Close it after `limits.idle_session_ms` without a message (HTTP
+        /// sessions; a stdio session lives as long as its process).
+        #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+        expires: bool,
     },
     /// One complete JSON-RPC frame from a client.
     ClientFrame {
@@ -407,7 +411,7 @@ fn short(frame: &str) -> String {
 impl fmt::Display for Input {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Input::ClientConnected { session } => write!(f, "client {} connected", session.0),
+            Input::ClientConnected { session, .. } => write!(f, "client {} connected", session.0),
             Input::ClientFrame { session, frame } => write!(f, "client {} -> {}", session.0, short(frame)),
             Input::ClientClosed { session } => write!(f, "client {} closed", session.0),
             Input::BackendStarted { server, generation, pid } => match pid {

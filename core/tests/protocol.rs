@@ -239,8 +239,8 @@ fn sessions_beyond_the_limit_are_closed() {
     let mut config = one_stdio();
     config.limits.max_sessions = 1;
     let mut sim = Sim::new(config);
-    sim.input(Input::ClientConnected { session: SessionId(1) });
-    let actions = sim.input(Input::ClientConnected { session: SessionId(2) });
+    sim.input(Input::ClientConnected { session: SessionId(1), expires: false });
+    let actions = sim.input(Input::ClientConnected { session: SessionId(2), expires: false });
     assert_eq!(actions, [Action::CloseClient { session: SessionId(2) }]);
 }
 
@@ -373,4 +373,31 @@ fn frames_say_which_client_request_they_belong_to() {
             (ClientRoute::Session, "notifications/tools/list_changed".to_string()),
         ]
     );
+}
+
+#[test]
+fn idle_http_sessions_expire_but_not_while_a_request_is_in_flight() {
+    const WEB: SessionId = SessionId(7);
+    let mut config = one_stdio();
+    config.limits.idle_session_ms = 60_000;
+    config.policy.request_timeout_ms = 300_000;
+    let mut sim = Sim::new(config);
+    sim.boot("fs", &["read"]);
+    sim.client_init();
+    sim.input(Input::ClientConnected { session: WEB, expires: true });
+    sim.session(WEB, json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"web","version":"1"}}}));
+    sim.session(WEB, json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__read","arguments":{}}}));
+    let closed =
+        |actions: &[Action]| actions.iter().any(|a| matches!(a, Action::CloseClient { session } if *session == WEB));
+    // The call takes two minutes: the session is busy, not idle.
+    assert!(!closed(&sim.advance(59_000)));
+    let (id, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert!(!closed(&sim.advance(61_000)));
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"content":[]}}));
+    assert!(!closed(&sim.advance(59_000)), "idle for 59 s after its answer");
+    assert!(closed(&sim.advance(1_000)), "idle for 60 s");
+    // The stdio session, idle all along, stays.
+    assert!(!sim.actions.iter().any(|(_, a)| matches!(a, Action::CloseClient { session } if *session == CLIENT)));
+    sim.call(3, "fs__read");
+    assert_eq!(sim.requests_to("fs", "tools/call").len(), 2);
 }

@@ -119,7 +119,7 @@ impl Host {
     /// Registers where frames for `session` go; the session is announced to the core.
     pub fn attach_client(&mut self, session: SessionId, sink: ClientSink) {
         self.clients.insert(session, sink);
-        let _ = self.inputs.try_send(Input::ClientConnected { session });
+        let _ = self.inputs.try_send(Input::ClientConnected { session, expires: false });
     }
 
     /// Serves HTTP sessions through `server` (it announces its sessions itself).

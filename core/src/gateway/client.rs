@@ -13,6 +13,7 @@ use crate::io::{Action, SessionId, Status};
 use crate::policy::Admission;
 use crate::protocol::{self, code, Era, Message};
 use crate::supervisor::Readiness;
+use crate::time::Instant;
 
 /// One client session.
 #[derive(Clone, Debug)]
@@ -27,11 +28,17 @@ pub(super) struct Session {
     pub in_flight: BTreeSet<String>,
     /// Fingerprint of each list as this session last saw or was told of it.
     pub seen: [u64; 4],
+    /// Closed when idle (HTTP sessions).
+    pub expires: bool,
+    /// When its client last sent a message.
+    pub last_active: Instant,
 }
 
 impl Session {
-    fn new() -> Self {
+    fn new(expires: bool, now: Instant) -> Self {
         Session {
+            expires,
+            last_active: now,
             ready: false,
             era: Era::Handshake,
             protocol_version: None,
@@ -52,7 +59,13 @@ impl Session {
 const SERVER_CAPABILITIES: &str = r#"{"tools":{"listChanged":true},"resources":{"subscribe":true,"listChanged":true},"prompts":{"listChanged":true},"logging":{},"completions":{}}"#;
 
 impl Gateway {
-    pub(super) fn client_connected(&mut self, session: SessionId) {
+    /// When an idle session expires: never while it has requests in flight.
+    pub(super) fn session_expiry(&self, s: &Session) -> Option<Instant> {
+        (s.expires && s.in_flight.is_empty())
+            .then(|| s.last_active + Self::duration(u64::from(self.config.limits.idle_session_ms)))
+    }
+
+    pub(super) fn client_connected(&mut self, session: SessionId, expires: bool) {
         if self.sessions.contains_key(&session) {
             return;
         }
@@ -60,7 +73,7 @@ impl Gateway {
             self.push(Action::CloseClient { session });
             return;
         }
-        let mut s = Session::new();
+        let mut s = Session::new(expires, self.now);
         s.seen = self.visible_hashes();
         self.sessions.insert(session, s);
     }
@@ -123,10 +136,14 @@ impl Gateway {
 
     pub(super) fn client_frame(&mut self, session: SessionId, frame: &str) {
         if !self.sessions.contains_key(&session) {
-            self.client_connected(session);
+            self.client_connected(session, false);
             if !self.sessions.contains_key(&session) {
                 return;
             }
+        }
+        let now = self.now;
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.last_active = now;
         }
         if frame.len() > self.config.limits.max_frame_bytes as usize {
             let msg =

@@ -176,7 +176,7 @@ impl Gateway {
         }
         self.now = now;
         match input {
-            Input::ClientConnected { session } => self.client_connected(session),
+            Input::ClientConnected { session, expires } => self.client_connected(session, expires),
             Input::ClientFrame { session, frame } => self.client_frame(session, &frame),
             Input::ClientClosed { session } => self.client_closed(session),
             Input::BackendStarted { server, generation, .. } => {
@@ -231,7 +231,8 @@ impl Gateway {
         let backends = self.backends.values().filter_map(|b| b.poll_timeout());
         let calls = self.calls.values().filter_map(|c| c.deadline);
         let parked = self.parked_lists.iter().map(|p| p.deadline);
-        backends.chain(calls).chain(parked).min()
+        let idle = self.sessions.values().filter_map(|s| self.session_expiry(s));
+        backends.chain(calls).chain(parked).chain(idle).min()
     }
 
     /// The time of the latest input.
@@ -363,6 +364,11 @@ impl Gateway {
 
     /// A frame that answers the client's request `id` (raw JSON).
     fn reply_to_client(&mut self, session: SessionId, id: &str, frame: String) {
+        // Idle time counts from the last exchange, so a long call is not idle time.
+        let now = self.now;
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.last_active = now;
+        }
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(id.to_string()) });
     }
 
@@ -411,6 +417,16 @@ impl Gateway {
             }
             if self.parked_lists.iter().any(|p| p.deadline <= now) {
                 self.answer_parked_lists(true);
+                continue;
+            }
+            if let Some(session) = self
+                .sessions
+                .iter()
+                .find(|(_, s)| self.session_expiry(s).is_some_and(|at| at <= now))
+                .map(|(id, _)| *id)
+            {
+                self.client_closed(session);
+                self.push(Action::CloseClient { session });
                 continue;
             }
             break;

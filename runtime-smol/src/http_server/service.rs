@@ -165,7 +165,7 @@ async fn request(
     // Declared after `waiter`, so dropped first: a frame is never sent to a wait
     // whose receiver is gone while the table still lists it.
     let _abandon = Abandon { shared: shared.clone(), session, id, token: waiter.token };
-    if new_key.is_some() && shared.inputs.send(Input::ClientConnected { session }).await.is_err() {
+    if new_key.is_some() && shared.inputs.send(Input::ClientConnected { session, expires: true }).await.is_err() {
         return host_gone();
     }
     if shared.inputs.send(Input::ClientFrame { session, frame }).await.is_err() {

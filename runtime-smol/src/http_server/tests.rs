@@ -312,9 +312,9 @@ fn initialize_opens_a_session_with_an_unguessable_id() {
     let second = h.initialize();
     assert_ne!(first, second);
     let inputs = h.inputs();
-    assert_eq!(inputs[0], Input::ClientConnected { session: SessionId(40) });
+    assert_eq!(inputs[0], Input::ClientConnected { session: SessionId(40), expires: true });
     assert!(matches!(&inputs[1], Input::ClientFrame { session: SessionId(40), frame } if frame.contains("initialize")));
-    assert_eq!(inputs[2], Input::ClientConnected { session: SessionId(41) });
+    assert_eq!(inputs[2], Input::ClientConnected { session: SessionId(41), expires: true });
     // Later requests in the session reach the host under its number.
     assert_eq!(h.post(Some(&second), &request(1, "tools/list")).json()["result"]["echo"], "tools/list");
     assert!(matches!(h.inputs().last(), Some(Input::ClientFrame { session: SessionId(41), .. })));
