@@ -148,11 +148,34 @@ pub fn quote(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""))
 }
 
-/// A request frame with a gateway-allocated id.
+/// A request frame with a gateway-allocated id, built in one allocation.
 pub fn request(id: u64, method: &str, params: Option<&str>) -> String {
+    let plain = method.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
+    let escaped;
+    let method = if plain {
+        method
+    } else {
+        escaped = quote(method);
+        &escaped[1..escaped.len() - 1]
+    };
+    let mut digits = [0; 20];
+    let id = itoa(id, &mut digits);
     match params {
-        Some(p) => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":{},"params":{p}}}"#, quote(method)),
-        None => format!(r#"{{"jsonrpc":"2.0","id":{id},"method":{}}}"#, quote(method)),
+        Some(p) => joined(&[r#"{"jsonrpc":"2.0","id":"#, id, r#","method":""#, method, r#"","params":"#, p, "}"]),
+        None => joined(&[r#"{"jsonrpc":"2.0","id":"#, id, r#","method":""#, method, r#""}"#]),
+    }
+}
+
+/// Decimal digits of `n`, without allocating.
+fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return core::str::from_utf8(&buf[i..]).unwrap_or("0");
+        }
     }
 }
 
@@ -166,12 +189,19 @@ pub fn notification(method: &str, params: Option<&str>) -> String {
 
 /// A success response; `id` and `result` are raw JSON.
 pub fn response(id: &str, result: &str) -> String {
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
+    joined(&[r#"{"jsonrpc":"2.0","id":"#, id, r#","result":"#, result, "}"])
 }
 
 /// An error response with a raw JSON error object.
 pub fn raw_error_response(id: &str, error: &str) -> String {
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#)
+    joined(&[r#"{"jsonrpc":"2.0","id":"#, id, r#","error":"#, error, "}"])
+}
+
+/// The pieces concatenated into one exactly-sized allocation.
+fn joined(pieces: &[&str]) -> String {
+    let mut out = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
+    pieces.iter().for_each(|p| out.push_str(p));
+    out
 }
 
 /// An error response; `id` is raw JSON, `data` raw JSON if any.
@@ -205,6 +235,20 @@ pub enum Era {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn built_frames_are_the_json_they_claim() {
+        for (id, method, params) in
+            [(0, "tools/call", Some(r#"{"a":1}"#)), (18446744073709551615, "we\"ird\n\u{1}é", None)]
+        {
+            let v: serde_json::Value = serde_json::from_str(&request(id, method, params)).unwrap();
+            assert_eq!(v["id"], id);
+            assert_eq!(v["method"], method);
+            assert_eq!(v.get("params").map(alloc::string::ToString::to_string).as_deref(), params);
+        }
+        let v: serde_json::Value = serde_json::from_str(&response(r#""x""#, "[1]")).unwrap();
+        assert_eq!((v["id"].as_str(), v["result"][0].as_u64()), (Some("x"), Some(1)));
+    }
 
     #[test]
     fn classifies_messages() {

@@ -52,7 +52,7 @@ pub(super) struct ClientCall {
     pub session: SessionId,
     /// The client's id, raw JSON.
     pub id: String,
-    pub method: String,
+    pub method: &'static str,
     /// Params rewritten for the backend (names and URIs), raw JSON, without the progress token.
     pub params: Option<serde_json::Map<String, serde_json::Value>>,
     /// The client's progress token, raw JSON, if it asked for progress.
@@ -111,7 +111,7 @@ pub(super) enum Parked {
     /// `*/list`, answered from whatever is visible when it is released.
     List { kind: ListKind, cursor: Option<String> },
     /// `tools/call` or `prompts/get` of a name no backend has listed yet.
-    Named { method: String, params: serde_json::Map<String, serde_json::Value>, kind: ListKind },
+    Named { method: &'static str, params: serde_json::Map<String, serde_json::Value>, kind: ListKind },
 }
 
 impl ParkedList {

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::calls::{Call, CallKind, ClientCall, Parked, ParkedList, Queued, Shape};
 use super::Gateway;
 use crate::catalog::ListKind;
-use crate::io::{Action, SessionId, Status};
+use crate::io::{Action, ClientRoute, SessionId, Status};
 use crate::policy::Admission;
 use crate::protocol::{self, code, Era, Message};
 use crate::supervisor::Readiness;
@@ -215,10 +215,11 @@ impl Gateway {
                 };
                 self.list(session, id, kind, cursor);
             }
-            "tools/call" => self.route_named(session, id, method, parsed, ListKind::Tools),
-            "prompts/get" => self.route_named(session, id, method, parsed, ListKind::Prompts),
-            "resources/read" => self.route_uri(session, id, method, parsed, Shape::ReadResource),
-            "resources/subscribe" | "resources/unsubscribe" => self.subscription(session, id, method, parsed),
+            "tools/call" => self.route_named(session, id, "tools/call", parsed, ListKind::Tools),
+            "prompts/get" => self.route_named(session, id, "prompts/get", parsed, ListKind::Prompts),
+            "resources/read" => self.route_uri(session, id, "resources/read", parsed, Shape::ReadResource),
+            "resources/subscribe" => self.subscription(session, id, "resources/subscribe", parsed),
+            "resources/unsubscribe" => self.subscription(session, id, "resources/unsubscribe", parsed),
             "completion/complete" => self.complete(session, id, parsed),
             "logging/setLevel" => self.set_level(session, &id, params),
             _ => {
@@ -392,7 +393,7 @@ impl Gateway {
         for p in due {
             match p.what {
                 Parked::List { kind, cursor } => self.answer_list(p.session, &p.id, kind, cursor.as_deref()),
-                Parked::Named { method, params, kind } => self.route_named_now(p.session, p.id, &method, params, kind),
+                Parked::Named { method, params, kind } => self.route_named_now(p.session, p.id, method, params, kind),
             }
         }
     }
@@ -420,7 +421,7 @@ impl Gateway {
         &mut self,
         session: SessionId,
         id: String,
-        method: &str,
+        method: &'static str,
         params: Option<Map<String, Value>>,
         kind: ListKind,
     ) {
@@ -437,7 +438,7 @@ impl Gateway {
         if !known && self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
             // A backend that is still starting may bring this name: wait for it.
             let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
-            let what = Parked::Named { method: method.to_string(), params, kind };
+            let what = Parked::Named { method, params, kind };
             self.parked_lists.push(ParkedList { session, id, what, deadline });
             return;
         }
@@ -448,16 +449,16 @@ impl Gateway {
         &mut self,
         session: SessionId,
         id: String,
-        method: &str,
+        method: &'static str,
         mut params: Map<String, Value>,
         kind: ListKind,
     ) {
-        let Some(name) = params.get("name").and_then(Value::as_str).map(ToString::to_string) else {
+        let Some(name) = params.get("name").and_then(Value::as_str) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing name", None);
         };
         let resolved = match kind {
-            ListKind::Tools => self.catalog.resolve_tool(&name),
-            _ => self.catalog.resolve_prompt(&name),
+            ListKind::Tools => self.catalog.resolve_tool(name),
+            _ => self.catalog.resolve_prompt(name),
         };
         let Some(r) = resolved else {
             let what = if kind == ListKind::Tools { "tool" } else { "prompt" };
@@ -474,7 +475,7 @@ impl Gateway {
         &mut self,
         session: SessionId,
         id: String,
-        method: &str,
+        method: &'static str,
         params: Option<Map<String, Value>>,
         shape: Shape,
     ) {
@@ -494,7 +495,13 @@ impl Gateway {
         self.submit(&server, session, id, method, params, true, shape);
     }
 
-    fn subscription(&mut self, session: SessionId, id: String, method: &str, params: Option<Map<String, Value>>) {
+    fn subscription(
+        &mut self,
+        session: SessionId,
+        id: String,
+        method: &'static str,
+        params: Option<Map<String, Value>>,
+    ) {
         let uri = params.as_ref().and_then(|p| p.get("uri")).and_then(Value::as_str).map(ToString::to_string);
         let Some(uri) = uri else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
@@ -588,7 +595,7 @@ impl Gateway {
         server: &str,
         session: SessionId,
         id: String,
-        method: &str,
+        method: &'static str,
         mut params: Map<String, Value>,
         retry_safe: bool,
         shape: Shape,
@@ -597,7 +604,7 @@ impl Gateway {
         let mut call = ClientCall {
             session,
             id,
-            method: method.to_string(),
+            method,
             params: Some(params),
             progress,
             last_progress: None,
@@ -687,7 +694,7 @@ impl Gateway {
     }
 
     /// Sends a call on the live connection, rewriting its id and progress token.
-    pub(super) fn dispatch(&mut self, server: &str, call: ClientCall) {
+    pub(super) fn dispatch(&mut self, server: &str, mut call: ClientCall) {
         let id = self.alloc_id();
         let now = self.now;
         let b = self.backends.get_mut(server).expect("live");
@@ -696,15 +703,17 @@ impl Gateway {
         let hard = call.created + Self::duration(policy.request_timeout_max_ms);
         let deadline = Some((now + Self::duration(policy.request_timeout_ms)).min(hard).max(now));
         let generation = b.sup.generation();
-        let mut params = call.params.clone().unwrap_or_default();
+        // The stored params are the call's own: the token of this attempt replaces
+        // the previous attempt's in place (no copy per send).
+        let params = call.params.get_or_insert_with(Map::new);
         if call.progress.is_some() {
             let meta = params.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
             if let Some(meta) = meta.as_object_mut() {
                 meta.insert("progressToken".into(), Value::from(id));
             }
         }
-        let params = serde_json::to_string(&params).unwrap_or_else(|_| "{}".into());
-        let frame = protocol::request(id, &call.method, Some(&params));
+        let params = serde_json::to_string(&*params).unwrap_or_else(|_| "{}".into());
+        let frame = protocol::request(id, call.method, Some(&params));
         self.calls.insert(id, Call { server: server.to_string(), generation, deadline, kind: CallKind::Client(call) });
         self.to_backend(server, frame, Some(id));
     }
@@ -727,8 +736,9 @@ impl Gateway {
                 Shape::Unsubscribe(_) => protocol::response(&call.id, result),
             },
         };
-        self.reply_to_client(session, &call.id, frame);
         self.release(&call);
+        self.touch_session(session);
+        self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
     }
 
     /// `resources/read` contents carry backend URIs; clients get served ones.

@@ -364,12 +364,16 @@ impl Gateway {
 
     /// A frame that answers the client's request `id` (raw JSON).
     fn reply_to_client(&mut self, session: SessionId, id: &str, frame: String) {
-        // Idle time counts from the last exchange, so a long call is not idle time.
+        self.touch_session(session);
+        self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(id.to_string()) });
+    }
+
+    /// Idle time counts from the last exchange, so a long call is not idle time.
+    fn touch_session(&mut self, session: SessionId) {
         let now = self.now;
         if let Some(s) = self.sessions.get_mut(&session) {
             s.last_active = now;
         }
-        self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(id.to_string()) });
     }
 
     /// A frame sent on behalf of the client's request `id`, or to the session when none.
