@@ -150,24 +150,54 @@ pub fn quote(text: &str) -> String {
 
 /// A request frame with a gateway-allocated id, built in one allocation.
 pub fn request(id: u64, method: &str, params: Option<&str>) -> String {
-    let plain = method.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
+    match params {
+        Some(p) => request_parts(id, method, &[p]),
+        None => request_parts(id, method, &[]),
+    }
+}
+
+/// A request frame whose params are the concatenation of `params` (none: no
+/// params member), built in one allocation.
+pub fn request_parts(id: u64, method: &str, params: &[&str]) -> String {
     let escaped;
-    let method = if plain {
+    let method = if is_plain(method) {
         method
     } else {
         escaped = quote(method);
         &escaped[1..escaped.len() - 1]
     };
     let mut digits = [0; 20];
-    let id = itoa(id, &mut digits);
-    match params {
-        Some(p) => joined(&[r#"{"jsonrpc":"2.0","id":"#, id, r#","method":""#, method, r#"","params":"#, p, "}"]),
-        None => joined(&[r#"{"jsonrpc":"2.0","id":"#, id, r#","method":""#, method, r#""}"#]),
+    let id = decimal(id, &mut digits);
+    let head = [r#"{"jsonrpc":"2.0","id":"#, id, r#","method":""#, method, "\""];
+    let params_len: usize = params.iter().map(|p| p.len()).sum();
+    let mut out = String::with_capacity(head.iter().map(|p| p.len()).sum::<usize>() + params_len + 12);
+    head.iter().for_each(|p| out.push_str(p));
+    if !params.is_empty() {
+        out.push_str(r#","params":"#);
+        params.iter().for_each(|p| out.push_str(p));
+    }
+    out.push('}');
+    out
+}
+
+/// Whether `text` needs no escaping inside a JSON string.
+fn is_plain(text: &str) -> bool {
+    text.bytes().all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+}
+
+/// Appends `text` as a JSON string.
+pub fn push_quoted(out: &mut String, text: &str) {
+    if is_plain(text) {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        out.push_str(&quote(text));
     }
 }
 
 /// Decimal digits of `n`, without allocating.
-fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &str {
+pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
     let mut i = buf.len();
     loop {
         i -= 1;

@@ -6,6 +6,7 @@ use alloc::string::String;
 
 use crate::catalog::ListKind;
 use crate::io::{Generation, SessionId};
+use crate::protocol;
 use crate::time::Instant;
 
 /// A request the gateway sent to a backend and awaits an answer to.
@@ -54,7 +55,7 @@ pub(super) struct ClientCall {
     pub id: String,
     pub method: &'static str,
     /// Params rewritten for the backend (names and URIs), raw JSON, without the progress token.
-    pub params: Option<serde_json::Map<String, serde_json::Value>>,
+    pub params: Forward,
     /// The client's progress token, raw JSON, if it asked for progress.
     pub progress: Option<serde_json::Value>,
     /// The last `progress` value forwarded to the client. MCP requires it to
@@ -111,12 +112,174 @@ pub(super) enum Parked {
     /// `*/list`, answered from whatever is visible when it is released.
     List { kind: ListKind, cursor: Option<String> },
     /// `tools/call` or `prompts/get` of a name no backend has listed yet.
-    Named { method: &'static str, params: serde_json::Map<String, serde_json::Value>, kind: ListKind },
+    Named { method: &'static str, params: String, kind: ListKind },
 }
 
 impl ParkedList {
     /// Whether this is a list request of `kind`.
     pub fn is_list(&self, kind: ListKind) -> bool {
         matches!(self.what, Parked::List { kind: k, .. } if k == kind)
+    }
+}
+
+/// The top-level fields of a params object, values left as raw JSON text.
+pub(super) type RawFields<'a> = alloc::collections::BTreeMap<Key<'a>, &'a serde_json::value::RawValue>;
+
+/// An object key borrowed from the frame when it has no escapes (serde's own
+/// `Cow<str>` always copies).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Key<'a>(pub alloc::borrow::Cow<'a, str>);
+
+impl core::ops::Deref for Key<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl core::borrow::Borrow<str> for Key<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(alloc::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(alloc::borrow::Cow::Owned(v.into())))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
+/// A call's params as sent to its backend, serialized once when the call is
+/// accepted: every attempt (retries, resends) copies this text into its frame and
+/// adds `_meta.progressToken` with its own id; nothing is parsed again.
+#[derive(Clone, Debug)]
+pub(super) struct Forward {
+    /// The params object, without the client's progress token.
+    body: String,
+    /// Where the `_meta` object's closing brace is in `body`, if it has one.
+    meta_close: Option<usize>,
+    /// `_meta` is there but not an object: no token can be added to it.
+    meta_opaque: bool,
+}
+
+impl Forward {
+    /// From parsed raw fields, with `replace`d values (raw JSON) and the progress
+    /// token taken out; returns the client's token.
+    pub fn from_fields(fields: &RawFields<'_>, replace: &[(&str, &str)]) -> (Forward, Option<serde_json::Value>) {
+        let mut body = String::with_capacity(fields.values().map(|v| v.get().len() + 16).sum::<usize>() + 2);
+        let mut meta_close = None;
+        let mut meta_opaque = false;
+        let mut progress = None;
+        body.push('{');
+        for (i, (key, value)) in fields.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            protocol::push_quoted(&mut body, key);
+            body.push(':');
+            if let Some((_, raw)) = replace.iter().find(|(k, _)| *k == &**key) {
+                body.push_str(raw);
+            } else if &**key == "_meta" {
+                match serde_json::from_str::<RawFields<'_>>(value.get()) {
+                    Ok(meta) => {
+                        body.push('{');
+                        let mut first = true;
+                        for (mk, mv) in &meta {
+                            if &**mk == "progressToken" {
+                                progress = serde_json::from_str(mv.get()).ok();
+                                continue;
+                            }
+                            if !first {
+                                body.push(',');
+                            }
+                            first = false;
+                            protocol::push_quoted(&mut body, mk);
+                            body.push(':');
+                            body.push_str(mv.get());
+                        }
+                        meta_close = Some(body.len());
+                        body.push('}');
+                    }
+                    Err(_) => {
+                        meta_opaque = true;
+                        body.push_str(value.get());
+                    }
+                }
+            } else {
+                body.push_str(value.get());
+            }
+        }
+        body.push('}');
+        (Forward { body, meta_close, meta_opaque }, progress)
+    }
+
+    /// From a params map the gateway rewrote (not on the hot path).
+    pub fn from_map(params: &serde_json::Map<String, serde_json::Value>) -> (Forward, Option<serde_json::Value>) {
+        let text = serde_json::to_string(params).unwrap_or_else(|_| "{}".into());
+        let fields: RawFields<'_> = serde_json::from_str(&text).unwrap_or_default();
+        Forward::from_fields(&fields, &[])
+    }
+
+    /// The request frame for attempt `id`, with `_meta.progressToken: id` when the
+    /// client asked for progress. One allocation.
+    pub fn frame(&self, id: u64, method: &str, progress: bool) -> String {
+        let body = self.body.as_str();
+        if !progress || self.meta_opaque {
+            return protocol::request(id, method, Some(body));
+        }
+        let mut digits = [0; 20];
+        let token = protocol::decimal(id, &mut digits);
+        let (at, open) = match self.meta_close {
+            Some(at) => (at, r#""progressToken":"#),
+            None => (body.len() - 1, r#""_meta":{"progressToken":"#),
+        };
+        let sep = if body[..at].ends_with('{') { "" } else { "," };
+        let close = if self.meta_close.is_some() { "" } else { "}" };
+        protocol::request_parts(id, method, &[&body[..at], sep, open, token, close, &body[at..]])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn forward(params: &str, progress: bool) -> (Value, Option<Value>) {
+        let fields: RawFields<'_> = serde_json::from_str(params).unwrap();
+        let (f, token) = Forward::from_fields(&fields, &[("name", r#""orig""#)]);
+        let frame: Value = serde_json::from_str(&f.frame(42, "tools/call", progress)).unwrap();
+        (frame["params"].clone(), token)
+    }
+
+    #[test]
+    fn params_are_forwarded_raw_with_the_name_and_token_replaced() {
+        let (p, token) =
+            forward(r#"{"name":"srv__x","arguments":{"b":1.50,"a":[1]},"_meta":{"progressToken":"t","k":2}}"#, true);
+        assert_eq!(p, json!({"name":"orig","arguments":{"b":1.5,"a":[1]},"_meta":{"k":2,"progressToken":42}}));
+        assert_eq!(token, Some(json!("t")));
+        let (p, _) = forward(r#"{"name":"srv__x","_meta":{"progressToken":7}}"#, true);
+        assert_eq!(p, json!({"name":"orig","_meta":{"progressToken":42}}));
+        let (p, _) = forward(r#"{"name":"srv__x","_meta":{"progressToken":7}}"#, false);
+        assert_eq!(p, json!({"name":"orig","_meta":{}}));
+        let (p, token) = forward(r#"{"name":"srv__x","a\"b":null}"#, true);
+        assert_eq!(p, json!({"name":"orig","a\"b":null,"_meta":{"progressToken":42}}));
+        assert_eq!(token, None);
+        let (p, _) = forward(r#"{}"#, true);
+        assert_eq!(p, json!({"_meta":{"progressToken":42}}));
+        let (p, _) = forward(r#"{"_meta":"odd"}"#, true);
+        assert_eq!(p, json!({"_meta":"odd"}));
     }
 }

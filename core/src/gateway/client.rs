@@ -6,7 +6,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::{Call, CallKind, ClientCall, Parked, ParkedList, Queued, Shape};
+use super::calls::{Call, CallKind, ClientCall, Forward, Key, Parked, ParkedList, Queued, RawFields, Shape};
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{Action, ClientRoute, SessionId, Status};
@@ -192,6 +192,12 @@ impl Gateway {
     }
 
     fn client_request(&mut self, session: SessionId, id: String, method: &str, params: Option<&str>) {
+        // The hot path: routed by name from the raw params, no tree parse.
+        match method {
+            "tools/call" => return self.route_named(session, id, "tools/call", params, ListKind::Tools),
+            "prompts/get" => return self.route_named(session, id, "prompts/get", params, ListKind::Prompts),
+            _ => {}
+        }
         let parsed: Option<Map<String, Value>> = match params {
             None => None,
             Some(p) => match serde_json::from_str::<Map<String, Value>>(p) {
@@ -215,8 +221,6 @@ impl Gateway {
                 };
                 self.list(session, id, kind, cursor);
             }
-            "tools/call" => self.route_named(session, id, "tools/call", parsed, ListKind::Tools),
-            "prompts/get" => self.route_named(session, id, "prompts/get", parsed, ListKind::Prompts),
             "resources/read" => self.route_uri(session, id, "resources/read", parsed, Shape::ReadResource),
             "resources/subscribe" => self.subscription(session, id, "resources/subscribe", parsed),
             "resources/unsubscribe" => self.subscription(session, id, "resources/unsubscribe", parsed),
@@ -393,7 +397,9 @@ impl Gateway {
         for p in due {
             match p.what {
                 Parked::List { kind, cursor } => self.answer_list(p.session, &p.id, kind, cursor.as_deref()),
-                Parked::Named { method, params, kind } => self.route_named_now(p.session, p.id, method, params, kind),
+                Parked::Named { method, params, kind } => {
+                    self.route_named_now(p.session, p.id, method, Some(&params), kind, false);
+                }
             }
         }
     }
@@ -416,58 +422,61 @@ impl Gateway {
 
     // ----- routing -----
 
-    /// `tools/call` and `prompts/get`: the served name picks the backend.
+    /// `tools/call` and `prompts/get`: the served name picks the backend. The
+    /// params stay raw text; only the name is replaced.
     fn route_named(
         &mut self,
         session: SessionId,
         id: String,
         method: &'static str,
-        params: Option<Map<String, Value>>,
+        params: Option<&str>,
         kind: ListKind,
     ) {
-        let Some(params) = params else {
-            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
-        };
-        let Some(name) = params.get("name").and_then(Value::as_str) else {
-            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing name", None);
-        };
-        let known = match kind {
-            ListKind::Tools => self.catalog.resolve_tool(name).is_some(),
-            _ => self.catalog.resolve_prompt(name).is_some(),
-        };
-        if !known && self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
-            // A backend that is still starting may bring this name: wait for it.
-            let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
-            let what = Parked::Named { method, params, kind };
-            self.parked_lists.push(ParkedList { session, id, what, deadline });
-            return;
-        }
-        self.route_named_now(session, id, method, params, kind);
+        self.route_named_now(session, id, method, params, kind, true);
     }
 
+    /// [`Self::route_named`]; `may_wait`: a name not known yet may wait for
+    /// backends on their first start (not again once it waited).
     fn route_named_now(
         &mut self,
         session: SessionId,
         id: String,
         method: &'static str,
-        mut params: Map<String, Value>,
+        params: Option<&str>,
         kind: ListKind,
+        may_wait: bool,
     ) {
-        let Some(name) = params.get("name").and_then(Value::as_str) else {
+        let Some(raw) = params else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
+        };
+        let Ok(fields) = serde_json::from_str::<RawFields<'_>>(raw) else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "params must be an object", None);
+        };
+        let name = fields.get("name").and_then(|v| serde_json::from_str::<Key<'_>>(v.get()).ok());
+        let Some(name) = name else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing name", None);
         };
         let resolved = match kind {
-            ListKind::Tools => self.catalog.resolve_tool(name),
-            _ => self.catalog.resolve_prompt(name),
+            ListKind::Tools => self.catalog.resolve_tool(&name),
+            _ => self.catalog.resolve_prompt(&name),
         };
         let Some(r) = resolved else {
+            if may_wait && self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
+                // A backend that is still starting may bring this name: wait for it.
+                let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
+                let what = Parked::Named { method, params: raw.to_string(), kind };
+                self.parked_lists.push(ParkedList { session, id, what, deadline });
+                return;
+            }
             let what = if kind == ListKind::Tools { "tool" } else { "prompt" };
-            let msg = format!("unknown {what}: {name}");
+            let msg = format!("unknown {what}: {}", &*name);
             return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
         };
-        let (server, original, retry_safe) = (r.server.to_string(), r.entry.original.clone(), r.entry.retry_safe);
-        params.insert("name".into(), Value::String(original));
-        self.submit(&server, session, id, method, params, retry_safe, Shape::Plain);
+        let (server, retry_safe) = (r.server.to_string(), r.entry.retry_safe);
+        let mut quoted = String::with_capacity(r.entry.original.len() + 2);
+        protocol::push_quoted(&mut quoted, &r.entry.original);
+        let (params, progress) = Forward::from_fields(&fields, &[("name", &quoted)]);
+        self.submit(&server, session, id, method, params, progress, retry_safe, Shape::Plain);
     }
 
     /// `resources/read`: the served URI picks the backend.
@@ -491,8 +500,9 @@ impl Gateway {
             return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
         };
         params.insert("uri".into(), Value::String(original));
+        let (params, progress) = Forward::from_map(&params);
         // Reading a resource changes nothing: safe to retry.
-        self.submit(&server, session, id, method, params, true, shape);
+        self.submit(&server, session, id, method, params, progress, true, shape);
     }
 
     fn subscription(
@@ -568,7 +578,8 @@ impl Gateway {
         let mut reference = reference;
         reference.insert(field.into(), Value::String(original));
         params.insert("ref".into(), Value::Object(reference));
-        self.submit(&server, session, id, "completion/complete", params, true, Shape::Plain);
+        let (params, progress) = Forward::from_map(&params);
+        self.submit(&server, session, id, "completion/complete", params, progress, true, Shape::Plain);
     }
 
     fn set_level(&mut self, session: SessionId, id: &str, params: Option<&str>) {
@@ -596,16 +607,16 @@ impl Gateway {
         session: SessionId,
         id: String,
         method: &'static str,
-        mut params: Map<String, Value>,
+        params: Forward,
+        progress: Option<Value>,
         retry_safe: bool,
         shape: Shape,
     ) {
-        let progress = params.get_mut("_meta").and_then(Value::as_object_mut).and_then(|m| m.remove("progressToken"));
         let mut call = ClientCall {
             session,
             id,
             method,
-            params: Some(params),
+            params,
             progress,
             last_progress: None,
             retry_safe,
@@ -694,7 +705,7 @@ impl Gateway {
     }
 
     /// Sends a call on the live connection, rewriting its id and progress token.
-    pub(super) fn dispatch(&mut self, server: &str, mut call: ClientCall) {
+    pub(super) fn dispatch(&mut self, server: &str, call: ClientCall) {
         let id = self.alloc_id();
         let now = self.now;
         let b = self.backends.get_mut(server).expect("live");
@@ -703,17 +714,7 @@ impl Gateway {
         let hard = call.created + Self::duration(policy.request_timeout_max_ms);
         let deadline = Some((now + Self::duration(policy.request_timeout_ms)).min(hard).max(now));
         let generation = b.sup.generation();
-        // The stored params are the call's own: the token of this attempt replaces
-        // the previous attempt's in place (no copy per send).
-        let params = call.params.get_or_insert_with(Map::new);
-        if call.progress.is_some() {
-            let meta = params.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
-            if let Some(meta) = meta.as_object_mut() {
-                meta.insert("progressToken".into(), Value::from(id));
-            }
-        }
-        let params = serde_json::to_string(&*params).unwrap_or_else(|_| "{}".into());
-        let frame = protocol::request(id, call.method, Some(&params));
+        let frame = call.params.frame(id, call.method, call.progress.is_some());
         self.calls.insert(id, Call { server: server.to_string(), generation, deadline, kind: CallKind::Client(call) });
         self.to_backend(server, frame, Some(id));
     }
