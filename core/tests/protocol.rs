@@ -401,3 +401,31 @@ fn idle_http_sessions_expire_but_not_while_a_request_is_in_flight() {
     sim.call(3, "fs__read");
     assert_eq!(sim.requests_to("fs", "tools/call").len(), 2);
 }
+
+#[test]
+fn an_http_session_over_the_limit_is_told_why_before_it_is_closed() {
+    const WEB: SessionId = SessionId(9);
+    let mut config = one_stdio();
+    config.limits.max_sessions = 1;
+    let mut sim = Sim::new(config);
+    sim.boot("fs", &["read"]);
+    sim.client_init();
+    sim.input(Input::ClientConnected { session: WEB, expires: true });
+    let actions = sim.session(WEB, json!({"jsonrpc":"2.0","id":"i","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"web","version":"1"}}}));
+    let mut out = actions.iter().filter(
+        |a| matches!(a, Action::SendToClient { session, .. } | Action::CloseClient { session } if *session == WEB),
+    );
+    match out.next() {
+        Some(Action::SendToClient { frame, route, .. }) => {
+            let v: Value = serde_json::from_str(frame).unwrap();
+            assert_eq!((v["id"].as_str(), v["error"]["code"].as_i64()), (Some("i"), Some(-32003)), "{frame}");
+            assert!(v["error"]["message"].as_str().unwrap().contains("at most 1 client sessions"), "{frame}");
+            assert_eq!(route, &ClientRoute::Reply("\"i\"".into()));
+        }
+        other => panic!("expected the refusal first, got {other:?}"),
+    }
+    assert!(matches!(out.next(), Some(Action::CloseClient { .. })));
+    // The stdio session is untouched.
+    sim.call(2, "fs__read");
+    assert_eq!(sim.requests_to("fs", "tools/call").len(), 1);
+}

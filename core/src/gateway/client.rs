@@ -70,6 +70,17 @@ impl Gateway {
             return;
         }
         if self.sessions.len() >= self.config.limits.max_sessions as usize {
+            if expires {
+                // An HTTP client is waiting for an answer to its initialize: give
+                // it one that says why, then close (see `client_frame`).
+                if self.refused.len() >= 64 {
+                    if let Some(oldest) = self.refused.pop_front() {
+                        self.push(Action::CloseClient { session: oldest });
+                    }
+                }
+                self.refused.push_back(session);
+                return;
+            }
             self.push(Action::CloseClient { session });
             return;
         }
@@ -79,6 +90,7 @@ impl Gateway {
     }
 
     pub(super) fn client_closed(&mut self, session: SessionId) {
+        self.refused.retain(|s| *s != session);
         if self.sessions.remove(&session).is_none() {
             return;
         }
@@ -135,6 +147,19 @@ impl Gateway {
     }
 
     pub(super) fn client_frame(&mut self, session: SessionId, frame: &str) {
+        if let Some(at) = self.refused.iter().position(|s| *s == session) {
+            self.refused.remove(at);
+            if let Ok(Message::Request { id, .. }) = protocol::parse(frame) {
+                let msg = format!(
+                    "tether serves at most {} client sessions at once; close one and retry",
+                    self.config.limits.max_sessions
+                );
+                let frame = protocol::error_response(id.get(), code::OVERLOADED, &msg, None);
+                self.reply_to_client(session, id.get(), frame);
+            }
+            self.push(Action::CloseClient { session });
+            return;
+        }
         if !self.sessions.contains_key(&session) {
             self.client_connected(session, false);
             if !self.sessions.contains_key(&session) {

@@ -125,6 +125,9 @@ pub struct Gateway {
     /// Secrets of the current config, removed from events and error messages.
     redactor: Redactor,
     sessions: BTreeMap<SessionId, Session>,
+    /// HTTP sessions refused for the session limit, until their first request is
+    /// answered with an error that says so (bounded).
+    refused: alloc::collections::VecDeque<SessionId>,
     /// Requests in flight to backends, by the id the gateway gave them.
     calls: BTreeMap<u64, Call>,
     next_request_id: u64,
@@ -155,6 +158,7 @@ impl Gateway {
             now,
             backends: BTreeMap::new(),
             sessions: BTreeMap::new(),
+            refused: alloc::collections::VecDeque::new(),
             calls: BTreeMap::new(),
             next_request_id: 1,
             server_requests: BTreeMap::new(),
