@@ -2,8 +2,9 @@
 //!
 //! Backend `env` values, HTTP `headers` values and credentials in URLs are
 //! secrets. The engine removes them from every event, error message and status
-//! text it produces, and the trace header records a redacted configuration; a
-//! host adds its own secrets (a listener's bearer token) with [`Redactor::add`].
+//! text it produces, and the trace header records a redacted configuration. The
+//! host blanks the same secrets in text of its own (logged stderr lines, trace
+//! lines) through [`crate::Gateway::redactor`].
 
 use alloc::borrow::Cow;
 use alloc::string::{String, ToString};

@@ -9,10 +9,10 @@ use std::time::Duration;
 use async_channel::{Receiver, Sender};
 use futures_lite::future;
 use tether_core::trace::{header_line, input_line, TraceHeader, TRACE_VERSION};
-use tether_core::{Action, ClientRoute, Config, Event, Gateway, Input, Instant, SessionId};
+use tether_core::{Action, Config, Event, Gateway, Input, Instant, SessionId};
 
 use crate::http_backend::{HttpBackend, HttpTarget};
-use crate::http_server::{HttpServer, Route};
+use crate::http_server::HttpServer;
 use crate::stdio_backend::{Launch, StdioBackend};
 
 /// The monotonic clock the core's `Instant`s are measured on.
@@ -232,11 +232,6 @@ impl Host {
                 if let Some(sink) = self.clients.get(&session) {
                     let _ = sink.try_send(frame);
                 } else if let Some(http) = &self.http {
-                    let route = match route {
-                        ClientRoute::Reply(id) => Route::Reply(id),
-                        ClientRoute::Related(id) => Route::Related(id),
-                        ClientRoute::Session => Route::Session,
-                    };
                     http.deliver(session, route, frame);
                 }
             }

@@ -233,54 +233,43 @@ wait_for_port "$everything_pid" "$port" "$WORK/a-everything.log"
 run_suite a "baseline: server-everything $EVERYTHING_VERSION over Streamable HTTP" "http://127.0.0.1:$port/mcp"
 stop_process "$everything_pid"
 
-# ---- b and c: tether --------------------------------------------------------------------
-{
-    config_file "$WORK/b-config.json" everything "$NODE22" "$EVERYTHING_JS" stdio
-    run_tether b "tether --listen, server-everything over stdio" "$WORK/b-config.json"
-
-    echo "== conformance: scenarios run a passes and run b fails"
-    with_verdict a pass > "$WORK/a.pass"
-    with_verdict b fail > "$WORK/b.fail"
-    listed "$HERE/expected-differences.txt" > "$WORK/expected-differences"
-    comm -12 "$WORK/a.pass" "$WORK/b.fail" > "$WORK/a-not-b"
-    if [ -s "$WORK/a-not-b" ]; then
+# against_allowlist RUN FAILURES ALLOWLIST WHY: each scenario in the file FAILURES is
+# either listed in ALLOWLIST (shown with its reason) or a problem ("run RUN fails X, WHY");
+# listed scenarios that no longer fail are pointed out.
+against_allowlist() {
+    local run=$1 failures=$2 allowlist=$3 why=$4 name
+    listed "$allowlist" > "$WORK/$run.allowed"
+    if [ -s "$failures" ]; then
         while read -r name; do
-            if grep -qxF "$name" "$WORK/expected-differences"; then
-                echo "  expected  $name  ($(grep -m1 "^[[:space:]]*$name[[:space:]]*#" "$HERE/expected-differences.txt" | sed 's/^[^#]*#[[:space:]]*//'))"
+            if grep -qxF "$name" "$WORK/$run.allowed"; then
+                echo "  expected  $name  ($(grep -m1 "^[[:space:]]*$name[[:space:]]*#" "$allowlist" | sed 's/^[^#]*#[[:space:]]*//'))"
             else
-                echo "  REGRESSION  $name  -- $(awk -F'\t' -v n="$name" '$1 == n { print $3 }' "$WORK/b.verdicts")"
-                problems+=("run b fails $name, which the baseline passes")
+                echo "  UNEXPECTED  $name  -- $(awk -F'\t' -v n="$name" '$1 == n { print $3 }' "$WORK/$run.verdicts")"
+                problems+=("run $run fails $name, $why")
             fi
-        done < "$WORK/a-not-b"
+        done < "$failures"
     else
         echo "  (none)"
     fi
-    comm -23 "$WORK/expected-differences" "$WORK/a-not-b" | while read -r name; do
-        echo "  note: expected-differences.txt lists $name, which is no longer a difference: remove it"
-    done
-
-    config_file "$WORK/c-config.json" conformance "$FIXTURE_BIN"
-    run_tether c "tether --listen, the conformance fixture over stdio" "$WORK/c-config.json"
-
-    echo "== conformance: run c failures against expected-failures.txt"
-    with_verdict c fail > "$WORK/c.fail"
-    listed "$HERE/expected-failures.txt" > "$WORK/expected-failures"
-    if [ -s "$WORK/c.fail" ]; then
-        while read -r name; do
-            if grep -qxF "$name" "$WORK/expected-failures"; then
-                echo "  expected  $name"
-            else
-                echo "  UNEXPECTED  $name  -- $(awk -F'\t' -v n="$name" '$1 == n { print $3 }' "$WORK/c.verdicts")"
-                problems+=("run c fails $name, not listed in expected-failures.txt")
-            fi
-        done < "$WORK/c.fail"
-    else
-        echo "  (none)"
-    fi
-    comm -23 "$WORK/expected-failures" "$WORK/c.fail" | while read -r name; do
-        echo "  note: expected-failures.txt lists $name, which now passes: remove it"
+    comm -23 "$WORK/$run.allowed" "$failures" | while read -r name; do
+        echo "  note: $(basename "$allowlist") lists $name, which no longer fails: remove it"
     done
 }
+
+# ---- b and c: tether --------------------------------------------------------------------
+config_file "$WORK/b-config.json" everything "$NODE22" "$EVERYTHING_JS" stdio
+run_tether b "tether --listen, server-everything over stdio" "$WORK/b-config.json"
+echo "== conformance: scenarios run a passes and run b fails"
+with_verdict a pass > "$WORK/a.pass"
+with_verdict b fail > "$WORK/b.fail"
+comm -12 "$WORK/a.pass" "$WORK/b.fail" > "$WORK/a-not-b"
+against_allowlist b "$WORK/a-not-b" "$HERE/expected-differences.txt" "which the baseline passes"
+
+config_file "$WORK/c-config.json" conformance "$FIXTURE_BIN"
+run_tether c "tether --listen, the conformance fixture over stdio" "$WORK/c-config.json"
+echo "== conformance: run c failures against expected-failures.txt"
+with_verdict c fail > "$WORK/c.fail"
+against_allowlist c "$WORK/c.fail" "$HERE/expected-failures.txt" "not listed in expected-failures.txt"
 
 if [ "${#problems[@]}" -gt 0 ]; then
     printf '  - %s\n' "${problems[@]}" >&2

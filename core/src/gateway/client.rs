@@ -219,8 +219,8 @@ impl Gateway {
     fn client_request(&mut self, session: SessionId, id: String, method: &str, params: Option<&str>) {
         // The hot path: routed by name from the raw params, no tree parse.
         match method {
-            "tools/call" => return self.route_named(session, id, "tools/call", params, ListKind::Tools),
-            "prompts/get" => return self.route_named(session, id, "prompts/get", params, ListKind::Prompts),
+            "tools/call" => return self.route_named(session, id, "tools/call", params, ListKind::Tools, true),
+            "prompts/get" => return self.route_named(session, id, "prompts/get", params, ListKind::Prompts, true),
             _ => {}
         }
         let parsed: Option<Map<String, Value>> = match params {
@@ -423,7 +423,7 @@ impl Gateway {
             match p.what {
                 Parked::List { kind, cursor } => self.answer_list(p.session, &p.id, kind, cursor.as_deref()),
                 Parked::Named { method, params, kind } => {
-                    self.route_named_now(p.session, p.id, method, Some(&params), kind, false);
+                    self.route_named(p.session, p.id, method, Some(&params), kind, false);
                 }
             }
         }
@@ -448,21 +448,9 @@ impl Gateway {
     // ----- routing -----
 
     /// `tools/call` and `prompts/get`: the served name picks the backend. The
-    /// params stay raw text; only the name is replaced.
+    /// params stay raw text; only the name is replaced. `may_wait`: a name not
+    /// known yet may wait for backends on their first start (not again once it waited).
     fn route_named(
-        &mut self,
-        session: SessionId,
-        id: String,
-        method: &'static str,
-        params: Option<&str>,
-        kind: ListKind,
-    ) {
-        self.route_named_now(session, id, method, params, kind, true);
-    }
-
-    /// [`Self::route_named`]; `may_wait`: a name not known yet may wait for
-    /// backends on their first start (not again once it waited).
-    fn route_named_now(
         &mut self,
         session: SessionId,
         id: String,

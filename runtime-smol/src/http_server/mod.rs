@@ -125,19 +125,10 @@ impl Default for ServerOptions {
     }
 }
 
-/// Where the core says a frame for a client session belongs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Route {
-    /// The response to the client's request whose raw JSON id text is this (ends
-    /// that request's stream). Ids are compared as JSON values: `7`, ` 7 ` and
-    /// `"a"` / `"\u0061"` match (see [`id_key`]).
-    Reply(String),
-    /// A message sent while serving that request (progress, logging, a
-    /// server-to-client request).
-    Related(String),
-    /// Not tied to a request: the session's standalone GET stream.
-    Session,
-}
+/// Where the core says a frame for a client session belongs: the core's own
+/// routing. Ids are compared as JSON values: `7`, ` 7 ` and `"a"` / `"\u0061"`
+/// match (see [`id_key`]).
+pub use tether_core::ClientRoute as Route;
 
 /// A running Streamable HTTP listener. Cheap to clone; every clone is the same server.
 #[derive(Clone)]
