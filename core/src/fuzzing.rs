@@ -112,9 +112,9 @@ pub struct Harness {
     pub gw: Gateway,
     now: u64,
     /// Newest generation seen in a spawn/connect action, per backend.
-    gens: BTreeMap<String, u64>,
+    gens: BTreeMap<crate::io::ServerName, u64>,
     /// Requests sent to each backend on its newest generation and not yet answered by the driver.
-    open: BTreeMap<String, Vec<(u64, String)>>,
+    open: BTreeMap<crate::io::ServerName, Vec<(u64, String)>>,
     /// Requests the clients sent, per (session, raw id).
     asked: BTreeMap<(u64, String), u32>,
     /// Answers the clients got, per (session, raw id).
@@ -122,7 +122,7 @@ pub struct Harness {
     /// Ids a client cancelled.
     cancelled: BTreeSet<(u64, String)>,
     /// Backends that gave up or need reauth, and may not be started by the engine alone.
-    stopped: BTreeSet<String>,
+    stopped: BTreeSet<crate::io::ServerName>,
     /// Server-to-client request ids the clients were sent.
     server_requests: Vec<(u64, u64)>,
     next_id: u64,
@@ -157,7 +157,7 @@ impl Harness {
                 let (AdminCommand::Reconnect { server }
                 | AdminCommand::Restart { server }
                 | AdminCommand::Remove { server }) = command;
-                self.stopped.remove(server);
+                self.stopped.remove(&**server);
             }
             Input::ConfigReloaded { .. } => self.stopped.clear(),
             _ => {}
@@ -233,7 +233,7 @@ impl Harness {
     fn check_action(&mut self, action: &Action) -> Result<(), Violation> {
         match action {
             Action::Spawn { server, generation, .. } | Action::ConnectHttp { server, generation, .. } => {
-                if self.stopped.contains(server) {
+                if self.stopped.contains(&**server) {
                     return Err(format!("{server} was started again after it gave up or needed reauth"));
                 }
                 if self.gens.get(server).is_some_and(|g| g >= generation) {
@@ -482,9 +482,9 @@ impl Harness {
                 }
                 let server = server.to_string();
                 let command = match c.below(3) {
-                    0 => AdminCommand::Reconnect { server },
-                    1 => AdminCommand::Restart { server },
-                    _ => AdminCommand::Remove { server },
+                    0 => AdminCommand::Reconnect { server: server.into() },
+                    1 => AdminCommand::Restart { server: server.into() },
+                    _ => AdminCommand::Remove { server: server.into() },
                 };
                 self.input(Input::Admin { command })
             }

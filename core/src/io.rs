@@ -22,6 +22,15 @@ pub struct SessionId(pub u64);
 /// for an older generation is ignored.
 pub type Generation = u64;
 
+/// A backend's name as carried by inputs, actions and events: shared, so the
+/// engine names a backend in every frame it sends without allocating.
+/// Build one with `name.into()` from a `&str` or `String`.
+pub type ServerName = alloc::sync::Arc<str>;
+
+/// A client's JSON-RPC request id, as raw JSON text (`7`, `"abc"`). Ids of up to
+/// 23 bytes (all ids real clients send) are stored inline: no allocation.
+pub type RawId = smol_str::SmolStr;
+
 /// An event fed to [`crate::Gateway::handle`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -50,7 +59,7 @@ pub enum Input {
     /// A stdio process started (informational: the process id for logs and status).
     BackendStarted {
         /// Backend name.
-        server: String,
+        server: ServerName,
         /// Connection it belongs to.
         generation: Generation,
         /// Operating-system process id, if any.
@@ -60,7 +69,7 @@ pub enum Input {
     /// One complete JSON-RPC frame from a backend.
     BackendFrame {
         /// Backend name.
-        server: String,
+        server: ServerName,
         /// Connection it came from.
         generation: Generation,
         /// The frame text.
@@ -69,7 +78,7 @@ pub enum Input {
     /// One line a stdio backend wrote to stderr (kept as a short tail for crash messages).
     BackendStderr {
         /// Backend name.
-        server: String,
+        server: ServerName,
         /// Connection it came from.
         generation: Generation,
         /// The line.
@@ -78,7 +87,7 @@ pub enum Input {
     /// A stdio backend's process exited.
     BackendExited {
         /// Backend name.
-        server: String,
+        server: ServerName,
         /// Which process.
         generation: Generation,
         /// Exit code; `None` when killed by a signal.
@@ -87,7 +96,7 @@ pub enum Input {
     /// A transport failure: a refused connection, an HTTP error status, a spawn error.
     BackendFailed {
         /// Backend name.
-        server: String,
+        server: ServerName,
         /// Connection it came from.
         generation: Generation,
         /// The backend request id from [`Action::SendToBackend::request`] whose delivery
@@ -119,17 +128,17 @@ pub enum AdminCommand {
     /// Permanently failed or requiring re-authentication: start over.
     Reconnect {
         /// Backend name.
-        server: String,
+        server: ServerName,
     },
     /// Stop the backend and start it again, clearing its crash history and breaker.
     Restart {
         /// Backend name.
-        server: String,
+        server: ServerName,
     },
     /// Close the backend and forget it until the next config reload adds it.
     Remove {
         /// Backend name.
-        server: String,
+        server: ServerName,
     },
 }
 
@@ -140,7 +149,7 @@ pub enum Action {
     /// Start a stdio process in its own process group; report its frames, stderr and exit.
     Spawn {
         /// Backend name.
-        server: String,
+        server: ServerName,
         /// Connection number to tag every report with.
         generation: Generation,
         /// Program.
@@ -156,7 +165,7 @@ pub enum Action {
     /// Open a connection to a remote backend (Streamable HTTP or legacy SSE).
     ConnectHttp {
         /// Backend name.
-        server: String,
+        server: ServerName,
         /// Connection number.
         generation: Generation,
         /// Endpoint.
@@ -169,7 +178,7 @@ pub enum Action {
     /// Deliver one frame to a backend connection.
     SendToBackend {
         /// Backend name.
-        server: String,
+        server: ServerName,
         /// Connection number; drop the frame if that connection is gone.
         generation: Generation,
         /// The frame.
@@ -181,7 +190,7 @@ pub enum Action {
     /// Close a backend connection (stdio: close stdin, SIGTERM, SIGKILL the group).
     CloseBackend {
         /// Backend name.
-        server: String,
+        server: ServerName,
         /// Which connection.
         generation: Generation,
     },
@@ -215,10 +224,10 @@ pub enum Action {
 #[serde(rename_all = "snake_case")]
 pub enum ClientRoute {
     /// The answer to the client's request with this id (raw JSON): ends its stream.
-    Reply(String),
+    Reply(RawId),
     /// Sent while serving the client's request with this id (raw JSON): progress,
     /// its backend's log messages, sampling/elicitation/roots requests it caused.
-    Related(String),
+    Related(RawId),
     /// Not tied to a client request: list changes, resource updates, events.
     #[default]
     Session,
@@ -296,7 +305,7 @@ pub enum Event {
     /// A backend's status changed.
     ServerStatusChanged {
         /// Backend.
-        server: String,
+        server: ServerName,
         /// Old status.
         from: Status,
         /// New status.
@@ -308,14 +317,14 @@ pub enum Event {
     /// A backend's connection ended.
     ServerDisconnected {
         /// Backend.
-        server: String,
+        server: ServerName,
         /// Closed on purpose (removed, idled, restarted by config) rather than lost.
         intentional: bool,
     },
     /// A reconnect is scheduled (throttled for long outages).
     ServerReconnecting {
         /// Backend.
-        server: String,
+        server: ServerName,
         /// Attempt number that is scheduled.
         attempt: u32,
         /// Wait before it.
@@ -324,7 +333,7 @@ pub enum Event {
     /// A backend came back after failed attempts.
     ServerReconnected {
         /// Backend.
-        server: String,
+        server: ServerName,
         /// Attempts it took.
         attempts_taken: u32,
         /// Capabilities it announced (names).
@@ -333,7 +342,7 @@ pub enum Event {
     /// Health checks failed repeatedly.
     ServerHealthDegraded {
         /// Backend.
-        server: String,
+        server: ServerName,
         /// Failures in a row.
         consecutive_failures: u32,
         /// The last one.
@@ -342,12 +351,12 @@ pub enum Event {
     /// A health check succeeded after degradation.
     ServerHealthRestored {
         /// Backend.
-        server: String,
+        server: ServerName,
     },
     /// A stdio backend crashed too often and will not be restarted.
     ServerPermanentlyFailed {
         /// Backend.
-        server: String,
+        server: ServerName,
         /// Crashes within the window.
         crashes: u8,
         /// The window, in ms.
@@ -356,19 +365,19 @@ pub enum Event {
     /// The breaker opened: calls are refused for the cooldown.
     CircuitOpened {
         /// Backend.
-        server: String,
+        server: ServerName,
         /// Cooldown in ms.
         cooldown_ms: u64,
     },
     /// The breaker closed again after a successful probe.
     CircuitClosed {
         /// Backend.
-        server: String,
+        server: ServerName,
     },
     /// A backend's catalog was (re)discovered.
     ToolsDiscovered {
         /// Backend.
-        server: String,
+        server: ServerName,
         /// Tools it offers.
         count: u32,
         /// Estimated tokens of their definitions (chars / 4).
@@ -377,14 +386,14 @@ pub enum Event {
     /// A backend broke the protocol (unparseable frame, unknown response id); it was ignored.
     ProtocolViolation {
         /// Backend.
-        server: String,
+        server: ServerName,
         /// What was wrong.
         detail: String,
     },
     /// A tool, prompt or resource alias could not be served because another took its name.
     NameConflict {
         /// Backend whose item was skipped.
-        server: String,
+        server: ServerName,
         /// The served name both wanted.
         name: String,
     },

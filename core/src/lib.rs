@@ -25,7 +25,7 @@ pub mod trace;
 
 pub use config::{Config, ConfigError, ServerConfig, Transport};
 pub use gateway::{BackendStatus, Gateway, HostError};
-pub use io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, SessionId, Status};
+pub use io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, RawId, ServerName, SessionId, Status};
 pub use policy::Failure;
 pub use rng::Rng;
 pub use time::{Duration, Instant};

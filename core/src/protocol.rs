@@ -7,6 +7,7 @@
 use alloc::borrow::Cow;
 use alloc::format;
 use alloc::string::String;
+use core::fmt;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -36,17 +37,54 @@ pub mod code {
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(default, borrow)]
-    jsonrpc: Option<Cow<'a, str>>,
+    jsonrpc: Option<Text<'a>>,
     #[serde(default, borrow)]
     id: Option<&'a RawValue>,
     #[serde(default, borrow)]
-    method: Option<Cow<'a, str>>,
+    method: Option<Text<'a>>,
     #[serde(default, borrow)]
     params: Option<&'a RawValue>,
     #[serde(default, borrow)]
     result: Option<&'a RawValue>,
     #[serde(default, borrow)]
     error: Option<&'a RawValue>,
+}
+
+/// A JSON string borrowed from the frame when it has no escapes. serde's own
+/// `Option<Cow<str>>` always copies; this is the zero-allocation form.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Text<'a>(pub Cow<'a, str>);
+
+impl core::ops::Deref for Text<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl core::borrow::Borrow<str> for Text<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<'a>(core::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visitor<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.into())))
+            }
+        }
+        deserializer.deserialize_str(Visitor(core::marker::PhantomData))
+    }
 }
 
 /// One parsed JSON-RPC message, borrowing from its frame.
@@ -116,7 +154,7 @@ pub fn parse(frame: &str) -> Result<Message<'_>, FrameError> {
     if env.jsonrpc.as_deref() != Some("2.0") {
         return Err(invalid("jsonrpc must be \"2.0\"", env.id));
     }
-    match (env.id, env.method, env.result, env.error) {
+    match (env.id, env.method.map(|m| m.0), env.result, env.error) {
         (Some(id), Some(method), None, None) => {
             if !valid_id(id) {
                 return Err(invalid("id must be a string or an integer", None));

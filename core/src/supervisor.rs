@@ -6,7 +6,7 @@
 //! it decides what comes next: which status, which timer, whether to start a new
 //! connection. Status changes queue up as [`Transition`]s for the gateway to emit.
 
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::config::Policy;
@@ -48,8 +48,8 @@ pub struct Transition {
 
 impl Transition {
     /// The `server_status_changed` event announcing this change.
-    pub fn into_event(self, server: &str) -> Event {
-        Event::ServerStatusChanged { server: server.to_string(), from: self.from, to: self.to, message: self.message }
+    pub fn into_event(self, server: crate::io::ServerName) -> Event {
+        Event::ServerStatusChanged { server, from: self.from, to: self.to, message: self.message }
     }
 }
 

@@ -55,21 +55,21 @@ struct World {
     gw: Gateway,
     rng: Rng,
     now: u64,
-    names: Vec<String>,
-    stdio: BTreeSet<String>,
-    gens: BTreeMap<String, u64>,
-    faults: BTreeMap<String, (Fault, u64)>,
+    names: Vec<tether_core::ServerName>,
+    stdio: BTreeSet<tether_core::ServerName>,
+    gens: BTreeMap<tether_core::ServerName, u64>,
+    faults: BTreeMap<tether_core::ServerName, (Fault, u64)>,
     /// Answers the world will deliver later: (time, server, generation, frame).
-    pending: Vec<(u64, String, u64, String)>,
+    pending: Vec<(u64, tether_core::ServerName, u64, String)>,
     next_call: u64,
     calls: BTreeMap<u64, u32>,
     answered_ok: u64,
     answered_err: u64,
     /// When each fault ended, per backend, waiting for the backend to be online again.
-    recovering: BTreeMap<String, (Fault, u64)>,
+    recovering: BTreeMap<tether_core::ServerName, (Fault, u64)>,
     recovery: BTreeMap<&'static str, Vec<u64>>,
     crashes: u64,
-    gave_up: BTreeSet<String>,
+    gave_up: BTreeSet<tether_core::ServerName>,
     reloads: u64,
     hibernations: u64,
 }
@@ -82,13 +82,13 @@ impl World {
         for i in 0..50 {
             let name = format!("s{i:02}");
             let server = if i % 5 < 3 {
-                stdio.insert(name.clone());
+                stdio.insert(name.as_str().into());
                 ServerConfig::stdio("mock", &[&name])
             } else {
                 ServerConfig::http(&format!("https://{name}.example/mcp"))
             };
             config.servers.insert(name.clone(), server);
-            names.push(name);
+            names.push(name.into());
         }
         let gw = Gateway::new(config, seed, Instant::ZERO).expect("config");
         let mut w = World {
@@ -247,7 +247,7 @@ impl World {
     }
 
     fn note_recoveries(&mut self) {
-        let back: Vec<String> = self
+        let back: Vec<tether_core::ServerName> = self
             .recovering
             .keys()
             .filter(|s| self.gw.status(s).is_some_and(|st| matches!(st.status, Status::Online | Status::Dormant)))
@@ -294,7 +294,7 @@ impl World {
 
     fn set_fault(&mut self, server: &str, fault: Fault, duration: u64) {
         let until = self.now + duration;
-        self.faults.insert(server.to_string(), (fault, until));
+        self.faults.insert(server.into(), (fault, until));
         // Recovery is measured from the end of the fault (see `operator`).
         self.recovering.remove(server);
     }
@@ -302,7 +302,7 @@ impl World {
     /// Faults that ended start their recovery clock; the operator fixes what
     /// needs a person (re-authentication, a backend that gave up).
     fn operator(&mut self) {
-        let ended: Vec<(String, Fault, u64)> = self
+        let ended: Vec<(tether_core::ServerName, Fault, u64)> = self
             .faults
             .iter()
             .filter(|(_, (_, until))| *until <= self.now)
@@ -330,7 +330,7 @@ impl World {
         let mut config = self.gw.config().clone();
         let i = (self.rng.next_u64() % 50) as usize;
         let name = self.names[i].clone();
-        if let Some(server) = config.servers.get_mut(&name) {
+        if let Some(server) = config.servers.get_mut(&*name) {
             server.vital = !server.vital;
             server.policy.request_timeout_ms = Some(30_000 + self.rng.next_u64() % 60_000);
         }

@@ -19,7 +19,7 @@ fn connects(sim: &Sim, server: &str) -> Vec<(u64, u64)> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::ConnectHttp { server: s, generation, .. } if s == server => Some((*at, *generation)),
+            Action::ConnectHttp { server: s, generation, .. } if &**s == server => Some((*at, *generation)),
             _ => None,
         })
         .collect()
@@ -154,7 +154,7 @@ fn refused_call_is_retried_then_the_backend_reconnects_with_capped_jittered_back
     let reconnecting: Vec<(u64, u32, u64)> = events(&sim)
         .into_iter()
         .filter_map(|(at, e)| match e {
-            Event::ServerReconnecting { server, attempt, next_retry_ms } if server == "web" => {
+            Event::ServerReconnecting { server, attempt, next_retry_ms } if &*server == "web" => {
                 Some((at, attempt, next_retry_ms))
             }
             _ => None,
@@ -178,7 +178,7 @@ fn refused_call_is_retried_then_the_backend_reconnects_with_capped_jittered_back
     let reconnected: Vec<u32> = events(&sim)
         .into_iter()
         .filter_map(|(_, e)| match e {
-            Event::ServerReconnected { server, attempts_taken, .. } if server == "web" => Some(attempts_taken),
+            Event::ServerReconnected { server, attempts_taken, .. } if &*server == "web" => Some(attempts_taken),
             _ => None,
         })
         .collect();
@@ -211,7 +211,7 @@ fn trip_breaker(sim: &mut Sim) {
     let opened: Vec<(u64, u64)> = events(sim)
         .into_iter()
         .filter_map(|(at, e)| match e {
-            Event::CircuitOpened { server, cooldown_ms } if server == "web" => Some((at, cooldown_ms)),
+            Event::CircuitOpened { server, cooldown_ms } if &*server == "web" => Some((at, cooldown_ms)),
             _ => None,
         })
         .collect();

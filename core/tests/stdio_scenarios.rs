@@ -18,7 +18,7 @@ fn spawns(sim: &Sim, server: &str) -> Vec<(u64, u64)> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::Spawn { server: s, generation, .. } if s == server => Some((*at, *generation)),
+            Action::Spawn { server: s, generation, .. } if &**s == server => Some((*at, *generation)),
             _ => None,
         })
         .collect()
@@ -29,7 +29,7 @@ fn closes(sim: &Sim, server: &str) -> Vec<(u64, u64)> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::CloseBackend { server: s, generation } if s == server => Some((*at, *generation)),
+            Action::CloseBackend { server: s, generation } if &**s == server => Some((*at, *generation)),
             _ => None,
         })
         .collect()
@@ -40,7 +40,7 @@ fn frames_to(sim: &Sim, server: &str, generation: u64) -> Vec<(u64, Value)> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::SendToBackend { server: s, generation: g, frame, .. } if s == server && *g == generation => {
+            Action::SendToBackend { server: s, generation: g, frame, .. } if &**s == server && *g == generation => {
                 Some((*at, serde_json::from_str(frame).unwrap()))
             }
             _ => None,
@@ -404,7 +404,7 @@ fn cancel_times(sim: &Sim, server: &str, id: u64) -> Vec<u64> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::SendToBackend { server: s, frame, .. } if s == server => {
+            Action::SendToBackend { server: s, frame, .. } if &**s == server => {
                 let v: Value = serde_json::from_str(frame).ok()?;
                 (v["method"] == "notifications/cancelled" && v["params"]["requestId"] == id).then_some(*at)
             }
@@ -664,7 +664,7 @@ fn config_reload_adds_changes_and_removes_backends_and_leaves_the_rest_alone() {
     assert_eq!(spawns(&sim, "db"), [(10_000, 1)]);
     assert_eq!(spawns(&sim, "git"), [(0, 1), (10_000, 2)]);
     assert!(
-        matches!(&sim.actions.iter().find(|(_, a)| matches!(a, Action::Spawn { server, generation: 2, .. } if server == "git")).unwrap().1,
+        matches!(&sim.actions.iter().find(|(_, a)| matches!(a, Action::Spawn { server, generation: 2, .. } if &**server == "git")).unwrap().1,
         Action::Spawn { args, .. } if args == &["--repo", "/src/b"])
     );
     assert_eq!(spawns(&sim, "fs"), [(0, 1)], "fs untouched");

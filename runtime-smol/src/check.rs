@@ -27,7 +27,7 @@ pub fn run(cli: &Cli) -> Result<ExitCode, String> {
     let reports = host.reports();
     let clock = host.clock();
     let started = clock.now();
-    let mut ready_at: BTreeMap<String, u64> = BTreeMap::new();
+    let mut ready_at: BTreeMap<tether_core::ServerName, u64> = BTreeMap::new();
     let mut settled: BTreeMap<String, BackendStatus> = BTreeMap::new();
     smol::block_on(async {
         let ticker = host.inputs();
@@ -66,7 +66,7 @@ pub fn run(cli: &Cli) -> Result<ExitCode, String> {
         let shown = settled.get(&now.server).unwrap_or(&now);
         let ok = shown.status == Status::Online;
         failed |= !ok && !config.servers[&now.server].disabled;
-        let ready = ready_at.get(&now.server).map_or_else(|| "-".to_string(), |ms| format!("{ms} ms"));
+        let ready = ready_at.get(now.server.as_str()).map_or_else(|| "-".to_string(), |ms| format!("{ms} ms"));
         println!(
             "{:<20} {:<6} {:<20} {:>6} {:>10}  {}",
             now.server,

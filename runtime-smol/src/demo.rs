@@ -79,9 +79,9 @@ fn demo_config(exe: &str, port: u16) -> Config {
 /// The status of every backend as the events tell it.
 #[derive(Default)]
 struct View {
-    status: BTreeMap<String, (Status, Option<String>)>,
-    tools: BTreeMap<String, u32>,
-    breaker_open: BTreeMap<String, bool>,
+    status: BTreeMap<tether_core::ServerName, (Status, Option<String>)>,
+    tools: BTreeMap<tether_core::ServerName, u32>,
+    breaker_open: BTreeMap<tether_core::ServerName, bool>,
 }
 
 impl View {

@@ -63,7 +63,7 @@ pub struct Host {
     start: Instant,
     inputs: Sender<Input>,
     inputs_rx: Receiver<Input>,
-    connections: HashMap<String, (u64, Connection)>,
+    connections: HashMap<tether_core::ServerName, (u64, Connection)>,
     clients: HashMap<SessionId, ClientSink>,
     /// The Streamable HTTP listener: every session not in `clients` is its.
     http: Option<HttpServer>,

@@ -35,7 +35,7 @@ const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 /// Where and how to connect.
 pub struct HttpTarget {
     /// Backend name.
-    pub server: String,
+    pub server: tether_core::ServerName,
     /// Connection generation to tag inputs with.
     pub generation: u64,
     /// Endpoint (Streamable HTTP) or event-stream URL (legacy SSE).
@@ -56,7 +56,7 @@ pub struct HttpBackend {
 }
 
 struct Shared {
-    server: String,
+    server: tether_core::ServerName,
     generation: u64,
     url: String,
     headers: BTreeMap<String, String>,

@@ -32,7 +32,7 @@ pub struct StdioBackend {
 /// What to run.
 pub struct Launch<'a> {
     /// Backend name (for logs and inputs).
-    pub server: &'a str,
+    pub server: &'a tether_core::ServerName,
     /// Connection generation to tag inputs with.
     pub generation: u64,
     /// Program.
@@ -53,7 +53,7 @@ impl StdioBackend {
     /// Starts the process and its reader/writer tasks. A process that cannot be
     /// started is reported as [`Failure::Spawn`] through `inputs`.
     pub fn spawn(launch: Launch<'_>, inputs: Sender<Input>) -> Option<StdioBackend> {
-        let server = launch.server.to_string();
+        let server = launch.server.clone();
         let generation = launch.generation;
         let mut cmd = std::process::Command::new(launch.command);
         cmd.args(launch.args)
@@ -196,7 +196,7 @@ async fn write_frames(mut stdin: async_process::ChildStdin, frames: Receiver<Str
 
 async fn read_frames(
     stdout: async_process::ChildStdout,
-    server: &str,
+    server: &tether_core::ServerName,
     generation: u64,
     max_frame: usize,
     inputs: &Sender<Input>,
@@ -205,7 +205,7 @@ async fn read_frames(
     while let Some(line) = lines.next().await {
         match line {
             Ok(frame) => {
-                let input = Input::BackendFrame { server: server.to_string(), generation, frame };
+                let input = Input::BackendFrame { server: server.clone(), generation, frame };
                 if inputs.send(input).await.is_err() {
                     return;
                 }
@@ -217,7 +217,7 @@ async fn read_frames(
 
 async fn read_stderr(
     stderr: async_process::ChildStderr,
-    server: String,
+    server: tether_core::ServerName,
     generation: u64,
     inputs: Sender<Input>,
     redactor: Redactor,

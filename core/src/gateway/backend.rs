@@ -154,6 +154,7 @@ impl Gateway {
     /// Starts a new connection: spawn or connect, then `initialize`.
     pub(super) fn connect(&mut self, server: &str) {
         let now = self.now;
+        let name = self.name(server);
         let Some(b) = self.backends.get_mut(server) else { return };
         let generation = b.sup.begin_connect(now);
         b.first_connect_at.get_or_insert(now);
@@ -162,7 +163,7 @@ impl Gateway {
         b.discovery = None;
         let action = match &b.config.transport {
             Transport::Stdio { command, args, env, cwd } => Action::Spawn {
-                server: server.to_string(),
+                server: name.clone(),
                 generation,
                 command: command.clone(),
                 args: args.clone(),
@@ -170,7 +171,7 @@ impl Gateway {
                 cwd: cwd.clone(),
             },
             Transport::Http { url, headers } | Transport::Sse { url, headers } => Action::ConnectHttp {
-                server: server.to_string(),
+                server: name.clone(),
                 generation,
                 url: url.clone(),
                 headers: headers.clone(),
@@ -183,8 +184,7 @@ impl Gateway {
             r#"{{"protocolVersion":"{}","capabilities":{{"roots":{{"listChanged":true}},"sampling":{{}},"elicitation":{{}}}},"clientInfo":{CLIENT_INFO}}}"#,
             protocol::SUPPORTED_VERSIONS[0]
         );
-        self.calls
-            .insert(id, Call { server: server.to_string(), generation, deadline: None, kind: CallKind::Initialize });
+        self.calls.insert(id, Call { server: name, generation, deadline: None, kind: CallKind::Initialize });
         self.to_backend(server, protocol::request(id, "initialize", Some(&params)), Some(id));
     }
 
@@ -192,7 +192,7 @@ impl Gateway {
     pub(super) fn backend_frame(&mut self, server: &str, frame: &str) {
         if frame.len() > self.config.limits.max_frame_bytes as usize {
             self.emit(Event::ProtocolViolation {
-                server: server.to_string(),
+                server: self.name(server),
                 detail: format!("frame of {} bytes exceeds the limit", frame.len()),
             });
             return;
@@ -200,7 +200,7 @@ impl Gateway {
         let message = match protocol::parse(frame) {
             Ok(m) => m,
             Err(e) => {
-                self.emit(Event::ProtocolViolation { server: server.to_string(), detail: e.message });
+                self.emit(Event::ProtocolViolation { server: self.name(server), detail: e.message });
                 return;
             }
         };
@@ -228,7 +228,7 @@ impl Gateway {
 
     fn unknown_response(&mut self, server: &str, id: &str) {
         self.emit(Event::ProtocolViolation {
-            server: server.to_string(),
+            server: self.name(server),
             detail: format!("response to unknown request id {id}"),
         });
     }
@@ -237,7 +237,7 @@ impl Gateway {
     fn backend_answer(&mut self, server: &str, call_id: u64, answer: Result<&str, &str>) {
         let generation = self.backends[server].sup.generation();
         match self.calls.get(&call_id) {
-            Some(c) if c.server == server && c.generation == generation => {}
+            Some(c) if &*c.server == server && c.generation == generation => {}
             _ => return self.unknown_response(server, &call_id.to_string()),
         }
         let Some(call) = self.calls.remove(&call_id) else { return };
@@ -260,7 +260,7 @@ impl Gateway {
         b.session_losses = 0;
         b.sup.touch(now);
         if let Some(BreakerTransition::Closed) = b.sup.breaker.on_success(now) {
-            self.emit(Event::CircuitClosed { server: server.to_string() });
+            self.emit(Event::CircuitClosed { server: self.name(server) });
         }
     }
 
@@ -288,7 +288,7 @@ impl Gateway {
         let capabilities = b.capability_names();
         self.to_backend(server, protocol::notification("notifications/initialized", None), None);
         if let Some(attempts_taken) = reconnected {
-            self.emit(Event::ServerReconnected { server: server.to_string(), attempts_taken, capabilities });
+            self.emit(Event::ServerReconnected { server: self.name(server), attempts_taken, capabilities });
         }
         if !skip {
             self.start_discovery(server, ALL_KINDS);
@@ -328,7 +328,7 @@ impl Gateway {
         let params = cursor.map(|c| format!(r#"{{"cursor":{}}}"#, protocol::quote(c)));
         self.calls.insert(
             id,
-            Call { server: server.to_string(), generation, deadline, kind: CallKind::Discover { kind, pages } },
+            Call { server: self.name(server), generation, deadline, kind: CallKind::Discover { kind, pages } },
         );
         self.to_backend(server, protocol::request(id, kind.method(), params.as_deref()), Some(id));
     }
@@ -400,11 +400,11 @@ impl Gateway {
             b.listed = lists.clone();
             let conflicts = self.catalog.install(server, lists);
             for c in conflicts {
-                self.emit(Event::NameConflict { server: server.to_string(), name: c.name });
+                self.emit(Event::NameConflict { server: self.name(server), name: c.name });
             }
             let (count, estimated_tokens) =
                 self.catalog.backend(server).map_or((0, 0), |c| (c.tool_count(), c.estimated_tokens()));
-            self.emit(Event::ToolsDiscovered { server: server.to_string(), count, estimated_tokens });
+            self.emit(Event::ToolsDiscovered { server: self.name(server), count, estimated_tokens });
         }
         let b = self.backends.get_mut(server).expect("live backend");
         if b.sup.status() == Status::DiscoveringTools {
@@ -431,7 +431,7 @@ impl Gateway {
         // A health check is not traffic: `last_success` (which skips checks) stays as it is.
         if ok {
             if let Some(HealthChange::Restored) = b.sup.health.on_success() {
-                self.emit(Event::ServerHealthRestored { server: server.to_string() });
+                self.emit(Event::ServerHealthRestored { server: self.name(server) });
             }
         } else {
             self.health_failed(server, "health check answered with an error".into());
@@ -441,7 +441,7 @@ impl Gateway {
     fn health_failed(&mut self, server: &str, last_error: String) {
         let Some(b) = self.backends.get_mut(server) else { return };
         if let Some(HealthChange::Degraded { consecutive_failures }) = b.sup.health.on_failure() {
-            self.emit(Event::ServerHealthDegraded { server: server.to_string(), consecutive_failures, last_error });
+            self.emit(Event::ServerHealthDegraded { server: self.name(server), consecutive_failures, last_error });
         }
     }
 
@@ -472,7 +472,7 @@ impl Gateway {
         let Some(token) = p.get("progressToken").and_then(Value::as_u64) else { return };
         let now = self.now;
         let Some(call) = self.calls.get_mut(&token) else { return };
-        if call.server != server {
+        if &*call.server != server {
             return;
         }
         let CallKind::Client(c) = &mut call.kind else { return };
@@ -538,7 +538,7 @@ impl Gateway {
         let found = self
             .server_requests
             .iter()
-            .find(|(_, r)| r.server == server && r.backend_id == request_id)
+            .find(|(_, r)| &*r.server == server && r.backend_id == request_id)
             .map(|(id, r)| (*id, r.session, r.related.clone()));
         if let Some((id, session, related)) = found {
             self.server_requests.remove(&id);
@@ -576,7 +576,7 @@ impl Gateway {
         self.server_requests.insert(
             client_id,
             ServerRequest {
-                server: server.to_string(),
+                server: self.name(server),
                 generation,
                 backend_id: id.to_string(),
                 session,
@@ -588,7 +588,11 @@ impl Gateway {
 
     /// The session to ask, and the client call it is asked for: the latest call in
     /// flight on this backend, else any ready session that supports the capability.
-    fn origin_session(&self, server: &str, capability: &str) -> Option<(crate::io::SessionId, Option<String>)> {
+    fn origin_session(
+        &self,
+        server: &str,
+        capability: &str,
+    ) -> Option<(crate::io::SessionId, Option<crate::io::RawId>)> {
         let supports = |s: &crate::io::SessionId| self.sessions.get(s).is_some_and(|s| s.supports(capability));
         match self.latest_call(server, None) {
             Some((s, id)) if supports(&s) => Some((s, Some(id))),
@@ -602,8 +606,8 @@ impl Gateway {
         &self,
         server: &str,
         session: Option<crate::io::SessionId>,
-    ) -> Option<(crate::io::SessionId, String)> {
-        self.calls.values().rev().filter(|c| c.server == server).find_map(|c| match &c.kind {
+    ) -> Option<(crate::io::SessionId, crate::io::RawId)> {
+        self.calls.values().rev().filter(|c| &*c.server == server).find_map(|c| match &c.kind {
             CallKind::Client(cc) if session.map_or(true, |s| s == cc.session) => Some((cc.session, cc.id.clone())),
             _ => None,
         })
@@ -616,7 +620,7 @@ impl Gateway {
             return self.connection_lost(server, failure);
         };
         let generation = self.backends[server].sup.generation();
-        let belongs = self.calls.get(&request).is_some_and(|c| c.server == server && c.generation == generation);
+        let belongs = self.calls.get(&request).is_some_and(|c| &*c.server == server && c.generation == generation);
         if !belongs {
             return;
         }
@@ -679,7 +683,7 @@ impl Gateway {
             return;
         }
         if let Some(BreakerTransition::Opened { cooldown }) = b.sup.breaker.on_failure(now) {
-            self.emit(Event::CircuitOpened { server: server.to_string(), cooldown_ms: cooldown.as_millis() });
+            self.emit(Event::CircuitOpened { server: self.name(server), cooldown_ms: cooldown.as_millis() });
         }
     }
 
@@ -760,7 +764,7 @@ impl Gateway {
             AfterLoss::Reconnect { attempt, delay } => self.announce_reconnect(server, attempt, delay.as_millis()),
             AfterLoss::GaveUp { crashes } => {
                 let window_ms = self.backends[server].sup.policy().crash_window_ms;
-                self.emit(Event::ServerPermanentlyFailed { server: server.to_string(), crashes, window_ms });
+                self.emit(Event::ServerPermanentlyFailed { server: self.name(server), crashes, window_ms });
             }
             AfterLoss::Restart { .. } | AfterLoss::Reauth => {}
         }
@@ -810,7 +814,7 @@ impl Gateway {
             return;
         }
         b.last_reconnect_event = Some(now);
-        self.emit(Event::ServerReconnecting { server: server.to_string(), attempt, next_retry_ms });
+        self.emit(Event::ServerReconnecting { server: self.name(server), attempt, next_retry_ms });
     }
 
     /// Ends the live connection's bookkeeping: closes it, fails pending server
@@ -820,25 +824,25 @@ impl Gateway {
         let generation = b.sup.generation();
         b.discovery = None;
         if b.sup.is_connected() {
-            self.push(Action::CloseBackend { server: server.to_string(), generation });
+            self.push(Action::CloseBackend { server: self.name(server), generation });
             if !lost {
-                self.emit(Event::ServerDisconnected { server: server.to_string(), intentional: true });
+                self.emit(Event::ServerDisconnected { server: self.name(server), intentional: true });
             }
         }
         if lost {
-            self.emit(Event::ServerDisconnected { server: server.to_string(), intentional: false });
+            self.emit(Event::ServerDisconnected { server: self.name(server), intentional: false });
         }
-        let ids: Vec<u64> = self.calls.iter().filter(|(_, c)| c.server == server).map(|(id, _)| *id).collect();
+        let ids: Vec<u64> = self.calls.iter().filter(|(_, c)| &*c.server == server).map(|(id, _)| *id).collect();
         let mut client_calls = Vec::new();
         for id in ids {
             if let Some(Call { kind: CallKind::Client(c), .. }) = self.calls.remove(&id) {
                 client_calls.push(c);
             }
         }
-        let pending: Vec<(u64, crate::io::SessionId, Option<String>)> = self
+        let pending: Vec<(u64, crate::io::SessionId, Option<crate::io::RawId>)> = self
             .server_requests
             .iter()
-            .filter(|(_, r)| r.server == server)
+            .filter(|(_, r)| &*r.server == server)
             .map(|(id, r)| (*id, r.session, r.related.clone()))
             .collect();
         for (id, session, related) in pending {
@@ -884,7 +888,7 @@ impl Gateway {
         let Some(mut b) = self.backends.remove(server) else { return };
         self.retired_generations.insert(server.to_string(), b.sup.generation());
         for t in b.sup.drain_transitions() {
-            self.emit(t.into_event(server));
+            self.emit(t.into_event(self.name(server)));
         }
         // Which backend a URI belongs to is known only while it is registered.
         let catalog = &self.catalog;
@@ -931,7 +935,7 @@ impl Gateway {
             Timer::HealthCheck => self.health_check(server),
             Timer::Idle => {
                 // A health check in flight is not traffic.
-                let busy = self.calls.values().any(|c| c.server == server && !matches!(c.kind, CallKind::Health))
+                let busy = self.calls.values().any(|c| &*c.server == server && !matches!(c.kind, CallKind::Health))
                     || !b.queue.is_empty();
                 if busy || !b.sup.is_ready() {
                     b.sup.touch(now);
@@ -972,7 +976,7 @@ impl Gateway {
             // Recent successful traffic is the check: it passed.
             b.sup.schedule_health(now, &mut self.rng);
             if let Some(HealthChange::Restored) = b.sup.health.on_success() {
-                self.emit(Event::ServerHealthRestored { server: server.to_string() });
+                self.emit(Event::ServerHealthRestored { server: self.name(server) });
             }
             return;
         }
@@ -980,7 +984,7 @@ impl Gateway {
         let deadline = Some(now + Self::duration(b.sup.policy().health_timeout_ms));
         let generation = b.sup.generation();
         let id = self.alloc_id();
-        self.calls.insert(id, Call { server: server.to_string(), generation, deadline, kind: CallKind::Health });
+        self.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Health });
         self.to_backend(server, protocol::request(id, method, None), Some(id));
     }
 
@@ -1044,7 +1048,7 @@ impl Gateway {
         let b = &self.backends[server];
         let generation = b.sup.generation();
         let deadline = Some(self.now + Self::duration(b.sup.policy().request_timeout_ms));
-        self.calls.insert(id, Call { server: server.to_string(), generation, deadline, kind: CallKind::Quiet });
+        self.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Quiet });
         self.to_backend(server, protocol::request(id, method, Some(params)), Some(id));
     }
 

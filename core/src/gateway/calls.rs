@@ -12,7 +12,7 @@ use crate::time::Instant;
 /// A request the gateway sent to a backend and awaits an answer to.
 #[derive(Clone, Debug)]
 pub(super) struct Call {
-    pub server: String,
+    pub server: crate::io::ServerName,
     pub generation: Generation,
     /// When it times out; `None` when another timer covers it (the handshake).
     pub deadline: Option<Instant>,
@@ -52,7 +52,7 @@ pub(super) enum Shape {
 pub(super) struct ClientCall {
     pub session: SessionId,
     /// The client's id, raw JSON.
-    pub id: String,
+    pub id: crate::io::RawId,
     pub method: &'static str,
     /// Params rewritten for the backend (names and URIs), raw JSON, without the progress token.
     pub params: Forward,
@@ -87,13 +87,13 @@ pub(super) struct Queued {
 /// A backend-to-client request (sampling, elicitation, roots) in flight.
 #[derive(Clone, Debug)]
 pub(super) struct ServerRequest {
-    pub server: String,
+    pub server: crate::io::ServerName,
     pub generation: Generation,
     /// The backend's id, raw JSON.
     pub backend_id: String,
     pub session: SessionId,
     /// The client call it was made for (raw id), if one was in flight.
-    pub related: Option<String>,
+    pub related: Option<crate::io::RawId>,
 }
 
 /// A client request waiting for backends that are starting for the first time:
@@ -101,7 +101,7 @@ pub(super) struct ServerRequest {
 #[derive(Clone, Debug)]
 pub(super) struct ParkedList {
     pub session: SessionId,
-    pub id: String,
+    pub id: crate::io::RawId,
     pub what: Parked,
     pub deadline: Instant,
 }
@@ -122,45 +122,83 @@ impl ParkedList {
     }
 }
 
-/// The top-level fields of a params object, values left as raw JSON text.
-pub(super) type RawFields<'a> = alloc::collections::BTreeMap<Key<'a>, &'a serde_json::value::RawValue>;
+type RawValue = serde_json::value::RawValue;
 
-/// An object key borrowed from the frame when it has no escapes (serde's own
-/// `Cow<str>` always copies).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Key<'a>(pub alloc::borrow::Cow<'a, str>);
-
-impl core::ops::Deref for Key<'_> {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
+/// The top-level fields of a params object, values left as raw JSON text and
+/// keys borrowed from the frame. Up to [`RawFields::INLINE`] fields (every MCP
+/// request's params) live on the stack in arrival order; a larger object moves
+/// to a map. A repeated key keeps its last value, as JSON parsers do.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // on the stack on purpose: that is the point
+pub(super) enum RawFields<'a> {
+    Few(heapless::Vec<(Key<'a>, &'a RawValue), { RawFields::INLINE }>),
+    Many(alloc::collections::BTreeMap<Key<'a>, &'a RawValue>),
 }
 
-impl core::borrow::Borrow<str> for Key<'_> {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
+impl<'a> RawFields<'a> {
+    const INLINE: usize = 8;
 
-impl<'de> serde::Deserialize<'de> for Key<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                f.write_str("a string")
+    /// The raw value of field `name`.
+    pub fn get(&self, name: &str) -> Option<&'a RawValue> {
+        match self {
+            RawFields::Few(v) => v.iter().find(|(k, _)| &**k == name).map(|(_, v)| *v),
+            RawFields::Many(m) => m.get(name).copied(),
+        }
+    }
+
+    /// Every field once, in arrival order (small objects) or key order (large).
+    pub fn iter(&self) -> impl Iterator<Item = (&Key<'a>, &'a RawValue)> + '_ {
+        let few = match self {
+            RawFields::Few(v) => Some(v.iter().map(|(k, v)| (k, *v))),
+            RawFields::Many(_) => None,
+        };
+        let many = match self {
+            RawFields::Many(m) => Some(m.iter().map(|(k, v)| (k, *v))),
+            RawFields::Few(_) => None,
+        };
+        few.into_iter().flatten().chain(many.into_iter().flatten())
+    }
+
+    fn insert(&mut self, key: Key<'a>, value: &'a RawValue) {
+        match self {
+            RawFields::Few(v) => {
+                if let Some(slot) = v.iter_mut().find(|(k, _)| *k == key) {
+                    slot.1 = value;
+                } else if let Err((key, value)) = v.push((key, value)) {
+                    let mut map: alloc::collections::BTreeMap<_, _> = core::mem::take(v).into_iter().collect();
+                    map.insert(key, value);
+                    *self = RawFields::Many(map);
+                }
             }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(alloc::borrow::Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(alloc::borrow::Cow::Owned(v.into())))
+            RawFields::Many(m) => {
+                m.insert(key, value);
             }
         }
-        deserializer.deserialize_str(Visitor)
     }
 }
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for RawFields<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<'a>(core::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visitor<'a> {
+            type Value = RawFields<'a>;
+            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<RawFields<'a>, M::Error> {
+                let mut fields = RawFields::Few(heapless::Vec::new());
+                while let Some((key, value)) = map.next_entry::<Key<'a>, &'a RawValue>()? {
+                    fields.insert(key, value);
+                }
+                Ok(fields)
+            }
+        }
+        deserializer.deserialize_map(Visitor(core::marker::PhantomData))
+    }
+}
+
+/// An object key borrowed from the frame when it has no escapes.
+pub(super) use crate::protocol::Text as Key;
 
 /// A call's params as sent to its backend, serialized once when the call is
 /// accepted: every attempt (retries, resends) copies this text into its frame and
@@ -176,10 +214,10 @@ pub(super) struct Forward {
 }
 
 impl Forward {
-    /// From parsed raw fields, with `replace`d values (raw JSON) and the progress
-    /// token taken out; returns the client's token.
+    /// From parsed raw fields, with `replace`d fields given as string values
+    /// (quoted here) and the progress token taken out; returns the client's token.
     pub fn from_fields(fields: &RawFields<'_>, replace: &[(&str, &str)]) -> (Forward, Option<serde_json::Value>) {
-        let mut body = String::with_capacity(fields.values().map(|v| v.get().len() + 16).sum::<usize>() + 2);
+        let mut body = String::with_capacity(fields.iter().map(|(_, v)| v.get().len() + 16).sum::<usize>() + 2);
         let mut meta_close = None;
         let mut meta_opaque = false;
         let mut progress = None;
@@ -190,14 +228,14 @@ impl Forward {
             }
             protocol::push_quoted(&mut body, key);
             body.push(':');
-            if let Some((_, raw)) = replace.iter().find(|(k, _)| *k == &**key) {
-                body.push_str(raw);
+            if let Some((_, text)) = replace.iter().find(|(k, _)| *k == &**key) {
+                protocol::push_quoted(&mut body, text);
             } else if &**key == "_meta" {
                 match serde_json::from_str::<RawFields<'_>>(value.get()) {
                     Ok(meta) => {
                         body.push('{');
                         let mut first = true;
-                        for (mk, mv) in &meta {
+                        for (mk, mv) in meta.iter() {
                             if &**mk == "progressToken" {
                                 progress = serde_json::from_str(mv.get()).ok();
                                 continue;
@@ -229,7 +267,7 @@ impl Forward {
     /// From a params map the gateway rewrote (not on the hot path).
     pub fn from_map(params: &serde_json::Map<String, serde_json::Value>) -> (Forward, Option<serde_json::Value>) {
         let text = serde_json::to_string(params).unwrap_or_else(|_| "{}".into());
-        let fields: RawFields<'_> = serde_json::from_str(&text).unwrap_or_default();
+        let fields = serde_json::from_str::<RawFields<'_>>(&text).unwrap_or(RawFields::Few(heapless::Vec::new()));
         Forward::from_fields(&fields, &[])
     }
 
@@ -255,11 +293,13 @@ impl Forward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::format;
+    use alloc::string::String;
     use serde_json::{json, Value};
 
     fn forward(params: &str, progress: bool) -> (Value, Option<Value>) {
         let fields: RawFields<'_> = serde_json::from_str(params).unwrap();
-        let (f, token) = Forward::from_fields(&fields, &[("name", r#""orig""#)]);
+        let (f, token) = Forward::from_fields(&fields, &[("name", "orig")]);
         let frame: Value = serde_json::from_str(&f.frame(42, "tools/call", progress)).unwrap();
         (frame["params"].clone(), token)
     }
@@ -281,5 +321,16 @@ mod tests {
         assert_eq!(p, json!({"_meta":{"progressToken":42}}));
         let (p, _) = forward(r#"{"_meta":"odd"}"#, true);
         assert_eq!(p, json!({"_meta":"odd"}));
+    }
+
+    #[test]
+    fn large_params_objects_and_repeated_keys_keep_every_field_once() {
+        let many: String = (0..20).map(|i| format!(r#""k{i}":{i},"#)).collect();
+        let (p, _) = forward(&format!(r#"{{{many}"name":"srv__x","k3":"last"}}"#), false);
+        let object = p.as_object().unwrap();
+        assert_eq!(object.len(), 21);
+        assert_eq!((&p["name"], &p["k3"], &p["k19"]), (&json!("orig"), &json!("last"), &json!(19)));
+        let (p, _) = forward(r#"{"name":"a","x":1,"x":2}"#, false);
+        assert_eq!(p, json!({"name":"orig","x":2}));
     }
 }

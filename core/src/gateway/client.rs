@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::calls::{Call, CallKind, ClientCall, Forward, Key, Parked, ParkedList, Queued, RawFields, Shape};
 use super::Gateway;
 use crate::catalog::ListKind;
-use crate::io::{Action, ClientRoute, SessionId, Status};
+use crate::io::{Action, ClientRoute, RawId, ServerName, SessionId, Status};
 use crate::policy::Admission;
 use crate::protocol::{self, code, Era, Message};
 use crate::supervisor::Readiness;
@@ -25,7 +25,7 @@ pub(super) struct Session {
     /// Client capabilities announced at `initialize`.
     pub capabilities: Map<String, Value>,
     /// Ids of this session's requests not yet answered, raw JSON.
-    pub in_flight: BTreeSet<String>,
+    pub in_flight: BTreeSet<RawId>,
     /// Fingerprint of each list as this session last saw or was told of it.
     pub seen: [u64; 4],
     /// Closed when idle (HTTP sessions).
@@ -188,7 +188,7 @@ impl Gateway {
         };
         match message {
             Message::Request { id, method, params } => {
-                let id = id.get().to_string();
+                let id = RawId::new(id.get());
                 let params = params.map(|p| p.get());
                 let s = self.sessions.get_mut(&session).expect("present");
                 if s.in_flight.contains(&id) {
@@ -216,7 +216,7 @@ impl Gateway {
         }
     }
 
-    fn client_request(&mut self, session: SessionId, id: String, method: &str, params: Option<&str>) {
+    fn client_request(&mut self, session: SessionId, id: RawId, method: &str, params: Option<&str>) {
         // The hot path: routed by name from the raw params, no tree parse.
         match method {
             "tools/call" => return self.route_named(session, id, "tools/call", params, ListKind::Tools, true),
@@ -275,7 +275,7 @@ impl Gateway {
         );
         self.reply(session, id, &result);
         // Lazy backends start when the first client arrives.
-        let lazy: Vec<String> = self
+        let lazy: Vec<ServerName> = self
             .backends
             .iter()
             .filter(|(_, b)| b.config.lazy && !b.config.disabled && b.sup.status() == Status::Provisioning)
@@ -299,7 +299,7 @@ impl Gateway {
                 self.client_cancelled(session, &request_id);
             }
             "notifications/roots/list_changed" => {
-                let ready: Vec<String> =
+                let ready: Vec<ServerName> =
                     self.backends.iter().filter(|(_, b)| b.sup.is_ready()).map(|(n, _)| n.clone()).collect();
                 for server in ready {
                     self.to_backend(&server, protocol::notification(method, None), None);
@@ -368,7 +368,7 @@ impl Gateway {
 
     // ----- lists -----
 
-    fn list(&mut self, session: SessionId, id: String, kind: ListKind, cursor: Option<String>) {
+    fn list(&mut self, session: SessionId, id: RawId, kind: ListKind, cursor: Option<String>) {
         if self.connection_pending(self.config.policy.aggregation_deadline_ms) {
             let deadline = self.now + Self::duration(self.config.policy.aggregation_deadline_ms);
             self.parked_lists.push(ParkedList { session, id, what: Parked::List { kind, cursor }, deadline });
@@ -453,7 +453,7 @@ impl Gateway {
     fn route_named(
         &mut self,
         session: SessionId,
-        id: String,
+        id: RawId,
         method: &'static str,
         params: Option<&str>,
         kind: ListKind,
@@ -485,10 +485,8 @@ impl Gateway {
             let msg = format!("unknown {what}: {}", &*name);
             return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
         };
-        let (server, retry_safe) = (r.server.to_string(), r.entry.retry_safe);
-        let mut quoted = String::with_capacity(r.entry.original.len() + 2);
-        protocol::push_quoted(&mut quoted, &r.entry.original);
-        let (params, progress) = Forward::from_fields(&fields, &[("name", &quoted)]);
+        let (server, retry_safe) = (self.name(r.server), r.entry.retry_safe);
+        let (params, progress) = Forward::from_fields(&fields, &[("name", &r.entry.original)]);
         self.submit(&server, session, id, method, params, progress, retry_safe, Shape::Plain);
     }
 
@@ -496,7 +494,7 @@ impl Gateway {
     fn route_uri(
         &mut self,
         session: SessionId,
-        id: String,
+        id: RawId,
         method: &'static str,
         params: Option<Map<String, Value>>,
         shape: Shape,
@@ -521,7 +519,7 @@ impl Gateway {
     fn subscription(
         &mut self,
         session: SessionId,
-        id: String,
+        id: RawId,
         method: &'static str,
         params: Option<Map<String, Value>>,
     ) {
@@ -558,13 +556,13 @@ impl Gateway {
         let Some((server, uri)) = self.catalog.resolve_uri(served).map(|(s, u)| (s.to_string(), u.to_string())) else {
             return;
         };
-        if self.backends.get(&server).is_some_and(|b| b.sup.is_ready()) {
+        if self.backends.get(server.as_str()).is_some_and(|b| b.sup.is_ready()) {
             let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
             self.quiet_request(&server, "resources/unsubscribe", &params);
         }
     }
 
-    fn complete(&mut self, session: SessionId, id: String, params: Option<Map<String, Value>>) {
+    fn complete(&mut self, session: SessionId, id: RawId, params: Option<Map<String, Value>>) {
         let Some(mut params) = params else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
         };
@@ -599,7 +597,7 @@ impl Gateway {
         let Some(params) = params else {
             return self.reply_error(session, id, code::INVALID_PARAMS, "missing level", None);
         };
-        let targets: Vec<String> = self
+        let targets: Vec<ServerName> = self
             .backends
             .iter()
             .filter(|(_, b)| b.sup.is_ready() && b.capabilities.contains_key("logging"))
@@ -618,7 +616,7 @@ impl Gateway {
         &mut self,
         server: &str,
         session: SessionId,
-        id: String,
+        id: RawId,
         method: &'static str,
         params: Forward,
         progress: Option<Value>,
@@ -728,7 +726,7 @@ impl Gateway {
         let deadline = Some((now + Self::duration(policy.request_timeout_ms)).min(hard).max(now));
         let generation = b.sup.generation();
         let frame = call.params.frame(id, call.method, call.progress.is_some());
-        self.calls.insert(id, Call { server: server.to_string(), generation, deadline, kind: CallKind::Client(call) });
+        self.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Client(call) });
         self.to_backend(server, frame, Some(id));
     }
 

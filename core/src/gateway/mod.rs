@@ -30,7 +30,7 @@ use core::fmt;
 
 use crate::catalog::{Catalog, ListKind};
 use crate::config::{Config, ConfigError, ServerConfig};
-use crate::io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, SessionId, Status};
+use crate::io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, RawId, ServerName, SessionId, Status};
 use crate::policy::{BreakerState, Failure};
 use crate::protocol::{self, Era};
 use crate::redact::Redactor;
@@ -55,14 +55,14 @@ pub enum HostError {
     /// An input named a generation the engine never issued.
     FutureGeneration {
         /// Backend.
-        server: String,
+        server: ServerName,
         /// The generation given.
         generation: Generation,
     },
     /// An admin command named a backend that does not exist.
     UnknownBackend {
         /// The name given.
-        server: String,
+        server: ServerName,
     },
     /// A reloaded configuration failed validation.
     InvalidConfig(ConfigError),
@@ -120,7 +120,7 @@ pub struct Gateway {
     config: Config,
     rng: Rng,
     now: Instant,
-    backends: BTreeMap<String, Backend>,
+    backends: BTreeMap<ServerName, Backend>,
     catalog: Catalog,
     /// Secrets of the current config, removed from events and error messages.
     redactor: Redactor,
@@ -369,7 +369,7 @@ impl Gateway {
     /// A frame that answers the client's request `id` (raw JSON).
     fn reply_to_client(&mut self, session: SessionId, id: &str, frame: String) {
         self.touch_session(session);
-        self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(id.to_string()) });
+        self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(RawId::new(id)) });
     }
 
     /// Idle time counts from the last exchange, so a long call is not idle time.
@@ -382,7 +382,7 @@ impl Gateway {
 
     /// A frame sent on behalf of the client's request `id`, or to the session when none.
     fn related_to_client(&mut self, session: SessionId, id: Option<&str>, frame: String) {
-        let route = id.map_or(ClientRoute::Session, |id| ClientRoute::Related(id.to_string()));
+        let route = id.map_or(ClientRoute::Session, |id| ClientRoute::Related(RawId::new(id)));
         self.push(Action::SendToClient { session, frame, route });
     }
 
@@ -390,7 +390,12 @@ impl Gateway {
     fn to_backend(&mut self, server: &str, frame: String, request: Option<u64>) {
         let Some(b) = self.backends.get(server) else { return };
         let generation = b.sup.generation();
-        self.push(Action::SendToBackend { server: server.to_string(), generation, frame, request });
+        self.push(Action::SendToBackend { server: self.name(server), generation, frame, request });
+    }
+
+    /// The shared name of backend `server` (no allocation when it exists).
+    fn name(&self, server: &str) -> ServerName {
+        self.backends.get_key_value(server).map_or_else(|| server.into(), |(name, _)| name.clone())
     }
 
     fn alloc_id(&mut self) -> u64 {
@@ -403,7 +408,7 @@ impl Gateway {
     fn current(&self, server: &str, generation: Generation) -> Result<bool, HostError> {
         let Some(b) = self.backends.get(server) else { return Ok(false) };
         if generation > b.sup.generation() {
-            return Err(HostError::FutureGeneration { server: server.to_string(), generation });
+            return Err(HostError::FutureGeneration { server: self.name(server), generation });
         }
         Ok(generation == b.sup.generation() && b.sup.is_connected())
     }
@@ -446,7 +451,7 @@ impl Gateway {
     fn settle(&mut self) {
         let mut changed = Vec::new();
         for (name, b) in self.backends.iter_mut() {
-            changed.extend(b.sup.drain_transitions().map(|t| t.into_event(name)));
+            changed.extend(b.sup.drain_transitions().map(|t| t.into_event(name.clone())));
         }
         for event in changed {
             self.emit(event);
@@ -520,7 +525,7 @@ impl Gateway {
         let old = core::mem::replace(&mut self.config, config);
         self.redactor = Redactor::from_config(&self.config);
         if old.separator != self.config.separator {
-            let names: Vec<String> = self.backends.keys().cloned().collect();
+            let names: Vec<ServerName> = self.backends.keys().cloned().collect();
             let mut fresh = Catalog::new(&self.config.separator);
             for name in &names {
                 fresh.register(name, self.backends[name].config.prefixed);
@@ -532,8 +537,8 @@ impl Gateway {
                 }
             }
         }
-        let removed: Vec<String> =
-            self.backends.keys().filter(|n| !self.config.servers.contains_key(*n)).cloned().collect();
+        let removed: Vec<ServerName> =
+            self.backends.keys().filter(|n| !self.config.servers.contains_key(&***n)).cloned().collect();
         for name in removed {
             self.remove_backend(&name);
         }
@@ -541,7 +546,7 @@ impl Gateway {
             self.config.servers.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
         for (name, server) in servers {
             let policy = self.config.policy_for(&name);
-            match self.backends.get_mut(&name) {
+            match self.backends.get_mut(name.as_str()) {
                 None => {
                     self.catalog.register(&name, server.prefixed);
                     let mut sup = Supervisor::new(server.transport.is_stdio(), server.vital, policy, self.now);
@@ -549,7 +554,7 @@ impl Gateway {
                         sup.continue_generations(last);
                     }
                     let eager = !server.lazy && !server.disabled;
-                    self.backends.insert(name.clone(), Backend::new(server, sup));
+                    self.backends.insert(name.as_str().into(), Backend::new(server, sup));
                     if eager {
                         self.connect(&name);
                     }
@@ -561,12 +566,12 @@ impl Gateway {
                     let prefixed = server.prefixed;
                     b.config = server;
                     self.catalog.register(&name, prefixed);
-                    let b = &self.backends[&name];
+                    let b = &self.backends[name.as_str()];
                     if b.config.disabled {
                         if b.sup.is_connected() || !was_disabled {
                             self.close_backend(&name, Status::Disconnected, Some("disabled by config".into()));
                         }
-                    } else if transport_changed || was_disabled || !self.backends[&name].catalog_discovered {
+                    } else if transport_changed || was_disabled || !self.backends[name.as_str()].catalog_discovered {
                         self.restart_for_config(&name);
                     }
                 }

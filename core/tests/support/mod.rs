@@ -22,7 +22,7 @@ pub struct Sim {
     /// Every action so far, with time.
     pub actions: Vec<(u64, Action)>,
     /// Current generation per backend, learned from spawn/connect actions.
-    pub gens: BTreeMap<String, u64>,
+    pub gens: BTreeMap<tether_core::ServerName, u64>,
     /// The trace of this run (header + inputs), for replay tests.
     pub trace: String,
     /// Log ticks that produced nothing too.
@@ -159,7 +159,7 @@ impl Sim {
         self.actions
             .iter()
             .filter_map(|(_, a)| match a {
-                Action::SendToBackend { server: s, frame, .. } if s == server => {
+                Action::SendToBackend { server: s, frame, .. } if &**s == server => {
                     let v: Value = serde_json::from_str(frame).ok()?;
                     (v["method"] == method && v.get("id").is_some())
                         .then(|| (v["id"].as_u64().unwrap(), v["params"].clone()))
@@ -279,7 +279,7 @@ pub fn status_path(sim: &Sim, server: &str) -> Vec<Status> {
     events(sim)
         .into_iter()
         .filter_map(|(_, e)| match e {
-            Event::ServerStatusChanged { server: s, to, .. } if s == server => Some(to),
+            Event::ServerStatusChanged { server: s, to, .. } if &*s == server => Some(to),
             _ => None,
         })
         .collect()
@@ -306,7 +306,7 @@ pub fn request_times(sim: &Sim, server: &str, method: &str) -> Vec<(u64, u64)> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::SendToBackend { server: s, frame, .. } if s == server => {
+            Action::SendToBackend { server: s, frame, .. } if &**s == server => {
                 let v: Value = serde_json::from_str(frame).ok()?;
                 (v["method"] == method && v.get("id").is_some()).then(|| (*at, v["id"].as_u64().unwrap()))
             }

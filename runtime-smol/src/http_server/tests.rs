@@ -78,9 +78,9 @@ fn handle(server: &HttpServer, held: &mut Vec<(SessionId, Value)>, input: &Input
     let Some(id) = message.get("id").cloned() else {
         if method == "test/release" {
             for (session, id) in held.drain(..) {
-                server.deliver(session, Route::Related(id.to_string()), progress(2));
+                server.deliver(session, Route::Related(id.to_string().into()), progress(2));
                 let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"echo": "slow/held"}});
-                server.deliver(session, Route::Reply(id.to_string()), answer.to_string());
+                server.deliver(session, Route::Reply(id.to_string().into()), answer.to_string());
             }
         }
         return;
@@ -92,20 +92,20 @@ fn handle(server: &HttpServer, held: &mut Vec<(SessionId, Value)>, input: &Input
     let key = id.to_string();
     match method.as_str() {
         "slow/progress" => {
-            server.deliver(session, Route::Related(key.clone()), progress(1));
-            server.deliver(session, Route::Related(key.clone()), progress(2));
-            server.deliver(session, Route::Reply(key), answer);
+            server.deliver(session, Route::Related(key.as_str().into()), progress(1));
+            server.deliver(session, Route::Related(key.as_str().into()), progress(2));
+            server.deliver(session, Route::Reply(key.as_str().into()), answer);
         }
         "push" => {
             let pushed = json!({"jsonrpc": "2.0", "method": "notifications/pushed", "params": {"by": id}});
             server.deliver(session, Route::Session, pushed.to_string());
-            server.deliver(session, Route::Reply(key), answer);
+            server.deliver(session, Route::Reply(key.as_str().into()), answer);
         }
         "slow/held" => {
-            server.deliver(session, Route::Related(key), progress(1));
+            server.deliver(session, Route::Related(key.as_str().into()), progress(1));
             held.push((session, id));
         }
-        _ => server.deliver(session, Route::Reply(key), answer),
+        _ => server.deliver(session, Route::Reply(key.as_str().into()), answer),
     }
 }
 
