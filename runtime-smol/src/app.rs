@@ -14,54 +14,17 @@ use crate::host::Host;
 use crate::http_server::{HttpServer, ServerOptions};
 
 /// Logs to stderr only: stdout is the protocol.
-pub fn init_logging(level: &str) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .with_target(false)
-        .try_init();
-}
+pub use tether_host::logging::init_logging;
 
 /// Loads the configuration named on the command line (or the default path) and
 /// applies the policy flags.
 pub fn load_config(cli: &Cli) -> Result<Config, String> {
-    let path = match &cli.config {
-        Some(p) => p.clone(),
-        None => match config_file::default_path() {
-            Some(p) if p.exists() => p,
-            Some(p) => return Err(format!("no --config given and no file at the default path {}", p.display())),
-            None => return Err("no --config given and no default path (set HOME or TETHER_CONFIG)".into()),
-        },
-    };
-    let mut config = config_file::load(&path).map_err(|e| e.to_string())?;
-    apply_flags(cli, &mut config);
-    config.validate().map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(config)
-}
-
-fn apply_flags(cli: &Cli, config: &mut Config) {
-    if let Some(t) = cli.policy.failure_threshold {
-        config.policy.breaker_threshold = t;
-    }
-    if let Some(s) = cli.policy.cooldown {
-        config.policy.breaker_cooldown_ms = s.saturating_mul(1000);
-    }
-    if let Some(s) = cli.policy.request_timeout {
-        config.policy.request_timeout_ms = s.saturating_mul(1000);
-        config.policy.request_timeout_max_ms =
-            config.policy.request_timeout_max_ms.max(config.policy.request_timeout_ms);
-    }
+    tether_host::flags::load_config(cli.config.as_deref(), &cli.policy)
 }
 
 /// The seed from the flags, or one from the clock.
 pub fn seed(cli: &Cli) -> u64 {
-    cli.policy.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-    })
+    cli.policy.seed()
 }
 
 /// Builds a host, recording if asked.
@@ -159,7 +122,7 @@ fn listen_options(addr: &str, args: &ServeArgs) -> Result<ServerOptions, String>
 }
 
 fn cli_config_path(cli: &Cli) -> Option<std::path::PathBuf> {
-    cli.config.clone().or_else(config_file::default_path)
+    tether_host::flags::config_path(cli.config.as_deref())
 }
 
 /// SIGTERM/SIGINT end the session like a closed stdin; SIGHUP reloads the config.

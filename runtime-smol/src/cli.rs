@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+pub use tether_host::flags::PolicyFlags;
 
 /// tether: a resilient MCP gateway.
 #[derive(Debug, Parser)]
@@ -21,23 +22,6 @@ pub struct Cli {
     pub policy: PolicyFlags,
     #[command(subcommand)]
     pub command: Option<Command>,
-}
-
-/// Policy overrides from the command line (they win over the config file).
-#[derive(Debug, Default, Args)]
-pub struct PolicyFlags {
-    /// Consecutive failures that open a backend's circuit breaker.
-    #[arg(long, global = true)]
-    pub failure_threshold: Option<u32>,
-    /// Seconds an open breaker waits before letting one probe through.
-    #[arg(long, global = true)]
-    pub cooldown: Option<u64>,
-    /// Seconds a backend request may take before it is cancelled.
-    #[arg(long, global = true)]
-    pub request_timeout: Option<u64>,
-    /// Seed of the jitter PRNG (recorded in traces). Random when absent.
-    #[arg(long, global = true)]
-    pub seed: Option<u64>,
 }
 
 /// How `serve` reaches its clients.

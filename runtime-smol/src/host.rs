@@ -3,17 +3,18 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_channel::{Receiver, Sender};
 use futures_lite::future;
-use tether_core::trace::{header_line, input_line, TraceHeader, TRACE_VERSION};
 use tether_core::{Action, Config, Event, Gateway, Input, Instant, SessionId};
 
-use crate::http_backend::{HttpBackend, HttpTarget};
 use crate::http_server::HttpServer;
 use crate::stdio_backend::{Launch, StdioBackend};
+use tether_host::http_backend::{HttpBackend, HttpTarget, InputSink, Spawner};
+use tether_host::logging::log_event;
+use tether_host::recorder::Recorder;
 
 /// The monotonic clock the core's `Instant`s are measured on.
 #[derive(Clone, Copy, Debug)]
@@ -67,7 +68,7 @@ pub struct Host {
     clients: HashMap<SessionId, ClientSink>,
     /// The Streamable HTTP listener: every session not in `clients` is its.
     http: Option<HttpServer>,
-    record: Option<BufWriter<File>>,
+    record: Option<Recorder>,
     reports: Option<Sender<Report>>,
 }
 
@@ -96,11 +97,7 @@ impl Host {
     /// redacted: the header holds a redacted config, and any input line that
     /// quotes a secret has it blanked.
     pub fn record_to(&mut self, file: File, config: &Config, seed: u64) -> std::io::Result<()> {
-        let mut w = BufWriter::new(file);
-        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start: self.start, config: config.redacted() };
-        // Arguments may quote a secret too (`--api-key "$KEY"`).
-        writeln!(w, "{}", self.gw.redactor().redact(&header_line(&header)))?;
-        self.record = Some(w);
+        self.record = Some(Recorder::start(file, config, seed, self.start, self.gw.redactor())?);
         Ok(())
     }
 
@@ -166,10 +163,8 @@ impl Host {
     /// Feeds one input now and executes the resulting actions.
     pub fn feed(&mut self, input: Input) -> Result<(), tether_core::HostError> {
         let now = self.clock.now();
-        if let Some(w) = self.record.as_mut() {
-            let line = input_line(now, &input);
-            let _ = writeln!(w, "{}", self.gw.redactor().redact(&line));
-            let _ = w.flush();
+        if let Some(r) = self.record.as_mut() {
+            r.record(now, &input, self.gw.redactor());
         }
         let result = self.gw.handle(now, input);
         self.execute_pending();
@@ -215,7 +210,10 @@ impl Host {
                     read_timeout,
                     max_frame,
                 };
-                let b = HttpBackend::connect(target, self.inputs.clone());
+                let inputs = self.inputs.clone();
+                let sink: InputSink = Arc::new(move |input| inputs.send_blocking(input).is_ok());
+                let spawn: Spawner = Arc::new(|job| smol::unblock(job).detach());
+                let b = HttpBackend::connect(target, sink, spawn);
                 self.connections.insert(server, (generation, Connection::Http(b)));
             }
             Action::SendToBackend { server, generation, frame, request } => match self.connections.get(&server) {
@@ -291,17 +289,5 @@ impl Host {
                 async_io::Timer::after(Duration::from_millis(50)).await;
             }
         }
-    }
-}
-
-fn log_event(event: &Event) {
-    match event {
-        Event::ServerStatusChanged { .. }
-        | Event::ServerReconnected { .. }
-        | Event::ServerHealthRestored { .. }
-        | Event::CircuitClosed { .. }
-        | Event::ToolsDiscovered { .. } => tracing::info!("{event}"),
-        Event::ServerDisconnected { intentional: true, .. } => tracing::info!("{event}"),
-        _ => tracing::warn!("{event}"),
     }
 }

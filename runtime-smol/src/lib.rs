@@ -6,11 +6,11 @@ pub mod app;
 pub mod check;
 pub mod cli;
 pub mod client_stdio;
-pub mod config_file;
 pub mod demo;
 pub mod host;
-pub mod http_backend;
 pub mod http_server;
 pub mod line_reader;
 pub mod mock_backend;
 pub mod stdio_backend;
+
+pub use tether_host::{config_file, http_backend};

@@ -2,8 +2,10 @@
 //! optional GET stream, `Mcp-Session-Id`, `MCP-Protocol-Version`, DELETE on close)
 //! and legacy HTTP+SSE (a GET event stream that names the POST endpoint).
 //!
-//! HTTP runs through ureq (rustls) on smol's blocking pool. Every outcome becomes
-//! an input; what to do about it (retry, reconnect, re-initialize) is the core's call.
+//! HTTP runs through ureq (rustls) on threads the runtime provides ([`Spawner`]:
+//! smol's blocking pool, or plain threads). Every outcome becomes an input handed
+//! to the runtime's [`InputSink`]; what to do about it (retry, reconnect,
+//! re-initialize) is the core's call.
 //!
 //! Each POST runs on its own thread, so two frames could overtake each other on
 //! the wire. Where order matters it is kept: a frame sent after a notification or
@@ -17,7 +19,6 @@ use std::io::Read;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use async_channel::Sender;
 use tether_core::codec::SseDecoder;
 use tether_core::{Failure, Input};
 
@@ -31,6 +32,12 @@ const ENDPOINT_WAIT: Duration = Duration::from_secs(30);
 const ORDER_WAIT: Duration = Duration::from_secs(2);
 /// How much of an error response's body is read to understand it.
 const ERROR_BODY_LIMIT: u64 = 64 * 1024;
+
+/// Where a connection's inputs go: returns `false` once nobody listens any more.
+pub type InputSink = Arc<dyn Fn(Input) -> bool + Send + Sync>;
+
+/// Runs a blocking job (one HTTP exchange or stream) on some thread.
+pub type Spawner = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 
 /// Where and how to connect.
 pub struct HttpTarget {
@@ -63,7 +70,8 @@ struct Shared {
     legacy: bool,
     agent: ureq::Agent,
     max_frame: usize,
-    inputs: Sender<Input>,
+    inputs: InputSink,
+    spawn: Spawner,
     state: Mutex<State>,
     endpoint_known: Condvar,
 }
@@ -109,7 +117,7 @@ impl Drop for Opener {
 impl HttpBackend {
     /// Opens a connection. Streamable HTTP needs nothing up front; legacy SSE
     /// opens its event stream at once.
-    pub fn connect(target: HttpTarget, inputs: Sender<Input>) -> HttpBackend {
+    pub fn connect(target: HttpTarget, inputs: InputSink, spawn: Spawner) -> HttpBackend {
         let agent =
             ureq::AgentBuilder::new().timeout_connect(CONNECT_TIMEOUT).timeout_read(target.read_timeout).build();
         let legacy = target.legacy;
@@ -122,12 +130,13 @@ impl HttpBackend {
             agent,
             max_frame: target.max_frame,
             inputs,
+            spawn,
             state: Mutex::new(State::default()),
             endpoint_known: Condvar::new(),
         });
         if legacy {
             let s = shared.clone();
-            smol::unblock(move || s.legacy_stream()).detach();
+            (shared.spawn)(Box::new(move || s.legacy_stream()));
         }
         HttpBackend { shared }
     }
@@ -146,13 +155,12 @@ impl HttpBackend {
             });
             (after, accepted)
         };
-        smol::unblock(move || {
+        (self.shared.spawn)(Box::new(move || {
             if let Some(gate) = after {
                 gate.wait(ORDER_WAIT);
             }
             s.post(&frame, request, accepted);
-        })
-        .detach();
+        }));
     }
 
     /// Ends the session (DELETE when the server gave one) and stops reporting.
@@ -165,7 +173,8 @@ impl HttpBackend {
         };
         s.endpoint_known.notify_all();
         if let (Some(session), false) = (session, s.legacy) {
-            smol::unblock(move || {
+            let spawn = s.spawn.clone();
+            spawn(Box::new(move || {
                 let mut req = s.agent.delete(&s.url).set("Mcp-Session-Id", &session);
                 if let Some(v) = &version {
                     req = req.set("MCP-Protocol-Version", v);
@@ -174,8 +183,7 @@ impl HttpBackend {
                     req = req.set(k, v);
                 }
                 let _ = req.call();
-            })
-            .detach();
+            }));
         }
     }
 }
@@ -183,7 +191,7 @@ impl HttpBackend {
 impl Shared {
     fn report(&self, input: Input) {
         if !self.state.lock().unwrap().closed {
-            let _ = self.inputs.send_blocking(input);
+            let _ = (self.inputs)(input);
         }
     }
 
@@ -321,7 +329,7 @@ impl Shared {
         let gate = Arc::new(Gate::default());
         let opened = Opener(gate.clone());
         let s = self.clone();
-        smol::unblock(move || s.get_stream(opened)).detach();
+        (self.spawn)(Box::new(move || s.get_stream(opened)));
         gate.wait(ORDER_WAIT);
     }
 
@@ -567,8 +575,11 @@ mod tests {
         reply(200, "application/json", body).with_header(session)
     }
 
-    fn connect(url: String) -> (HttpBackend, async_channel::Receiver<Input>) {
-        let (tx, rx) = async_channel::unbounded();
+    fn connect(url: String) -> (HttpBackend, std::sync::mpsc::Receiver<Input>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = Mutex::new(tx);
+        let sink: InputSink = Arc::new(move |input| tx.lock().unwrap().send(input).is_ok());
+        let spawn: Spawner = Arc::new(|job| drop(std::thread::spawn(job)));
         let target = HttpTarget {
             server: "web".into(),
             generation: 1,
@@ -578,15 +589,11 @@ mod tests {
             read_timeout: Duration::from_secs(10),
             max_frame: 1 << 20,
         };
-        (HttpBackend::connect(target, tx), rx)
+        (HttpBackend::connect(target, sink, spawn), rx)
     }
 
-    fn next_input(rx: &async_channel::Receiver<Input>) -> Input {
-        let timeout = async {
-            smol::Timer::after(Duration::from_secs(10)).await;
-            None
-        };
-        smol::block_on(smol::future::or(async { rx.recv().await.ok() }, timeout)).expect("an input within 10 s")
+    fn next_input(rx: &std::sync::mpsc::Receiver<Input>) -> Input {
+        rx.recv_timeout(Duration::from_secs(10)).expect("an input within 10 s")
     }
 
     fn frame_of(input: Input) -> String {

@@ -1,0 +1,12 @@
+//! tether-host: the parts of a tether host process that do not depend on how it
+//! schedules work. Both runtimes — `tether-smol` (the `tether` binary) and
+//! `tether-blocking` (plain threads) — use them, so they read the same files, take
+//! the same flags, talk to remote backends the same way and log the same lines.
+//!
+//! Nothing here decides anything about backends: that is the core's job.
+
+pub mod config_file;
+pub mod flags;
+pub mod http_backend;
+pub mod logging;
+pub mod recorder;

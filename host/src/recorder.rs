@@ -1,0 +1,35 @@
+//! Recording a host's inputs as a trace file (`--record`), which `tether replay`
+//! turns back into the exact actions.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+
+use tether_core::redact::Redactor;
+use tether_core::trace::{header_line, input_line, TraceHeader, TRACE_VERSION};
+use tether_core::{Config, Input, Instant};
+
+/// Writes a trace: a header, then one line per input, flushed as it goes so a
+/// crash loses nothing. Secrets are redacted: the header holds a redacted config,
+/// and any line quoting a secret has it blanked.
+pub struct Recorder {
+    out: BufWriter<File>,
+}
+
+impl Recorder {
+    /// Starts a trace of a gateway created at `start` with `seed`.
+    pub fn start(file: File, config: &Config, seed: u64, start: Instant, redactor: &Redactor) -> std::io::Result<Self> {
+        let mut out = BufWriter::new(file);
+        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start, config: config.redacted() };
+        // Arguments may quote a secret too (`--api-key "$KEY"`).
+        writeln!(out, "{}", redactor.redact(&header_line(&header)))?;
+        out.flush()?;
+        Ok(Recorder { out })
+    }
+
+    /// Appends one input fed at `now`.
+    pub fn record(&mut self, now: Instant, input: &Input, redactor: &Redactor) {
+        let line = input_line(now, input);
+        let _ = writeln!(self.out, "{}", redactor.redact(&line));
+        let _ = self.out.flush();
+    }
+}
