@@ -5,6 +5,7 @@
 //!
 //! Nothing here decides anything about backends: that is the core's job.
 
+pub mod clock;
 pub mod config_file;
 pub mod flags;
 pub mod http_backend;

@@ -16,28 +16,7 @@ use tether_host::http_backend::{HttpBackend, HttpTarget, InputSink, Spawner};
 use tether_host::logging::log_event;
 use tether_host::recorder::Recorder;
 
-/// The monotonic clock the core's `Instant`s are measured on.
-#[derive(Clone, Copy, Debug)]
-pub struct Clock {
-    origin: std::time::Instant,
-}
-
-impl Clock {
-    /// A clock starting now.
-    pub fn start() -> Clock {
-        Clock { origin: std::time::Instant::now() }
-    }
-
-    /// Milliseconds since the start.
-    pub fn now(&self) -> Instant {
-        Instant::from_millis(self.origin.elapsed().as_millis() as u64)
-    }
-
-    /// The wall-clock instant of a core `Instant`.
-    pub fn at(&self, t: Instant) -> std::time::Instant {
-        self.origin + Duration::from_millis(t.as_millis())
-    }
-}
+pub use tether_host::clock::Clock;
 
 enum Connection {
     Stdio(StdioBackend),

@@ -6,15 +6,19 @@ server-everything processes that the test starts itself, reached over HTTP:
 `everything_sse` (the legacy HTTP+SSE transport, `index.js sse`, GET /sse and
 POST /message).
 
-Run by tests/interop/run.sh, which installs the pinned components and builds tether.
+Run by tests/interop/run.sh, which installs the pinned components, builds both
+runtimes' binaries and runs this once per binary.
 Environment:
-  TETHER_BIN         the tether executable
+  TETHER_BIN         the tether executable (`tether` or `tether-blocking`)
+  INTEROP_RUNTIME    which runtime TETHER_BIN is: `smol` (default) or `blocking`; the
+                     checks a runtime cannot pass by design (RUNTIME_SKIPS) are skipped
+                     and reported as such
   INTEROP_DIR        where run.sh installed things (venv/, node/)
   INTEROP_VERBOSE=1  print the tail of tether's stderr, the HTTP servers' logs and the
                      notifications seen (always on failure)
 
-Prints one line per check and a closing `N passed, N failed`; exits non-zero on any
-failure.
+Prints one line per check (`ok`, `FAIL`, or `skip` with the reason) and a closing
+`N passed, N failed` (`, N skipped` when some were); exits non-zero on any failure.
 """
 
 from __future__ import annotations
@@ -44,6 +48,18 @@ warnings.simplefilter("ignore", MCPDeprecationWarning)
 TETHER_BIN = Path(os.environ["TETHER_BIN"]).resolve()
 INTEROP_DIR = Path(os.environ["INTEROP_DIR"]).resolve()
 VERBOSE = os.environ.get("INTEROP_VERBOSE") == "1"
+INTEROP_RUNTIME = os.environ.get("INTEROP_RUNTIME", "smol")
+
+# Checks skipped for a runtime, by check name, with the reason: only for a feature the
+# runtime does not have by design. The blocking runtime (`tether-blocking`) serves
+# stdio only, with the same core, config, flags and backend transports (stdio,
+# Streamable HTTP, legacy HTTP+SSE through tether-host) as `tether`; every check here
+# is a stdio client's, so none is skipped. A check added later that needs what only
+# `tether` has (serving HTTP: `--listen`) goes in the "blocking" table.
+RUNTIME_SKIPS: dict[str, dict[str, str]] = {
+    "smol": {},
+    "blocking": {},
+}
 
 NODE_PKG = INTEROP_DIR / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything"
 EVERYTHING_JS = NODE_PKG / "dist" / "index.js"
@@ -348,9 +364,15 @@ class Run:
         self.http_server = http_server  # the Streamable HTTP backend's process, killed and restarted
         self.passed: list[str] = []
         self.failed: list[tuple[str, str]] = []
+        self.skipped: list[tuple[str, str]] = []
         self.init: types.InitializeResult | None = None
 
     async def step(self, name: str, fn: Callable[[], Awaitable[str]], timeout: float = CHECK_TIMEOUT) -> bool:
+        why = RUNTIME_SKIPS[INTEROP_RUNTIME].get(name)
+        if why is not None:
+            self.skipped.append((name, why))
+            print(f"skip {name}: not run against the {INTEROP_RUNTIME} runtime: {why}", flush=True)
+            return True
         started = time.monotonic()
         try:
             with anyio.fail_after(timeout):
@@ -927,6 +949,15 @@ async def session_checks(run: Run) -> None:
 
 
 async def main() -> int:
+    if INTEROP_RUNTIME not in RUNTIME_SKIPS:
+        print(f"FAIL setup: INTEROP_RUNTIME={INTEROP_RUNTIME!r}: expected one of {sorted(RUNTIME_SKIPS)}", flush=True)
+        return 1
+    skips = RUNTIME_SKIPS[INTEROP_RUNTIME]
+    print(
+        f"interop: {TETHER_BIN.name} ({INTEROP_RUNTIME} runtime) at {TETHER_BIN}; "
+        + (f"{len(skips)} check(s) skipped for this runtime" if skips else "no check skipped"),
+        flush=True,
+    )
     for path, what in ((TETHER_BIN, "tether"), (EVERYTHING_JS, "server-everything"), (TIME_BIN, "mcp-server-time")):
         if not path.exists():
             print(f"FAIL setup: {what} not found at {path}", flush=True)
@@ -1005,9 +1036,12 @@ async def run_all(rec: Recorder, tmpdir: Path, http_server: HttpServer, sse_serv
     print()
     for name, why in run.failed:
         print(f"FAILED: {name}: {why}")
+    for name, why in run.skipped:
+        print(f"SKIPPED ({INTEROP_RUNTIME} runtime): {name}: {why}")
     setup = os.environ.get("INTEROP_SETUP_SECONDS")
     print(f"interop: {'setup ' + setup + ' s, ' if setup else ''}checks {time.monotonic() - STARTED:.1f} s")
-    print(f"interop: {len(run.passed)} passed, {len(run.failed)} failed")
+    skipped = f", {len(run.skipped)} skipped" if run.skipped else ""
+    print(f"interop: {len(run.passed)} passed, {len(run.failed)} failed{skipped}")
     return 1 if run.failed else 0
 
 

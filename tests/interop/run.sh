@@ -3,14 +3,16 @@
 # servers: @modelcontextprotocol/server-everything (Node) and mcp-server-time
 # (Python) over stdio, and server-everything again over Streamable HTTP and legacy
 # HTTP+SSE (the test starts those two on free ports and kills them at the end).
-# Installs pinned versions under target/interop/ (idempotent), builds tether, runs
-# tests/interop/interop_test.py.
+# Installs pinned versions under target/interop/ (idempotent, once), builds both
+# runtimes' binaries, `tether` (tether-smol) and `tether-blocking`, and runs
+# tests/interop/interop_test.py once against each; fails if either run fails.
 #
 # Needs: the Rust toolchain, python3 (>= 3.10) with venv + pip, node (>= 18) + npm,
 # and the PyPI and npm registries. Any missing piece or failed install fails the run
 # with a message; nothing is skipped.
 #
 #   bash tests/interop/run.sh            # INTEROP_VERBOSE=1 to print tether's log
+#   INTEROP_RUNTIMES=smol bash tests/interop/run.sh   # one runtime only (smol, blocking)
 set -euo pipefail
 
 # Pinned versions (bump deliberately; see README "Tests").
@@ -25,7 +27,7 @@ VENV="$INTEROP_DIR/venv"
 NODE_DIR="$INTEROP_DIR/node"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
-TETHER_BIN="$TARGET_DIR/debug/tether"
+INTEROP_RUNTIMES="${INTEROP_RUNTIMES:-smol blocking}"
 started=$SECONDS
 
 fail() {
@@ -84,19 +86,59 @@ else
         || fail "server-everything $EVERYTHING_VERSION not found in $NODE_DIR after npm install"
 fi
 
-# ---- tether -------------------------------------------------------------------
-echo "== interop: cargo build -p tether-smol --bin tether"
-cargo build -q -p tether-smol --bin tether || fail "cargo build of tether failed"
-[ -x "$TETHER_BIN" ] || fail "tether binary not found at $TETHER_BIN"
+# ---- the runtimes: name, cargo package, binary -----------------------------------
+runtime_package() {
+    case "$1" in
+        smol) echo tether-smol ;;
+        blocking) echo tether-blocking ;;
+        *) fail "unknown runtime '$1' in INTEROP_RUNTIMES (expected smol and/or blocking)" ;;
+    esac
+}
+runtime_bin() {
+    case "$1" in
+        smol) echo tether ;;
+        blocking) echo tether-blocking ;;
+    esac
+}
+for runtime in $INTEROP_RUNTIMES; do
+    package="$(runtime_package "$runtime")"
+    bin="$(runtime_bin "$runtime")"
+    echo "== interop: cargo build -p $package --bin $bin"
+    cargo build -q -p "$package" --bin "$bin" || fail "cargo build of $bin (package $package) failed"
+    [ -x "$TARGET_DIR/debug/$bin" ] || fail "$bin binary not found at $TARGET_DIR/debug/$bin"
+done
+setup_seconds=$((SECONDS - started))
 
-# ---- the test -----------------------------------------------------------------
-echo "== interop: python tests/interop/interop_test.py"
-status=0
-# The test prints its closing "interop: N passed, N failed" line last.
-TETHER_BIN="$TETHER_BIN" INTEROP_DIR="$INTEROP_DIR" INTEROP_SETUP_SECONDS=$((SECONDS - started)) \
-    timeout --kill-after=10 300 "$VENV/bin/python" -u tests/interop/interop_test.py < /dev/null || status=$?
-if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
-    fail "interop_test.py did not finish within 300 s"
-elif [ "$status" -ne 0 ]; then
-    fail "interop_test.py exited with status $status (see the FAIL lines above)"
-fi
+# ---- the test, once per runtime -------------------------------------------------
+# interop_test.py prints its closing "interop: N passed, N failed" line last; the
+# summary repeats it per binary.
+summary=()
+failed=0
+for runtime in $INTEROP_RUNTIMES; do
+    bin="$(runtime_bin "$runtime")"
+    echo
+    echo "== interop ($bin): python tests/interop/interop_test.py with TETHER_BIN=$TARGET_DIR/debug/$bin"
+    out="$INTEROP_DIR/interop-$bin.out"
+    set +e
+    TETHER_BIN="$TARGET_DIR/debug/$bin" INTEROP_RUNTIME="$runtime" INTEROP_DIR="$INTEROP_DIR" \
+        INTEROP_SETUP_SECONDS=$setup_seconds \
+        timeout --kill-after=10 300 "$VENV/bin/python" -u tests/interop/interop_test.py < /dev/null | tee "$out"
+    status=${PIPESTATUS[0]}
+    set -e
+    counts="$(grep -E '^interop: [0-9]+ passed' "$out" | tail -n 1 | sed 's/^interop: //' || true)"
+    if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+        summary+=("interop ($bin): FAILED: did not finish within 300 s${counts:+ ($counts)}")
+        failed=1
+    elif [ "$status" -ne 0 ]; then
+        summary+=("interop ($bin): FAILED: ${counts:-no result line} (exit status $status; see the FAIL lines above)")
+        failed=1
+    else
+        summary+=("interop ($bin): $counts")
+    fi
+done
+
+echo
+for line in "${summary[@]}"; do
+    echo "$line"
+done
+[ "$failed" -eq 0 ] || fail "see the summary above"

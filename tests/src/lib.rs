@@ -1,6 +1,7 @@
-//! tether-tests: end-to-end tests of the real `tether` binary against the mock
-//! backend (`mock-mcp`, the same mock `tether demo` uses), driven by a small
-//! blocking MCP client.
+//! tether-tests: end-to-end tests of the real `tether` binaries (the smol runtime's
+//! `tether` and the plain-threads runtime's `tether-blocking`, see [`Runtime`])
+//! against the mock backend (`mock-mcp`, the same mock `tether demo` uses), driven
+//! by a small blocking MCP client.
 
 pub mod bench;
 
@@ -8,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -20,33 +21,103 @@ pub fn bin_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
 }
 
-/// The `tether` binary under test.
-///
-/// `cargo test -p tether-tests` builds this package's binaries (`mock-mcp`) but not
-/// those of its dependencies, so the first call builds `tether` with the cargo that
-/// runs the tests (a no-op when it is up to date). Set `TETHER_BIN` to test another
-/// build instead.
-pub fn tether_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("TETHER_BIN") {
-        return PathBuf::from(path);
-    }
-    static BUILD: std::sync::Once = std::sync::Once::new();
-    BUILD.call_once(build_tether);
-    let path = bin_dir().join("tether");
-    assert!(path.exists(), "{} missing: run `cargo build -p tether-smol`", path.display());
-    path
+/// A tether runtime: which binary a test runs. Both read the same config files,
+/// take the same global flags and log the same lines (through `tether-host`); the
+/// blocking one serves stdio only (no `--listen`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Runtime {
+    /// `tether` (crate `tether-smol`), the product binary.
+    Smol,
+    /// `tether-blocking` (crate `tether-blocking`), the plain-threads runtime.
+    Blocking,
 }
 
-/// Builds the `tether` binary into the directory the tests run from.
-fn build_tether() {
+impl Runtime {
+    /// Every runtime, smol first.
+    pub const ALL: [Runtime; 2] = [Runtime::Smol, Runtime::Blocking];
+
+    /// The cargo package that builds it.
+    pub fn package(self) -> &'static str {
+        match self {
+            Runtime::Smol => "tether-smol",
+            Runtime::Blocking => "tether-blocking",
+        }
+    }
+
+    /// The binary's name (in target/<profile>/).
+    pub fn bin_name(self) -> &'static str {
+        match self {
+            Runtime::Smol => "tether",
+            Runtime::Blocking => "tether-blocking",
+        }
+    }
+
+    /// The environment variable naming another build to test instead.
+    pub fn env_var(self) -> &'static str {
+        match self {
+            Runtime::Smol => "TETHER_BIN",
+            Runtime::Blocking => "TETHER_BLOCKING_BIN",
+        }
+    }
+
+    /// The binary under test: `$<env_var>` if set, else target/<profile>/<bin_name>,
+    /// built on first use.
+    ///
+    /// `cargo test -p tether-tests` builds this package's binaries (`mock-mcp`) but
+    /// not those of its dependencies, so the first call per runtime builds the
+    /// binary with the cargo that runs the tests (a no-op when it is up to date).
+    /// A failed build panics in every test that asks for it, with cargo's errors.
+    pub fn bin(self) -> PathBuf {
+        if let Some(path) = std::env::var_os(self.env_var()) {
+            return PathBuf::from(path);
+        }
+        static BUILDS: [OnceLock<Result<(), String>>; 2] = [OnceLock::new(), OnceLock::new()];
+        let slot = match self {
+            Runtime::Smol => &BUILDS[0],
+            Runtime::Blocking => &BUILDS[1],
+        };
+        if let Err(e) = slot.get_or_init(|| build_bin(self)) {
+            panic!("{e}");
+        }
+        let path = bin_dir().join(self.bin_name());
+        assert!(
+            path.exists(),
+            "{} missing: run `cargo build -p {} --bin {}` (or set {})",
+            path.display(),
+            self.package(),
+            self.bin_name(),
+            self.env_var()
+        );
+        path
+    }
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.bin_name())
+    }
+}
+
+/// The `tether` binary under test (the smol runtime; `TETHER_BIN` overrides it).
+pub fn tether_bin() -> PathBuf {
+    Runtime::Smol.bin()
+}
+
+/// Builds `runtime`'s binary into the directory the tests run from.
+fn build_bin(runtime: Runtime) -> Result<(), String> {
     let dir = bin_dir();
-    let Some(target_dir) = dir.parent() else { return };
+    let Some(target_dir) = dir.parent() else { return Ok(()) };
+    let (package, bin) = (runtime.package(), runtime.bin_name());
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", "tether-smol", "--bin", "tether"])
+    cmd.args(["build", "--quiet", "-p", package, "--bin", bin])
         .env("CARGO_TARGET_DIR", target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if dir.file_name().is_some_and(|n| n == "release") {
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped());
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    if release {
         cmd.arg("--release");
     }
     // The variables cargo sets for this test process describe tether-tests; build
@@ -68,11 +139,30 @@ fn build_tether() {
             cmd.env_remove(name.as_ref());
         }
     }
-    match cmd.status() {
-        Ok(status) if status.success() => {}
-        Ok(status) => panic!("building tether failed ({status})"),
+    match cmd.output() {
+        Ok(out) if out.status.success() => {
+            // Warnings, if any: show them as cargo would have.
+            std::io::stderr().write_all(&out.stderr).ok();
+            Ok(())
+        }
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = stderr.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
+            Err(format!(
+                "cannot build the {runtime} binary under test: `cargo build{} -p {package} --bin {bin}` failed ({}). \
+                 Does crate `{package}` have a `{bin}` binary yet? (Set {} to test a binary built elsewhere.)\n\
+                 cargo said:\n{}",
+                if release { " --release" } else { "" },
+                out.status,
+                runtime.env_var(),
+                tail.join("\n")
+            ))
+        }
         // No cargo at hand: test whatever binary is there.
-        Err(e) => eprintln!("cannot run cargo to build tether ({e}); using the existing binary"),
+        Err(e) => {
+            eprintln!("cannot run cargo to build {bin} ({e}); using the existing binary");
+            Ok(())
+        }
     }
 }
 
@@ -86,9 +176,10 @@ pub fn mock_server(args: &[&str]) -> Value {
     json!({ "command": mock_bin(), "args": args })
 }
 
-/// A running `tether` with a client session over its stdio.
+/// A running `tether` (either runtime) with a client session over its stdio.
 pub struct Tether {
     child: Child,
+    runtime: Runtime,
     stdin: Option<ChildStdin>,
     frames: Receiver<Value>,
     /// Frames received that were not the awaited response (notifications, server requests).
@@ -103,12 +194,18 @@ pub struct Tether {
 }
 
 impl Tether {
-    /// Starts `tether --config <file with config>` plus `args`.
+    /// Starts `tether --config <file with config>` plus `args` (the smol runtime).
     pub fn start(config: Value, args: &[&str]) -> Tether {
+        Tether::start_with(Runtime::Smol, config, args)
+    }
+
+    /// Starts `runtime`'s binary with `--config <file with config>` plus `args`.
+    pub fn start_with(runtime: Runtime, config: Value, args: &[&str]) -> Tether {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.json");
         std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
-        let mut child = Command::new(tether_bin())
+        let bin = runtime.bin();
+        let mut child = Command::new(&bin)
             .arg("--config")
             .arg(&path)
             .arg("--log-level")
@@ -118,7 +215,7 @@ impl Tether {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start tether");
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
         let stdout = child.stdout.take().unwrap();
         let (tx, frames) = mpsc::channel();
         let stdout_lines = Arc::new(Mutex::new(Vec::new()));
@@ -133,7 +230,7 @@ impl Tether {
                             break;
                         }
                     }
-                    Err(e) => panic!("tether wrote a non-JSON line to stdout ({e}): {line}"),
+                    Err(e) => panic!("{runtime} wrote a non-JSON line to stdout ({e}): {line}"),
                 }
             }
         });
@@ -149,7 +246,12 @@ impl Tether {
             }
         });
         let stdin = child.stdin.take();
-        Tether { child, stdin, frames, inbox: Vec::new(), stderr, stdout_lines, next_id: 1, dir }
+        Tether { child, runtime, stdin, frames, inbox: Vec::new(), stderr, stdout_lines, next_id: 1, dir }
+    }
+
+    /// Which runtime this is.
+    pub fn runtime(&self) -> Runtime {
+        self.runtime
     }
 
     /// The configuration file tether was started with (rewrite it, then [`Tether::reload`]).
@@ -240,8 +342,9 @@ impl Tether {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}));
-        self.wait_for(|f| f["id"] == json!(id) && f.get("method").is_none(), timeout)
-            .unwrap_or_else(|| panic!("no response to {method} #{id} within {timeout:?}\n{}", self.stderr_text()))
+        self.wait_for(|f| f["id"] == json!(id) && f.get("method").is_none(), timeout).unwrap_or_else(|| {
+            panic!("no response to {method} #{id} from {} within {timeout:?}\n{}", self.runtime, self.stderr_text())
+        })
     }
 
     /// Waits for a frame matching `pred`, keeping the others in `inbox`.
@@ -314,7 +417,7 @@ impl Tether {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("tether did not exit after stdin closed\n{}", self.stderr_text());
+                panic!("{} did not exit after stdin closed\n{}", self.runtime, self.stderr_text());
             }
             std::thread::sleep(Duration::from_millis(20));
         }

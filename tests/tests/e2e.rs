@@ -1,7 +1,23 @@
-//! End-to-end scenarios: the real `tether` binary, real `mock-mcp` backends (over
+//! End-to-end scenarios: the real tether binaries, real `mock-mcp` backends (over
 //! stdio and HTTP), and a client speaking MCP over tether's stdio. Each test walks
 //! one failure path of DESIGN.md and checks what the client sees, what tether logs
 //! and what the backend processes did.
+//!
+//! Every scenario runs against both runtimes (see `on_both_runtimes!`): the smol
+//! runtime's `tether` and the plain-threads runtime's `tether-blocking`, which take
+//! the same config files and flags and log the same lines. The tests are named
+//! `<scenario>::smol` and `<scenario>::blocking`, so either half runs alone:
+//!
+//! ```sh
+//! cargo test -p tether-tests --test e2e -- ::smol
+//! cargo test -p tether-tests --test e2e -- ::blocking
+//! ```
+//!
+//! Each binary is built on first use (`TETHER_BIN` / `TETHER_BLOCKING_BIN` test
+//! another build instead). All scenarios here use stdio towards the client, which
+//! both runtimes serve; HTTP *backends* are supported by both and tested on both.
+//! What only the smol runtime has (serving HTTP, `--listen`) is tested in
+//! http_serve.rs, against `tether` alone.
 //!
 //! Policies are shortened through the config's `tether` section so every scenario
 //! runs in seconds. Waits are for frames and log lines, always bounded; time bounds
@@ -12,8 +28,28 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tether_tests::{
-    free_port, mock_server, process_exists, process_running, state_lines, wait_until, HttpMock, Tether,
+    free_port, mock_server, process_exists, process_running, state_lines, wait_until, HttpMock, Runtime, Tether,
 };
+
+/// `on_both_runtimes!(scenario);` turns `fn scenario(rt: Runtime)` into two tests,
+/// `scenario::smol` and `scenario::blocking`.
+macro_rules! on_both_runtimes {
+    ($scenario:ident) => {
+        mod $scenario {
+            use tether_tests::Runtime;
+
+            #[test]
+            fn smol() {
+                super::$scenario(Runtime::Smol);
+            }
+
+            #[test]
+            fn blocking() {
+                super::$scenario(Runtime::Blocking);
+            }
+        }
+    };
+}
 
 /// Long enough for anything that should happen "soon" on a loaded machine.
 const SOON: Duration = Duration::from_secs(10);
@@ -92,12 +128,12 @@ fn initializes(state: &Path) -> usize {
     state_lines(state).iter().filter(|l| *l == "initialize").count()
 }
 
+on_both_runtimes!(crashed_backend_is_restarted_and_the_next_call_succeeds);
 /// Scenario 1: A stdio backend crashes: the call in flight is told the backend disconnected,
 /// tether restarts it, the next call runs on a new process, its tools stay listed,
 /// and the client hears `tools/list_changed`.
-#[test]
-fn crashed_backend_is_restarted_and_the_next_call_succeeds() {
-    let mut t = Tether::start(config(json!({ "fs": mock("fs", &[]) }), fast_policy()), &[]);
+fn crashed_backend_is_restarted_and_the_next_call_succeeds(rt: Runtime) {
+    let mut t = Tether::start_with(rt, config(json!({ "fs": mock("fs", &[]) }), fast_policy()), &[]);
     t.initialize();
     assert!(t.tool_names().contains(&"fs__pid".to_string()));
     let before = pid_of(&mut t, "fs__pid");
@@ -126,15 +162,15 @@ fn crashed_backend_is_restarted_and_the_next_call_succeeds() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(first_safe_call_after_a_crash_succeeds);
 /// Scenario 1b: The first call after a crash does not fail when it is safe to send
 /// again: a read-only call that meets a dying process is resent to the fresh one.
-#[test]
-fn first_safe_call_after_a_crash_succeeds() {
+fn first_safe_call_after_a_crash_succeeds(rt: Runtime) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("fs.state");
     // Exits right after answering its first tool call.
     let servers = json!({ "fs": recording_mock("fs", &state, &["--crash-after", "1"]) });
-    let mut t = Tether::start(config(servers, fast_policy()), &[]);
+    let mut t = Tether::start_with(rt, config(servers, fast_policy()), &[]);
     t.initialize();
     assert!(t.tool_names().contains(&"fs__echo".to_string()));
 
@@ -146,16 +182,16 @@ fn first_safe_call_after_a_crash_succeeds() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(backend_crashing_on_start_becomes_permanently_failed_with_its_stderr);
 /// Scenario 2a: A backend that dies on start is restarted until the crash limit, then left
 /// `permanently_failed` with its stderr as the reason; the gateway and the other
 /// backend are unaffected.
-#[test]
-fn backend_crashing_on_start_becomes_permanently_failed_with_its_stderr() {
+fn backend_crashing_on_start_becomes_permanently_failed_with_its_stderr(rt: Runtime) {
     let servers = json!({
         "ok": mock("ok", &[]),
         "flaky": mock("flaky", &["--exit-on-start", "1", "--stderr", "boom: db locked"]),
     });
-    let mut t = Tether::start(config(servers, fast_policy()), &[]);
+    let mut t = Tether::start_with(rt, config(servers, fast_policy()), &[]);
     let init = t.initialize();
     assert!(init["result"]["serverInfo"].is_object(), "initialize failed: {init}");
 
@@ -178,15 +214,15 @@ fn backend_crashing_on_start_becomes_permanently_failed_with_its_stderr() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(crash_loop_ends_in_permanently_failed_and_calls_are_refused);
 /// Scenario 2b: A backend that crashes on every call: after the third crash within the window
 /// calls are refused with a message saying what to do, and no process is started any
 /// more.
-#[test]
-fn crash_loop_ends_in_permanently_failed_and_calls_are_refused() {
+fn crash_loop_ends_in_permanently_failed_and_calls_are_refused(rt: Runtime) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("db.state");
     let servers = json!({ "db": recording_mock("db", &state, &["--crash-after", "0", "--stderr", "boom: db locked"]) });
-    let mut t = Tether::start(config(servers, fast_policy()), &[]);
+    let mut t = Tether::start_with(rt, config(servers, fast_policy()), &[]);
     t.initialize();
     assert!(t.tool_names().contains(&"db__pid".to_string()));
 
@@ -210,15 +246,15 @@ fn crash_loop_ends_in_permanently_failed_and_calls_are_refused() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(http_backend_down_then_up_reconnects);
 /// Scenario 3: An HTTP backend goes away: calls fail after their retries with a structured
 /// error; when it comes back on the same port, calls work again and tether logs
 /// `server_reconnected`.
-#[test]
-fn http_backend_down_then_up_reconnects() {
+fn http_backend_down_then_up_reconnects(rt: Runtime) {
     let port = free_port();
     let web = HttpMock::start(port, &["--name", "web"]);
     let servers = json!({ "web": { "url": web.url() } });
-    let mut t = Tether::start(config(servers, fast_policy()), &[]);
+    let mut t = Tether::start_with(rt, config(servers, fast_policy()), &[]);
     t.initialize();
     assert_eq!(t.call_text("web__echo", json!({"text": "up"})), "up");
 
@@ -247,13 +283,16 @@ fn http_backend_down_then_up_reconnects() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(breaker_opens_after_timeouts_and_a_probe_closes_it);
 /// Scenario 4: Circuit breaker from the command-line flags: two timeouts open it, the next
 /// call is refused at once, and after the cooldown a probe closes it.
-#[test]
-fn breaker_opens_after_timeouts_and_a_probe_closes_it() {
+fn breaker_opens_after_timeouts_and_a_probe_closes_it(rt: Runtime) {
     let p = json!({"restart_delays_ms": [100, 200, 300], "request_timeout_ms": 700});
-    let mut t =
-        Tether::start(config(json!({ "fs": mock("fs", &[]) }), p), &["--failure-threshold", "2", "--cooldown", "1"]);
+    let mut t = Tether::start_with(
+        rt,
+        config(json!({ "fs": mock("fs", &[]) }), p),
+        &["--failure-threshold", "2", "--cooldown", "1"],
+    );
     t.initialize();
     assert!(t.tool_names().contains(&"fs__hang".to_string()));
 
@@ -283,14 +322,14 @@ fn breaker_opens_after_timeouts_and_a_probe_closes_it() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(idle_backend_goes_dormant_and_the_next_call_respawns_it);
 /// Scenario 5: An idle stdio backend is stopped (`dormant`), its tools stay listed, and the
 /// next call respawns it without discovering its catalog again.
-#[test]
-fn idle_backend_goes_dormant_and_the_next_call_respawns_it() {
+fn idle_backend_goes_dormant_and_the_next_call_respawns_it(rt: Runtime) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("fs.state");
     let servers = json!({ "fs": recording_mock("fs", &state, &[]) });
-    let mut t = Tether::start(config(servers, policy(json!({"idle_timeout_ms": 800}))), &[]);
+    let mut t = Tether::start_with(rt, config(servers, policy(json!({"idle_timeout_ms": 800}))), &[]);
     t.initialize();
     assert!(t.tool_names().contains(&"fs__pid".to_string()));
     let first = pid_of(&mut t, "fs__pid");
@@ -318,14 +357,14 @@ fn idle_backend_goes_dormant_and_the_next_call_respawns_it() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(timed_out_call_is_cancelled_at_the_backend);
 /// Scenario 6: A call that never answers times out with -32002, and the backend is told
 /// to cancel it.
-#[test]
-fn timed_out_call_is_cancelled_at_the_backend() {
+fn timed_out_call_is_cancelled_at_the_backend(rt: Runtime) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("fs.state");
     let servers = json!({ "fs": recording_mock("fs", &state, &[]) });
-    let mut t = Tether::start(config(servers, policy(json!({"request_timeout_ms": 500}))), &[]);
+    let mut t = Tether::start_with(rt, config(servers, policy(json!({"request_timeout_ms": 500}))), &[]);
     t.initialize();
     assert!(t.tool_names().contains(&"fs__hang".to_string()));
 
@@ -343,11 +382,11 @@ fn timed_out_call_is_cancelled_at_the_backend() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(calls_in_flight_fail_when_the_backend_disconnects);
 /// Scenario 7: A backend dies with calls in flight: each gets exactly one error saying the
 /// backend disconnected, at once rather than at its timeout.
-#[test]
-fn calls_in_flight_fail_when_the_backend_disconnects() {
-    let mut t = Tether::start(config(json!({ "fs": mock("fs", &[]) }), fast_policy()), &[]);
+fn calls_in_flight_fail_when_the_backend_disconnects(rt: Runtime) {
+    let mut t = Tether::start_with(rt, config(json!({ "fs": mock("fs", &[]) }), fast_policy()), &[]);
     t.initialize();
     assert!(t.tool_names().contains(&"fs__slow".to_string()));
 
@@ -368,15 +407,15 @@ fn calls_in_flight_fail_when_the_backend_disconnects() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(sighup_reloads_the_config);
 /// Scenario 8: SIGHUP reloads the config differentially: a removed backend goes, a changed
 /// one restarts with its new tools, an added one appears; the client is told.
-#[test]
-fn sighup_reloads_the_config() {
+fn sighup_reloads_the_config(rt: Runtime) {
     let servers = json!({
         "a": mock("a", &["--tools", "echo"]),
         "b": mock("b", &["--tools", "echo,pid"]),
     });
-    let mut t = Tether::start(config(servers, fast_policy()), &[]);
+    let mut t = Tether::start_with(rt, config(servers, fast_policy()), &[]);
     t.initialize();
     let mut names = t.tool_names();
     names.sort();
@@ -413,11 +452,11 @@ fn sighup_reloads_the_config() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(progress_passes_through_with_the_clients_token);
 /// Scenario 9a: Progress notifications pass through with the client's own token, before
 /// the result.
-#[test]
-fn progress_passes_through_with_the_clients_token() {
-    let mut t = Tether::start(config(json!({ "fs": mock("fs", &[]) }), fast_policy()), &[]);
+fn progress_passes_through_with_the_clients_token(rt: Runtime) {
+    let mut t = Tether::start_with(rt, config(json!({ "fs": mock("fs", &[]) }), fast_policy()), &[]);
     t.initialize();
     assert!(t.tool_names().contains(&"fs__progress".to_string()));
     t.take_inbox(|_| true);
@@ -437,13 +476,13 @@ fn progress_passes_through_with_the_clients_token() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(client_cancellation_reaches_the_backend_and_nothing_answers);
 /// Scenario 9b: A client's cancellation reaches the backend, and the cancelled request gets
 /// no response.
-#[test]
-fn client_cancellation_reaches_the_backend_and_nothing_answers() {
+fn client_cancellation_reaches_the_backend_and_nothing_answers(rt: Runtime) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("fs.state");
-    let mut t = Tether::start(config(json!({ "fs": recording_mock("fs", &state, &[]) }), fast_policy()), &[]);
+    let mut t = Tether::start_with(rt, config(json!({ "fs": recording_mock("fs", &state, &[]) }), fast_policy()), &[]);
     t.initialize();
     assert!(t.tool_names().contains(&"fs__slow".to_string()));
 
@@ -462,11 +501,11 @@ fn client_cancellation_reaches_the_backend_and_nothing_answers() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(sampling_request_is_routed_to_the_client_and_back);
 /// Scenario 10: A backend's `sampling/createMessage` is routed to the client whose call
 /// caused it, and the client's answer back to the backend.
-#[test]
-fn sampling_request_is_routed_to_the_client_and_back() {
-    let mut t = Tether::start(config(json!({ "fs": mock("fs", &[]) }), fast_policy()), &[]);
+fn sampling_request_is_routed_to_the_client_and_back(rt: Runtime) {
+    let mut t = Tether::start_with(rt, config(json!({ "fs": mock("fs", &[]) }), fast_policy()), &[]);
     t.initialize();
     assert!(t.tool_names().contains(&"fs__sample".to_string()));
 
@@ -490,11 +529,11 @@ fn sampling_request_is_routed_to_the_client_and_back() {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(closing_stdin_shuts_down_cleanly_with_the_backends);
 /// Scenario 11: Closing tether's stdin ends it cleanly, and its backends with it.
-#[test]
-fn closing_stdin_shuts_down_cleanly_with_the_backends() {
+fn closing_stdin_shuts_down_cleanly_with_the_backends(rt: Runtime) {
     let servers = json!({ "a": mock("a", &[]), "b": mock("b", &[]) });
-    let mut t = Tether::start(config(servers, fast_policy()), &[]);
+    let mut t = Tether::start_with(rt, config(servers, fast_policy()), &[]);
     t.initialize();
     let pids = [pid_of(&mut t, "a__pid"), pid_of(&mut t, "b__pid")];
     assert!(pids.iter().all(|p| process_running(*p)));

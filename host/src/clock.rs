@@ -1,0 +1,28 @@
+//! The monotonic clock a host measures the core's [`Instant`]s on.
+
+use std::time::Duration;
+
+use tether_core::Instant;
+
+/// Milliseconds since the host started, as the core counts time.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    origin: std::time::Instant,
+}
+
+impl Clock {
+    /// A clock starting now.
+    pub fn start() -> Clock {
+        Clock { origin: std::time::Instant::now() }
+    }
+
+    /// Milliseconds since the start.
+    pub fn now(&self) -> Instant {
+        Instant::from_millis(self.origin.elapsed().as_millis() as u64)
+    }
+
+    /// The wall-clock instant of a core `Instant`.
+    pub fn at(&self, t: Instant) -> std::time::Instant {
+        self.origin + Duration::from_millis(t.as_millis())
+    }
+}

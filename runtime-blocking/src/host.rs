@@ -1,0 +1,193 @@
+//! [`Host`]: the gateway on plain threads, for embedding.
+
+use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::thread::JoinHandle;
+
+use tether_core::{AdminCommand, BackendStatus, ClientRoute, Config, ConfigError, Event, Gateway, Input, SessionId};
+use tether_host::clock::Clock;
+use tether_host::recorder::Recorder;
+
+use crate::client::Client;
+use crate::core_thread::{ClientSink, CoreThread, EventSink, InputSender, Msg};
+
+/// How to start a [`Host`]; see [`Host::builder`].
+pub struct HostBuilder {
+    config: Config,
+    seed: Option<u64>,
+    record: Option<File>,
+    on_event: Option<EventSink>,
+}
+
+impl HostBuilder {
+    /// Seeds the jitter of backoff delays (random when not set).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Records every input to `file` as a trace `tether replay` can replay.
+    pub fn record(mut self, file: File) -> Self {
+        self.record = Some(file);
+        self
+    }
+
+    /// Calls `f` with every event (status changes, restarts, breaker trips...).
+    /// It runs on the core thread: keep it short, hand work elsewhere.
+    pub fn on_event(mut self, f: impl FnMut(&Event) + Send + 'static) -> Self {
+        self.on_event = Some(Box::new(f));
+        self
+    }
+
+    /// Validates the configuration, starts the core thread and the backends.
+    pub fn start(self) -> Result<Host, ConfigError> {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        });
+        let clock = Clock::start();
+        let start = clock.now();
+        let gw = Gateway::new(self.config.clone(), seed, start)?;
+        let (tx, rx) = channel();
+        let mut core = CoreThread::new(gw, clock, rx, InputSender(tx.clone()));
+        if let Some(file) = self.record {
+            match Recorder::start(file, &self.config, seed, start, core.gw.redactor()) {
+                Ok(r) => core.record = Some(r),
+                Err(e) => tracing::error!("cannot record the trace: {e}"),
+            }
+        }
+        core.on_event = self.on_event;
+        let thread = std::thread::Builder::new()
+            .name("tether-core".into())
+            .spawn(move || core.run())
+            .expect("the core thread starts");
+        Ok(Host { tx, thread: Some(thread), next_session: AtomicU64::new(1) })
+    }
+}
+
+/// A cheap, cloneable way to feed a running [`Host`] from other threads (a
+/// stdin reader, a signal handler). Sends are ignored once the host has stopped.
+#[derive(Clone)]
+pub struct Handle {
+    tx: Sender<Msg>,
+}
+
+impl Handle {
+    /// One JSON-RPC frame from the client of `session`.
+    pub fn send(&self, session: SessionId, frame: String) {
+        self.input(Input::ClientFrame { session, frame });
+    }
+
+    /// The client of `session` went away: its calls are cancelled.
+    pub fn close(&self, session: SessionId) {
+        self.input(Input::ClientClosed { session });
+    }
+
+    /// An operator command: reconnect, restart or remove a backend.
+    pub fn admin(&self, command: AdminCommand) {
+        self.input(Input::Admin { command });
+    }
+
+    /// Applies a new configuration (backends added, removed, restarted as needed).
+    pub fn reload(&self, config: Config) {
+        self.input(Input::ConfigReloaded { config });
+    }
+
+    /// Feeds any input (for hosts that speak the core's language directly).
+    pub fn input(&self, input: Input) {
+        let _ = self.tx.send(Msg::Input(input));
+    }
+}
+
+/// A running gateway: one core thread owning the engine, a reader thread per
+/// backend stream, and no async runtime. Dropping it shuts it down (see
+/// [`Host::shutdown`]).
+pub struct Host {
+    tx: Sender<Msg>,
+    thread: Option<JoinHandle<()>>,
+    next_session: AtomicU64,
+}
+
+impl Host {
+    /// A builder for a host serving `config`.
+    pub fn builder(config: Config) -> HostBuilder {
+        HostBuilder { config, seed: None, record: None, on_event: None }
+    }
+
+    /// Starts a host for `config` with default settings.
+    pub fn start(config: Config) -> Result<Host, ConfigError> {
+        Host::builder(config).start()
+    }
+
+    /// Opens a client session whose frames (answers, notifications, requests from
+    /// backends) are passed to `sink` on the core thread. Feed it with [`Host::send`].
+    pub fn attach(&self, sink: impl FnMut(String, &ClientRoute) + Send + 'static) -> SessionId {
+        let session = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
+        let sink: ClientSink = Box::new(sink);
+        let _ = self.tx.send(Msg::Attach { session, sink });
+        session
+    }
+
+    /// A handle for feeding this host from other threads.
+    pub fn handle(&self) -> Handle {
+        Handle { tx: self.tx.clone() }
+    }
+
+    /// One JSON-RPC frame from the client of `session`.
+    pub fn send(&self, session: SessionId, frame: String) {
+        self.input(Input::ClientFrame { session, frame });
+    }
+
+    /// The client of `session` went away: its calls are cancelled.
+    pub fn close(&self, session: SessionId) {
+        self.input(Input::ClientClosed { session });
+    }
+
+    /// A typed client on its own session, past the `initialize` handshake.
+    pub fn client(&self) -> Result<Client<'_>, String> {
+        Client::connect(self)
+    }
+
+    /// An operator command: reconnect, restart or remove a backend.
+    pub fn admin(&self, command: AdminCommand) {
+        self.input(Input::Admin { command });
+    }
+
+    /// Applies a new configuration (backends added, removed, restarted as needed).
+    pub fn reload(&self, config: Config) {
+        self.input(Input::ConfigReloaded { config });
+    }
+
+    /// Every backend's status, as the core sees it now.
+    pub fn statuses(&self) -> Vec<BackendStatus> {
+        let (tx, rx) = channel();
+        if self.tx.send(Msg::Statuses(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.recv().unwrap_or_default()
+    }
+
+    /// Feeds any input (for hosts that speak the core's language directly).
+    pub fn input(&self, input: Input) {
+        let _ = self.tx.send(Msg::Input(input));
+    }
+
+    /// Stops every backend (stdin closed, then SIGTERM, then SIGKILL, a second
+    /// apart), deletes HTTP sessions, and joins the core thread.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.tx.send(Msg::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

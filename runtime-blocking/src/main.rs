@@ -1,0 +1,140 @@
+//! The `tether-blocking` binary: the stdio gateway on plain threads. It reads the
+//! same configuration files and takes the same flags as `tether` (stdio only:
+//! serving over HTTP needs the `tether` binary).
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use tether_blocking::{Host, LineReader, PipeWriter};
+use tether_host::flags::{config_path, load_config, PolicyFlags};
+
+/// tether-blocking: the tether MCP gateway on plain threads (stdio).
+#[derive(Debug, Parser)]
+#[command(name = "tether-blocking", version, about, long_about = None)]
+struct Cli {
+    /// Configuration file (Claude Desktop `mcpServers`, VS Code `servers`, with an optional `tether` section).
+    #[arg(long, short, global = true, env = "TETHER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Write every input to this file as a trace (replay it with `tether replay`).
+    #[arg(long, global = true)]
+    record: Option<PathBuf>,
+    /// Log level for stderr (error, warn, info, debug, trace) or a tracing filter.
+    #[arg(long, global = true, default_value = "info", env = "TETHER_LOG")]
+    log_level: String,
+    #[command(flatten)]
+    policy: PolicyFlags,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the configured backends as one MCP server over stdio (the default).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Default, Args)]
+struct ServeArgs {
+    /// Not available on this runtime: use `tether serve --listen`.
+    #[arg(long, value_name = "ADDR", hide = true)]
+    listen: Option<String>,
+}
+
+/// Why `serve` stops.
+enum Stop {
+    /// The client closed stdin.
+    Eof,
+    /// SIGTERM or SIGINT.
+    Signal(i32),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tether_host::logging::init_logging(&cli.log_level);
+    match serve(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("tether-blocking: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn serve(cli: &Cli) -> Result<(), String> {
+    if let Some(Command::Serve(ServeArgs { listen: Some(_) })) = &cli.command {
+        return Err("--listen is not available in tether-blocking (stdio only); use `tether serve --listen`".into());
+    }
+    let config = load_config(cli.config.as_deref(), &cli.policy)?;
+    let max_frame = config.limits.max_frame_bytes as usize;
+    let backends = config.servers.len();
+    let mut builder = Host::builder(config).seed(cli.policy.seed());
+    if let Some(path) = &cli.record {
+        builder = builder.record(std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    let host = builder.start().map_err(|e| e.to_string())?;
+
+    let stdout = std::io::stdout().as_fd().try_clone_to_owned().map_err(|e| format!("stdout: {e}"))?;
+    let writer = PipeWriter::new("stdout", std::fs::File::from(stdout)).map_err(|e| format!("stdout: {e}"))?;
+    let writer = Arc::new(Mutex::new(Some(writer)));
+    let sink = writer.clone();
+    let session = host.attach(move |frame, _| {
+        if let Some(w) = sink.lock().expect("stdout writer").as_mut() {
+            w.send(&frame);
+        }
+    });
+    tracing::info!("tether {} serving {backends} backend(s) over stdio (blocking runtime)", env!("CARGO_PKG_VERSION"));
+
+    let (stop, stopped) = channel();
+    let (handle, on_eof) = (host.handle(), stop.clone());
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            for line in LineReader::new(std::io::stdin(), max_frame, 64 * 1024) {
+                // The core answers an unreadable frame with the right JSON-RPC error.
+                handle.send(session, line.unwrap_or_else(|e| format!("<{e}>")));
+            }
+            handle.close(session);
+            let _ = on_eof.send(Stop::Eof);
+        })
+        .map_err(|e| format!("cannot start the stdin reader: {e}"))?;
+
+    let path = config_path(cli.config.as_deref());
+    let (handle, flags) = (host.handle(), cli.policy.clone());
+    let mut signals =
+        signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).map_err(|e| e.to_string())?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if signal != libc::SIGHUP {
+                    handle.close(session);
+                    let _ = stop.send(Stop::Signal(signal));
+                    continue;
+                }
+                let Some(path) = &path else { continue };
+                match load_config(Some(path), &flags) {
+                    Ok(config) => {
+                        tracing::info!("reloading {}", path.display());
+                        handle.reload(config);
+                    }
+                    Err(e) => tracing::error!("reload failed, keeping the running config: {e}"),
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the signal handler: {e}"))?;
+
+    match stopped.recv() {
+        Ok(Stop::Signal(signal)) => tracing::info!("signal {signal}: shutting down"),
+        Ok(Stop::Eof) | Err(_) => tracing::info!("stdin closed: shutting down"),
+    }
+    host.shutdown();
+    if let Some(w) = writer.lock().expect("stdout writer").take() {
+        w.close_within(Duration::from_millis(500));
+    }
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! Writing frames to a pipe (a backend's stdin, the client's stdout) without ever
+//! blocking the core thread.
+//!
+//! A frame that fits in one atomic pipe write (`PIPE_BUF`, 4 KiB) is written at
+//! once, on the caller's thread, when the pipe has room and nothing is queued
+//! before it: no thread hop on the hot path. Anything else — a large frame, a
+//! full pipe, a peer that stopped reading — goes to this writer's own thread,
+//! which may block as long as it likes. Order is kept: once something is queued,
+//! every later frame queues behind it.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tether_core::codec::encode_line;
+
+/// Largest write a pipe performs atomically and, with room signalled by poll(2),
+/// without blocking (POSIX `PIPE_BUF`; 4096 on Linux).
+const ATOMIC_WRITE: usize = 4096;
+
+/// A line writer owning one pipe (or file) and a thread for the slow path.
+pub struct PipeWriter {
+    fd: RawFd,
+    queue: Option<Sender<Vec<u8>>>,
+    /// Buffers handed to the thread and not yet fully written.
+    queued: Arc<AtomicUsize>,
+    thread: Option<JoinHandle<()>>,
+    /// Reused for every frame written directly.
+    buf: Vec<u8>,
+    /// The peer closed its end: further frames are dropped.
+    broken: bool,
+}
+
+impl PipeWriter {
+    /// Takes ownership of `out` (a `ChildStdin`, a `File` on fd 1, ...).
+    pub fn new<W: Write + AsRawFd + Send + 'static>(name: &str, mut out: W) -> std::io::Result<PipeWriter> {
+        let fd = out.as_raw_fd();
+        let (queue, rx) = channel::<Vec<u8>>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let done = queued.clone();
+        let thread = std::thread::Builder::new().name(format!("write {name}")).spawn(move || {
+            let mut ok = true;
+            while let Ok(buf) = rx.recv() {
+                if ok {
+                    ok = out.write_all(&buf).and_then(|()| out.flush()).is_ok();
+                }
+                done.fetch_sub(1, Ordering::AcqRel);
+            }
+            // Dropping `out` closes the pipe: the peer sees end of file.
+        })?;
+        Ok(PipeWriter { fd, queue: Some(queue), queued, thread: Some(thread), buf: Vec::new(), broken: false })
+    }
+
+    /// Writes one frame plus its newline.
+    pub fn send(&mut self, frame: &str) {
+        if self.broken {
+            return;
+        }
+        self.buf.clear();
+        encode_line(frame, &mut self.buf);
+        if self.buf.len() <= ATOMIC_WRITE && self.queued.load(Ordering::Acquire) == 0 && self.has_room() {
+            // SAFETY: `fd` stays open while the writer thread holds `out`, which
+            // lives until `close` joins it; the buffer is valid for its length.
+            let n = unsafe { libc::write(self.fd, self.buf.as_ptr().cast(), self.buf.len()) };
+            if n == self.buf.len() as isize {
+                return;
+            }
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPIPE) {
+                self.broken = true;
+                return;
+            }
+            // Interrupted or short (not a pipe after all): the thread writes the rest.
+            let written = n.max(0) as usize;
+            self.buf.drain(..written);
+        }
+        let Some(queue) = &self.queue else { return };
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if queue.send(std::mem::take(&mut self.buf)).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether a write of up to [`ATOMIC_WRITE`] bytes would not block now.
+    fn has_room(&self) -> bool {
+        let mut pfd = libc::pollfd { fd: self.fd, events: libc::POLLOUT, revents: 0 };
+        // SAFETY: one valid pollfd, zero timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n == 1 && pfd.revents & libc::POLLOUT != 0 && pfd.revents & (libc::POLLERR | libc::POLLHUP) == 0
+    }
+
+    /// Closes the pipe once everything queued is written (or the peer is gone).
+    /// Does not wait: a peer that never reads must not hold up shutdown.
+    pub fn close(mut self) {
+        self.queue.take();
+        self.thread.take();
+    }
+
+    /// Closes the pipe after everything queued is written, waiting for that at
+    /// most `limit` (a peer that stopped reading must not hold up an exit).
+    pub fn close_within(mut self, limit: std::time::Duration) {
+        self.queue.take();
+        let deadline = std::time::Instant::now() + limit;
+        while self.queued.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if let Some(t) = self.thread.take() {
+            if self.queued.load(Ordering::Acquire) == 0 {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for PipeWriter {
+    fn drop(&mut self) {
+        self.queue.take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+
+    use super::PipeWriter;
+
+    fn pipe() -> (File, File) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) fills two fresh descriptors, which we then own.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both descriptors were just created and are owned by nobody else.
+        unsafe { (File::from(OwnedFd::from_raw_fd(fds[0])), File::from(OwnedFd::from_raw_fd(fds[1]))) }
+    }
+
+    /// Small frames (direct writes) and large ones (the thread) interleave, and
+    /// a peer that reads nothing for a while never blocks the sender: everything
+    /// arrives, in order, once it reads.
+    #[test]
+    fn frames_arrive_in_order_and_a_slow_reader_never_blocks_the_sender() {
+        let (mut read, write) = pipe();
+        let frames: Vec<String> = (0..400)
+            .map(|i| format!(r#"{{"n":{i},"pad":"{}"}}"#, "x".repeat(if i % 7 == 0 { 9000 } else { 40 })))
+            .collect();
+        let expected: String = frames.iter().map(|f| format!("{f}\n")).collect();
+        let (done, sent) = channel();
+        std::thread::spawn(move || {
+            let mut w = PipeWriter::new("test", write).unwrap();
+            for f in &frames {
+                w.send(f);
+            }
+            done.send(()).unwrap();
+            w.close_within(Duration::from_secs(60));
+        });
+        // 400 frames (over 500 KiB) against a 64 KiB pipe nobody reads yet.
+        sent.recv_timeout(Duration::from_secs(30)).expect("send never blocks on a full pipe");
+        let mut got = String::new();
+        read.read_to_string(&mut got).unwrap();
+        assert_eq!(got.len(), expected.len());
+        assert!(got == expected, "frames reordered or damaged");
+    }
+
+    /// A reader that went away: sends are dropped, nothing panics or blocks.
+    #[test]
+    fn a_closed_peer_drops_frames() {
+        let (read, write) = pipe();
+        drop(read);
+        let mut w = PipeWriter::new("test", write).unwrap();
+        for _ in 0..100 {
+            w.send(r#"{"jsonrpc":"2.0","method":"x"}"#);
+        }
+        w.close_within(Duration::from_secs(5));
+    }
+}
