@@ -2,15 +2,14 @@
 
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Sender};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
 use tether_core::{AdminCommand, BackendStatus, ClientRoute, Config, ConfigError, Event, Gateway, Input, SessionId};
 use tether_host::clock::Clock;
 use tether_host::recorder::Recorder;
 
 use crate::client::Client;
-use crate::core_thread::{ClientSink, CoreThread, EventSink, InputSender, Msg};
+use crate::engine::{ClientSink, Engine, EngineThreads, EventSink};
 
 /// How to start a [`Host`]; see [`Host::builder`].
 pub struct HostBuilder {
@@ -34,13 +33,14 @@ impl HostBuilder {
     }
 
     /// Calls `f` with every event (status changes, restarts, breaker trips...).
-    /// It runs on the core thread: keep it short, hand work elsewhere.
+    /// It runs with the engine locked, on whichever thread fed the input: keep it
+    /// short, hand work elsewhere, and never call back into the host from it.
     pub fn on_event(mut self, f: impl FnMut(&Event) + Send + 'static) -> Self {
         self.on_event = Some(Box::new(f));
         self
     }
 
-    /// Validates the configuration, starts the core thread and the backends.
+    /// Validates the configuration, starts the backends and the timer.
     pub fn start(self) -> Result<Host, ConfigError> {
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
@@ -48,20 +48,13 @@ impl HostBuilder {
         let clock = Clock::start();
         let start = clock.now();
         let gw = Gateway::new(self.config.clone(), seed, start)?;
-        let (tx, rx) = channel();
-        let mut core = CoreThread::new(gw, clock, rx, InputSender(tx.clone()));
-        if let Some(file) = self.record {
-            match Recorder::start(file, &self.config, seed, start, core.gw.redactor()) {
-                Ok(r) => core.record = Some(r),
-                Err(e) => tracing::error!("cannot record the trace: {e}"),
-            }
-        }
-        core.on_event = self.on_event;
-        let thread = std::thread::Builder::new()
-            .name("tether-core".into())
-            .spawn(move || core.run())
-            .expect("the core thread starts");
-        Ok(Host { tx, thread: Some(thread), next_session: AtomicU64::new(1) })
+        let record = self.record.and_then(|file| {
+            Recorder::start(file, &self.config, seed, start, gw.redactor())
+                .map_err(|e| tracing::error!("cannot record the trace: {e}"))
+                .ok()
+        });
+        let (engine, threads) = Engine::start(gw, clock, record, self.on_event).expect("the host's threads start");
+        Ok(Host { engine, threads: Some(threads), next_session: AtomicU64::new(1) })
     }
 }
 
@@ -69,7 +62,7 @@ impl HostBuilder {
 /// stdin reader, a signal handler). Sends are ignored once the host has stopped.
 #[derive(Clone)]
 pub struct Handle {
-    tx: Sender<Msg>,
+    engine: Arc<Engine>,
 }
 
 impl Handle {
@@ -95,16 +88,16 @@ impl Handle {
 
     /// Feeds any input (for hosts that speak the core's language directly).
     pub fn input(&self, input: Input) {
-        let _ = self.tx.send(Msg::Input(input));
+        self.engine.feed(input);
     }
 }
 
-/// A running gateway: one core thread owning the engine, a reader thread per
-/// backend stream, and no async runtime. Dropping it shuts it down (see
-/// [`Host::shutdown`]).
+/// A running gateway on plain threads: the engine behind a lock that the thread
+/// with an input takes, a reader thread per backend stream, a timer thread, and
+/// no async runtime. Dropping it shuts it down (see [`Host::shutdown`]).
 pub struct Host {
-    tx: Sender<Msg>,
-    thread: Option<JoinHandle<()>>,
+    engine: Arc<Engine>,
+    threads: Option<EngineThreads>,
     next_session: AtomicU64,
 }
 
@@ -120,17 +113,19 @@ impl Host {
     }
 
     /// Opens a client session whose frames (answers, notifications, requests from
-    /// backends) are passed to `sink` on the core thread. Feed it with [`Host::send`].
+    /// backends) are passed to `sink`, with the engine locked, on whichever thread
+    /// fed the input: hand them on, never call back into the host from `sink`.
+    /// Feed the session with [`Host::send`].
     pub fn attach(&self, sink: impl FnMut(String, &ClientRoute) + Send + 'static) -> SessionId {
         let session = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
         let sink: ClientSink = Box::new(sink);
-        let _ = self.tx.send(Msg::Attach { session, sink });
+        self.engine.attach(session, sink);
         session
     }
 
     /// A handle for feeding this host from other threads.
     pub fn handle(&self) -> Handle {
-        Handle { tx: self.tx.clone() }
+        Handle { engine: self.engine.clone() }
     }
 
     /// One JSON-RPC frame from the client of `session`.
@@ -160,28 +155,23 @@ impl Host {
 
     /// Every backend's status, as the core sees it now.
     pub fn statuses(&self) -> Vec<BackendStatus> {
-        let (tx, rx) = channel();
-        if self.tx.send(Msg::Statuses(tx)).is_err() {
-            return Vec::new();
-        }
-        rx.recv().unwrap_or_default()
+        self.engine.statuses()
     }
 
     /// Feeds any input (for hosts that speak the core's language directly).
     pub fn input(&self, input: Input) {
-        let _ = self.tx.send(Msg::Input(input));
+        self.engine.feed(input);
     }
 
     /// Stops every backend (stdin closed, then SIGTERM, then SIGKILL, a second
-    /// apart), deletes HTTP sessions, and joins the core thread.
+    /// apart), deletes HTTP sessions, and joins the host's threads.
     pub fn shutdown(mut self) {
         self.stop();
     }
 
     fn stop(&mut self) {
-        let _ = self.tx.send(Msg::Shutdown);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        if let Some(threads) = self.threads.take() {
+            self.engine.shutdown(threads);
         }
     }
 }

@@ -45,6 +45,21 @@ struct ServeArgs {
     listen: Option<String>,
 }
 
+/// Whether stdout is a pipe that stderr does not share, so making it
+/// non-blocking (a write is then tried in place, without asking poll(2) first)
+/// cannot make log lines fail. Terminals and files keep their flags.
+fn stdout_is_a_private_pipe() -> bool {
+    fn stat(fd: i32) -> Option<libc::stat> {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: fstat fills the buffer when it returns 0.
+        (unsafe { libc::fstat(fd, st.as_mut_ptr()) } == 0).then(|| unsafe { st.assume_init() })
+    }
+    let (Some(out), err) = (stat(1), stat(2)) else { return false };
+    let fifo = out.st_mode & libc::S_IFMT == libc::S_IFIFO;
+    let shared = err.is_some_and(|e| e.st_dev == out.st_dev && e.st_ino == out.st_ino);
+    fifo && !shared
+}
+
 /// Why `serve` stops.
 enum Stop {
     /// The client closed stdin.
@@ -79,7 +94,13 @@ fn serve(cli: &Cli) -> Result<(), String> {
     let host = builder.start().map_err(|e| e.to_string())?;
 
     let stdout = std::io::stdout().as_fd().try_clone_to_owned().map_err(|e| format!("stdout: {e}"))?;
-    let writer = PipeWriter::new("stdout", std::fs::File::from(stdout)).map_err(|e| format!("stdout: {e}"))?;
+    let stdout = std::fs::File::from(stdout);
+    let writer = if stdout_is_a_private_pipe() {
+        PipeWriter::new_nonblocking("stdout", stdout)
+    } else {
+        PipeWriter::new("stdout", stdout)
+    };
+    let writer = writer.map_err(|e| format!("stdout: {e}"))?;
     let writer = Arc::new(Mutex::new(Some(writer)));
     let sink = writer.clone();
     let session = host.attach(move |frame, _| {

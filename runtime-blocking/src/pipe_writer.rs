@@ -1,12 +1,15 @@
 //! Writing frames to a pipe (a backend's stdin, the client's stdout) without ever
 //! blocking the core thread.
 //!
-//! A frame that fits in one atomic pipe write (`PIPE_BUF`, 4 KiB) is written at
-//! once, on the caller's thread, when the pipe has room and nothing is queued
-//! before it: no thread hop on the hot path. Anything else — a large frame, a
-//! full pipe, a peer that stopped reading — goes to this writer's own thread,
-//! which may block as long as it likes. Order is kept: once something is queued,
-//! every later frame queues behind it.
+//! A frame is written at once, on the caller's thread, when nothing is queued
+//! before it and the write cannot block: the pipe is ours and non-blocking
+//! ([`PipeWriter::new_nonblocking`], a backend's stdin), or the frame fits in one
+//! atomic pipe write (`PIPE_BUF`, 4 KiB) and poll(2) says there is room (a shared
+//! descriptor such as stdout, whose flags must not change under other users).
+//! No thread hop on the hot path. What is left — a full pipe, a peer that stopped
+//! reading, a large frame on a shared descriptor — goes to this writer's own
+//! thread, which may wait as long as it likes. Order is kept: once something is
+//! queued, every later frame queues behind it.
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
@@ -32,11 +35,33 @@ pub struct PipeWriter {
     buf: Vec<u8>,
     /// The peer closed its end: further frames are dropped.
     broken: bool,
+    /// The descriptor is ours and `O_NONBLOCK`: write without asking poll(2).
+    nonblocking: bool,
 }
 
 impl PipeWriter {
-    /// Takes ownership of `out` (a `ChildStdin`, a `File` on fd 1, ...).
-    pub fn new<W: Write + AsRawFd + Send + 'static>(name: &str, mut out: W) -> std::io::Result<PipeWriter> {
+    /// Takes ownership of `out` (a `File` on a copy of fd 1, ...), leaving its
+    /// flags alone.
+    pub fn new<W: Write + AsRawFd + Send + 'static>(name: &str, out: W) -> std::io::Result<PipeWriter> {
+        Self::start(name, out, false)
+    }
+
+    /// Takes ownership of a pipe nobody else writes to (a child's stdin) and makes
+    /// it non-blocking, so every write is tried in place.
+    pub fn new_nonblocking<W: Write + AsRawFd + Send + 'static>(name: &str, out: W) -> std::io::Result<PipeWriter> {
+        let fd = out.as_raw_fd();
+        // SAFETY: fcntl on a descriptor we own; only its status flags change.
+        let ok = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+        };
+        if !ok {
+            return Err(std::io::Error::last_os_error());
+        }
+        Self::start(name, out, true)
+    }
+
+    fn start<W: Write + AsRawFd + Send + 'static>(name: &str, mut out: W, nonblocking: bool) -> std::io::Result<Self> {
         let fd = out.as_raw_fd();
         let (queue, rx) = channel::<Vec<u8>>();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -45,13 +70,21 @@ impl PipeWriter {
             let mut ok = true;
             while let Ok(buf) = rx.recv() {
                 if ok {
-                    ok = out.write_all(&buf).and_then(|()| out.flush()).is_ok();
+                    ok = write_all_waiting(&mut out, &buf).is_ok();
                 }
                 done.fetch_sub(1, Ordering::AcqRel);
             }
             // Dropping `out` closes the pipe: the peer sees end of file.
         })?;
-        Ok(PipeWriter { fd, queue: Some(queue), queued, thread: Some(thread), buf: Vec::new(), broken: false })
+        Ok(PipeWriter {
+            fd,
+            queue: Some(queue),
+            queued,
+            thread: Some(thread),
+            buf: Vec::new(),
+            broken: false,
+            nonblocking,
+        })
     }
 
     /// Writes one frame plus its newline.
@@ -61,7 +94,8 @@ impl PipeWriter {
         }
         self.buf.clear();
         encode_line(frame, &mut self.buf);
-        if self.buf.len() <= ATOMIC_WRITE && self.queued.load(Ordering::Acquire) == 0 && self.has_room() {
+        let direct = self.nonblocking || (self.buf.len() <= ATOMIC_WRITE && self.has_room());
+        if self.queued.load(Ordering::Acquire) == 0 && direct {
             // SAFETY: `fd` stays open while the writer thread holds `out`, which
             // lives until `close` joins it; the buffer is valid for its length.
             let n = unsafe { libc::write(self.fd, self.buf.as_ptr().cast(), self.buf.len()) };
@@ -72,7 +106,7 @@ impl PipeWriter {
                 self.broken = true;
                 return;
             }
-            // Interrupted or short (not a pipe after all): the thread writes the rest.
+            // Full, interrupted or short: the thread writes the rest.
             let written = n.max(0) as usize;
             self.buf.drain(..written);
         }
@@ -114,6 +148,24 @@ impl PipeWriter {
     }
 }
 
+/// `write_all` that waits with poll(2) when a non-blocking descriptor is full.
+fn write_all_waiting<W: Write + AsRawFd>(out: &mut W, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match out.write(buf) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let mut pfd = libc::pollfd { fd: out.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+                // SAFETY: one valid pollfd; waits until the pipe has room or fails.
+                unsafe { libc::poll(&mut pfd, 1, -1) };
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    out.flush()
+}
+
 impl Drop for PipeWriter {
     fn drop(&mut self) {
         self.queue.take();
@@ -143,6 +195,11 @@ mod tests {
     /// arrives, in order, once it reads.
     #[test]
     fn frames_arrive_in_order_and_a_slow_reader_never_blocks_the_sender() {
+        in_order_without_blocking(false);
+        in_order_without_blocking(true);
+    }
+
+    fn in_order_without_blocking(nonblocking: bool) {
         let (mut read, write) = pipe();
         let frames: Vec<String> = (0..400)
             .map(|i| format!(r#"{{"n":{i},"pad":"{}"}}"#, "x".repeat(if i % 7 == 0 { 9000 } else { 40 })))
@@ -150,7 +207,11 @@ mod tests {
         let expected: String = frames.iter().map(|f| format!("{f}\n")).collect();
         let (done, sent) = channel();
         std::thread::spawn(move || {
-            let mut w = PipeWriter::new("test", write).unwrap();
+            let mut w = if nonblocking {
+                PipeWriter::new_nonblocking("test", write).unwrap()
+            } else {
+                PipeWriter::new("test", write).unwrap()
+            };
             for f in &frames {
                 w.send(f);
             }

@@ -53,33 +53,43 @@ pub struct StdioBackend {
     reader: Option<JoinHandle<()>>,
 }
 
+/// Starts `command` (stdin, stdout and stderr piped, its own process group,
+/// killed if the thread that started it dies).
+///
+/// Call it on a thread that lives as long as the host: on Linux the child's
+/// parent-death signal fires when the *thread* that forked it exits.
+pub fn start_process(
+    command: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&str>,
+) -> std::io::Result<Child> {
+    let mut cmd = Command::new(command);
+    cmd.args(args).envs(env).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.process_group(0);
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl is async-signal-safe; it only sets this child's parent-death signal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
 impl StdioBackend {
-    /// Starts the process and its threads. A process that cannot be started is
-    /// reported as [`Failure::Spawn`].
-    pub fn spawn(launch: Launch<'_>, inputs: &InputSender) -> Option<StdioBackend> {
+    /// Takes over a started process (or the error starting it): starts its reader
+    /// threads and reports it. A process that could not be started is reported as
+    /// [`Failure::Spawn`].
+    pub fn attach(launch: Launch<'_>, started: std::io::Result<Child>, inputs: &InputSender) -> Option<StdioBackend> {
         let server = launch.server.clone();
         let generation = launch.generation;
-        let mut cmd = Command::new(launch.command);
-        cmd.args(launch.args)
-            .envs(launch.env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        if let Some(cwd) = launch.cwd {
-            cmd.current_dir(cwd);
-        }
-        #[cfg(target_os = "linux")]
-        // SAFETY: prctl is async-signal-safe; it only sets this child's parent-death
-        // signal. (The parent is the core thread, which lives until shutdown.)
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let started = cmd.spawn().and_then(|mut child| {
-            let stdin = PipeWriter::new(&server, child.stdin.take().expect("piped"))?;
+        let started = started.and_then(|mut child| {
+            let stdin = PipeWriter::new_nonblocking(&server, child.stdin.take().expect("piped"))?;
             Ok((child, stdin))
         });
         let (mut child, stdin) = match started {

@@ -1,0 +1,394 @@
+//! The engine behind a lock: whichever thread has an input (a backend's reader,
+//! the client's stdin reader, an embedder's thread) takes the lock, feeds the
+//! [`Gateway`] and executes the actions it returns in place, then lets go. A
+//! timer thread sleeps until the core's next deadline and feeds it `Tick`.
+//!
+//! So a frame crosses no thread boundary inside tether: the thread that read it
+//! from one pipe writes the result to the next (non-blocking writes; whatever
+//! could block goes to a writer thread). Two things are not done in place:
+//! processes are started by a long-lived spawner thread (a child's parent-death
+//! signal is tied to the thread that forked it), and inputs raised while the lock
+//! is held (a spawn failure, a backend's start) are queued and fed right after.
+//!
+//! Nothing here decides anything; it moves bytes and time.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::process::Child;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tether_core::{Action, BackendStatus, ClientRoute, Event, Gateway, Input, ServerName, SessionId};
+use tether_host::clock::Clock;
+use tether_host::http_backend::{HttpBackend, HttpTarget, InputSink, Spawner};
+use tether_host::logging::log_event;
+use tether_host::recorder::Recorder;
+
+use crate::stdio_backend::{start_process, Launch, StdioBackend};
+
+/// Where one client session's frames go. Called with the engine locked, on
+/// whichever thread fed the input: hand the frame on, never call back into the host.
+pub type ClientSink = Box<dyn FnMut(String, &ClientRoute) + Send>;
+
+/// Called with every event the core emits, with the engine locked, on whichever
+/// thread fed the input: keep it short, never call back into the host.
+pub type EventSink = Box<dyn FnMut(&Event) + Send>;
+
+/// Grace period after closing a backend's stdin before SIGTERM, and after
+/// SIGTERM before SIGKILL.
+const GRACE: Duration = Duration::from_millis(1500);
+
+thread_local! {
+    /// This thread holds the engine lock (inputs it raises are queued).
+    static IN_ENGINE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A process to start, and where to send it (or the error).
+type SpawnRequest = (Box<dyn FnOnce() -> std::io::Result<Child> + Send>, SyncSender<std::io::Result<Child>>);
+
+/// The engine and everything it drives.
+pub(crate) struct Engine {
+    state: Mutex<State>,
+    /// Wakes the timer thread when the next deadline moved earlier or on stop.
+    timer: Condvar,
+    /// Inputs raised by the thread holding the lock, fed before it lets go.
+    raised: Mutex<Vec<Input>>,
+    spawner: Mutex<Option<SyncSender<SpawnRequest>>>,
+}
+
+struct State {
+    gw: Gateway,
+    clock: Clock,
+    record: Option<Recorder>,
+    on_event: Option<EventSink>,
+    connections: HashMap<ServerName, (u64, Connection)>,
+    clients: HashMap<SessionId, ClientSink>,
+    /// The deadline the timer thread sleeps until (`None`: no deadline).
+    timer_at: Option<tether_core::Instant>,
+    stopping: bool,
+}
+
+enum Connection {
+    Stdio(StdioBackend),
+    Http(HttpBackend),
+}
+
+/// How backend threads (and everyone else) hand inputs to the engine.
+#[derive(Clone)]
+pub struct InputSender(pub(crate) Arc<Engine>);
+
+impl InputSender {
+    /// Feeds an input; `false` once the host has stopped.
+    pub fn send(&self, input: Input) -> bool {
+        self.0.feed(input)
+    }
+}
+
+/// The threads an engine runs besides its callers'.
+pub(crate) struct EngineThreads {
+    timer: JoinHandle<()>,
+    spawner: JoinHandle<()>,
+}
+
+impl Engine {
+    /// Wraps `gw` and starts the timer and spawner threads.
+    pub fn start(
+        gw: Gateway,
+        clock: Clock,
+        record: Option<Recorder>,
+        on_event: Option<EventSink>,
+    ) -> std::io::Result<(Arc<Engine>, EngineThreads)> {
+        let (spawn_tx, spawn_rx) = sync_channel::<SpawnRequest>(0);
+        let engine = Arc::new(Engine {
+            state: Mutex::new(State {
+                gw,
+                clock,
+                record,
+                on_event,
+                connections: HashMap::new(),
+                clients: HashMap::new(),
+                timer_at: None,
+                stopping: false,
+            }),
+            timer: Condvar::new(),
+            raised: Mutex::new(Vec::new()),
+            spawner: Mutex::new(Some(spawn_tx)),
+        });
+        let spawner = std::thread::Builder::new().name("tether-spawn".into()).spawn(move || spawn_loop(spawn_rx))?;
+        let e = engine.clone();
+        let timer = std::thread::Builder::new().name("tether-timer".into()).spawn(move || e.timer_loop())?;
+        // The start-up actions (spawns, connects) run now, on this thread.
+        engine.with_state(|_| {});
+        Ok((engine, EngineThreads { timer, spawner }))
+    }
+
+    /// Feeds one input and executes the actions; `false` once stopped.
+    pub fn feed(self: &Arc<Self>, input: Input) -> bool {
+        if IN_ENGINE.with(Cell::get) {
+            self.raised.lock().expect("raised inputs").push(input);
+            return true;
+        }
+        let mut fed = true;
+        self.with_state(|state| {
+            if state.stopping {
+                fed = false;
+            } else {
+                state.feed(input);
+            }
+        });
+        fed
+    }
+
+    /// Opens a client session whose frames go to `sink`.
+    pub fn attach(self: &Arc<Self>, session: SessionId, sink: ClientSink) {
+        self.with_state(|state| {
+            state.clients.insert(session, sink);
+            state.feed(Input::ClientConnected { session, expires: false });
+        });
+    }
+
+    /// Every backend's status now.
+    pub fn statuses(&self) -> Vec<BackendStatus> {
+        self.state.lock().expect("engine").gw.statuses()
+    }
+
+    /// Runs `f` with the engine locked, then executes pending actions and feeds
+    /// the inputs raised meanwhile, and wakes the timer if its deadline moved.
+    fn with_state(self: &Arc<Self>, f: impl FnOnce(&mut State)) {
+        let mut state = self.lock();
+        IN_ENGINE.with(|c| c.set(true));
+        f(&mut state);
+        loop {
+            state.execute_pending(self);
+            let raised = std::mem::take(&mut *self.raised.lock().expect("raised inputs"));
+            if raised.is_empty() {
+                break;
+            }
+            for input in raised {
+                state.feed(input);
+            }
+        }
+        IN_ENGINE.with(|c| c.set(false));
+        let next = state.gw.poll_timeout();
+        if next.is_some() && (state.timer_at.is_none() || next < state.timer_at) {
+            self.timer.notify_one();
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Sleeps until the core's next deadline (or a wake-up), then feeds `Tick`.
+    fn timer_loop(self: Arc<Self>) {
+        let mut state = self.lock();
+        loop {
+            if state.stopping {
+                return;
+            }
+            let next = state.gw.poll_timeout();
+            state.timer_at = next;
+            let Some(deadline) = next else {
+                state = self.timer.wait(state).unwrap_or_else(|p| p.into_inner());
+                continue;
+            };
+            let wait = state.clock.at(deadline).saturating_duration_since(std::time::Instant::now());
+            if wait.is_zero() {
+                drop(state);
+                self.feed(Input::Tick);
+                state = self.lock();
+                continue;
+            }
+            state = self.timer.wait_timeout(state, wait).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Starts a process on the spawner thread and waits for it.
+    fn start_process(&self, launch: &Launch<'_>) -> std::io::Result<Child> {
+        let spawner = self.spawner.lock().expect("spawner").clone();
+        let Some(spawner) = spawner else { return Err(std::io::Error::other("the host is stopping")) };
+        let (command, args, env, cwd) =
+            (launch.command.to_string(), launch.args.to_vec(), launch.env.clone(), launch.cwd.map(String::from));
+        let job = Box::new(move || start_process(&command, &args, &env, cwd.as_deref()));
+        let (tx, rx) = sync_channel(1);
+        spawner.send((job, tx)).map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+        rx.recv().map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+    }
+
+    /// Stops every backend: stdin closed, then SIGTERM, then SIGKILL to each
+    /// process group, waiting up to a second after each; HTTP sessions are
+    /// deleted. Joins the timer and spawner threads and the readers of every
+    /// process that is gone.
+    pub fn shutdown(self: &Arc<Self>, threads: EngineThreads) {
+        let connections: Vec<Connection> = {
+            let mut state = self.lock();
+            state.stopping = true;
+            state.clients.clear();
+            state.connections.drain().map(|(_, (_, c))| c).collect()
+        };
+        self.timer.notify_all();
+        self.spawner.lock().expect("spawner").take();
+        let mut processes = Vec::new();
+        for connection in connections {
+            match connection {
+                Connection::Stdio(mut b) => {
+                    b.close_stdin();
+                    processes.push(b);
+                }
+                Connection::Http(b) => b.close(),
+            }
+        }
+        for signal in [None, Some(libc::SIGTERM), Some(libc::SIGKILL)] {
+            if let Some(signal) = signal {
+                processes.iter().for_each(|b| b.signal(signal));
+            }
+            if wait_for_exit(&processes, Duration::from_secs(1)) {
+                break;
+            }
+        }
+        for b in processes {
+            if b.has_exited() {
+                b.join();
+            }
+        }
+        let _ = threads.timer.join();
+        let _ = threads.spawner.join();
+    }
+}
+
+impl State {
+    fn feed(&mut self, input: Input) {
+        let now = self.clock.now();
+        if let Some(r) = self.record.as_mut() {
+            r.record(now, &input, self.gw.redactor());
+        }
+        if let Err(e) = self.gw.handle(now, input) {
+            tracing::error!("host contract violation: {e}");
+        }
+    }
+
+    fn execute_pending(&mut self, engine: &Arc<Engine>) {
+        while let Some(action) = self.gw.poll_action() {
+            self.execute(action, engine);
+        }
+    }
+
+    fn execute(&mut self, action: Action, engine: &Arc<Engine>) {
+        let max_frame = self.gw.config().limits.max_frame_bytes as usize;
+        match action {
+            Action::SendToBackend { server, generation, frame, request } => match self.connections.get_mut(&server) {
+                Some((g, Connection::Stdio(b))) if *g == generation => b.send(&frame),
+                Some((g, Connection::Http(b))) if *g == generation => b.send(frame, request),
+                _ => tracing::debug!(server = %server, generation, "dropped a frame for a closed connection"),
+            },
+            Action::SendToClient { session, frame, route } => {
+                if let Some(sink) = self.clients.get_mut(&session) {
+                    sink(frame, &route);
+                }
+            }
+            Action::Spawn { server, generation, command, args, env, cwd } => {
+                self.close_connection(&server);
+                let launch = Launch {
+                    server: &server,
+                    generation,
+                    command: &command,
+                    args: &args,
+                    env: &env,
+                    cwd: cwd.as_deref(),
+                    max_frame,
+                    redactor: self.gw.redactor().clone(),
+                };
+                let started = engine.start_process(&launch);
+                if let Some(b) = StdioBackend::attach(launch, started, &InputSender(engine.clone())) {
+                    self.connections.insert(server, (generation, Connection::Stdio(b)));
+                }
+            }
+            Action::ConnectHttp { server, generation, url, headers, legacy_sse } => {
+                self.close_connection(&server);
+                let policy = self.gw.config().policy_for(&server);
+                let read_timeout = Duration::from_millis(policy.request_timeout_max_ms + 10_000);
+                let target = HttpTarget {
+                    server: server.clone(),
+                    generation,
+                    url,
+                    headers,
+                    legacy: legacy_sse,
+                    read_timeout,
+                    max_frame,
+                };
+                let inputs = InputSender(engine.clone());
+                let sink: InputSink = Arc::new(move |input| inputs.send(input));
+                let spawn: Spawner = Arc::new(|job| {
+                    if let Err(e) = std::thread::Builder::new().name("http".into()).spawn(job) {
+                        tracing::error!("cannot start an HTTP thread: {e}");
+                    }
+                });
+                let b = HttpBackend::connect(target, sink, spawn);
+                self.connections.insert(server, (generation, Connection::Http(b)));
+            }
+            Action::CloseBackend { server, generation } => {
+                if self.connections.get(&server).is_some_and(|(g, _)| *g == generation) {
+                    self.close_connection(&server);
+                }
+            }
+            Action::CloseClient { session } => {
+                self.clients.remove(&session);
+            }
+            Action::Emit { event } => {
+                log_event(&event);
+                if let Some(on_event) = self.on_event.as_mut() {
+                    on_event(&event);
+                }
+            }
+        }
+    }
+
+    /// Ends a connection without waiting: stdin closed, then SIGTERM and SIGKILL
+    /// to the process group on a helper thread unless it exits first.
+    fn close_connection(&mut self, server: &str) {
+        match self.connections.remove(server) {
+            Some((_, Connection::Stdio(mut b))) => {
+                b.close_stdin();
+                let retire = move || {
+                    for signal in [libc::SIGTERM, libc::SIGKILL] {
+                        if wait_for_exit(std::slice::from_ref(&b), GRACE) {
+                            break;
+                        }
+                        b.signal(signal);
+                    }
+                    if wait_for_exit(std::slice::from_ref(&b), GRACE) {
+                        b.join();
+                    }
+                };
+                if let Err(e) = std::thread::Builder::new().name(format!("stop {server}")).spawn(retire) {
+                    tracing::error!("cannot start a thread to stop {server}: {e}");
+                }
+            }
+            Some((_, Connection::Http(b))) => b.close(),
+            None => {}
+        }
+    }
+}
+
+/// Starts processes for the engine until the engine is dropped.
+fn spawn_loop(requests: Receiver<SpawnRequest>) {
+    while let Ok((job, reply)) = requests.recv() {
+        let _ = reply.send(job());
+    }
+}
+
+/// Waits until every process has exited, at most `limit`; whether they all did.
+fn wait_for_exit(processes: &[StdioBackend], limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if processes.iter().all(StdioBackend::has_exited) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
