@@ -632,6 +632,8 @@ struct Mock {
     offered: Vec<Builtin>,
     tool_added: AtomicBool,
     tool_calls_answered: AtomicU64,
+    /// Held while a tool call is answered and counted under --crash-after.
+    crash_gate: std::sync::Mutex<()>,
     next_server_request: AtomicU64,
 }
 
@@ -660,6 +662,7 @@ impl Mock {
             offered,
             tool_added: AtomicBool::new(false),
             tool_calls_answered: AtomicU64::new(0),
+            crash_gate: std::sync::Mutex::new(()),
             next_server_request: AtomicU64::new(1),
         })
     }
@@ -720,6 +723,14 @@ impl Mock {
             }
             Err(Stop::Cancelled) => None,
         };
+        // With --crash-after, answering, counting and exiting happen under one
+        // lock: a call running beside the last one allowed is never answered by a
+        // process that is about to exit.
+        let _counting = (is_tool_call && self.options.crash_after.is_some())
+            .then(|| self.crash_gate.lock().unwrap_or_else(|p| p.into_inner()));
+        if _counting.is_some() {
+            self.crash_if_calls_used_up();
+        }
         if let Some(response) = &response {
             outlet.finish(response);
         }

@@ -49,6 +49,25 @@ node -e 'process.exit(parseInt(process.versions.node) >= 18 ? 0 : 1)' \
     || fail "node is $(node --version); server-everything needs >= 18"
 mkdir -p "$INTEROP_DIR"
 
+# ---- the runtimes: name, cargo package, binary -----------------------------------
+runtime_package() {
+    case "$1" in
+        smol) echo tether-smol ;;
+        blocking) echo tether-blocking ;;
+        *) fail "unknown runtime '$1' in INTEROP_RUNTIMES (expected smol and/or blocking)" ;;
+    esac
+}
+runtime_bin() {
+    case "$1" in
+        smol) echo tether ;;
+        blocking) echo tether-blocking ;;
+    esac
+}
+for runtime in $INTEROP_RUNTIMES; do
+    runtime_package "$runtime" > /dev/null
+done
+[ -n "${INTEROP_RUNTIMES// /}" ] || fail "INTEROP_RUNTIMES is empty (expected smol and/or blocking)"
+
 # ---- Python: venv with the SDK and mcp-server-time ---------------------------
 py_stamp="$VENV/.tether-interop-pins"
 py_pins="mcp==$MCP_VERSION mcp-server-time==$MCP_SERVER_TIME_VERSION"
@@ -86,20 +105,7 @@ else
         || fail "server-everything $EVERYTHING_VERSION not found in $NODE_DIR after npm install"
 fi
 
-# ---- the runtimes: name, cargo package, binary -----------------------------------
-runtime_package() {
-    case "$1" in
-        smol) echo tether-smol ;;
-        blocking) echo tether-blocking ;;
-        *) fail "unknown runtime '$1' in INTEROP_RUNTIMES (expected smol and/or blocking)" ;;
-    esac
-}
-runtime_bin() {
-    case "$1" in
-        smol) echo tether ;;
-        blocking) echo tether-blocking ;;
-    esac
-}
+# ---- the binaries ----------------------------------------------------------------
 for runtime in $INTEROP_RUNTIMES; do
     package="$(runtime_package "$runtime")"
     bin="$(runtime_bin "$runtime")"

@@ -147,10 +147,12 @@ fn build_bin(runtime: Runtime) -> Result<(), String> {
         }
         Ok(out) => {
             let stderr = String::from_utf8_lossy(&out.stderr);
-            let tail: Vec<&str> = stderr.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect();
+            let lines: Vec<&str> = stderr.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(40)..];
             Err(format!(
                 "cannot build the {runtime} binary under test: `cargo build{} -p {package} --bin {bin}` failed ({}). \
-                 Does crate `{package}` have a `{bin}` binary yet? (Set {} to test a binary built elsewhere.)\n\
+                 Does crate `{package}` have a `{bin}` binary yet, and does it compile? (Set {} to test a binary \
+                 built elsewhere.)\n\
                  cargo said:\n{}",
                 if release { " --release" } else { "" },
                 out.status,

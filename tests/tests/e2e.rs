@@ -196,6 +196,8 @@ fn backend_crashing_on_start_becomes_permanently_failed_with_its_stderr(rt: Runt
     assert!(init["result"]["serverInfo"].is_object(), "initialize failed: {init}");
 
     assert!(t.wait_log("server_permanently_failed flaky crashes=3", SOON), "{}", t.stderr_text());
+    // The status change is the next log line, a separate write: wait for it too.
+    assert!(t.wait_log("flaky: connecting -> permanently_failed", SOON), "{}", t.stderr_text());
     let failed = log_lines(&t, "server_status_changed flaky: connecting -> permanently_failed");
     assert_eq!(failed.len(), 1, "{}", t.stderr_text());
     assert!(failed[0].contains("boom: db locked"), "the status message lacks the stderr tail: {}", failed[0]);
@@ -231,6 +233,8 @@ fn crash_loop_ends_in_permanently_failed_and_calls_are_refused(rt: Runtime) {
         assert!(error_message(&r).contains("disconnected"), "call {crash}: {r}");
     }
     assert!(t.wait_log("server_permanently_failed db crashes=3", SOON), "{}", t.stderr_text());
+    // The status change is the next log line, a separate write: wait for it too.
+    assert!(t.wait_log("-> permanently_failed", SOON), "{}", t.stderr_text());
     let failed = log_lines(&t, "-> permanently_failed");
     assert_eq!(failed.len(), 1, "{}", t.stderr_text());
     assert!(failed[0].contains("boom: db locked"), "{}", failed[0]);

@@ -1,19 +1,25 @@
 //! tether-bench: what tether costs over a direct stdio connection, and how fast it
-//! recovers (issue 5).
+//! recovers (issue 5), for each runtime: `tether` (the smol runtime) and
+//! `tether-blocking` (the plain-threads runtime).
 //!
 //! ```sh
-//! cargo build --release -p tether-smol -p tether-tests
+//! cargo build --release -p tether-smol -p tether-blocking -p tether-tests
 //! cargo run --release -p tether-tests --bin tether-bench
 //! ```
 //!
 //! It measures, over stdio, `mock-mcp` called directly, behind `null-relay` (the
 //! smallest possible proxy: it copies bytes both ways and nothing else) and behind
-//! `tether`: sequential calls (rate, p50, p99), calls with C in flight, the proxy's
-//! peak RSS; then tether's peak RSS with 10 idle backends, and the time tether takes
-//! to answer again after its backend crashed, beside the backend's own start time.
-//! Every measurement is repeated (`--runs`), direct, relay and tether interleaved
-//! within each run; the report gives medians of the runs, and ratios computed within
-//! each run, then their median. It builds nothing: the binaries must exist.
+//! each tether binary: sequential calls (rate, p50, p99), calls with C in flight,
+//! the proxy's peak RSS; then each tether's peak RSS with 10 idle backends, and the
+//! time it takes to answer again after its backend crashed, beside the backend's own
+//! start time. Every measurement is repeated (`--runs`), direct, relay and the
+//! tethers interleaved within each run; the report gives medians of the runs, and
+//! ratios computed within each run, then their median, and the issue 5 targets for
+//! each tether binary. It builds nothing: the binaries must exist.
+//!
+//! Which tethers: with neither `--tether` nor `--tether-blocking`, `tether` next to
+//! this executable and `tether-blocking` next to that if it was built; with either
+//! flag, exactly the binaries given (`--no-blocking` leaves the blocking one out).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -24,18 +30,25 @@ use tether_tests::bench::{self, median, proc_status_kib, tool_ok, tool_text, Pee
 
 const USAGE: &str = "\
 usage: tether-bench [--runs R] [--calls N] [--warmup W] [--concurrency C] [--quick]
-                    [--tether PATH] [--mock PATH] [--relay PATH]
+                    [--tether PATH] [--tether-blocking PATH] [--no-blocking]
+                    [--mock PATH] [--relay PATH]
 
   --runs R         repeat every measurement R times (default 3); medians are reported
   --calls N        calls per measurement (default 2000)
   --warmup W       warm-up calls before each measurement (default 200)
   --concurrency C  calls in flight in the concurrent measurement (default 32)
   --quick          small numbers, for a smoke test (1 run, 200 calls, 3 recoveries)
-  --tether PATH    the tether binary (default: next to this executable)
+  --tether PATH    the tether binary (smol runtime; default: next to this executable)
+  --tether-blocking PATH
+                   the tether-blocking binary (plain-threads runtime; default: next to
+                   the tether binary, measured if it is there)
+  --no-blocking    measure tether only
   --mock PATH      the mock-mcp binary (default: next to this executable)
   --relay PATH     the null-relay binary (default: next to this executable)
 
-Build the binaries first: cargo build --release -p tether-smol -p tether-tests";
+Given --tether or --tether-blocking, only the binaries given are measured.
+
+Build the binaries first: cargo build --release -p tether-smol -p tether-blocking -p tether-tests";
 
 /// The crash policy of the recovery measurement: every crash restarted at once and
 /// never given up on (a 1 ms window holds only the crash just recorded).
@@ -62,16 +75,26 @@ struct Options {
     recoveries: usize,
     start_samples: usize,
     quick: bool,
-    tether: PathBuf,
+    /// The tether binaries to measure, in report order.
+    tethers: Vec<TetherBin>,
     mock: PathBuf,
     relay: PathBuf,
+}
+
+/// One tether binary under measurement.
+struct TetherBin {
+    /// Its name in the report: `tether` or `tether-blocking`.
+    label: &'static str,
+    /// Which runtime, for the report's headings.
+    runtime: &'static str,
+    path: PathBuf,
 }
 
 fn parse_args() -> Result<Options, String> {
     let mut args = std::env::args().skip(1);
     let (mut runs, mut calls, mut warmup, mut concurrency) = (None, None, None, None);
-    let (mut tether, mut mock, mut relay) = (None, None, None);
-    let mut quick = false;
+    let (mut tether, mut blocking, mut mock, mut relay) = (None, None, None, None);
+    let (mut quick, mut no_blocking) = (false, false);
     fn number(flag: &str, value: Option<String>) -> Result<usize, String> {
         let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
         match value.parse::<usize>() {
@@ -92,6 +115,10 @@ fn parse_args() -> Result<Options, String> {
             "--concurrency" => concurrency = Some(number(&flag, value())?),
             "--quick" => quick = true,
             "--tether" => tether = Some(PathBuf::from(value().ok_or("--tether needs a path")?)),
+            "--tether-blocking" => {
+                blocking = Some(PathBuf::from(value().ok_or("--tether-blocking needs a path")?));
+            }
+            "--no-blocking" => no_blocking = true,
             "--mock" => mock = Some(PathBuf::from(value().ok_or("--mock needs a path")?)),
             "--relay" => relay = Some(PathBuf::from(value().ok_or("--relay needs a path")?)),
             "-h" | "--help" => {
@@ -113,11 +140,34 @@ fn parse_args() -> Result<Options, String> {
         None if here.join(name).is_file() => Ok(here.join(name)),
         None => Err(format!(
             "{name} not found at {}: build it first with `cargo build{release} -p {package}` \
-             (or `cargo build{release} -p tether-smol -p tether-tests`), or pass {flag} PATH",
+             (or `cargo build{release} -p tether-smol -p tether-blocking -p tether-tests`), or pass {flag} PATH",
             here.join(name).display()
         )),
     };
-    let tether = locate(tether, "tether", "--tether", "tether-smol")?;
+    if no_blocking && blocking.is_some() {
+        return Err("--no-blocking and --tether-blocking contradict each other".to_string());
+    }
+    let mut tethers = Vec::new();
+    let explicit = tether.is_some() || blocking.is_some();
+    let smol = TetherBin { label: "tether", runtime: "smol runtime", path: PathBuf::new() };
+    let threads = TetherBin { label: "tether-blocking", runtime: "plain-threads runtime", path: PathBuf::new() };
+    if !explicit || tether.is_some() {
+        tethers.push(TetherBin { path: locate(tether, "tether", "--tether", "tether-smol")?, ..smol });
+    }
+    match blocking {
+        Some(path) => tethers.push(TetherBin {
+            path: locate(Some(path), "tether-blocking", "--tether-blocking", "tether-blocking")?,
+            ..threads
+        }),
+        // By default, beside `tether` when it was built.
+        None if !explicit && !no_blocking => {
+            let next_to_tether = tethers[0].path.with_file_name("tether-blocking");
+            if next_to_tether.is_file() {
+                tethers.push(TetherBin { path: next_to_tether, ..threads });
+            }
+        }
+        None => {}
+    }
     let mock = locate(mock, "mock-mcp", "--mock", "tether-tests")?;
     let relay = locate(relay, "null-relay", "--relay", "tether-tests")?;
     Ok(Options {
@@ -128,7 +178,7 @@ fn parse_args() -> Result<Options, String> {
         recoveries: if quick { 3 } else { 20 },
         start_samples: if quick { 3 } else { 10 },
         quick,
-        tether,
+        tethers,
         mock,
         relay,
     })
@@ -136,25 +186,17 @@ fn parse_args() -> Result<Options, String> {
 
 /// How the client reaches the mock.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Path3 {
+enum Via {
     Direct,
     Relay,
-    Tether,
+    /// Through `opts.tethers[i]`.
+    Tether(usize),
 }
 
-impl Path3 {
-    const ALL: [Path3; 3] = [Path3::Direct, Path3::Relay, Path3::Tether];
-
-    fn name(self) -> &'static str {
-        match self {
-            Path3::Direct => "direct",
-            Path3::Relay => "relay",
-            Path3::Tether => "tether",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
+impl Via {
+    /// Every path, in report order: direct, relay, then each tether.
+    fn all(tethers: usize) -> Vec<Via> {
+        [Via::Direct, Via::Relay].into_iter().chain((0..tethers).map(Via::Tether)).collect()
     }
 }
 
@@ -172,13 +214,31 @@ struct PathSample {
     threads: usize,
 }
 
-/// Everything one run measured.
-struct Run {
-    paths: [PathSample; 3],
+/// What one run measured of one tether binary.
+struct TetherRun {
+    path: PathSample,
     idle_hwm_kib: u64,
     recovery_ms: Vec<f64>,
     recovery_attempts: Vec<usize>,
+}
+
+/// Everything one run measured.
+struct Run {
+    direct: PathSample,
+    relay: PathSample,
+    /// One per `opts.tethers`, in that order.
+    tethers: Vec<TetherRun>,
     start_ms: Vec<f64>,
+}
+
+impl Run {
+    fn path(&self, via: Via) -> &PathSample {
+        match via {
+            Via::Direct => &self.direct,
+            Via::Relay => &self.relay,
+            Via::Tether(i) => &self.tethers[i].path,
+        }
+    }
 }
 
 struct Bench {
@@ -207,12 +267,23 @@ impl Bench {
         json!({"command": self.opts.mock, "args": ["--name", name]})
     }
 
-    /// Starts `tether --config <config>` and shakes hands.
-    fn start_tether(&mut self, label: &str, config: &Value) -> Result<Peer, String> {
+    /// The label of `opts.tethers[t]`, with `what` it is doing.
+    fn tether_label(&self, t: usize, what: &str) -> String {
+        let label = self.opts.tethers[t].label;
+        if what.is_empty() {
+            label.to_string()
+        } else {
+            format!("{label} ({what})")
+        }
+    }
+
+    /// Starts `opts.tethers[t]` with `--config <config>` and shakes hands.
+    fn start_tether(&mut self, t: usize, what: &str, config: &Value) -> Result<Peer, String> {
         let config = self.write_config(config)?;
-        let stderr = self.scratch("tether.stderr");
+        let stderr = self.scratch(&format!("{}.stderr", self.opts.tethers[t].label));
         let args = vec!["--config".to_string(), config.display().to_string()];
-        let mut peer = Peer::spawn(label, &self.opts.tether, &args, Some(&stderr))?;
+        let label = self.tether_label(t, what);
+        let mut peer = Peer::spawn(&label, &self.opts.tethers[t].path, &args, Some(&stderr))?;
         peer.initialize()?;
         Ok(peer)
     }
@@ -228,25 +299,25 @@ impl Bench {
     }
 
     /// Sequential and concurrent echo calls through one path.
-    fn measure_path(&mut self, path: Path3) -> Result<PathSample, String> {
+    fn measure_path(&mut self, path: Via) -> Result<PathSample, String> {
         let mock = self.opts.mock.display().to_string();
         let (mut peer, tool) = match path {
-            Path3::Direct => {
+            Via::Direct => {
                 let stderr = self.scratch("direct.stderr");
                 let args = vec!["--name".to_string(), "m".to_string()];
                 (Peer::spawn("mock-mcp (direct)", &self.opts.mock, &args, Some(&stderr))?, "echo")
             }
-            Path3::Relay => {
+            Via::Relay => {
                 let stderr = self.scratch("relay.stderr");
                 let args = vec![mock, "--name".to_string(), "m".to_string()];
                 (Peer::spawn("null-relay", &self.opts.relay, &args, Some(&stderr))?, "echo")
             }
-            Path3::Tether => {
+            Via::Tether(t) => {
                 let config = json!({"mcpServers": {"m": self.mock_entry("m")}});
-                (self.start_tether("tether", &config)?, "m__echo")
+                (self.start_tether(t, "", &config)?, "m__echo")
             }
         };
-        if path != Path3::Tether {
+        if !matches!(path, Via::Tether(_)) {
             peer.initialize()?;
         }
         peer.wait_for_tools(tool, 1, Duration::from_secs(15))?;
@@ -261,7 +332,7 @@ impl Bench {
         // exits, so its counters would miss most of it.
         let pid = peer.pid();
         let cost = || match path {
-            Path3::Direct => None,
+            Via::Direct => None,
             _ => ProcCost::read(pid).ok(),
         };
         let before = cost();
@@ -277,32 +348,32 @@ impl Bench {
         let conc_cost = per_call(before_conc, after_conc, conc.calls);
         let threads = after_conc.map_or(0, |c| c.threads);
         let proxy_hwm_kib = match path {
-            Path3::Direct => None,
+            Via::Direct => None,
             _ => Some(proc_status_kib(peer.pid(), "VmHWM").map_err(|e| format!("{}: {e}", peer.label))?),
         };
         peer.finish(Duration::from_secs(5));
         Ok(PathSample { seq, conc, proxy_hwm_kib, seq_cost, conc_cost, threads })
     }
 
-    /// tether's peak RSS once `IDLE_BACKENDS` mocks are online and listed.
-    fn idle_backends(&mut self) -> Result<u64, String> {
+    /// `opts.tethers[t]`'s peak RSS once `IDLE_BACKENDS` mocks are online and listed.
+    fn idle_backends(&mut self, t: usize) -> Result<u64, String> {
         let servers: serde_json::Map<String, Value> =
             (0..IDLE_BACKENDS).map(|i| (format!("b{i}"), self.mock_entry(&format!("b{i}")))).collect();
-        let mut peer = self.start_tether("tether (idle backends)", &json!({"mcpServers": servers}))?;
+        let mut peer = self.start_tether(t, "idle backends", &json!({"mcpServers": servers}))?;
         let want = IDLE_BACKENDS * self.mock_tools;
         peer.wait_for_tools(&format!("b{}__echo", IDLE_BACKENDS - 1), want, Duration::from_secs(30))?;
-        let hwm = proc_status_kib(peer.pid(), "VmHWM").map_err(|e| format!("tether: {e}"))?;
+        let hwm = proc_status_kib(peer.pid(), "VmHWM").map_err(|e| format!("{}: {e}", peer.label))?;
         peer.finish(Duration::from_secs(5));
         Ok(hwm)
     }
 
-    /// Crash the backend `recoveries` times; for each, the time from sending
-    /// `m__crash` to the first successful `m__pid` answer from a new process, and
-    /// how many `m__pid` calls that took.
-    fn recovery(&mut self) -> Result<(Vec<f64>, Vec<usize>), String> {
+    /// Crash `opts.tethers[t]`'s backend `recoveries` times; for each, the time from
+    /// sending `m__crash` to the first successful `m__pid` answer from a new process,
+    /// and how many `m__pid` calls that took.
+    fn recovery(&mut self, t: usize) -> Result<(Vec<f64>, Vec<usize>), String> {
         let policy: Value = serde_json::from_str(RECOVERY_POLICY).expect("policy json");
         let config = json!({"mcpServers": {"m": self.mock_entry("m")}, "tether": {"policy": policy}});
-        let mut peer = self.start_tether("tether (recovery)", &config)?;
+        let mut peer = self.start_tether(t, "recovery", &config)?;
         peer.wait_for_tools("m__pid", 1, Duration::from_secs(15))?;
         let pid_call = json!({"name": "m__pid", "arguments": {}});
         let (mut times, mut attempts) = (Vec::new(), Vec::new());
@@ -310,7 +381,7 @@ impl Bench {
             let frame = peer.request("tools/call", &pid_call)?;
             let old = tool_text(&frame.value)
                 .filter(|_| tool_ok(&frame.value))
-                .ok_or_else(|| format!("tether (recovery): m__pid before crash {} failed: {}", i + 1, frame.value))?
+                .ok_or_else(|| format!("{}: m__pid before crash {} failed: {}", peer.label, i + 1, frame.value))?
                 .to_string();
             let (_, crashed_at) = peer.send("tools/call", &json!({"name": "m__crash", "arguments": {}}))?;
             let mut tries = 0;
@@ -325,7 +396,8 @@ impl Bench {
                 }
                 if crashed_at.elapsed() > Duration::from_secs(30) {
                     return Err(format!(
-                        "tether (recovery): no answer from a new backend 30 s after crash {}; last: {}{}",
+                        "{}: no answer from a new backend 30 s after crash {}; last: {}{}",
+                        peer.label,
                         i + 1,
                         frame.value,
                         peer.stderr_tail()
@@ -359,17 +431,23 @@ impl Bench {
     }
 
     fn run(&mut self, r: usize) -> Result<Run, String> {
-        let mut paths: [Option<PathSample>; 3] = [None, None, None];
+        let all = Via::all(self.opts.tethers.len());
+        let mut paths: Vec<Option<PathSample>> = vec![None; all.len()];
         // Rotate the order from run to run so no path always goes first.
-        for k in 0..3 {
-            let path = Path3::ALL[(k + r) % 3];
-            paths[path.index()] = Some(self.measure_path(path)?);
+        for k in 0..all.len() {
+            let i = (k + r) % all.len();
+            paths[i] = Some(self.measure_path(all[i])?);
         }
-        let paths = paths.map(|p| p.expect("measured"));
-        let idle_hwm_kib = self.idle_backends()?;
+        let mut paths = paths.into_iter().map(|p| p.expect("measured"));
+        let (direct, relay) = (paths.next().expect("direct"), paths.next().expect("relay"));
+        let mut tethers = Vec::new();
+        for (t, path) in paths.enumerate() {
+            let idle_hwm_kib = self.idle_backends(t)?;
+            let (recovery_ms, recovery_attempts) = self.recovery(t)?;
+            tethers.push(TetherRun { path, idle_hwm_kib, recovery_ms, recovery_attempts });
+        }
         let start_ms = self.backend_start()?;
-        let (recovery_ms, recovery_attempts) = self.recovery()?;
-        Ok(Run { paths, idle_hwm_kib, recovery_ms, recovery_attempts, start_ms })
+        Ok(Run { direct, relay, tethers, start_ms })
     }
 }
 
@@ -467,7 +545,7 @@ impl Row {
 
     fn print(&self, name: &str) {
         println!(
-            "  {name:<7} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>12}",
+            "  {name:<15} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>12}",
             int(self.seq_rate),
             int(self.seq_p50),
             int(self.seq_p99),
@@ -481,7 +559,7 @@ impl Row {
 
 fn print_header(c: usize) {
     println!(
-        "  {:<7} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>12}",
+        "  {:<15} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>12}",
         "",
         "seq/s",
         "p50 µs",
@@ -493,7 +571,7 @@ fn print_header(c: usize) {
     );
 }
 
-/// Ratios within one run.
+/// Ratios within one run, of one tether binary against direct and relay.
 struct Ratios {
     relay_p50: f64,
     tether_p50: f64,
@@ -506,8 +584,8 @@ struct Ratios {
 }
 
 impl Ratios {
-    fn of(run: &Run) -> Ratios {
-        let [d, r, t] = [0, 1, 2].map(|i| Row::of(&run.paths[i]));
+    fn of(run: &Run, t: usize) -> Ratios {
+        let [d, r, t] = [Via::Direct, Via::Relay, Via::Tether(t)].map(|via| Row::of(run.path(via)));
         let (relay_added, tether_added) = (r.seq_p50 - d.seq_p50, t.seq_p50 - d.seq_p50);
         Ratios {
             relay_p50: r.seq_p50 / d.seq_p50,
@@ -537,16 +615,25 @@ impl Ratios {
     }
 }
 
+/// A path's name in the report.
+fn via_name(opts: &Options, via: Via) -> &'static str {
+    match via {
+        Via::Direct => "direct",
+        Via::Relay => "relay",
+        Via::Tether(t) => opts.tethers[t].label,
+    }
+}
+
 /// The proxies' CPU time and context switches per call (medians over `runs`).
-fn print_cost(runs: &[&Run], c: usize) {
+fn print_cost(opts: &Options, runs: &[&Run], c: usize) {
     let mut parts = Vec::new();
-    for path in [Path3::Relay, Path3::Tether] {
-        let samples: Vec<&PathSample> = runs.iter().map(|r| &r.paths[path.index()]).collect();
+    for via in Via::all(opts.tethers.len()).into_iter().skip(1) {
+        let samples: Vec<&PathSample> = runs.iter().map(|r| r.path(via)).collect();
         let m =
             |f: &dyn Fn(&PathSample) -> Option<f64>| median(&samples.iter().filter_map(|s| f(s)).collect::<Vec<_>>());
         parts.push(format!(
             "{} {:.1} µs, {:.1} switches | {:.1} µs, {:.1} switches ({} threads)",
-            path.name(),
+            via_name(opts, via),
             m(&|s| s.seq_cost.map(|c| c.0)),
             m(&|s| s.seq_cost.map(|c| c.1)),
             m(&|s| s.conc_cost.map(|c| c.0)),
@@ -557,101 +644,153 @@ fn print_cost(runs: &[&Run], c: usize) {
     println!("  proxy CPU time and context switches per call (sequential | c={c}): {}", parts.join("; "));
 }
 
-fn print_run(run: &Run, c: usize) {
+fn print_run(opts: &Options, run: &Run) {
+    let c = opts.concurrency;
     print_header(c);
-    for path in Path3::ALL {
-        Row::of(&run.paths[path.index()]).print(path.name());
+    for via in Via::all(opts.tethers.len()) {
+        Row::of(run.path(via)).print(via_name(opts, via));
     }
-    print_cost(&[run], c);
-    let attempts: Vec<f64> = run.recovery_attempts.iter().map(|&a| a as f64).collect();
-    println!(
-        "  tether with {IDLE_BACKENDS} idle backends: VmHWM {}; recovery ({}×): median {:.1} ms, max {:.1} ms \
-         ({} m__pid calls per recovery, median); backend start ({}×): median {:.1} ms",
-        mib(run.idle_hwm_kib as f64),
-        run.recovery_ms.len(),
-        median(&run.recovery_ms),
-        run.recovery_ms.iter().copied().fold(f64::NAN, f64::max),
-        median(&attempts),
-        run.start_ms.len(),
-        median(&run.start_ms),
-    );
+    print_cost(opts, &[run], c);
+    for (bin, t) in opts.tethers.iter().zip(&run.tethers) {
+        let attempts: Vec<f64> = t.recovery_attempts.iter().map(|&a| a as f64).collect();
+        println!(
+            "  {} with {IDLE_BACKENDS} idle backends: VmHWM {}; recovery ({}×): median {:.1} ms, max {:.1} ms \
+             ({} m__pid calls per recovery, median)",
+            bin.label,
+            mib(t.idle_hwm_kib as f64),
+            t.recovery_ms.len(),
+            median(&t.recovery_ms),
+            t.recovery_ms.iter().copied().fold(f64::NAN, f64::max),
+            median(&attempts),
+        );
+    }
+    println!("  backend start ({}×): median {:.1} ms", run.start_ms.len(), median(&run.start_ms));
+}
+
+/// The medians over the runs of one tether binary's own measurements.
+struct TetherSummary {
+    idle_kib: f64,
+    recovery_ms: f64,
+    recovery_max_ms: f64,
+    ratios: Ratios,
+}
+
+impl TetherSummary {
+    fn of(runs: &[Run], t: usize) -> TetherSummary {
+        TetherSummary {
+            idle_kib: median(&runs.iter().map(|r| r.tethers[t].idle_hwm_kib as f64).collect::<Vec<_>>()),
+            recovery_ms: median(&runs.iter().map(|r| median(&r.tethers[t].recovery_ms)).collect::<Vec<_>>()),
+            recovery_max_ms: runs
+                .iter()
+                .flat_map(|r| r.tethers[t].recovery_ms.iter().copied())
+                .fold(f64::NAN, f64::max),
+            ratios: Ratios::median_of(&runs.iter().map(|r| Ratios::of(r, t)).collect::<Vec<_>>()),
+        }
+    }
 }
 
 fn report(opts: &Options, runs: &[Run]) {
     let c = opts.concurrency;
     let n = runs.len();
+    let all = Via::all(opts.tethers.len());
     println!();
     println!("medians of {n} run(s)");
     print_header(c);
-    let rows: Vec<Row> = Path3::ALL
-        .iter()
-        .map(|p| Row::median_of(&runs.iter().map(|r| Row::of(&r.paths[p.index()])).collect::<Vec<_>>()))
-        .collect();
-    for (path, row) in Path3::ALL.iter().zip(&rows) {
-        row.print(path.name());
+    let rows: Vec<Row> =
+        all.iter().map(|&via| Row::median_of(&runs.iter().map(|r| Row::of(r.path(via))).collect::<Vec<_>>())).collect();
+    for (&via, row) in all.iter().zip(&rows) {
+        row.print(via_name(opts, via));
     }
-    print_cost(&runs.iter().collect::<Vec<_>>(), c);
-    let idle = median(&runs.iter().map(|r| r.idle_hwm_kib as f64).collect::<Vec<_>>());
-    let recovery = median(&runs.iter().map(|r| median(&r.recovery_ms)).collect::<Vec<_>>());
-    let recovery_max = runs.iter().flat_map(|r| r.recovery_ms.iter().copied()).fold(f64::NAN, f64::max);
+    print_cost(opts, &runs.iter().collect::<Vec<_>>(), c);
     let start = median(&runs.iter().map(|r| median(&r.start_ms)).collect::<Vec<_>>());
-    println!("  tether with {IDLE_BACKENDS} idle backends: VmHWM {}", mib(idle));
-    println!(
-        "  recovery after a stdio crash: median {recovery:.1} ms, max {recovery_max:.1} ms \
-         (crash sent -> first m__pid answer from the new process; median of run medians, max of all)"
-    );
+    let summaries: Vec<TetherSummary> = (0..opts.tethers.len()).map(|t| TetherSummary::of(runs, t)).collect();
+    for (bin, sum) in opts.tethers.iter().zip(&summaries) {
+        println!("  {} with {IDLE_BACKENDS} idle backends: VmHWM {}", bin.label, mib(sum.idle_kib));
+        println!(
+            "  {} recovery after a stdio crash: median {:.1} ms, max {:.1} ms \
+             (crash sent -> first m__pid answer from the new process; median of run medians, max of all)",
+            bin.label, sum.recovery_ms, sum.recovery_max_ms
+        );
+    }
     println!("  backend start (spawn mock-mcp -> its initialize answer): median {start:.1} ms");
 
-    let ratios = Ratios::median_of(&runs.iter().map(Ratios::of).collect::<Vec<_>>());
-    println!();
-    println!(
-        "ratios (median over runs, each within a run): seq p50 relay/direct {}, tether/direct {}; \
-         added p50 relay {}, tether {}, tether/relay {}; c={c} throughput relay/direct {}, tether/direct {}, \
-         tether/relay {}",
-        ratio(ratios.relay_p50),
-        ratio(ratios.tether_p50),
-        signed_us(ratios.relay_added),
-        signed_us(ratios.tether_added),
-        ratio(ratios.added_vs_relay),
-        ratio(ratios.relay_conc),
-        ratio(ratios.tether_conc),
-        ratio(ratios.tether_conc_vs_relay),
-    );
-
-    println!();
-    println!("targets (issue 5)");
-    let line = |target: &str, figure: String, met: bool| println!("  {target:<72} {figure:<34} {}", verdict(met));
-    line(
-        &format!("p50 added latency per sequential call <= {TARGET_ADDED_P50_US} µs over direct"),
-        format!("tether {}", signed_us(ratios.tether_added)),
-        ratios.tether_added <= TARGET_ADDED_P50_US,
-    );
-    line(
-        &format!("p50 added latency <= {TARGET_ADDED_VS_RELAY}× the null relay's added latency"),
-        format!(
-            "{} ({} vs {})",
-            ratio(ratios.added_vs_relay),
+    let direct = &rows[0];
+    for (t, (bin, sum)) in opts.tethers.iter().zip(&summaries).enumerate() {
+        let label = bin.label;
+        let ratios = &sum.ratios;
+        let row = &rows[2 + t];
+        println!();
+        println!(
+            "ratios for {label} (median over runs, each within a run): seq p50 relay/direct {}, {label}/direct {}; \
+             added p50 relay {}, {label} {}, {label}/relay {}; c={c} throughput relay/direct {}, \
+             {label}/direct {}, {label}/relay {}",
+            ratio(ratios.relay_p50),
+            ratio(ratios.tether_p50),
+            signed_us(ratios.relay_added),
             signed_us(ratios.tether_added),
-            signed_us(ratios.relay_added)
-        ),
-        ratios.added_vs_relay <= TARGET_ADDED_VS_RELAY,
-    );
-    let at = if c == 32 { String::new() } else { format!(" (measured at c={c})") };
-    line(
-        &format!("throughput with 32 concurrent calls through tether >= {TARGET_THROUGHPUT_VS_DIRECT}× direct{at}"),
-        format!("{} ({} vs {} calls/s)", ratio(ratios.tether_conc), int(rows[2].conc_rate), int(rows[0].conc_rate)),
-        ratios.tether_conc >= TARGET_THROUGHPUT_VS_DIRECT,
-    );
-    line(
-        &format!("peak RSS with {IDLE_BACKENDS} idle backends <= {TARGET_IDLE_RSS_MIB} MiB"),
-        mib(idle),
-        idle / 1024.0 <= TARGET_IDLE_RSS_MIB,
-    );
-    line(
-        &format!("median recovery after a stdio crash <= backend start + {TARGET_RECOVERY_SLACK_MS} ms"),
-        format!("{recovery:.1} ms vs {start:.1} + {TARGET_RECOVERY_SLACK_MS} ms"),
-        recovery <= start + TARGET_RECOVERY_SLACK_MS,
-    );
+            ratio(ratios.added_vs_relay),
+            ratio(ratios.relay_conc),
+            ratio(ratios.tether_conc),
+            ratio(ratios.tether_conc_vs_relay),
+        );
+
+        println!();
+        println!("targets (issue 5) for {label} ({}, {})", bin.runtime, bin.path.display());
+        let line = |target: &str, figure: String, met: bool| println!("  {target:<72} {figure:<34} {}", verdict(met));
+        line(
+            &format!("p50 added latency per sequential call <= {TARGET_ADDED_P50_US} µs over direct"),
+            format!("{label} {}", signed_us(ratios.tether_added)),
+            ratios.tether_added <= TARGET_ADDED_P50_US,
+        );
+        line(
+            &format!("p50 added latency <= {TARGET_ADDED_VS_RELAY}× the null relay's added latency"),
+            format!(
+                "{} ({} vs {})",
+                ratio(ratios.added_vs_relay),
+                signed_us(ratios.tether_added),
+                signed_us(ratios.relay_added)
+            ),
+            ratios.added_vs_relay <= TARGET_ADDED_VS_RELAY,
+        );
+        let at = if c == 32 { String::new() } else { format!(" (measured at c={c})") };
+        line(
+            &format!("throughput with 32 concurrent calls through tether >= {TARGET_THROUGHPUT_VS_DIRECT}× direct{at}"),
+            format!("{} ({} vs {} calls/s)", ratio(ratios.tether_conc), int(row.conc_rate), int(direct.conc_rate)),
+            ratios.tether_conc >= TARGET_THROUGHPUT_VS_DIRECT,
+        );
+        line(
+            &format!("peak RSS with {IDLE_BACKENDS} idle backends <= {TARGET_IDLE_RSS_MIB} MiB"),
+            mib(sum.idle_kib),
+            sum.idle_kib / 1024.0 <= TARGET_IDLE_RSS_MIB,
+        );
+        line(
+            &format!("median recovery after a stdio crash <= backend start + {TARGET_RECOVERY_SLACK_MS} ms"),
+            format!("{:.1} ms vs {start:.1} + {TARGET_RECOVERY_SLACK_MS} ms", sum.recovery_ms),
+            sum.recovery_ms <= start + TARGET_RECOVERY_SLACK_MS,
+        );
+    }
+
+    // Side by side, when there is more than one tether binary (against the first).
+    let (first, base) = (&opts.tethers[0], &summaries[0]);
+    for (t, (bin, sum)) in opts.tethers.iter().zip(&summaries).enumerate().skip(1) {
+        let (a, b) = (&rows[2], &rows[2 + t]);
+        println!();
+        println!(
+            "{} vs {}: seq p50 {} vs {} µs, c={c} throughput {} vs {} calls/s ({}), idle VmHWM {} vs {}, \
+             recovery median {:.1} vs {:.1} ms",
+            bin.label,
+            first.label,
+            int(b.seq_p50),
+            int(a.seq_p50),
+            int(b.conc_rate),
+            int(a.conc_rate),
+            ratio(b.conc_rate / a.conc_rate),
+            mib(sum.idle_kib),
+            mib(base.idle_kib),
+            sum.recovery_ms,
+            base.recovery_ms,
+        );
+    }
 }
 
 fn main() -> ExitCode {
@@ -678,12 +817,15 @@ fn main() -> ExitCode {
         opts.warmup.max(opts.concurrency),
         if opts.quick { " (--quick)" } else { "" },
     );
-    println!("  tether      {}", opts.tether.display());
-    println!("  mock-mcp    {}", opts.mock.display());
-    println!("  null-relay  {}", opts.relay.display());
+    for bin in &opts.tethers {
+        println!("  {:<15} {} ({})", bin.label, bin.path.display(), bin.runtime);
+    }
+    println!("  {:<15} {}", "mock-mcp", opts.mock.display());
+    println!("  {:<15} {}", "null-relay", opts.relay.display());
     println!(
         "  paths: direct = client <-> mock-mcp; relay = client <-> null-relay <-> mock-mcp; \
-         tether = client <-> tether --config (one mock, default policy) <-> mock-mcp; call: echo / m__echo"
+         tether = client <-> tether --config (one mock, default policy) <-> mock-mcp, for each tether binary; \
+         call: echo / m__echo"
     );
     println!(
         "  recovery: {} crashes per run with tether policy {RECOVERY_POLICY} (restart at once, never give up); \
@@ -701,7 +843,7 @@ fn main() -> ExitCode {
         println!("run {} of {}", r + 1, bench.opts.runs);
         match bench.run(r) {
             Ok(run) => {
-                print_run(&run, bench.opts.concurrency);
+                print_run(&bench.opts, &run);
                 runs.push(run);
             }
             Err(e) => {
