@@ -12,7 +12,10 @@ use tether_blocking::{Event, Host, Status};
 use tether_core::{Config, ServerConfig};
 
 fn main() {
-    let mock = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/debug/mock-mcp").to_string();
+    // Default backend: the mock next to this example's executable (target/debug/mock-mcp).
+    let exe = std::env::current_exe().expect("own path");
+    let mock = exe.parent().and_then(|d| d.parent()).expect("target dir").join("mock-mcp");
+    let mock = mock.to_str().expect("utf-8 path").to_string();
     let command: Vec<String> = std::env::args().skip(1).collect();
     let (program, args) = command.split_first().map_or((mock.as_str(), &[][..]), |(p, a)| (p.as_str(), a));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -26,7 +29,8 @@ fn main() {
     let mut client = host.client().expect("handshake");
 
     let tools = client.list_tools().expect("tools/list");
-    println!("{} tools, e.g. {}", tools.len(), tools[0]["name"]);
+    let Some(first) = tools.first() else { panic!("no tools: is {program} built?") };
+    println!("{} tools, e.g. {}", tools.len(), first["name"]);
     let answer = client.call_tool("alpha__echo", json!({"text": "hello"})).expect("tools/call");
     println!("alpha__echo -> {}", answer["content"][0]["text"]);
 
