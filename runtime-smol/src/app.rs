@@ -51,6 +51,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     let mut host = host(cli, &config)?;
     let max_frame = config.limits.max_frame_bytes as usize;
     let config_path = cli_config_path(cli);
+    let flags = cli.policy.clone();
     let backends = config.servers.len();
     let transports = match (stdio, options.is_some()) {
         (true, true) => "stdio and HTTP",
@@ -78,7 +79,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
             smol::spawn(read_stdin(inputs.clone(), max_frame)).detach();
             smol::spawn(write_stdout(frames_rx))
         });
-        smol::spawn(handle_signals(config_path, inputs)).detach();
+        smol::spawn(handle_signals(config_path, flags, inputs)).detach();
         host.run(|_, input| matches!(input, Input::ClientClosed { session } if *session == STDIO_SESSION)).await;
         host.shutdown().await;
         drop(host);
@@ -126,7 +127,11 @@ fn cli_config_path(cli: &Cli) -> Option<std::path::PathBuf> {
 }
 
 /// SIGTERM/SIGINT end the session like a closed stdin; SIGHUP reloads the config.
-async fn handle_signals(path: Option<std::path::PathBuf>, inputs: async_channel::Sender<Input>) {
+async fn handle_signals(
+    path: Option<std::path::PathBuf>,
+    flags: tether_host::flags::PolicyFlags,
+    inputs: async_channel::Sender<Input>,
+) {
     let Ok(mut signals) =
         async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int, async_signal::Signal::Hup])
     else {
@@ -136,7 +141,8 @@ async fn handle_signals(path: Option<std::path::PathBuf>, inputs: async_channel:
         match signal {
             async_signal::Signal::Hup => {
                 let Some(path) = &path else { continue };
-                match config_file::load(path) {
+                // The same flags apply to the reloaded file, and it is validated first.
+                match tether_host::flags::load_config(Some(path), &flags) {
                     Ok(config) => {
                         tracing::info!("reloading {}", path.display());
                         let _ = inputs.send(Input::ConfigReloaded { config }).await;
