@@ -9,7 +9,6 @@ use tether_core::{Config, Input};
 
 use crate::cli::{Cli, ServeArgs};
 use crate::client_stdio::{read_stdin, write_stdout, STDIO_SESSION};
-use crate::config_file;
 use crate::host::Host;
 use crate::http_server::{HttpServer, ServerOptions};
 
