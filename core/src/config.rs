@@ -380,6 +380,12 @@ pub struct Config {
     pub separator: String,
     /// Flat (default) or meta mode.
     pub mode: Mode,
+    /// Also serve clients of the stateless 2026-07-28 revision (`server/discover`,
+    /// per-request `_meta`). Off until the translation of server-to-client
+    /// requests for such clients exists (issue 7): a client that probes with
+    /// `server/discover` then falls back to `initialize`, as the spec asks.
+    #[serde(skip_serializing_if = "core::ops::Not::not")]
+    pub modern_clients: bool,
 }
 
 impl Default for Config {
@@ -390,6 +396,7 @@ impl Default for Config {
             limits: Limits::default(),
             separator: "__".to_string(),
             mode: Mode::Flat,
+            modern_clients: false,
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use alloc::borrow::Cow;
 use alloc::format;
-use alloc::string::String;
+use alloc::string::{String, ToString};
 use core::fmt;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -291,13 +291,129 @@ pub fn negotiate_version(requested: Option<&str>) -> &'static str {
     requested.and_then(|r| SUPPORTED_VERSIONS.iter().find(|v| **v == r).copied()).unwrap_or(SUPPORTED_VERSIONS[0])
 }
 
-/// The protocol era of a peer. Tracked per client session and per backend from the
-/// start; the stateless 2026-07-28 revision is added in a later issue.
+/// Revisions of the stateless era (per-request `_meta`, no handshake) tether
+/// serves to clients, newest first.
+pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
+
+/// `_meta` keys of a stateless-era request.
+pub mod meta {
+    /// The revision the request speaks (required).
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    /// The client's capabilities for this request (required; `{}` means none).
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    /// Who the client says it is (optional).
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    /// Log messages wanted for this request, from this level up (optional).
+    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    /// Who the server says it is, in every result's `_meta`.
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+}
+
+/// Error codes of the stateless era.
+pub mod modern_code {
+    /// The request's `_meta` names a revision the server does not speak.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+}
+
+/// What a request's `_meta` says about the era it speaks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestEra {
+    /// No `protocolVersion` in `_meta`: a handshake-era request.
+    Handshake,
+    /// A stateless-era request, checked: its revision is one tether serves and
+    /// the required keys are there.
+    Stateless {
+        /// Its revision.
+        version: &'static str,
+        /// Its `clientCapabilities`, raw JSON.
+        capabilities: String,
+    },
+    /// A stateless-era request tether must refuse: (code, message, data as raw JSON).
+    Refused(i64, String, Option<String>),
+}
+
+/// Reads the era of a request from its raw params, and validates a stateless
+/// one in the specification's order: required keys (-32602), then the revision
+/// (-32022, with the revisions tether speaks).
+pub fn request_era(params: Option<&str>) -> RequestEra {
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(default, borrow, rename = "_meta")]
+        meta: Option<&'a RawValue>,
+    }
+    let Some(meta) = params.and_then(|p| serde_json::from_str::<Params<'_>>(p).ok()).and_then(|p| p.meta) else {
+        return RequestEra::Handshake;
+    };
+    let Ok(serde_json::Value::Object(meta)) = serde_json::from_str::<serde_json::Value>(meta.get()) else {
+        return RequestEra::Handshake;
+    };
+    let Some(version) = meta.get(meta::PROTOCOL_VERSION) else { return RequestEra::Handshake };
+    let Some(version) = version.as_str() else {
+        let msg = format!("_meta[\"{}\"] must be a string", meta::PROTOCOL_VERSION);
+        return RequestEra::Refused(code::INVALID_PARAMS, msg, None);
+    };
+    let capabilities = match meta.get(meta::CLIENT_CAPABILITIES) {
+        Some(c @ serde_json::Value::Object(_)) => c.to_string(),
+        Some(_) => {
+            let msg = format!("_meta[\"{}\"] must be an object", meta::CLIENT_CAPABILITIES);
+            return RequestEra::Refused(code::INVALID_PARAMS, msg, None);
+        }
+        None => {
+            let msg = format!("missing _meta[\"{}\"]", meta::CLIENT_CAPABILITIES);
+            return RequestEra::Refused(code::INVALID_PARAMS, msg, None);
+        }
+    };
+    match MODERN_VERSIONS.iter().find(|v| **v == version) {
+        Some(version) => RequestEra::Stateless { version, capabilities },
+        None => {
+            let supported: alloc::vec::Vec<&str> =
+                MODERN_VERSIONS.iter().chain(SUPPORTED_VERSIONS.iter()).copied().collect();
+            let data = serde_json::json!({"supported": supported, "requested": version}).to_string();
+            let msg = "Unsupported protocol version".into();
+            RequestEra::Refused(modern_code::UNSUPPORTED_PROTOCOL_VERSION, msg, Some(data))
+        }
+    }
+}
+
+/// A result for a stateless-era client: `resultType` added when absent (a result
+/// without it means `complete`, but the revision requires it), and
+/// `extra` members (raw `"key":value` pairs) appended. `None`: not an object.
+pub fn stateless_result(result: &str, extra: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Probe<'a> {
+        #[serde(default, borrow, rename = "resultType")]
+        result_type: Option<&'a RawValue>,
+    }
+    let probe: Probe<'_> = serde_json::from_str(result).ok()?;
+    let body = result.trim();
+    let inner = body.strip_prefix('{')?.strip_suffix('}')?.trim();
+    let mut out = String::with_capacity(body.len() + extra.len() + 32);
+    out.push('{');
+    let mut members = alloc::vec::Vec::new();
+    if probe.result_type.is_none() {
+        members.push(r#""resultType":"complete""#);
+    }
+    if !inner.is_empty() {
+        members.push(inner);
+    }
+    if !extra.is_empty() {
+        members.push(extra);
+    }
+    out.push_str(&members.join(","));
+    out.push('}');
+    Some(out)
+}
+
+/// The protocol era of a peer: the handshake era (2024-11-05 .. 2025-11-25) or
+/// the stateless one (2026-07-28).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Era {
     /// `initialize` handshake, sessions, ping, server-to-client requests (2024-11-05 .. 2025-11-25).
     Handshake,
+    /// Per-request `_meta`, `server/discover`, no sessions, no server-to-client
+    /// requests (2026-07-28).
+    Stateless,
 }
 
 #[cfg(test)]

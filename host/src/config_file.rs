@@ -22,7 +22,8 @@
 //! }
 //! ```
 //!
-//! At the top level a `tether` section may hold `separator`, `mode`, `policy` (any
+//! At the top level a `tether` section may hold `separator`, `mode`,
+//! `modern_clients` (serve 2026-07-28 stateless clients too), `policy` (any
 //! field of [`Policy`]) and `limits` (any field of [`Limits`]); on an entry it may
 //! hold `prefixed`, `vital`, `lazy`, `disabled` and `policy` (any field of
 //! [`PolicyOverrides`]). Unknown keys are ignored everywhere, so existing files load,
@@ -417,7 +418,7 @@ fn is_variable_name(name: &str) -> bool {
 // ---------------------------------------------------------------------------------
 // `tether` sections
 
-const GATEWAY_KEYS: &[&str] = &["separator", "mode", "policy", "limits"];
+const GATEWAY_KEYS: &[&str] = &["separator", "mode", "modern_clients", "policy", "limits"];
 const SERVER_KEYS: &[&str] = &["prefixed", "vital", "lazy", "disabled", "policy"];
 
 fn apply_gateway_section(config: &mut Config, section: &Value) -> Res<()> {
@@ -428,6 +429,7 @@ fn apply_gateway_section(config: &mut Config, section: &Value) -> Res<()> {
                 config.separator = value.as_str().ok_or_else(|| Invalid::new(&path, "must be a string"))?.to_string()
             }
             "mode" => config.mode = typed::<Mode>(value, &path)?,
+            "modern_clients" => config.modern_clients = boolean(value, &path)?,
             "policy" => config.policy = typed_section::<Policy>(value, &path, &field_names(&Policy::default()))?,
             "limits" => config.limits = typed_section::<Limits>(value, &path, &field_names(&Limits::default()))?,
             _ => return Err(unknown_key(&path, key, GATEWAY_KEYS)),
@@ -689,7 +691,7 @@ mod tests {
     fn tether_sections_top_level_and_per_server() {
         let config = parse_ok(
             r#"{
-              "tether": {"separator": "--", "mode": "flat",
+              "tether": {"separator": "--", "mode": "flat", "modern_clients": true,
                          "policy": {"crash_limit": 4, "breaker_threshold": 7},
                          "limits": {"max_sessions": 8}},
               "mcpServers": {
@@ -702,6 +704,7 @@ mod tests {
             }"#,
         );
         assert_eq!(config.separator, "--");
+        assert!(config.modern_clients);
         assert_eq!(config.policy.breaker_threshold, 7);
         assert_eq!(config.policy.crash_window_ms, Policy::default().crash_window_ms, "others keep their default");
         assert_eq!(config.limits.max_sessions, 8);

@@ -200,6 +200,10 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for RawFields<'a> {
 /// An object key borrowed from the frame when it has no escapes.
 pub(super) use crate::protocol::Text as Key;
 
+/// The prefix of the stateless revision's per-request `_meta` keys
+/// (`io.modelcontextprotocol/protocolVersion`, `.../clientCapabilities`, ...).
+const STATELESS_META_PREFIX: &str = "io.modelcontextprotocol/";
+
 /// A call's params as sent to its backend, serialized once when the call is
 /// accepted: every attempt (retries, resends) copies this text into its frame and
 /// adds `_meta.progressToken` with its own id; nothing is parsed again.
@@ -238,6 +242,11 @@ impl Forward {
                         for (mk, mv) in meta.iter() {
                             if &**mk == "progressToken" {
                                 progress = serde_json::from_str(mv.get()).ok();
+                                continue;
+                            }
+                            // A stateless client's per-request protocol fields describe
+                            // its exchange with tether, not tether's with the backend.
+                            if mk.starts_with(STATELESS_META_PREFIX) {
                                 continue;
                             }
                             if !first {

@@ -21,6 +21,9 @@ pub(super) struct Session {
     /// Sent `notifications/initialized`: may receive notifications and requests.
     pub ready: bool,
     pub era: Era,
+    /// The era was decided (by the first request: `initialize`, or one with
+    /// stateless `_meta`).
+    pub era_known: bool,
     pub protocol_version: Option<String>,
     /// Client capabilities announced at `initialize`.
     pub capabilities: Map<String, Value>,
@@ -41,6 +44,7 @@ impl Session {
             last_active: now,
             ready: false,
             era: Era::Handshake,
+            era_known: false,
             protocol_version: None,
             capabilities: Map::new(),
             in_flight: BTreeSet::new(),
@@ -217,6 +221,11 @@ impl Gateway {
     }
 
     fn client_request(&mut self, session: SessionId, id: RawId, method: &str, params: Option<&str>) {
+        if self.config.modern_clients {
+            if let Err((code, message, data)) = self.check_era(session, method, params) {
+                return self.reply_error(session, &id, code, &message, data.as_deref());
+            }
+        }
         // The hot path: routed by name from the raw params, no tree parse.
         match method {
             "tools/call" => return self.route_named(session, id, "tools/call", params, ListKind::Tools, true),
@@ -234,6 +243,7 @@ impl Gateway {
         };
         match method {
             "initialize" => self.initialize(session, &id, parsed),
+            "server/discover" if self.config.modern_clients => self.discover(session, &id),
             "ping" => self.reply(session, &id, "{}"),
             "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
                 let kind = ListKind::from_method(method).expect("list method");
@@ -274,7 +284,73 @@ impl Gateway {
             self.config.separator
         );
         self.reply(session, id, &result);
-        // Lazy backends start when the first client arrives.
+        self.start_lazy_backends();
+    }
+
+    /// Decides a session's era from its first request, and checks every request
+    /// of a stateless session on its own: `_meta` present and valid, and not a
+    /// method that revision removed.
+    fn check_era(
+        &mut self,
+        session: SessionId,
+        method: &str,
+        params: Option<&str>,
+    ) -> Result<(), (i64, String, Option<String>)> {
+        let Some(s) = self.sessions.get_mut(&session) else { return Ok(()) };
+        if s.era_known && s.era == Era::Handshake {
+            return Ok(());
+        }
+        match protocol::request_era(params) {
+            protocol::RequestEra::Refused(code, message, data) => Err((code, message, data)),
+            protocol::RequestEra::Handshake if s.era_known => {
+                let msg = format!(
+                    "missing _meta[\"{}\"]: this client speaks {}, where every request carries it",
+                    protocol::meta::PROTOCOL_VERSION,
+                    protocol::MODERN_VERSIONS[0]
+                );
+                Err((code::INVALID_PARAMS, msg, None))
+            }
+            protocol::RequestEra::Handshake => {
+                if method == "initialize" {
+                    s.era_known = true;
+                }
+                Ok(())
+            }
+            protocol::RequestEra::Stateless { version, .. } => {
+                s.era = Era::Stateless;
+                s.era_known = true;
+                s.protocol_version = Some(version.to_string());
+                const REMOVED: [&str; 5] =
+                    ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
+                if REMOVED.contains(&method) {
+                    let msg = format!("method not found: {method} (not part of {version})");
+                    return Err((code::METHOD_NOT_FOUND, msg, None));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `server/discover`: what tether serves, for stateless-era clients.
+    fn discover(&mut self, session: SessionId, id: &str) {
+        let versions: Vec<String> = protocol::MODERN_VERSIONS
+            .iter()
+            .chain(protocol::SUPPORTED_VERSIONS.iter())
+            .map(|v| protocol::quote(v))
+            .collect();
+        let result = format!(
+            r#"{{"supportedVersions":[{}],"capabilities":{SERVER_CAPABILITIES},"instructions":"tether gateway: tools of each backend are served as <server>{}<tool>.","ttlMs":0,"cacheScope":"private","_meta":{{"{}":{{"name":"tether","version":"{}"}}}}}}"#,
+            versions.join(","),
+            self.config.separator,
+            protocol::meta::SERVER_INFO,
+            env!("CARGO_PKG_VERSION"),
+        );
+        self.reply(session, id, &result);
+        self.start_lazy_backends();
+    }
+
+    /// Lazy backends start when the first client arrives.
+    fn start_lazy_backends(&mut self) {
         let lazy: Vec<ServerName> = self
             .backends
             .iter()
@@ -439,7 +515,13 @@ impl Gateway {
         if let Some(s) = self.sessions.get_mut(&session) {
             s.seen[kind as usize] = hash;
         }
+        let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
         match page {
+            // Stateless clients may cache lists: tether's change at any time.
+            Ok(result) if stateless => {
+                let result = protocol::stateless_result(&result, r#""ttlMs":0,"cacheScope":"private""#);
+                self.reply(session, id, result.as_deref().unwrap_or("{}"))
+            }
             Ok(result) => self.reply(session, id, &result),
             Err(()) => self.reply_error(session, id, code::INVALID_PARAMS, "invalid cursor", None),
         }
@@ -750,6 +832,8 @@ impl Gateway {
         };
         self.release(&call);
         self.touch_session(session);
+        let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
+        let frame = if stateless { super::stateless_frame(frame) } else { frame };
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
     }
 

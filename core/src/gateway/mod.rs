@@ -369,6 +369,8 @@ impl Gateway {
     /// A frame that answers the client's request `id` (raw JSON).
     fn reply_to_client(&mut self, session: SessionId, id: &str, frame: String) {
         self.touch_session(session);
+        let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
+        let frame = if stateless { stateless_frame(frame) } else { frame };
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(RawId::new(id)) });
     }
 
@@ -581,5 +583,15 @@ impl Gateway {
 
     fn duration(ms: u64) -> Duration {
         Duration::from_millis(ms)
+    }
+}
+
+/// An answer for a stateless-era client: a result gets `resultType` (required in
+/// that revision; forwarded results from handshake-era backends lack it).
+pub(super) fn stateless_frame(frame: String) -> String {
+    let Ok(protocol::Message::Response { id, result }) = protocol::parse(&frame) else { return frame };
+    match protocol::stateless_result(result.get(), "") {
+        Some(result) => protocol::response(id.get(), &result),
+        None => frame,
     }
 }
