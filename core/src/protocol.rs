@@ -274,12 +274,14 @@ fn joined(pieces: &[&str]) -> String {
 
 /// An error response; `id` is raw JSON, `data` raw JSON if any.
 pub fn error_response(id: &str, code: i64, message: &str, data: Option<&str>) -> String {
+    raw_error_response(id, &error_object(code, message, data))
+}
+
+/// A JSON-RPC error object; `data` raw JSON if any.
+pub fn error_object(code: i64, message: &str, data: Option<&str>) -> String {
     match data {
-        Some(d) => format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{},"data":{d}}}}}"#,
-            quote(message)
-        ),
-        None => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{}}}}}"#, quote(message)),
+        Some(d) => format!(r#"{{"code":{code},"message":{},"data":{d}}}"#, quote(message)),
+        None => format!(r#"{{"code":{code},"message":{}}}"#, quote(message)),
     }
 }
 

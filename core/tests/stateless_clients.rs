@@ -121,3 +121,96 @@ fn without_the_switch_a_discover_probe_gets_method_not_found_and_the_client_fall
     sim.client_init();
     assert!(sim.response(0)["result"]["protocolVersion"].is_string());
 }
+
+/// `meta()` with these client capabilities.
+fn meta_with(caps: Value) -> Value {
+    let mut m = meta();
+    m["io.modelcontextprotocol/clientCapabilities"] = caps;
+    m
+}
+
+fn call_params(caps: Value) -> Value {
+    json!({"name":"fs__read","arguments":{},"_meta": meta_with(caps)})
+}
+
+#[test]
+fn a_handshake_backends_sampling_request_becomes_input_required_and_the_retry_resumes_the_call() {
+    let mut sim = booted(true);
+    sim.note("a stateless client that can sample calls a tool");
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({"sampling":{}}))}));
+    let call = sim.last_request("fs", "tools/call");
+    sim.note("fs asks its client to sample, the handshake-era way");
+    let sampling = json!({"messages":[{"role":"user","content":{"type":"text","text":"hi?"}}],"maxTokens":5});
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params": sampling}));
+    let answer = sim.response(1)["result"].clone();
+    assert_eq!(answer["resultType"], "input_required", "{answer}");
+    let requests = answer["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1);
+    let (key, request) = requests.iter().next().unwrap();
+    assert_eq!(request, &json!({"method":"sampling/createMessage","params": sampling}));
+    let state = answer["requestState"].as_str().unwrap().to_string();
+
+    sim.note("the client retries with the sampled message (a new id), and fs finishes the call");
+    let mut retry = call_params(json!({"sampling":{}}));
+    retry["inputResponses"] =
+        json!({ key.as_str(): {"role":"assistant","content":{"type":"text","text":"hello"},"model":"m"} });
+    retry["requestState"] = json!(state);
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": retry}));
+    let to_fs = sim.client_frames().len();
+    let sampled = sim.requests_to("fs", "tools/call").len();
+    assert_eq!(sampled, 1, "the retry does not start a second call");
+    reply(&mut sim, "fs", call, text_result("done"));
+    let result = sim.response(2)["result"].clone();
+    assert_eq!(
+        (result["resultType"].clone(), result["content"][0]["text"].clone()),
+        (json!("complete"), json!("done"))
+    );
+    assert_eq!(sim.responses_for(1).len(), 1, "the first request got exactly its input_required answer");
+    assert!(sim.client_frames().len() > to_fs);
+    // The sampled message reached fs as the answer to its request.
+    assert!(sim.log.contains(r#"fs#1 <- {"jsonrpc":"2.0","id":"s1","result":{"#), "{}", sim.log);
+
+    sim.note("a requestState used once is gone");
+    let mut again = call_params(json!({"sampling":{}}));
+    again["requestState"] = json!(state);
+    sim.client(json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params": again}));
+    assert_eq!(sim.response(3)["error"]["code"], -32602);
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn input_a_stateless_client_did_not_declare_is_refused_to_the_backend() {
+    let mut sim = booted(true);
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({}))}));
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":{"message":"name?"}}));
+    assert!(sim.responses_for(1).is_empty(), "the call goes on");
+    assert!(sim.log.contains(r#"fs#1 <- {"jsonrpc":"2.0","id":"e1","error":{"code":-32601"#), "{}", sim.log);
+}
+
+#[test]
+fn an_unanswered_input_request_is_declined_when_the_call_times_out() {
+    let mut sim = booted(true);
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({"elicitation":{}}))}));
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":{"message":"name?"}}));
+    assert_eq!(sim.response(1)["result"]["resultType"], "input_required");
+    sim.advance(Config::default().policy.request_timeout_max_ms + 1);
+    assert!(sim.log.contains(r#"fs#1 <- {"jsonrpc":"2.0","id":"e1","result":{"action":"cancel"}}"#), "{}", sim.log);
+    assert_eq!(sim.responses_for(1).len(), 1, "nothing more is sent for the answered request");
+}
+
+#[test]
+fn a_backend_lost_while_waiting_for_input_fails_the_retry_not_the_answered_request() {
+    let mut sim = booted(true);
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({"roots":{}}))}));
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":7,"method":"roots/list"}));
+    let answer = sim.response(1)["result"].clone();
+    let key = answer["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    sim.exit("fs", Some(1));
+    assert_eq!(sim.responses_for(1).len(), 1, "the answered request gets nothing more");
+    let mut retry = call_params(json!({"roots":{}}));
+    retry["inputResponses"] = json!({ key: {"roots":[]} });
+    retry["requestState"] = answer["requestState"].clone();
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": retry}));
+    let error = sim.response(2)["error"].clone();
+    assert_eq!(error["code"], -32001, "{error}");
+}

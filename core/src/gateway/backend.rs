@@ -563,6 +563,9 @@ impl Gateway {
                 return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
             }
         };
+        if let Some(call) = self.stateless_call_on(server) {
+            return self.ask_stateless_client(server, call, id, method, params, capability);
+        }
         let Some((session, related)) = self.origin_session(server, capability) else {
             let msg = format!("no connected client supports {capability}");
             return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
@@ -993,6 +996,15 @@ impl Gateway {
         let Some(call) = self.calls.remove(&id) else { return };
         let server = call.server.clone();
         match call.kind {
+            CallKind::Client(c) if c.awaiting_input.is_some() => {
+                // The client never came back with its inputs: not the backend's fault.
+                let params = format!(r#"{{"requestId":{id},"reason":"the client did not provide its input"}}"#);
+                self.to_backend(&server, protocol::notification("notifications/cancelled", Some(&params)), None);
+                self.release(&c);
+                if let Some(state) = &c.awaiting_input {
+                    self.input_expired(state);
+                }
+            }
             CallKind::Client(c) => {
                 let params = format!(r#"{{"requestId":{id},"reason":"timed out"}}"#);
                 self.to_backend(&server, protocol::notification("notifications/cancelled", Some(&params)), None);

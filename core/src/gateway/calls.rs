@@ -21,6 +21,7 @@ pub(super) struct Call {
 
 /// Why the gateway sent a request.
 #[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)] // client calls are nearly all of the table: boxing them would allocate per call
 pub(super) enum CallKind {
     /// The `initialize` handshake.
     Initialize,
@@ -72,6 +73,12 @@ pub(super) struct ClientCall {
     pub shape: Shape,
     /// When the client's request arrived (the hard maximum counts from here).
     pub created: Instant,
+    /// A stateless-era client's capabilities for this request (what it can be
+    /// asked through `input_required`); `None` for handshake-era sessions.
+    pub caps: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The client was answered `input_required` with this `requestState`: the
+    /// call waits, still running at the backend, for the client's retry.
+    pub awaiting_input: Option<String>,
 }
 
 /// A client call waiting for its backend (connecting, or a retry wait).
@@ -94,6 +101,36 @@ pub(super) struct ServerRequest {
     pub session: SessionId,
     /// The client call it was made for (raw id), if one was in flight.
     pub related: Option<crate::io::RawId>,
+}
+
+/// A handshake-era backend's request (sampling, elicitation, roots) made during
+/// a stateless client's call, turned into an `input_required` result: what the
+/// client's retry must answer.
+#[derive(Clone, Debug)]
+pub(super) struct PendingInput {
+    /// The backend call (gateway id) that waits for the retry.
+    pub call: u64,
+    pub server: crate::io::ServerName,
+    /// The client request that was answered `input_required`.
+    pub session: SessionId,
+    pub client_id: crate::io::RawId,
+    /// Requests asked of the client, by the key the client answers under.
+    pub asked: alloc::collections::BTreeMap<String, AskedInput>,
+    /// The call's answer, if the backend answered before the client retried.
+    pub answer: Option<Result<String, String>>,
+    /// Given up (backend requests answered with errors) after this.
+    pub deadline: Instant,
+}
+
+/// One backend request forwarded to a stateless client as an input request.
+#[derive(Clone, Debug)]
+pub(super) struct AskedInput {
+    pub generation: Generation,
+    /// The backend's request id, raw JSON.
+    pub backend_id: String,
+    pub method: String,
+    /// Its params, raw JSON.
+    pub params: Option<String>,
 }
 
 /// A client request waiting for backends that are starting for the first time:

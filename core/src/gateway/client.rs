@@ -27,6 +27,9 @@ pub(super) struct Session {
     pub protocol_version: Option<String>,
     /// Client capabilities announced at `initialize`.
     pub capabilities: Map<String, Value>,
+    /// Stateless sessions: the capabilities of the request being routed, taken
+    /// by the call it becomes.
+    pub request_caps: Option<Map<String, Value>>,
     /// Ids of this session's requests not yet answered, raw JSON.
     pub in_flight: BTreeSet<RawId>,
     /// Fingerprint of each list as this session last saw or was told of it.
@@ -47,6 +50,7 @@ impl Session {
             era_known: false,
             protocol_version: None,
             capabilities: Map::new(),
+            request_caps: None,
             in_flight: BTreeSet::new(),
             seen: [0; 4],
         }
@@ -225,6 +229,9 @@ impl Gateway {
             if let Err((code, message, data)) = self.check_era(session, method, params) {
                 return self.reply_error(session, &id, code, &message, data.as_deref());
             }
+            if let Some(state) = self.retry_state(session, method, params) {
+                return self.resume_with_inputs(session, id, &state, params);
+            }
         }
         // The hot path: routed by name from the raw params, no tree parse.
         match method {
@@ -316,10 +323,11 @@ impl Gateway {
                 }
                 Ok(())
             }
-            protocol::RequestEra::Stateless { version, .. } => {
+            protocol::RequestEra::Stateless { version, capabilities } => {
                 s.era = Era::Stateless;
                 s.era_known = true;
                 s.protocol_version = Some(version.to_string());
+                s.request_caps = serde_json::from_str(&capabilities).ok();
                 const REMOVED: [&str; 5] =
                     ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
                 if REMOVED.contains(&method) {
@@ -718,6 +726,8 @@ impl Gateway {
             probe: false,
             shape,
             created: self.now,
+            caps: self.sessions.get_mut(&session).and_then(|s| s.request_caps.take()),
+            awaiting_input: None,
         };
         let now = self.now;
         let b = self.backends.get_mut(server).expect("catalog names live backends");
@@ -814,6 +824,14 @@ impl Gateway {
 
     /// Turns a backend's answer into the client's.
     pub(super) fn answer_client_call(&mut self, server: &str, call: ClientCall, answer: Result<&str, &str>) {
+        if let Some(state) = &call.awaiting_input {
+            // The client was told to retry with inputs: the answer waits for that retry.
+            if let Some(p) = self.pending_inputs.get_mut(state) {
+                p.answer = Some(answer.map(String::from).map_err(String::from));
+            }
+            self.release(&call);
+            return;
+        }
         let session = call.session;
         let frame = match answer {
             Err(error) => protocol::raw_error_response(&call.id, error),
@@ -860,19 +878,26 @@ impl Gateway {
     }
 
     pub(super) fn reply(&mut self, session: SessionId, id: &str, result: &str) {
-        if let Some(s) = self.sessions.get_mut(&session) {
-            s.in_flight.remove(id);
+        if !self.owed(session, id) {
+            return self.answer_for_retry(session, id, Ok(result.to_string()));
         }
         self.reply_to_client(session, id, protocol::response(id, result));
     }
 
     pub(super) fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str, data: Option<&str>) {
-        if let Some(s) = self.sessions.get_mut(&session) {
-            s.in_flight.remove(id);
-        }
         let message = self.redactor.redact(message);
         let data = data.map(|d| self.redactor.redact(d));
+        if !self.owed(session, id) {
+            let error = protocol::error_object(code, &message, data.as_deref());
+            return self.answer_for_retry(session, id, Err(error));
+        }
         let frame = protocol::error_response(id, code, &message, data.as_deref());
         self.reply_to_client(session, id, frame);
+    }
+
+    /// Whether request `id` of `session` still waits for its answer (and, if so,
+    /// it no longer does). A request of a closed session counts as owed.
+    fn owed(&mut self, session: SessionId, id: &str) -> bool {
+        self.sessions.get_mut(&session).map_or(true, |s| s.in_flight.remove(id))
     }
 }

@@ -21,6 +21,7 @@
 mod backend;
 mod calls;
 mod client;
+mod input_required;
 
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::format;
@@ -39,7 +40,7 @@ use crate::supervisor::{Supervisor, Timer};
 use crate::time::{Duration, Instant};
 
 use backend::Backend;
-use calls::{Call, CallKind, ParkedList, ServerRequest};
+use calls::{Call, CallKind, ParkedList, PendingInput, ServerRequest};
 use client::Session;
 
 /// A host contract violation.
@@ -134,6 +135,8 @@ pub struct Gateway {
     /// Backend-to-client requests in flight, by the id the gateway gave them.
     server_requests: BTreeMap<u64, ServerRequest>,
     parked_lists: Vec<ParkedList>,
+    /// Stateless clients' calls waiting for a retry with inputs, by `requestState`.
+    pending_inputs: BTreeMap<String, PendingInput>,
     /// The catalog version and status-change count the visible-list fingerprints
     /// were computed for, and the fingerprints.
     visible_cache: Option<((u64, u64, usize), [u64; 4])>,
@@ -163,6 +166,7 @@ impl Gateway {
             next_request_id: 1,
             server_requests: BTreeMap::new(),
             parked_lists: Vec::new(),
+            pending_inputs: BTreeMap::new(),
             visible_cache: None,
             subscriptions: BTreeMap::new(),
             retired_generations: BTreeMap::new(),
@@ -236,7 +240,8 @@ impl Gateway {
         let calls = self.calls.values().filter_map(|c| c.deadline);
         let parked = self.parked_lists.iter().map(|p| p.deadline);
         let idle = self.sessions.values().filter_map(|s| self.session_expiry(s));
-        backends.chain(calls).chain(parked).chain(idle).min()
+        let inputs = self.pending_inputs.values().map(|p| p.deadline);
+        backends.chain(calls).chain(parked).chain(idle).chain(inputs).min()
     }
 
     /// The time of the latest input.
@@ -347,6 +352,16 @@ impl Gateway {
                 return Err("server request owed to a closed session".into());
             }
         }
+        if self.pending_inputs.len() > limits.max_pending_server_requests as usize {
+            return Err("too many calls waiting for inputs".into());
+        }
+        for (state, p) in &self.pending_inputs {
+            let waiting =
+                |c: &Call| matches!(&c.kind, CallKind::Client(cc) if cc.awaiting_input.as_deref() == Some(state));
+            if p.answer.is_none() && !self.calls.get(&p.call).is_some_and(waiting) {
+                return Err(format!("requestState {state} waits for a call that is not waiting"));
+            }
+        }
         Ok(())
     }
 
@@ -434,6 +449,10 @@ impl Gateway {
                 self.answer_parked_lists(true);
                 continue;
             }
+            if let Some(state) = self.pending_inputs.iter().find(|(_, p)| p.deadline <= now).map(|(k, _)| k.clone()) {
+                self.input_expired(&state);
+                continue;
+            }
             if let Some(session) = self
                 .sessions
                 .iter()
@@ -460,6 +479,9 @@ impl Gateway {
         }
         self.answer_parked_lists(false);
         self.announce_list_changes();
+        if !self.pending_inputs.is_empty() {
+            self.prune_pending_inputs();
+        }
     }
 
     /// Fingerprints of what clients may see of each list now. Cached: recomputed

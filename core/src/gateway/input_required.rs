@@ -1,0 +1,255 @@
+//! Translation between eras for server-to-client requests: a handshake-era
+//! backend asks its client (sampling, elicitation, roots) during a call of a
+//! stateless-era client, who cannot be sent requests. The call's answer becomes
+//! an `input_required` result carrying those requests; the call keeps running at
+//! the backend; the client's retry (`inputResponses` + `requestState`) answers the
+//! backend's requests and takes the call over.
+//!
+//! `requestState` is an opaque handle to a table entry, single use, bounded by
+//! `limits.max_pending_server_requests`, dropped after the call's hard timeout.
+//! Tampering with it can cause nothing worse than the retry failing.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde_json::{Map, Value};
+
+use super::calls::{AskedInput, CallKind, PendingInput};
+use super::Gateway;
+use crate::io::{RawId, SessionId};
+use crate::protocol::{self, code, Era};
+
+impl Gateway {
+    /// The stateless client's call on `server` that a backend request arriving
+    /// now belongs to (the newest such call), if the newest call is one.
+    pub(super) fn stateless_call_on(&self, server: &str) -> Option<u64> {
+        let (id, call) =
+            self.calls.iter().rev().find(|(_, c)| &*c.server == server && matches!(c.kind, CallKind::Client(_)))?;
+        let CallKind::Client(cc) = &call.kind else { return None };
+        let stateless =
+            cc.awaiting_input.is_some() || self.sessions.get(&cc.session).is_some_and(|s| s.era == Era::Stateless);
+        stateless.then_some(*id)
+    }
+
+    /// A handshake-era backend asks `method` during stateless call `call`: ask the
+    /// client through an `input_required` answer (or add it to the round already
+    /// pending), or refuse it when the client did not declare `capability`.
+    pub(super) fn ask_stateless_client(
+        &mut self,
+        server: &str,
+        call: u64,
+        backend_id: &str,
+        method: &str,
+        params: Option<&str>,
+        capability: &str,
+    ) {
+        let generation = self.backends[server].sup.generation();
+        let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.calls.get(&call) else { return };
+        if !cc.caps.as_ref().is_some_and(|caps| caps.get(capability).is_some_and(Value::is_object)) {
+            let msg = format!("the client did not declare {capability} for this request");
+            let frame = protocol::error_response(backend_id, code::METHOD_NOT_FOUND, &msg, None);
+            return self.to_backend(server, frame, None);
+        }
+        let asked = AskedInput {
+            generation,
+            backend_id: backend_id.to_string(),
+            method: method.to_string(),
+            params: params.map(String::from),
+        };
+        let (awaiting, session, client_id) = (cc.awaiting_input.clone(), cc.session, cc.id.clone());
+        let key = format!("tether-{}", self.alloc_id());
+        if let Some(state) = awaiting {
+            // Asked again before the client retried: part of the next round.
+            if let Some(p) = self.pending_inputs.get_mut(&state) {
+                p.asked.insert(key, asked);
+            }
+            return;
+        }
+        if self.pending_inputs.len() >= self.config.limits.max_pending_server_requests as usize {
+            let msg = "too many calls waiting for client input";
+            return self.to_backend(server, protocol::error_response(backend_id, code::OVERLOADED, msg, None), None);
+        }
+        let mut asked_map = BTreeMap::new();
+        asked_map.insert(key, asked);
+        self.answer_input_required(session, &client_id, call, asked_map, None);
+    }
+
+    /// Answers the client's request `client_id` with `input_required` for `asked`,
+    /// under a fresh `requestState`, and parks call `call` until the retry.
+    fn answer_input_required(
+        &mut self,
+        session: SessionId,
+        client_id: &str,
+        call: u64,
+        asked: BTreeMap<String, AskedInput>,
+        answer: Option<Result<String, String>>,
+    ) {
+        let state = self.request_state();
+        let deadline = self.now + Self::duration(self.config.policy.request_timeout_max_ms);
+        let server = match self.calls.get_mut(&call) {
+            Some(c) => {
+                if let CallKind::Client(cc) = &mut c.kind {
+                    cc.awaiting_input = Some(state.clone());
+                }
+                // The call's own timeout now waits for the client as well.
+                c.deadline = Some(deadline);
+                c.server.clone()
+            }
+            None => self.name(""),
+        };
+        let requests: Vec<String> = asked
+            .iter()
+            .map(|(key, a)| {
+                let params = a.params.as_deref().map(|p| format!(r#","params":{p}"#)).unwrap_or_default();
+                format!(r#"{}:{{"method":{}{params}}}"#, protocol::quote(key), protocol::quote(&a.method))
+            })
+            .collect();
+        let result = format!(
+            r#"{{"resultType":"input_required","inputRequests":{{{}}},"requestState":{}}}"#,
+            requests.join(","),
+            protocol::quote(&state)
+        );
+        let client_id = RawId::new(client_id);
+        self.reply(session, &client_id, &result);
+        self.pending_inputs.insert(state, PendingInput { call, server, session, client_id, asked, answer, deadline });
+    }
+
+    /// An unguessable `requestState`: 128 bits from the engine's PRNG (seeded by
+    /// the host; replayable from a trace, which is the point of the engine).
+    fn request_state(&mut self) -> String {
+        let (a, b) = (self.rng.next_u64(), self.rng.next_u64());
+        format!("{a:016x}{b:016x}")
+    }
+
+    /// The `requestState` of a stateless client's retry, if this request is one.
+    pub(super) fn retry_state(&self, session: SessionId, method: &str, params: Option<&str>) -> Option<String> {
+        if !matches!(method, "tools/call" | "prompts/get" | "resources/read") {
+            return None;
+        }
+        if !self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless) {
+            return None;
+        }
+        #[derive(serde::Deserialize)]
+        struct Retry {
+            #[serde(default, rename = "requestState")]
+            request_state: Option<String>,
+        }
+        serde_json::from_str::<Retry>(params?).ok()?.request_state
+    }
+
+    /// A stateless client's retry: its `inputResponses` answer the backend's
+    /// requests, and the waiting call answers this request. Inputs still missing
+    /// are asked again under a new `requestState`.
+    pub(super) fn resume_with_inputs(&mut self, session: SessionId, id: RawId, state: &str, params: Option<&str>) {
+        let Some(pending) = self.pending_inputs.remove(state) else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown or expired requestState", None);
+        };
+        let responses: Map<String, Value> = params
+            .and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok())
+            .and_then(|mut p| p.remove("inputResponses"))
+            .and_then(|r| match r {
+                Value::Object(m) => Some(m),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let mut missing = BTreeMap::new();
+        for (key, asked) in pending.asked {
+            let current = self.backends.get(&pending.server).map(|b| b.sup.generation()) == Some(asked.generation);
+            match responses.get(&key) {
+                Some(Value::Object(answer)) if current => {
+                    let result = Value::Object(answer.clone()).to_string();
+                    self.to_backend(&pending.server, protocol::response(&asked.backend_id, &result), None);
+                }
+                // Asked of a process that is gone: its answer has nowhere to go.
+                Some(_) if !current => {}
+                Some(_) => {
+                    let msg = format!("inputResponses[{}] must be an object", protocol::quote(&key));
+                    return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
+                }
+                None if current => {
+                    missing.insert(key, asked);
+                }
+                None => {}
+            }
+        }
+        if !missing.is_empty() {
+            return self.answer_input_required(session, &id, pending.call, missing, pending.answer);
+        }
+        if let Some(answer) = pending.answer {
+            // The backend answered while the client was away.
+            let frame = match &answer {
+                Ok(result) => protocol::response(&id, result),
+                Err(error) => protocol::raw_error_response(&id, error),
+            };
+            if let Some(s) = self.sessions.get_mut(&session) {
+                s.in_flight.remove(id.as_str());
+            }
+            return self.reply_to_client(session, &id, frame);
+        }
+        let deadline = self.now + Self::duration(self.config.policy_for(&pending.server).request_timeout_ms);
+        let Some(call) = self.calls.get_mut(&pending.call) else {
+            let msg = "the backend connection was lost while waiting for input; send the request again";
+            return self.reply_error(session, &id, code::BACKEND_UNAVAILABLE, msg, None);
+        };
+        // The retry takes the call over: its answer (and progress) now go here.
+        call.deadline = Some(deadline);
+        if let CallKind::Client(cc) = &mut call.kind {
+            cc.awaiting_input = None;
+            cc.session = session;
+            cc.id = id;
+        }
+    }
+
+    /// An answer for request `id` of `session`, which was already answered: if it
+    /// was answered `input_required`, this is the call's outcome and waits for the
+    /// client's retry; otherwise it is a second answer, and is dropped.
+    pub(super) fn answer_for_retry(&mut self, session: SessionId, id: &str, answer: Result<String, String>) {
+        let waiting = self.pending_inputs.values_mut().find(|p| p.session == session && p.client_id == id);
+        match waiting {
+            Some(p) if p.answer.is_none() => p.answer = Some(answer),
+            _ => debug_assert!(false, "a second answer to request {id}"),
+        }
+    }
+
+    /// Nobody retried in time: the backend's requests get errors (an elicitation
+    /// is declined as cancelled) and the entry goes.
+    pub(super) fn input_expired(&mut self, state: &str) {
+        let Some(pending) = self.pending_inputs.remove(state) else { return };
+        self.refuse_asked(&pending);
+    }
+
+    /// Drops entries whose call is gone (its client closed) without an answer.
+    pub(super) fn prune_pending_inputs(&mut self) {
+        let calls = &self.calls;
+        let gone: Vec<String> = self
+            .pending_inputs
+            .iter()
+            .filter(|(state, p)| {
+                p.answer.is_none()
+                    && !calls.get(&p.call).is_some_and(|c| {
+                        matches!(&c.kind, CallKind::Client(cc) if cc.awaiting_input.as_deref() == Some(state.as_str()))
+                    })
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for state in gone {
+            if let Some(pending) = self.pending_inputs.remove(&state) {
+                self.refuse_asked(&pending);
+            }
+        }
+    }
+
+    fn refuse_asked(&mut self, pending: &PendingInput) {
+        let generation = self.backends.get(&pending.server).map(|b| b.sup.generation());
+        for asked in pending.asked.values().filter(|a| Some(a.generation) == generation) {
+            let frame = if asked.method == "elicitation/create" {
+                protocol::response(&asked.backend_id, r#"{"action":"cancel"}"#)
+            } else {
+                let msg = "the client did not provide this input in time";
+                protocol::error_response(&asked.backend_id, code::INTERNAL_ERROR, msg, None)
+            };
+            self.to_backend(&pending.server, frame, None);
+        }
+    }
+}
