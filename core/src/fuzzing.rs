@@ -93,6 +93,8 @@ pub fn driver_config(variant: u8) -> Config {
     if variant & 8 == 8 {
         config.servers.remove("b");
     }
+    // Stateless-era clients too (the first request of a session decides its era).
+    config.modern_clients = variant & 16 == 16;
     config.limits.max_in_flight = 16;
     config.limits.max_queued_per_backend = 4;
     config.limits.max_in_flight_per_session = 8;
@@ -125,6 +127,8 @@ pub struct Harness {
     stopped: BTreeSet<crate::io::ServerName>,
     /// Server-to-client request ids the clients were sent.
     server_requests: Vec<(u64, u64)>,
+    /// `input_required` answers the clients got: (session, requestState, keys).
+    input_rounds: Vec<(u64, String, Vec<String>)>,
     next_id: u64,
 }
 
@@ -142,6 +146,7 @@ impl Harness {
             cancelled: BTreeSet::new(),
             stopped: BTreeSet::new(),
             server_requests: Vec::new(),
+            input_rounds: Vec::new(),
             next_id: 1,
         };
         h.drain()?;
@@ -270,6 +275,10 @@ impl Harness {
                 if !is_answer && routed_as.is_some() {
                     return Err(format!("{frame} routed as a reply ({route:?})"));
                 }
+                if let Some(state) = v["result"]["requestState"].as_str() {
+                    let keys = v["result"]["inputRequests"].as_object().map(|m| m.keys().cloned().collect());
+                    self.input_rounds.push((session.0, state.to_string(), keys.unwrap_or_default()));
+                }
                 if v.get("method").is_none() {
                     if let Some(id) = v.get("id") {
                         let id = serde_json::to_string(id).unwrap_or_default();
@@ -381,7 +390,26 @@ impl Harness {
             0..=3 => {
                 let id = if c.below(8) == 0 { self.next_id } else { self.fresh_id() };
                 let tool = ["a__echo", "b__echo", "web__write", "echo", "web__echo", "nope"][c.below(6)];
-                let frame = match c.below(10) {
+                let modern = json!({
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {"sampling":{},"roots":{},"elicitation":{}},
+                    "progressToken": id,
+                });
+                let frame = match c.below(13) {
+                    10 => json!({"jsonrpc":"2.0","id":id,"method":"server/discover","params":{"_meta":modern}}),
+                    11 => {
+                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{},"_meta":modern}})
+                    }
+                    12 => {
+                        // A retry with the inputs of an input_required answer (some, all, or tampered).
+                        let round = self.input_rounds.get(c.below(self.input_rounds.len().max(1))).cloned();
+                        let (state, keys) = round.map_or((String::from("bogus"), Vec::new()), |(_, s, k)| (s, k));
+                        let mut responses = serde_json::Map::new();
+                        for key in keys.iter().filter(|_| c.below(4) != 0) {
+                            responses.insert(key.clone(), json!({"roots":[],"action":"accept"}));
+                        }
+                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{},"_meta":modern,"inputResponses":responses,"requestState":state}})
+                    }
                     0 => json!({"jsonrpc":"2.0","id":id,"method":"tools/list"}),
                     1 => json!({"jsonrpc":"2.0","id":id,"method":"prompts/list","params":{"cursor":"p2"}}),
                     2 => json!({"jsonrpc":"2.0","id":id,"method":"resources/read","params":{"uri":"a+file:///x"}}),
@@ -409,6 +437,14 @@ impl Harness {
                 self.answer(server, id, &method, how)
             }
             8 => {
+                // Half the time, a backend that has a call in flight (where requests to
+                // clients and progress matter).
+                let busy: Vec<&str> = SERVERS
+                    .iter()
+                    .copied()
+                    .filter(|s| self.open.get(*s).is_some_and(|o| o.iter().any(|(_, m)| m == "tools/call")))
+                    .collect();
+                let server = if c.below(2) == 0 && !busy.is_empty() { busy[c.below(busy.len())] } else { server };
                 let token = self.open.get(server).and_then(|o| o.first().map(|(id, _)| *id)).unwrap_or(7);
                 let frame = match c.below(6) {
                     0 => {
@@ -516,6 +552,10 @@ pub fn gateway(data: &[u8]) -> Result<(), Violation> {
     let variant = c.byte();
     let seed = u64::from(c.byte());
     let mut h = Harness::new(variant, seed)?;
+    if variant & 16 == 16 {
+        // A third session whose era its first request decides (stateless or not).
+        h.input(Input::ClientConnected { session: SessionId(3), expires: false })?;
+    }
     for session in 1..=2 {
         let frame =
             r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"sampling":{},"roots":{}}}}"#;
