@@ -214,3 +214,51 @@ fn a_backend_lost_while_waiting_for_input_fails_the_retry_not_the_answered_reque
     let error = sim.response(2)["error"].clone();
     assert_eq!(error["code"], -32001, "{error}");
 }
+
+#[test]
+fn over_http_each_stateless_request_is_its_own_session_and_a_call_waiting_for_input_outlives_it() {
+    use tether_core::{Action, Input, SessionId};
+    let mut sim = booted(true);
+    let closes = |sim: &Sim, session: SessionId| {
+        sim.actions.iter().filter(|(_, a)| matches!(a, Action::CloseClient { session: s } if *s == session)).count()
+    };
+    let frames_to = |sim: &Sim, session: SessionId| -> Vec<Value> {
+        sim.actions
+            .iter()
+            .filter_map(|(_, a)| match a {
+                Action::SendToClient { session: s, frame, .. } if *s == session => serde_json::from_str(frame).ok(),
+                _ => None,
+            })
+            .collect()
+    };
+    sim.note("POST 1: a discover, in a session of its own, closed with its answer");
+    let (p1, p2, p3) = (SessionId(11), SessionId(12), SessionId(13));
+    sim.input(Input::ClientConnected { session: p1, expires: true });
+    sim.session(p1, json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": meta()}}));
+    assert_eq!(frames_to(&sim, p1)[0]["result"]["resultType"], "complete");
+    assert_eq!(closes(&sim, p1), 1);
+
+    sim.note("POST 2: a call; fs asks for roots; the answer is input_required and the session closes");
+    sim.input(Input::ClientConnected { session: p2, expires: true });
+    sim.session(p2, json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": call_params(json!({"roots":{}}))}));
+    let call = sim.last_request("fs", "tools/call");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"r1","method":"roots/list"}));
+    let answer = frames_to(&sim, p2)[0]["result"].clone();
+    assert_eq!(answer["resultType"], "input_required");
+    assert_eq!(closes(&sim, p2), 1);
+    assert!(!sim.log.contains(r#""requestId":"#), "the waiting call is not cancelled:\n{}", sim.log);
+
+    sim.note("POST 3: the retry takes the call over and gets its result");
+    let key = answer["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let mut retry = call_params(json!({"roots":{}}));
+    retry["inputResponses"] = json!({ key: {"roots":[{"uri":"file:///w"}]} });
+    retry["requestState"] = answer["requestState"].clone();
+    sim.input(Input::ClientConnected { session: p3, expires: true });
+    sim.session(p3, json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params": retry}));
+    assert!(sim.log.contains(r#"fs#1 <- {"jsonrpc":"2.0","id":"r1","result":{"roots":[{"uri":"file:///w"}]}}"#));
+    reply(&mut sim, "fs", call, text_result("listed"));
+    let result = frames_to(&sim, p3)[0]["result"].clone();
+    assert_eq!(result["content"][0]["text"], "listed");
+    assert_eq!(closes(&sim, p3), 1);
+    assert_eq!(frames_to(&sim, p2).len(), 1, "nothing more for the closed POST");
+}

@@ -56,6 +56,12 @@ impl Session {
         }
     }
 
+    /// A stateless-era session over HTTP: it serves one request and closes with
+    /// its answer (the revision has no sessions; the host opens one per POST).
+    pub fn per_request(&self) -> bool {
+        self.expires && self.era == Era::Stateless
+    }
+
     /// Whether the client announced a capability (`sampling`, `elicitation`, `roots`).
     pub fn supports(&self, capability: &str) -> bool {
         self.capabilities.get(capability).is_some_and(|v| !v.is_null())
@@ -99,14 +105,17 @@ impl Gateway {
 
     pub(super) fn client_closed(&mut self, session: SessionId) {
         self.refused.retain(|s| *s != session);
-        if self.sessions.remove(&session).is_none() {
-            return;
-        }
+        let Some(closed) = self.sessions.remove(&session) else { return };
+        // A stateless HTTP client's session lasts one request; a call it was told
+        // to retry with inputs waits for that retry, which comes in another one.
+        let per_request = closed.per_request();
         // Cancel its calls at the backends; nobody is left to answer.
         let ids: Vec<u64> = self
             .calls
             .iter()
-            .filter(|(_, c)| matches!(&c.kind, CallKind::Client(cc) if cc.session == session))
+            .filter(|(_, c)| {
+                matches!(&c.kind, CallKind::Client(cc) if cc.session == session && !(per_request && cc.awaiting_input.is_some()))
+            })
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
@@ -853,6 +862,7 @@ impl Gateway {
         let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
         let frame = if stateless { super::stateless_frame(frame) } else { frame };
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
+        self.answered(session);
     }
 
     /// `resources/read` contents carry backend URIs; clients get served ones.
@@ -896,8 +906,13 @@ impl Gateway {
     }
 
     /// Whether request `id` of `session` still waits for its answer (and, if so,
-    /// it no longer does). A request of a closed session counts as owed.
+    /// it no longer does). A request of a closed session counts as owed, unless
+    /// it was answered `input_required`.
     fn owed(&mut self, session: SessionId, id: &str) -> bool {
-        self.sessions.get_mut(&session).map_or(true, |s| s.in_flight.remove(id))
+        match self.sessions.get_mut(&session) {
+            Some(s) => s.in_flight.remove(id),
+            // A per-request session closed after its `input_required` answer.
+            None => !self.pending_inputs.values().any(|p| p.session == session && p.client_id == id),
+        }
     }
 }

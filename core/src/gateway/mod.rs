@@ -137,6 +137,8 @@ pub struct Gateway {
     parked_lists: Vec<ParkedList>,
     /// Stateless clients' calls waiting for a retry with inputs, by `requestState`.
     pending_inputs: BTreeMap<String, PendingInput>,
+    /// Per-request sessions answered during this input, closed when it settles.
+    closing: Vec<SessionId>,
     /// The catalog version and status-change count the visible-list fingerprints
     /// were computed for, and the fingerprints.
     visible_cache: Option<((u64, u64, usize), [u64; 4])>,
@@ -167,6 +169,7 @@ impl Gateway {
             server_requests: BTreeMap::new(),
             parked_lists: Vec::new(),
             pending_inputs: BTreeMap::new(),
+            closing: Vec::new(),
             visible_cache: None,
             subscriptions: BTreeMap::new(),
             retired_generations: BTreeMap::new(),
@@ -324,7 +327,7 @@ impl Gateway {
                 return Err(format!("call {id} sits on a stale connection of {}", call.server));
             }
             if let CallKind::Client(c) = &call.kind {
-                if !self.sessions.contains_key(&c.session) {
+                if !self.sessions.contains_key(&c.session) && c.awaiting_input.is_none() {
                     return Err(format!("call {id} is owed to a closed session"));
                 }
             }
@@ -386,7 +389,16 @@ impl Gateway {
         self.touch_session(session);
         let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
         let frame = if stateless { stateless_frame(frame) } else { frame };
+        self.answered(session);
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(RawId::new(id)) });
+    }
+
+    /// A per-request session closes once its request is answered (at the end of
+    /// this input, after the answer is out).
+    fn answered(&mut self, session: SessionId) {
+        if self.sessions.get(&session).is_some_and(|s| s.per_request()) && !self.closing.contains(&session) {
+            self.closing.push(session);
+        }
     }
 
     /// Idle time counts from the last exchange, so a long call is not idle time.
@@ -479,6 +491,12 @@ impl Gateway {
         }
         self.answer_parked_lists(false);
         self.announce_list_changes();
+        for session in core::mem::take(&mut self.closing) {
+            if self.sessions.contains_key(&session) {
+                self.client_closed(session);
+                self.push(Action::CloseClient { session });
+            }
+        }
         if !self.pending_inputs.is_empty() {
             self.prune_pending_inputs();
         }
