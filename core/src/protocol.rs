@@ -377,6 +377,27 @@ pub fn request_era(params: Option<&str>) -> RequestEra {
     }
 }
 
+/// The HTTP status of a stateless-era answer (2026-07-28 transport): 400 for a
+/// malformed request (-32602 on `_meta`, -32020..-32022), 404 for an unknown
+/// method, 200 otherwise. Hosts call this; the mapping is protocol, not transport.
+pub fn stateless_http_status(frame: &str) -> u16 {
+    #[derive(Deserialize)]
+    struct Answer {
+        #[serde(default)]
+        error: Option<ErrorCode>,
+    }
+    #[derive(Deserialize)]
+    struct ErrorCode {
+        code: i64,
+    }
+    let code = serde_json::from_str::<Answer>(frame).ok().and_then(|a| a.error).map(|e| e.code);
+    match code {
+        Some(code::INVALID_PARAMS) | Some(-32022..=-32020) => 400,
+        Some(code::METHOD_NOT_FOUND) => 404,
+        _ => 200,
+    }
+}
+
 /// A result for a stateless-era client: `resultType` added when absent (a result
 /// without it means `complete`, but the revision requires it), and
 /// `extra` members (raw `"key":value` pairs) appended. `None`: not an object.

@@ -43,7 +43,7 @@ pub fn host(cli: &Cli, config: &Config) -> Result<Host, String> {
 pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     let config = load_config(cli)?;
     let options = match &args.listen {
-        Some(addr) => Some(listen_options(addr, args)?),
+        Some(addr) => Some(ServerOptions { stateless_clients: config.modern_clients, ..listen_options(addr, args)? }),
         None => None,
     };
     let stdio = options.is_none() || args.stdio;

@@ -135,3 +135,52 @@ fn planted_secrets_appear_in_no_output() {
         assert!(!all.contains(secret), "{secret} leaked:\n{all}");
     }
 }
+
+/// A stateless (2026-07-28) request's `_meta`.
+fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "http-test", "version": "1"},
+    })
+}
+
+#[test]
+fn with_modern_clients_each_stateless_post_is_served_without_a_session() {
+    let config = json!({"tether": {"modern_clients": true}, "mcpServers": {"fs": mock_server(&[])}});
+    let t = Tether::start(config, &["serve", "--listen", "127.0.0.1:0"]);
+    let url = listening(&t);
+
+    let discover = json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": modern_meta()}});
+    let (status, session, body) = post(&url, None, None, &discover);
+    assert_eq!((status, session), (200, None), "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
+    assert_eq!(answer["result"]["supportedVersions"][0], "2026-07-28");
+
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__echo","arguments":{"text":"stateless"},"_meta": modern_meta()}});
+    let (status, session, body) = post(&url, None, None, &call);
+    assert_eq!((status, session), (200, None), "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["result"]["content"][0]["text"], "stateless", "{answer}");
+    assert_eq!(answer["result"]["resultType"], "complete");
+
+    // Without _meta and without a session: a malformed stateless request (400, -32602).
+    let bare = json!({"jsonrpc":"2.0","id":3,"method":"tools/list"});
+    let (status, _, body) = post(&url, None, None, &bare);
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((status, answer["error"]["code"].clone()), (400, json!(-32602)), "{answer}");
+    // A method the revision removed: 404, -32601.
+    let ping = json!({"jsonrpc":"2.0","id":4,"method":"ping","params":{"_meta": modern_meta()}});
+    let (status, _, body) = post(&url, None, None, &ping);
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((status, answer["error"]["code"].clone()), (404, json!(-32601)), "{answer}");
+
+    // Handshake clients are served as before, side by side.
+    let (status, session, body) = post(&url, None, None, &initialize());
+    assert_eq!(status, 200, "{body}");
+    assert!(session.is_some());
+
+    let log = t.stderr_text();
+    assert!(!log.contains("ERROR"), "{log}");
+}

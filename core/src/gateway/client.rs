@@ -326,12 +326,21 @@ impl Gateway {
                 );
                 Err((code::INVALID_PARAMS, msg, None))
             }
-            protocol::RequestEra::Handshake => {
-                if method == "initialize" {
-                    s.era_known = true;
-                }
+            protocol::RequestEra::Handshake if method == "initialize" => {
+                s.era_known = true;
                 Ok(())
             }
+            // An HTTP session only opens with `initialize` or for one stateless
+            // request: this is a request of neither era.
+            protocol::RequestEra::Handshake if s.expires => {
+                let msg = format!(
+                    "missing _meta[\"{}\"]: without a session, requests must carry it ({}); or initialize first",
+                    protocol::meta::PROTOCOL_VERSION,
+                    protocol::MODERN_VERSIONS[0]
+                );
+                Err((code::INVALID_PARAMS, msg, None))
+            }
+            protocol::RequestEra::Handshake => Ok(()),
             protocol::RequestEra::Stateless { version, capabilities } => {
                 s.era = Era::Stateless;
                 s.era_known = true;

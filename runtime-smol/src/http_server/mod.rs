@@ -93,6 +93,11 @@ pub struct ServerOptions {
     pub first_session: u64,
     /// Delivered events kept per stream for `Last-Event-ID` resumption. Default 256.
     pub replay_events: usize,
+    /// Serve requests without `Mcp-Session-Id` (other than `initialize`) as
+    /// stateless-era requests, each in an engine session of its own (the core
+    /// checks their `_meta` and closes the session with the answer). Follows the
+    /// config's `modern_clients`. Default `false`.
+    pub stateless_clients: bool,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -106,6 +111,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("get_stream", &self.get_stream)
             .field("first_session", &self.first_session)
             .field("replay_events", &self.replay_events)
+            .field("stateless_clients", &self.stateless_clients)
             .finish()
     }
 }
@@ -121,6 +127,7 @@ impl Default for ServerOptions {
             get_stream: true,
             first_session: 2,
             replay_events: 256,
+            stateless_clients: false,
         }
     }
 }

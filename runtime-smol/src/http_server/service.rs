@@ -116,10 +116,23 @@ async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body
                 None => return host_gone(),
             }
         }
+        // A stateless-era request: an engine session for this POST only.
+        None if shared.options.stateless_clients && matches!(shape, Shape::Request { .. }) => {
+            let Some(key) = new_session_key() else {
+                return reply::error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable: no randomness");
+            };
+            let Some(session) = shared.table().open(key) else { return host_gone() };
+            let Shape::Request { id, .. } = shape else { unreachable!("matched above") };
+            return self::request(shared, session, Opened::PerRequest, id, text).await;
+        }
         None => return missing_session(),
     };
+    let opened = match new_key {
+        Some(key) => Opened::Session(key),
+        None => Opened::Existing,
+    };
     match shape {
-        Shape::Request { id, .. } => self::request(shared, session, new_key, id, text).await,
+        Shape::Request { id, .. } => self::request(shared, session, opened, id, text).await,
         Shape::Notification | Shape::Response => {
             if shared.inputs.send(Input::ClientFrame { session, frame: text }).await.is_err() {
                 return host_gone();
@@ -129,17 +142,32 @@ async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body
     }
 }
 
-/// Forgets a wait when its POST goes away before the first frame.
+/// How the session a request runs in came to be.
+enum Opened {
+    /// The client's session.
+    Existing,
+    /// Opened by this `initialize`: the response carries its key.
+    Session(String),
+    /// Opened for this stateless request alone; the core closes it with the answer.
+    PerRequest,
+}
+
+/// Forgets a wait when its POST goes away before the first frame. For a
+/// per-request session that is the client cancelling: the session closes.
 struct Abandon {
     shared: Arc<Shared>,
     session: SessionId,
     id: String,
     token: u64,
+    per_request: bool,
 }
 
 impl Drop for Abandon {
     fn drop(&mut self) {
-        self.shared.table().abandon(self.session, &self.id, self.token);
+        let was_waiting = self.shared.table().abandon(self.session, &self.id, self.token);
+        if was_waiting && self.per_request {
+            let _ = self.shared.inputs.try_send(Input::ClientClosed { session: self.session });
+        }
     }
 }
 
@@ -147,7 +175,7 @@ impl Drop for Abandon {
 async fn request(
     shared: &Arc<Shared>,
     session: SessionId,
-    new_key: Option<String>,
+    opened: Opened,
     id: String,
     frame: String,
 ) -> Response<Body> {
@@ -164,17 +192,32 @@ async fn request(
     };
     // Declared after `waiter`, so dropped first: a frame is never sent to a wait
     // whose receiver is gone while the table still lists it.
-    let _abandon = Abandon { shared: shared.clone(), session, id, token: waiter.token };
-    if new_key.is_some() && shared.inputs.send(Input::ClientConnected { session, expires: true }).await.is_err() {
+    let per_request = matches!(opened, Opened::PerRequest);
+    let _abandon = Abandon { shared: shared.clone(), session, id, token: waiter.token, per_request };
+    let connect = !matches!(opened, Opened::Existing);
+    if connect && shared.inputs.send(Input::ClientConnected { session, expires: true }).await.is_err() {
         return host_gone();
     }
     if shared.inputs.send(Input::ClientFrame { session, frame }).await.is_err() {
         return host_gone();
     }
     let mut response = match waiter.first.recv().await {
-        Ok(First::Reply(frame)) => reply::json(StatusCode::OK, frame),
+        Ok(First::Reply(frame)) => {
+            if per_request {
+                // Answered: this POST's session is over (the core closes a stateless
+                // one itself; a request it refused before knowing the era, here).
+                let _ = shared.inputs.send(Input::ClientClosed { session }).await;
+                let status = tether_core::protocol::stateless_http_status(&frame);
+                return reply::json(StatusCode::from_u16(status).unwrap_or(StatusCode::OK), frame);
+            }
+            reply::json(StatusCode::OK, frame)
+        }
         Ok(First::Stream(rx)) => reply::sse(rx),
         Err(_) => return gone(shared),
+    };
+    let new_key = match opened {
+        Opened::Session(key) => Some(key),
+        _ => None,
     };
     if let Some(value) = new_key.and_then(|key| HeaderValue::from_str(&key).ok()) {
         response.headers_mut().insert(SESSION_HEADER, value);

@@ -131,11 +131,14 @@ impl Table {
 
     /// The POST of wait `token` is gone before its first frame (the client left):
     /// its answer will be dropped. A request already streaming is left alone.
-    pub(super) fn abandon(&mut self, session: SessionId, id: &str, token: u64) {
-        let Some(state) = self.sessions.get_mut(&session) else { return };
+    /// Whether it was still waiting (nothing had been routed to it).
+    pub(super) fn abandon(&mut self, session: SessionId, id: &str, token: u64) -> bool {
+        let Some(state) = self.sessions.get_mut(&session) else { return false };
         if matches!(state.requests.get(id), Some(Pending::Waiting { token: t, .. }) if *t == token) {
             state.requests.remove(id);
+            return true;
         }
+        false
     }
 
     /// Routes one frame from the core.
