@@ -145,11 +145,14 @@ pub(super) fn json_body(headers: &HeaderMap) -> bool {
     media == JSON || (media.starts_with("application/") && media.ends_with("+json"))
 }
 
-/// `MCP-Protocol-Version`, when present, must be a version tether speaks.
-pub(super) fn version_supported(headers: &HeaderMap) -> bool {
-    match headers.get("mcp-protocol-version") {
+/// `MCP-Protocol-Version`, when present, must be a version tether speaks
+/// (the stateless revision's too when `stateless` clients are served).
+pub(super) fn version_supported(headers: &HeaderMap, stateless: bool) -> bool {
+    use tether_core::protocol::{MODERN_VERSIONS, SUPPORTED_VERSIONS};
+    match headers.get("mcp-protocol-version").map(|v| v.to_str().map(str::trim)) {
         None => true,
-        Some(v) => v.to_str().is_ok_and(|v| tether_core::protocol::SUPPORTED_VERSIONS.contains(&v.trim())),
+        Some(Ok(v)) => SUPPORTED_VERSIONS.contains(&v) || (stateless && MODERN_VERSIONS.contains(&v)),
+        Some(Err(_)) => false,
     }
 }
 
@@ -238,8 +241,10 @@ mod tests {
         assert!(json_body(&headers(&[("content-type", "application/json; charset=utf-8")])));
         assert!(json_body(&HeaderMap::new()));
         assert!(!json_body(&headers(&[("content-type", "text/plain")])));
-        assert!(version_supported(&headers(&[("mcp-protocol-version", "2025-11-25")])));
-        assert!(version_supported(&HeaderMap::new()));
-        assert!(!version_supported(&headers(&[("mcp-protocol-version", "1999-01-01")])));
+        assert!(version_supported(&headers(&[("mcp-protocol-version", "2025-11-25")]), false));
+        assert!(version_supported(&HeaderMap::new(), false));
+        assert!(!version_supported(&headers(&[("mcp-protocol-version", "1999-01-01")]), true));
+        assert!(!version_supported(&headers(&[("mcp-protocol-version", "2026-07-28")]), false));
+        assert!(version_supported(&headers(&[("mcp-protocol-version", "2026-07-28")]), true));
     }
 }

@@ -36,7 +36,7 @@ pub(super) async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> R
     if method != Method::POST && method != Method::GET && method != Method::DELETE {
         return reply::method_not_allowed(options.get_stream);
     }
-    if !guards::version_supported(request.headers()) {
+    if !guards::version_supported(request.headers(), options.stateless_clients) {
         return reply::error(StatusCode::BAD_REQUEST, "bad request: unsupported MCP-Protocol-Version");
     }
     match method {
