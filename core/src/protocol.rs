@@ -377,6 +377,11 @@ pub fn request_era(params: Option<&str>) -> RequestEra {
     }
 }
 
+/// Whether `frame` is a JSON-RPC error response.
+pub fn is_error_response(frame: &str) -> bool {
+    matches!(parse(frame), Ok(Message::Error { .. }))
+}
+
 /// The HTTP status of a stateless-era answer (2026-07-28 transport): 400 for a
 /// malformed request (-32602 on `_meta`, -32020..-32022), 404 for an unknown
 /// method, 200 otherwise. Hosts call this; the mapping is protocol, not transport.

@@ -857,7 +857,14 @@ impl Gateway {
                 Shape::Plain => protocol::response(&call.id, result),
                 Shape::ReadResource => {
                     let rewritten = self.serve_contents(server, result);
-                    protocol::response(&call.id, rewritten.as_deref().unwrap_or(result))
+                    let result = rewritten.as_deref().unwrap_or(result);
+                    // A read is cacheable in the stateless revision; backends are all
+                    // handshake-era so far and give no hints: stale at once, per client.
+                    let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
+                    match stateless.then(|| protocol::stateless_result(result, r#""ttlMs":0,"cacheScope":"private""#)) {
+                        Some(Some(hinted)) => protocol::response(&call.id, &hinted),
+                        _ => protocol::response(&call.id, result),
+                    }
                 }
                 Shape::Subscribe(uri) => {
                     self.subscriptions.entry(uri.clone()).or_default().insert(session);

@@ -210,6 +210,17 @@ async fn request(
                 let status = tether_core::protocol::stateless_http_status(&frame);
                 return reply::json(StatusCode::from_u16(status).unwrap_or(StatusCode::OK), frame);
             }
+            if matches!(opened, Opened::Session(_)) && tether_core::protocol::is_error_response(&frame) {
+                // A refused initialize opens no session (e.g. one carrying stateless
+                // `_meta`, for which initialize does not exist: 404 in that revision).
+                let _ = shared.inputs.send(Input::ClientClosed { session }).await;
+                shared.table().close(session);
+                let status = match shared.options.stateless_clients {
+                    true => tether_core::protocol::stateless_http_status(&frame),
+                    false => 200,
+                };
+                return reply::json(StatusCode::from_u16(status).unwrap_or(StatusCode::OK), frame);
+            }
             reply::json(StatusCode::OK, frame)
         }
         Ok(First::Stream(rx)) => reply::sse(rx),
