@@ -58,7 +58,16 @@ impl Gateway {
             params: params.map(String::from),
         };
         let (awaiting, session, client_id) = (cc.awaiting_input.clone(), cc.session, cc.id.clone());
-        let key = format!("tether-{}", self.alloc_id());
+        // The backend names its request: a string id is a fine key (ids are unique
+        // among a backend's requests in flight); anything else gets one of ours.
+        let named = serde_json::from_str::<String>(backend_id).ok().filter(|k| !k.is_empty() && k.len() <= 64);
+        let taken = |k: &String| {
+            awaiting.as_ref().and_then(|s| self.pending_inputs.get(s)).is_some_and(|p| p.asked.contains_key(k))
+        };
+        let key = match named {
+            Some(k) if !taken(&k) => k,
+            _ => format!("tether-{}", self.alloc_id()),
+        };
         if let Some(state) = awaiting {
             // Asked again before the client retried: part of the next round.
             if let Some(p) = self.pending_inputs.get_mut(&state) {

@@ -359,7 +359,13 @@ impl Fixture {
 
     /// Sends a request to the client and waits for its answer.
     fn ask_client(&self, method: &str, params: Value) -> Result<Value, String> {
-        let id = Value::String(format!("fixture-{}", self.next_request.fetch_add(1, Ordering::Relaxed)));
+        self.ask_client_as(&format!("fixture-{}", self.next_request.fetch_add(1, Ordering::Relaxed)), method, params)
+    }
+
+    /// `ask_client` with a chosen request id: a gateway serving a stateless-era
+    /// client turns the request into an `input_required` entry under this name.
+    fn ask_client_as(&self, id: &str, method: &str, params: Value) -> Result<Value, String> {
+        let id = Value::String(id.to_string());
         let (waiter, answer) = mpsc::channel();
         lock(&self.pending).insert(id.to_string(), waiter);
         self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
@@ -535,6 +541,36 @@ impl Fixture {
             "test_elicitation_sep1330_enums" => {
                 self.elicit("Please select options from the enum fields", sep1330_schema(), "Elicitation completed")
             }
+            // The stateless revision's input_required scenarios, played the
+            // handshake-era way: the fixture asks its client, names its request
+            // like the scenario's input key, and finishes with the answer.
+            "test_input_required_result_elicitation" => {
+                let schema = json!({"type":"object","properties":{"name":{"type":"string"}},"required":["name"]});
+                let asked = json!({"message": "What is your name?", "requestedSchema": schema});
+                match self.ask_client_as("user_name", "elicitation/create", asked) {
+                    Ok(answer) => {
+                        let name = answer["content"]["name"].as_str().unwrap_or("stranger").to_string();
+                        text_result(&format!("Hello, {name}!"))
+                    }
+                    Err(e) => tool_error(&e),
+                }
+            }
+            "test_input_required_result_sampling" => {
+                let question = json!({
+                    "messages": [{"role": "user", "content": {"type": "text", "text": "What is the capital of France?"}}],
+                    "maxTokens": 100
+                });
+                match self.ask_client_as("capital_question", "sampling/createMessage", question) {
+                    Ok(answer) => text_result(&sampled_text(&answer)),
+                    Err(e) => tool_error(&e),
+                }
+            }
+            "test_input_required_result_list_roots" => {
+                match self.ask_client_as("client_roots", "roots/list", json!({})) {
+                    Ok(answer) => text_result(&format!("Roots: {}", answer["roots"])),
+                    Err(e) => tool_error(&e),
+                }
+            }
             "json_schema_2020_12_tool" => {
                 text_result(&format!("JSON Schema 2020-12 tool called with: {}", Value::Object(args.clone())))
             }
@@ -643,6 +679,9 @@ fn tools() -> Vec<Value> {
     let no_args = || object_schema(json!({}), &[]);
     let simple = [
         ("test_simple_text", "Returns one text item"),
+        ("test_input_required_result_elicitation", "Asks the user's name (elicitation)"),
+        ("test_input_required_result_sampling", "Asks the LLM a question (sampling)"),
+        ("test_input_required_result_list_roots", "Lists the client's roots"),
         ("test_image_content", "Returns one PNG image item"),
         ("test_audio_content", "Returns one WAV audio item"),
         ("test_embedded_resource", "Returns one embedded text resource"),
