@@ -207,6 +207,7 @@ config_file() {
     "$NODE22" -e '
         const [path, name, command, ...args] = process.argv.slice(1);
         const config = { mcpServers: { [name]: { command, args, tether: { prefixed: false } } } };
+        if (process.env.MODERN_CLIENTS) config.tether = { modern_clients: true };
         require("fs").writeFileSync(path, JSON.stringify(config, null, 2) + "\n");
     ' "$path" "$name" "$@"
 }
@@ -270,6 +271,21 @@ run_tether c "tether --listen, the conformance fixture over stdio" "$WORK/c-conf
 echo "== conformance: run c failures against expected-failures.txt"
 with_verdict c fail > "$WORK/c.fail"
 against_allowlist c "$WORK/c.fail" "$HERE/expected-failures.txt" "not listed in expected-failures.txt"
+
+# ---- d: the stateless revision (issue 7, in progress) ------------------------------------
+# The same fixture (handshake era) behind tether with modern_clients, under the suite's
+# 2026-07-28 requirement set: stateless requests, input_required translation.
+SPEC_REVISION=2026-07-28
+SCENARIOS="$WORK/scenarios-$SPEC_REVISION.txt"
+"$NODE22" "$HERE/results.cjs" scenarios "$DEPS" "$SPEC_REVISION" > "$SCENARIOS" \
+    || fail "cannot read the suite's $SPEC_REVISION requirement set"
+total=$(wc -l < "$SCENARIOS")
+MODERN_CLIENTS=1 config_file "$WORK/d-config.json" conformance "$FIXTURE_BIN"
+run_tether d "tether --listen with modern_clients, the fixture over stdio, at $SPEC_REVISION" "$WORK/d-config.json"
+echo "== conformance: run d failures against expected-failures-$SPEC_REVISION.txt"
+with_verdict d fail > "$WORK/d.fail"
+against_allowlist d "$WORK/d.fail" "$HERE/expected-failures-$SPEC_REVISION.txt" \
+    "not listed in expected-failures-$SPEC_REVISION.txt"
 
 if [ "${#problems[@]}" -gt 0 ]; then
     printf '  - %s\n' "${problems[@]}" >&2
