@@ -147,6 +147,7 @@ fn a_handshake_backends_sampling_request_becomes_input_required_and_the_retry_re
     let requests = answer["inputRequests"].as_object().unwrap();
     assert_eq!(requests.len(), 1);
     let (key, request) = requests.iter().next().unwrap();
+    assert_eq!(key, "s1", "a backend's string request id names the input");
     assert_eq!(request, &json!({"method":"sampling/createMessage","params": sampling}));
     let state = answer["requestState"].as_str().unwrap().to_string();
 
