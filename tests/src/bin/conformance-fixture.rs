@@ -244,6 +244,24 @@ impl Fixture {
             Some(Value::Object(params)) => params,
             Some(_) => return self.send_error(&id, &RpcError::invalid_params("params must be an object").to_json()),
         };
+        if method == "prompts/get" && params.get("name").and_then(Value::as_str) == Some(INPUT_PROMPT) {
+            // Asks the client while it is being built: off the reader thread.
+            let fixture = Arc::clone(self);
+            thread::spawn(move || {
+                let schema = json!({"type":"object","properties":{"context":{"type":"string"}},"required":["context"]});
+                let asked = json!({"message": "What context should the prompt use?", "requestedSchema": schema});
+                let answer = match fixture.ask_client_as("user_context", "elicitation/create", asked) {
+                    Ok(answer) => {
+                        let context = answer["content"]["context"].as_str().unwrap_or("none").to_string();
+                        let text = format!("Use this context: {context}");
+                        Ok(json!({"messages": [{"role": "user", "content": {"type": "text", "text": text}}]}))
+                    }
+                    Err(e) => Err(RpcError::invalid_params(e)),
+                };
+                fixture.finish(&id, answer);
+            });
+            return;
+        }
         if method == "tools/call" {
             // Tools may wait for the client; the reader must go on reading meanwhile.
             lock(&self.session).in_flight.insert(id.to_string());
@@ -565,6 +583,31 @@ impl Fixture {
                     Err(e) => tool_error(&e),
                 }
             }
+            "test_input_required_result_request_state" | "test_input_required_result_tampered_state" => {
+                let schema = json!({"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]});
+                let asked = json!({"message": "Please confirm", "requestedSchema": schema});
+                match self.ask_client_as("confirm", "elicitation/create", asked) {
+                    Ok(answer) => text_result(&format!("state-ok: confirmed={}", answer["content"]["ok"])),
+                    Err(e) => tool_error(&e),
+                }
+            }
+            "test_input_required_result_multi_round" => {
+                let ask = |key: &str, message: &str, field: &str| {
+                    let schema = json!({"type":"object","properties":{field:{"type":"string"}},"required":[field]});
+                    self.ask_client_as(
+                        key,
+                        "elicitation/create",
+                        json!({"message": message, "requestedSchema": schema}),
+                    )
+                    .map(|answer| answer["content"][field].as_str().unwrap_or("?").to_string())
+                };
+                let answers = ask("step1", "Step 1: What is your name?", "name")
+                    .and_then(|name| ask("step2", "Step 2: What is your favorite color?", "color").map(|c| (name, c)));
+                match answers {
+                    Ok((name, color)) => text_result(&format!("{name} likes {color}")),
+                    Err(e) => tool_error(&e),
+                }
+            }
             "test_input_required_result_list_roots" => {
                 match self.ask_client_as("client_roots", "roots/list", json!({})) {
                     Ok(answer) => text_result(&format!("Roots: {}", answer["roots"])),
@@ -682,6 +725,9 @@ fn tools() -> Vec<Value> {
         ("test_input_required_result_elicitation", "Asks the user's name (elicitation)"),
         ("test_input_required_result_sampling", "Asks the LLM a question (sampling)"),
         ("test_input_required_result_list_roots", "Lists the client's roots"),
+        ("test_input_required_result_request_state", "Asks for a confirmation"),
+        ("test_input_required_result_tampered_state", "Asks for a confirmation (its retry is tampered with)"),
+        ("test_input_required_result_multi_round", "Asks two questions, one after the other"),
         ("test_image_content", "Returns one PNG image item"),
         ("test_audio_content", "Returns one WAV audio item"),
         ("test_embedded_resource", "Returns one embedded text resource"),
@@ -905,7 +951,11 @@ const ARGUMENT_CANDIDATES: &[&str] = &["hello", "help", "test", "testing", "worl
 /// Completion candidates for the template's `id`.
 const ID_CANDIDATES: &[&str] = &["1", "2", "3", "42", "123"];
 
+/// The prompt that asks the client for input while it is built.
+const INPUT_PROMPT: &str = "test_input_required_result_prompt";
+
 fn prompts() -> Vec<Value> {
+    let input = json!({"name": INPUT_PROMPT, "description": "Asks the user for context (elicitation)"});
     PROMPTS
         .iter()
         .map(|p| {
@@ -916,6 +966,7 @@ fn prompts() -> Vec<Value> {
                 .collect();
             json!({ "name": p.name, "title": p.title, "description": p.description, "arguments": arguments })
         })
+        .chain(std::iter::once(input))
         .collect()
 }
 
