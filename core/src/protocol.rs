@@ -377,6 +377,67 @@ pub fn request_era(params: Option<&str>) -> RequestEra {
     }
 }
 
+/// The stateless revision's request headers on HTTP, as received (values raw).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StatelessHeaders<'a> {
+    /// `MCP-Protocol-Version`.
+    pub protocol_version: Option<&'a str>,
+    /// `Mcp-Method`.
+    pub method: Option<&'a str>,
+    /// `Mcp-Name`.
+    pub name: Option<&'a str>,
+}
+
+/// Checks a stateless-era HTTP request's headers against its body (2026-07-28
+/// transport, "Server Validation"): the version, the method and, for
+/// `tools/call`, `prompts/get` and `resources/read`, the name or URI must be there
+/// and match (a `=?base64?…?=` value is decoded first). A request without
+/// stateless `_meta` is not checked here. `Err` holds the `HeaderMismatch`
+/// (-32020) message; the answer is HTTP 400.
+pub fn check_stateless_headers(frame: &str, headers: StatelessHeaders<'_>) -> Result<(), String> {
+    let Ok(serde_json::Value::Object(message)) = serde_json::from_str::<serde_json::Value>(frame) else {
+        return Ok(());
+    };
+    let params = message.get("params").and_then(serde_json::Value::as_object);
+    let version = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(meta::PROTOCOL_VERSION))
+        .and_then(serde_json::Value::as_str);
+    let Some(version) = version else { return Ok(()) };
+    let method = message.get("method").and_then(serde_json::Value::as_str).unwrap_or("");
+    let same = |header: Option<&str>, body: &str, name: &str| match header {
+        None => Err(format!("missing {name} header (the body says {})", quote(body))),
+        Some(h) if decode_header(h).as_deref() == Some(body) => Ok(()),
+        Some(h) => Err(format!("{name} header {} does not match the body's {}", quote(h), quote(body))),
+    };
+    same(headers.protocol_version.map(str::trim), version, "MCP-Protocol-Version")?;
+    same(headers.method, method, "Mcp-Method")?;
+    let named = match method {
+        "tools/call" | "prompts/get" => params.and_then(|p| p.get("name")),
+        "resources/read" => params.and_then(|p| p.get("uri")),
+        _ => None,
+    };
+    if let Some(name) = named.and_then(serde_json::Value::as_str) {
+        same(headers.name, name, "Mcp-Name")?;
+    }
+    Ok(())
+}
+
+/// A header value as sent: plain, or `=?base64?…?=` around the UTF-8 bytes.
+fn decode_header(value: &str) -> Option<String> {
+    use base64::Engine;
+    match value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(value.to_string()),
+    }
+}
+
+/// `HeaderMismatch`: a stateless request's HTTP headers disagree with its body.
+pub const HEADER_MISMATCH: i64 = -32020;
+
 /// Whether `frame` is a JSON-RPC error response.
 pub fn is_error_response(frame: &str) -> bool {
     matches!(parse(frame), Ok(Message::Error { .. }))
@@ -447,6 +508,30 @@ pub enum Era {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stateless_headers_must_match_the_body() {
+        let frame = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"café","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let ok = StatelessHeaders {
+            protocol_version: Some("2026-07-28"),
+            method: Some("tools/call"),
+            name: Some("=?base64?Y2Fmw6k=?="),
+        };
+        assert_eq!(check_stateless_headers(frame, ok), Ok(()));
+        let cases = [
+            StatelessHeaders { protocol_version: None, ..ok },
+            StatelessHeaders { protocol_version: Some("2025-11-25"), ..ok },
+            StatelessHeaders { method: Some("TOOLS/CALL"), ..ok },
+            StatelessHeaders { name: None, ..ok },
+            StatelessHeaders { name: Some("cafe"), ..ok },
+        ];
+        for headers in cases {
+            assert!(check_stateless_headers(frame, headers).is_err(), "{headers:?}");
+        }
+        // Not a stateless request: not checked here.
+        let legacy = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+        assert_eq!(check_stateless_headers(legacy, StatelessHeaders::default()), Ok(()));
+    }
 
     #[test]
     fn built_frames_are_the_json_they_claim() {

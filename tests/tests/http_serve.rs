@@ -145,6 +145,26 @@ fn modern_meta() -> Value {
     })
 }
 
+/// A stateless POST with the revision's request headers taken from `body`
+/// (`name` overrides `Mcp-Name`); returns status and body.
+fn post_stateless(url: &str, body: &Value, name: Option<&str>) -> (u16, String) {
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(20)).build();
+    let mut req = agent
+        .post(url)
+        .set("Content-Type", "application/json")
+        .set("Accept", "application/json, text/event-stream")
+        .set("MCP-Protocol-Version", "2026-07-28")
+        .set("Mcp-Method", body["method"].as_str().unwrap());
+    if let Some(n) = name.or(body["params"]["name"].as_str()) {
+        req = req.set("Mcp-Name", n);
+    }
+    let response = match req.send_string(&body.to_string()) {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("POST {url}: {e}"),
+    };
+    (response.status(), response.into_string().unwrap())
+}
+
 #[test]
 fn with_modern_clients_each_stateless_post_is_served_without_a_session() {
     let config = json!({"tether": {"modern_clients": true}, "mcpServers": {"fs": mock_server(&[])}});
@@ -152,18 +172,28 @@ fn with_modern_clients_each_stateless_post_is_served_without_a_session() {
     let url = listening(&t);
 
     let discover = json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": modern_meta()}});
-    let (status, session, body) = post(&url, None, None, &discover);
-    assert_eq!((status, session), (200, None), "{body}");
+    let (status, body) = post_stateless(&url, &discover, None);
+    assert_eq!(status, 200, "{body}");
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
     assert_eq!(answer["result"]["supportedVersions"][0], "2026-07-28");
 
     let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__echo","arguments":{"text":"stateless"},"_meta": modern_meta()}});
-    let (status, session, body) = post(&url, None, None, &call);
-    assert_eq!((status, session), (200, None), "{body}");
+    let (status, body) = post_stateless(&url, &call, None);
+    assert_eq!(status, 200, "{body}");
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["result"]["content"][0]["text"], "stateless", "{answer}");
     assert_eq!(answer["result"]["resultType"], "complete");
+    // Headers that disagree with the body: 400, -32020, and nothing reaches the backend.
+    let (status, body) = post_stateless(&url, &call, Some("fs__other"));
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status, answer["error"]["code"].clone(), answer["id"].clone()),
+        (400, json!(-32020), json!(2)),
+        "{answer}"
+    );
+    let (status, session, body) = post(&url, None, None, &call);
+    assert_eq!((status, session), (400, None), "no headers at all: {body}");
 
     // Without _meta and without a session: a malformed stateless request (400, -32602).
     let bare = json!({"jsonrpc":"2.0","id":3,"method":"tools/list"});
@@ -172,7 +202,7 @@ fn with_modern_clients_each_stateless_post_is_served_without_a_session() {
     assert_eq!((status, answer["error"]["code"].clone()), (400, json!(-32602)), "{answer}");
     // A method the revision removed: 404, -32601.
     let ping = json!({"jsonrpc":"2.0","id":4,"method":"ping","params":{"_meta": modern_meta()}});
-    let (status, _, body) = post(&url, None, None, &ping);
+    let (status, body) = post_stateless(&url, &ping, None);
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!((status, answer["error"]["code"].clone()), (404, json!(-32601)), "{answer}");
 

@@ -87,6 +87,9 @@ async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body
         return reply::error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported media type: send application/json");
     }
     let key = session_key(headers).map(str::to_string);
+    // The stateless revision's request headers, checked against the body below.
+    let [version_header, method_header, name_header] = ["mcp-protocol-version", "mcp-method", "mcp-name"]
+        .map(|name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string));
     let body = match read_body(request, shared.options.max_body_bytes).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -118,6 +121,17 @@ async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body
         }
         // A stateless-era request: an engine session for this POST only.
         None if shared.options.stateless_clients && matches!(shape, Shape::Request { .. }) => {
+            let stateless_headers = tether_core::protocol::StatelessHeaders {
+                protocol_version: version_header.as_deref(),
+                method: method_header.as_deref(),
+                name: name_header.as_deref(),
+            };
+            if let Err(message) = tether_core::protocol::check_stateless_headers(&text, stateless_headers) {
+                let Shape::Request { id, .. } = &shape else { unreachable!("matched above") };
+                let code = tether_core::protocol::HEADER_MISMATCH;
+                let frame = tether_core::protocol::error_response(id, code, &message, None);
+                return reply::json(StatusCode::BAD_REQUEST, frame);
+            }
             let Some(key) = new_session_key() else {
                 return reply::error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable: no randomness");
             };
