@@ -412,7 +412,10 @@ class Run:
     async def list_tools(self) -> str:
         # The everything server registers its capability-dependent tools (sampling,
         # elicitation, roots) just after the handshake and announces them with
-        # list_changed, so allow it a moment to show up.
+        # list_changed, so allow it a moment to show up. mcp-server-time (Python)
+        # may take longer to start than tether's 2 s list aggregation deadline on a
+        # loaded machine; it then appears with list_changed: wait for it too.
+        await wait_for_tool(self.s, "time__get_current_time", 20)
         tools = await wait_for_tool(self.s, "everything__trigger-sampling-request", 10)
         names = sorted(t.name for t in tools)
         for expected in ("everything__echo", "everything__trigger-long-running-operation", "time__get_current_time"):
