@@ -57,6 +57,25 @@ pub struct HttpTarget {
     pub max_frame: usize,
 }
 
+impl HttpTarget {
+    /// The target of a [`tether_core::Action::ConnectHttp`] under `config`: reads
+    /// may last as long as the longest call the policy allows, plus a margin
+    /// (the core times calls out itself; this only bounds a dead socket).
+    pub fn for_action(
+        config: &tether_core::Config,
+        server: tether_core::ServerName,
+        generation: u64,
+        url: String,
+        headers: BTreeMap<String, String>,
+        legacy: bool,
+    ) -> HttpTarget {
+        let policy = config.policy_for(&server);
+        let read_timeout = Duration::from_millis(policy.request_timeout_max_ms + 10_000);
+        let max_frame = config.limits.max_frame_bytes as usize;
+        HttpTarget { server, generation, url, headers, legacy, read_timeout, max_frame }
+    }
+}
+
 /// One connection (one generation) to a remote backend.
 pub struct HttpBackend {
     shared: Arc<Shared>,

@@ -9,5 +9,6 @@ pub mod clock;
 pub mod config_file;
 pub mod flags;
 pub mod http_backend;
+pub mod launch;
 pub mod logging;
 pub mod recorder;

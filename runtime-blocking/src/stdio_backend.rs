@@ -15,8 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tether_core::redact::Redactor;
-use tether_core::{Failure, Input, ServerName};
+use tether_core::{Failure, Input};
 
 use crate::line_reader::LineReader;
 use crate::pipe_writer::PipeWriter;
@@ -25,25 +24,7 @@ use crate::InputSender;
 /// How long an exit report waits for the rest of the process's stderr.
 const STDERR_DRAIN: Duration = Duration::from_millis(500);
 
-/// What to run.
-pub struct Launch<'a> {
-    /// Backend name (for logs and inputs).
-    pub server: &'a ServerName,
-    /// Connection generation to tag inputs with.
-    pub generation: u64,
-    /// Program.
-    pub command: &'a str,
-    /// Arguments.
-    pub args: &'a [String],
-    /// Extra environment.
-    pub env: &'a BTreeMap<String, String>,
-    /// Working directory.
-    pub cwd: Option<&'a str>,
-    /// Largest frame accepted from the process.
-    pub max_frame: usize,
-    /// The config's secrets, blanked in the stderr lines this logs.
-    pub redactor: Redactor,
-}
+pub use tether_host::launch::Launch;
 
 /// One running process (one generation).
 pub struct StdioBackend {

@@ -178,17 +178,8 @@ impl Host {
             }
             Action::ConnectHttp { server, generation, url, headers, legacy_sse } => {
                 self.close_connection(&server);
-                let policy = self.gw.config().policy_for(&server);
-                let read_timeout = Duration::from_millis(policy.request_timeout_max_ms + 10_000);
-                let target = HttpTarget {
-                    server: server.clone(),
-                    generation,
-                    url,
-                    headers,
-                    legacy: legacy_sse,
-                    read_timeout,
-                    max_frame,
-                };
+                let target =
+                    HttpTarget::for_action(self.gw.config(), server.clone(), generation, url, headers, legacy_sse);
                 let inputs = self.inputs.clone();
                 let sink: InputSink = Arc::new(move |input| inputs.send_blocking(input).is_ok());
                 let spawn: Spawner = Arc::new(|job| smol::unblock(job).detach());

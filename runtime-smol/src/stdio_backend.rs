@@ -4,7 +4,6 @@
 //! The process is killed as a group: stdin closed first, then SIGTERM, then
 //! SIGKILL. On Linux it also dies with tether (parent-death signal).
 
-use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -29,25 +28,7 @@ pub struct StdioBackend {
     exited: Arc<AtomicBool>,
 }
 
-/// What to run.
-pub struct Launch<'a> {
-    /// Backend name (for logs and inputs).
-    pub server: &'a tether_core::ServerName,
-    /// Connection generation to tag inputs with.
-    pub generation: u64,
-    /// Program.
-    pub command: &'a str,
-    /// Arguments.
-    pub args: &'a [String],
-    /// Extra environment.
-    pub env: &'a BTreeMap<String, String>,
-    /// Working directory.
-    pub cwd: Option<&'a str>,
-    /// Largest frame accepted from the process.
-    pub max_frame: usize,
-    /// The config's secrets, blanked in the stderr lines this logs.
-    pub redactor: Redactor,
-}
+pub use tether_host::launch::Launch;
 
 impl StdioBackend {
     /// Starts the process and its reader/writer tasks. A process that cannot be
