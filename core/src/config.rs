@@ -92,6 +92,10 @@ policy_fields! {
     request_timeout_max_ms: u64 = 600_000,
     /// Time allowed from spawn/connect to a completed `initialize`.
     connect_timeout_ms: u64 = 30_000,
+    /// How long a backend of unknown era has to answer the `server/discover`
+    /// probe before it is taken for a handshake-era server (stdio; legacy
+    /// servers may ignore requests sent before `initialize`).
+    probe_timeout_ms: u64 = 3000,
 }
 
 impl Policy {
@@ -164,6 +168,7 @@ impl Policy {
             ("health_timeout_ms", self.health_timeout_ms),
             ("request_timeout_ms", self.request_timeout_ms),
             ("connect_timeout_ms", self.connect_timeout_ms),
+            ("probe_timeout_ms", self.probe_timeout_ms),
         ] {
             if v == 0 {
                 return err(field, "must be at least 1");
@@ -319,6 +324,11 @@ pub struct ServerConfig {
     /// Policy changes for this backend only.
     #[serde(default, skip_serializing_if = "is_default_overrides")]
     pub policy: PolicyOverrides,
+    /// The protocol era it speaks, when known in advance; `None` (the default)
+    /// detects it as the specification says: probe with `server/discover`, fall
+    /// back to `initialize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub era: Option<crate::protocol::Era>,
 }
 
 fn yes() -> bool {
@@ -353,6 +363,7 @@ impl ServerConfig {
             lazy: false,
             disabled: false,
             policy: PolicyOverrides::default(),
+            era: None,
         }
     }
 }

@@ -95,6 +95,7 @@ pub fn driver_config(variant: u8) -> Config {
     }
     // Stateless-era clients too (the first request of a session decides its era).
     config.modern_clients = variant & 16 == 16;
+    // Backend `a` speaks the stateless revision (see `Harness::good_answer`).
     config.limits.max_in_flight = 16;
     config.limits.max_queued_per_backend = 4;
     config.limits.max_in_flight_per_session = 8;
@@ -129,6 +130,8 @@ pub struct Harness {
     server_requests: Vec<(u64, u64)>,
     /// `input_required` answers the clients got: (session, requestState, keys).
     input_rounds: Vec<(u64, String, Vec<String>)>,
+    /// Backend `a` answers as a server of the stateless revision (variant bit 32).
+    stateless_a: bool,
     next_id: u64,
 }
 
@@ -147,6 +150,7 @@ impl Harness {
             stopped: BTreeSet::new(),
             server_requests: Vec::new(),
             input_rounds: Vec::new(),
+            stateless_a: variant & 32 == 32,
             next_id: 1,
         };
         h.drain()?;
@@ -339,9 +343,18 @@ impl Harness {
         self.next_id
     }
 
-    /// Answers `request` of `server` the way a well-behaved backend would.
-    fn good_answer(id: u64, method: &str) -> Value {
+    /// Answers `request` of `server` the way a well-behaved backend would: of the
+    /// stateless revision (`stateless`), or of the handshake era. `twist` picks a
+    /// stateless call's `input_required` answer.
+    fn good_answer(id: u64, method: &str, stateless: bool, twist: bool) -> Value {
         let result = match method {
+            "server/discover" if stateless => json!({"resultType":"complete","supportedVersions":["2026-07-28"],
+                "capabilities":{"tools":{"listChanged":true},"resources":{"subscribe":true}},"ttlMs":0,"cacheScope":"private"}),
+            "server/discover" => {
+                return json!({"jsonrpc":"2.0","id":id,"error":{"code":-32601,"message":"Method not found"}});
+            }
+            "tools/call" if stateless && twist => json!({"resultType":"input_required","requestState":"s",
+                "inputRequests":{"r":{"method":"roots/list"},"m":{"method":"sampling/createMessage","params":{"messages":[]}}}}),
             "initialize" => {
                 json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{},"resources":{"subscribe":true},"prompts":{}}})
             }
@@ -372,8 +385,9 @@ impl Harness {
         if let Some(list) = self.open.get_mut(server) {
             list.retain(|(i, _)| *i != id);
         }
+        let stateless = self.stateless_a && server == "a";
         let frame = match how % 8 {
-            0..=4 => Self::good_answer(id, method),
+            0..=4 => Self::good_answer(id, method, stateless, how % 8 == 4),
             5 => json!({"jsonrpc":"2.0","id":id,"error":{"code":-32603,"message":"boom"}}),
             6 => json!({"jsonrpc":"2.0","id":id,"error":{"code":-32601,"message":"nope"}}),
             _ => json!({"jsonrpc":"2.0","id":id,"result":"not an object"}),

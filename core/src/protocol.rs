@@ -493,6 +493,50 @@ pub fn stateless_result(result: &str, extra: &str) -> Option<String> {
     Some(out)
 }
 
+/// Who tether says it is to backends (`initialize`, and every stateless-era request).
+pub const CLIENT_INFO: &str = concat!(r#"{"name":"tether","version":""#, env!("CARGO_PKG_VERSION"), r#""}"#);
+
+/// The `_meta` members every request to a stateless-era backend carries, as raw
+/// `"key":value` pairs: tether's revision, `capabilities` (a raw object: what the
+/// client behind this request can be asked through `input_required`) and who tether is.
+pub fn stateless_meta_members(capabilities: &str) -> String {
+    format!(
+        r#""{}":"{}","{}":{capabilities},"{}":{CLIENT_INFO}"#,
+        meta::PROTOCOL_VERSION,
+        MODERN_VERSIONS[0],
+        meta::CLIENT_CAPABILITIES,
+        meta::CLIENT_INFO,
+    )
+}
+
+/// Raw params (`None`: none) with raw `"key":value` `members` added to their
+/// `_meta` object (created when absent). Off the hot path: parses the params.
+pub fn params_with_meta(params: Option<&str>, members: &str) -> String {
+    let mut map = params
+        .and_then(|p| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p).ok())
+        .unwrap_or_default();
+    let extra = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&format!("{{{members}}}"))
+        .unwrap_or_default();
+    let meta = map.entry("_meta").or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    if let serde_json::Value::Object(meta) = meta {
+        meta.extend(extra);
+    }
+    serde_json::to_string(&map).unwrap_or_else(|_| String::from("{}"))
+}
+
+/// Whether a raw result is a stateless-era `input_required` result (the
+/// server needs answers from the client before it can complete the request).
+pub fn is_input_required(result: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Probe<'a> {
+        #[serde(default, borrow, rename = "resultType")]
+        result_type: Option<Text<'a>>,
+    }
+    // Cheap test first: every forwarded result passes here.
+    result.contains("input_required")
+        && serde_json::from_str::<Probe<'_>>(result).is_ok_and(|p| p.result_type.as_deref() == Some("input_required"))
+}
+
 /// The protocol era of a peer: the handshake era (2024-11-05 .. 2025-11-25) or
 /// the stateless one (2026-07-28).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -14,8 +14,11 @@ use crate::gateway::{Gateway, HostError};
 use crate::io::{Action, Input};
 use crate::time::Instant;
 
-/// Format version written in every header.
-pub const TRACE_VERSION: u32 = 1;
+/// Format version written in every header. Version 2: backends of unknown era
+/// are probed with `server/discover` before `initialize`. Version 1 traces still
+/// replay: their backends are pinned to the handshake era, which is all a
+/// version 1 engine spoke.
+pub const TRACE_VERSION: u32 = 2;
 
 /// The first line of a trace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,23 +99,38 @@ pub fn replay(trace: &str) -> Result<Vec<(Instant, Action)>, TraceError> {
     let (_, first) = lines.next().ok_or(TraceError::Empty)?;
     let header: TraceHeader =
         serde_json::from_str(first).map_err(|e| TraceError::Parse { line: 1, message: format!("{e}") })?;
-    if header.tether_trace != TRACE_VERSION {
+    if !(1..=TRACE_VERSION).contains(&header.tether_trace) {
         return Err(TraceError::Version(header.tether_trace));
     }
-    let mut gw = Gateway::new(header.config, header.seed, header.start).map_err(TraceError::Config)?;
+    let v1 = header.tether_trace == 1;
+    let mut config = header.config;
+    if v1 {
+        pin_handshake_era(&mut config);
+    }
+    let mut gw = Gateway::new(config, header.seed, header.start).map_err(TraceError::Config)?;
     let mut out = Vec::new();
     while let Some(a) = gw.poll_action() {
         out.push((header.start, a));
     }
     for (i, text) in lines {
-        let line: TraceLine =
+        let mut line: TraceLine =
             serde_json::from_str(text).map_err(|e| TraceError::Parse { line: i + 1, message: format!("{e}") })?;
+        if let (true, Input::ConfigReloaded { config }) = (v1, &mut line.input) {
+            pin_handshake_era(config);
+        }
         gw.handle(line.at, line.input).map_err(|error| TraceError::Host { line: i + 1, error })?;
         while let Some(a) = gw.poll_action() {
             out.push((line.at, a));
         }
     }
     Ok(out)
+}
+
+/// A version 1 engine opened every backend with `initialize`.
+fn pin_handshake_era(config: &mut Config) {
+    for server in config.servers.values_mut() {
+        server.era.get_or_insert(crate::protocol::Era::Handshake);
+    }
 }
 
 /// Renders actions one per line, `[time] action`, for people and snapshots.

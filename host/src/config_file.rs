@@ -49,6 +49,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tether_core::config::{Limits, Mode, Policy, PolicyOverrides};
+use tether_core::protocol::Era;
 use tether_core::{Config, ServerConfig, Transport};
 
 /// Why a configuration file could not be turned into a [`Config`].
@@ -230,6 +231,7 @@ fn server(name: &str, entry: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
         lazy: false,
         disabled: false,
         policy: PolicyOverrides::default(),
+        era: None,
     };
     if let Some(v) = present(obj, "disabled") {
         server.disabled = boolean(v, &format!("{path}.disabled"))?;
@@ -419,7 +421,7 @@ fn is_variable_name(name: &str) -> bool {
 // `tether` sections
 
 const GATEWAY_KEYS: &[&str] = &["separator", "mode", "modern_clients", "policy", "limits"];
-const SERVER_KEYS: &[&str] = &["prefixed", "vital", "lazy", "disabled", "policy"];
+const SERVER_KEYS: &[&str] = &["prefixed", "vital", "lazy", "disabled", "policy", "era"];
 
 fn apply_gateway_section(config: &mut Config, section: &Value) -> Res<()> {
     for (key, value) in object(section, "tether")? {
@@ -449,10 +451,22 @@ fn apply_server_section(server: &mut ServerConfig, section: &Value, path: &str) 
             "policy" => {
                 server.policy = typed_section::<PolicyOverrides>(value, &field, &field_names(&Policy::default()))?
             }
+            "era" => server.era = era(value, &field)?,
             _ => return Err(unknown_key(&field, key, SERVER_KEYS)),
         }
     }
     Ok(())
+}
+
+/// A backend's protocol era: `"auto"` (detect), `"handshake"` / `"2025-11-25"`,
+/// or `"stateless"` / `"2026-07-28"`.
+fn era(value: &Value, path: &str) -> Res<Option<Era>> {
+    match value.as_str() {
+        Some("auto") => Ok(None),
+        Some("handshake" | "2025-11-25") => Ok(Some(Era::Handshake)),
+        Some("stateless" | "2026-07-28") => Ok(Some(Era::Stateless)),
+        _ => Err(Invalid::new(path, "must be \"auto\", \"handshake\" (2025-11-25) or \"stateless\" (2026-07-28)")),
+    }
 }
 
 fn object<'a>(value: &'a Value, path: &str) -> Res<&'a Map<String, Value>> {

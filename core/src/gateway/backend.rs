@@ -20,20 +20,27 @@ use crate::time::Instant;
 /// Lines of stderr kept per backend for crash messages.
 pub(super) const STDERR_TAIL: usize = 8;
 /// Requests the gateway itself may have in flight per backend beyond client calls
-/// (handshake, four discovery lists, health).
-pub(super) const INTERNAL_CALLS: usize = 6;
+/// (a probe answered late, the handshake, four discovery lists, health, a listen).
+pub(super) const INTERNAL_CALLS: usize = 8;
 /// Reconnect events are sent for every attempt up to this one, then throttled.
 const RECONNECT_EVENTS_UNTHROTTLED: u32 = 10;
 /// Throttled reconnect events: at most one per this many ms.
 const RECONNECT_EVENT_INTERVAL_MS: u64 = 600_000;
-/// `initialize` sent to backends.
-const CLIENT_INFO: &str = r#"{"name":"tether","version":"0.1.0"}"#;
 
 /// Everything the gateway keeps about one backend.
 pub(super) struct Backend {
     pub config: ServerConfig,
     pub sup: Supervisor,
+    /// The era of the current connection (or of the last one).
     pub era: Era,
+    /// The era the backend proved to speak, kept across reconnects: the next
+    /// connection opens in it (and switches if the server says otherwise).
+    pub era_learned: Option<Era>,
+    /// The open `subscriptions/listen` of a stateless backend (gateway id).
+    pub listen: Option<u64>,
+    /// The backend answered `subscriptions/listen` with -32601: not asked again
+    /// on this connection.
+    pub listen_unsupported: bool,
     /// Capabilities from the last handshake, raw object.
     pub capabilities: Map<String, Value>,
     /// A discovery (initial or background) under way.
@@ -79,6 +86,9 @@ impl Backend {
             config,
             sup,
             era: Era::Handshake,
+            era_learned: None,
+            listen: None,
+            listen_unsupported: false,
             capabilities: Map::new(),
             discovery: None,
             rediscover: 0,
@@ -151,7 +161,8 @@ impl Backend {
 }
 
 impl Gateway {
-    /// Starts a new connection: spawn or connect, then `initialize`.
+    /// Starts a new connection: spawn or connect, then open it in the backend's
+    /// era (`initialize`, or the `server/discover` probe).
     pub(super) fn connect(&mut self, server: &str) {
         let now = self.now;
         let name = self.name(server);
@@ -178,14 +189,69 @@ impl Gateway {
                 legacy_sse: matches!(b.config.transport, Transport::Sse { .. }),
             },
         };
+        b.listen = None;
+        b.listen_unsupported = false;
+        // The era to open in: configured, else the one the backend proved to
+        // speak, else unknown (probe, as the specification says). The legacy
+        // HTTP+SSE transport is 2024-11-05 only.
+        let auto = b.config.era.is_none();
+        let legacy_sse = matches!(b.config.transport, Transport::Sse { .. });
+        let era = if legacy_sse { Some(Era::Handshake) } else { b.config.era.or(b.era_learned) };
         self.push(action);
+        match era {
+            Some(Era::Handshake) => self.send_initialize(server, auto && !legacy_sse),
+            Some(Era::Stateless) => self.send_probe(server, auto, false),
+            None => self.send_probe(server, true, true),
+        }
+    }
+
+    /// The handshake-era opener: `initialize`.
+    fn send_initialize(&mut self, server: &str, may_probe: bool) {
+        let name = self.name(server);
+        let Some(b) = self.backends.get_mut(server) else { return };
+        b.era = Era::Handshake;
+        let generation = b.sup.generation();
         let id = self.alloc_id();
         let params = format!(
-            r#"{{"protocolVersion":"{}","capabilities":{{"roots":{{"listChanged":true}},"sampling":{{}},"elicitation":{{}}}},"clientInfo":{CLIENT_INFO}}}"#,
-            protocol::SUPPORTED_VERSIONS[0]
+            r#"{{"protocolVersion":"{}","capabilities":{{"roots":{{"listChanged":true}},"sampling":{{}},"elicitation":{{}}}},"clientInfo":{}}}"#,
+            protocol::SUPPORTED_VERSIONS[0],
+            protocol::CLIENT_INFO
         );
-        self.calls.insert(id, Call { server: name, generation, deadline: None, kind: CallKind::Initialize });
+        let kind = CallKind::Initialize { may_probe };
+        self.calls.insert(id, Call { server: name, generation, deadline: None, kind });
         self.to_backend(server, protocol::request(id, "initialize", Some(&params)), Some(id));
+    }
+
+    /// The stateless-era opener: `server/discover`. `may_initialize`: a server of
+    /// unknown era; anything but a stateless answer means `initialize`. `unknown`:
+    /// on stdio, a server that stays silent is taken for a handshake-era one after
+    /// `probe_timeout_ms` (over HTTP, silence is a failure like any other).
+    fn send_probe(&mut self, server: &str, may_initialize: bool, unknown: bool) {
+        let name = self.name(server);
+        let now = self.now;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        b.era = Era::Stateless;
+        let generation = b.sup.generation();
+        let deadline =
+            (unknown && b.config.transport.is_stdio()).then(|| now + Self::duration(b.sup.policy().probe_timeout_ms));
+        let id = self.alloc_id();
+        let kind = CallKind::Probe { may_initialize };
+        self.calls.insert(id, Call { server: name, generation, deadline, kind });
+        let params = protocol::params_with_meta(None, &protocol::stateless_meta_members("{}"));
+        self.to_backend(server, protocol::request(id, "server/discover", Some(&params)), Some(id));
+    }
+
+    /// A request of the gateway's own to `server`, in the era of its connection:
+    /// a stateless backend gets the per-request `_meta` (declaring no client
+    /// capabilities: nobody is behind it to answer input requests).
+    pub(super) fn backend_request_frame(&self, server: &str, id: u64, method: &str, params: Option<&str>) -> String {
+        match self.backends.get(server).map(|b| b.era) {
+            Some(Era::Stateless) => {
+                let params = protocol::params_with_meta(params, &protocol::stateless_meta_members("{}"));
+                protocol::request(id, method, Some(&params))
+            }
+            _ => protocol::request(id, method, params),
+        }
     }
 
     /// A frame from the live connection of `server`.
@@ -242,7 +308,9 @@ impl Gateway {
         }
         let Some(call) = self.calls.remove(&call_id) else { return };
         match call.kind {
-            CallKind::Initialize => self.handshake_answer(server, answer),
+            CallKind::Initialize { may_probe } => self.handshake_answer(server, answer, may_probe),
+            CallKind::Probe { may_initialize } => self.probe_answer(server, answer, may_initialize),
+            CallKind::Listen => self.listen_ended(server, call_id, answer.err()),
             CallKind::Discover { kind, pages } => self.discovery_answer(server, kind, pages, answer),
             CallKind::Health => self.health_answer(server, answer),
             CallKind::Quiet => {}
@@ -264,20 +332,78 @@ impl Gateway {
         }
     }
 
-    fn handshake_answer(&mut self, server: &str, answer: Result<&str, &str>) {
+    fn handshake_answer(&mut self, server: &str, answer: Result<&str, &str>, may_probe: bool) {
         let result = match answer {
             Ok(r) => serde_json::from_str::<Map<String, Value>>(r).ok(),
             Err(_) => None,
         };
         let Some(result) = result else {
+            if may_probe && answer.is_err() {
+                // It spoke the handshake era before; refusing `initialize` now may
+                // mean it was upgraded to the stateless revision only.
+                return self.send_probe(server, false, false);
+            }
             let detail = match answer {
                 Err(e) => format!("initialize refused: {e}"),
                 Ok(_) => "initialize answered with an invalid result".to_string(),
             };
             return self.connection_lost(server, Failure::Other { message: detail });
         };
+        self.connection_opened(server, Era::Handshake, &result);
+    }
+
+    /// The answer to the `server/discover` probe: a stateless server, or (when
+    /// allowed) a handshake-era one to open with `initialize`. The fallback is not
+    /// keyed to one error code (the specification forbids that): only an answer
+    /// that proves a stateless server keeps it from happening.
+    fn probe_answer(&mut self, server: &str, answer: Result<&str, &str>, may_initialize: bool) {
+        let speaks = |versions: Option<&Value>, wanted: &[&str]| {
+            versions
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|v| v.as_str().is_some_and(|v| wanted.contains(&v))))
+        };
+        let verdict = match answer {
+            Ok(r) => match serde_json::from_str::<Map<String, Value>>(r) {
+                Ok(result) if speaks(result.get("supportedVersions"), &protocol::MODERN_VERSIONS) => {
+                    return self.connection_opened(server, Era::Stateless, &result);
+                }
+                Ok(result) => Err(format!(
+                    "server/discover lists no revision tether speaks (supportedVersions: {})",
+                    result.get("supportedVersions").map_or_else(|| "none".to_string(), Value::to_string)
+                )),
+                Err(_) => Err("server/discover answered with an invalid result".to_string()),
+            },
+            Err(e) => {
+                let error = serde_json::from_str::<Map<String, Value>>(e).unwrap_or_default();
+                let code = error.get("code").and_then(Value::as_i64);
+                let supported = error.get("data").and_then(|d| d.get("supported"));
+                if code == Some(protocol::modern_code::UNSUPPORTED_PROTOCOL_VERSION)
+                    && !speaks(supported, &protocol::SUPPORTED_VERSIONS)
+                {
+                    // A stateless server that speaks none of our revisions: falling
+                    // back would not help.
+                    let supported = supported.map_or_else(|| "none".to_string(), Value::to_string);
+                    let message =
+                        format!("the server speaks none of tether's protocol revisions (it supports {supported})");
+                    return self.connection_lost(server, Failure::Other { message });
+                }
+                Err(format!("server/discover refused: {e}"))
+            }
+        };
+        match verdict {
+            Err(_) if may_initialize => self.send_initialize(server, false),
+            Err(message) => self.connection_lost(server, Failure::Other { message }),
+            Ok(()) => {}
+        }
+    }
+
+    /// The connection is open in `era` (`initialize` or `server/discover`
+    /// answered with `result`): discover, listen, and send what waited.
+    fn connection_opened(&mut self, server: &str, era: Era, result: &Map<String, Value>) {
         let now = self.now;
         let b = self.backends.get_mut(server).expect("live backend");
+        b.era = era;
+        b.era_learned = Some(era);
         b.capabilities = match result.get("capabilities") {
             Some(Value::Object(m)) => m.clone(),
             _ => Map::new(),
@@ -286,15 +412,90 @@ impl Gateway {
         b.skip_discovery = false;
         let reconnected = b.sup.on_handshake(now, skip, &mut self.rng);
         let capabilities = b.capability_names();
-        self.to_backend(server, protocol::notification("notifications/initialized", None), None);
+        if era == Era::Handshake {
+            self.to_backend(server, protocol::notification("notifications/initialized", None), None);
+        }
         if let Some(attempts_taken) = reconnected {
             self.emit(Event::ServerReconnected { server: self.name(server), attempts_taken, capabilities });
         }
         if !skip {
             self.start_discovery(server, ALL_KINDS);
         }
-        self.resubscribe(server);
+        match era {
+            Era::Handshake => self.resubscribe(server),
+            Era::Stateless => self.open_listen(server),
+        }
         self.flush_queue(server);
+    }
+
+    /// Opens a stateless backend's `subscriptions/listen` for the changes tether
+    /// relays: list changes it announces, and updates of the resources clients
+    /// subscribed to. The stateless revision sends these only on a listen.
+    pub(super) fn open_listen(&mut self, server: &str) {
+        let Some(b) = self.backends.get(server) else { return };
+        if b.era != Era::Stateless || b.listen.is_some() || b.listen_unsupported || !b.sup.is_ready() {
+            return;
+        }
+        let announces = |cap: &str, flag: &str| {
+            b.capabilities.get(cap).and_then(|c| c.get(flag)).and_then(Value::as_bool) == Some(true)
+        };
+        let mut filter = Map::new();
+        for (cap, key) in
+            [("tools", "toolsListChanged"), ("prompts", "promptsListChanged"), ("resources", "resourcesListChanged")]
+        {
+            if announces(cap, "listChanged") {
+                filter.insert(key.into(), Value::Bool(true));
+            }
+        }
+        if announces("resources", "subscribe") {
+            let catalog = &self.catalog;
+            let uris: Vec<Value> = self
+                .subscriptions
+                .keys()
+                .filter_map(|u| {
+                    catalog.resolve_uri(u).filter(|(s, _)| *s == server).map(|(_, uri)| Value::String(uri.into()))
+                })
+                .collect();
+            if !uris.is_empty() {
+                filter.insert("resourceSubscriptions".into(), Value::Array(uris));
+            }
+        }
+        if filter.is_empty() {
+            return;
+        }
+        let id = self.alloc_id();
+        let b = self.backends.get_mut(server).expect("live");
+        b.listen = Some(id);
+        let generation = b.sup.generation();
+        self.calls.insert(id, Call { server: self.name(server), generation, deadline: None, kind: CallKind::Listen });
+        let params = serde_json::json!({ "notifications": filter }).to_string();
+        let frame = self.backend_request_frame(server, id, "subscriptions/listen", Some(&params));
+        self.to_backend(server, frame, Some(id));
+    }
+
+    /// Ends the open listen of a stateless backend (if any) and opens one for
+    /// what clients want now (their resource subscriptions changed).
+    pub(super) fn relisten(&mut self, server: &str) {
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if let Some(id) = b.listen.take() {
+            self.calls.remove(&id);
+            let params = format!(r#"{{"requestId":{id}}}"#);
+            self.to_backend(server, protocol::notification("notifications/cancelled", Some(&params)), None);
+        }
+        self.open_listen(server);
+    }
+
+    /// A stateless backend ended its listen (a final answer, an error, or its
+    /// `notifications/cancelled`): opened again at the next health check, unless
+    /// the backend does not support listening.
+    fn listen_ended(&mut self, server: &str, id: u64, error: Option<&str>) {
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if b.listen == Some(id) {
+            b.listen = None;
+        }
+        if error.and_then(error_code) == Some(code::METHOD_NOT_FOUND) {
+            b.listen_unsupported = true;
+        }
     }
 
     /// Lists everything the backend offers (following its cursors).
@@ -330,7 +531,8 @@ impl Gateway {
             id,
             Call { server: self.name(server), generation, deadline, kind: CallKind::Discover { kind, pages } },
         );
-        self.to_backend(server, protocol::request(id, kind.method(), params.as_deref()), Some(id));
+        let frame = self.backend_request_frame(server, id, kind.method(), params.as_deref());
+        self.to_backend(server, frame, Some(id));
     }
 
     fn discovery_answer(&mut self, server: &str, kind: ListKind, pages: u32, answer: Result<&str, &str>) {
@@ -421,7 +623,9 @@ impl Gateway {
         let Some(b) = self.backends.get_mut(server) else { return };
         let ok = match answer {
             Ok(_) => true,
-            Err(e) if !b.ping_unsupported && error_code(e) == Some(code::METHOD_NOT_FOUND) => {
+            Err(e)
+                if b.era == Era::Handshake && !b.ping_unsupported && error_code(e) == Some(code::METHOD_NOT_FOUND) =>
+            {
                 b.ping_unsupported = true;
                 true
             }
@@ -463,6 +667,8 @@ impl Gateway {
             "notifications/message" => self.forward_log(server, params),
             "notifications/resources/updated" => self.forward_resource_updated(server, params),
             "notifications/cancelled" => self.backend_cancelled(server, params),
+            // The listen is open; tether asked only for what it relays.
+            "notifications/subscriptions/acknowledged" => {}
             _ => {}
         }
     }
@@ -535,6 +741,12 @@ impl Gateway {
     fn backend_cancelled(&mut self, server: &str, params: Option<&str>) {
         let Some(p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
         let Some(request_id) = p.get("requestId").and_then(|v| serde_json::to_string(v).ok()) else { return };
+        // A stateless backend ends a listen this way on stdio.
+        let listen = self.backends.get(server).and_then(|b| b.listen);
+        if let Some(id) = listen.filter(|id| request_id == id.to_string()) {
+            self.calls.remove(&id);
+            return self.listen_ended(server, id, None);
+        }
         let found = self
             .server_requests
             .iter()
@@ -584,6 +796,7 @@ impl Gateway {
                 backend_id: id.to_string(),
                 session,
                 related: related.clone(),
+                round: None,
             },
         );
         self.related_to_client(session, related.as_deref(), protocol::request(client_id, method, params));
@@ -623,9 +836,16 @@ impl Gateway {
             return self.connection_lost(server, failure);
         };
         let generation = self.backends[server].sup.generation();
-        let belongs = self.calls.get(&request).is_some_and(|c| &*c.server == server && c.generation == generation);
-        if !belongs {
+        let Some(call) = self.calls.get(&request).filter(|c| &*c.server == server && c.generation == generation) else {
             return;
+        };
+        // A probe answered with an HTTP error and no stateless error body: a
+        // handshake-era server (the specification's HTTP fallback rule).
+        let legacy_status = matches!(failure, Failure::Http { status: 400..=499 })
+            && !matches!(failure, Failure::Http { status: 401 | 403 | 408 | 429 });
+        if matches!(call.kind, CallKind::Probe { may_initialize: true }) && legacy_status {
+            self.calls.remove(&request);
+            return self.send_initialize(server, false);
         }
         if class.status == FailureStatus::SessionLost {
             return self.session_lost(server, request);
@@ -637,11 +857,14 @@ impl Gateway {
         match call.kind {
             CallKind::Client(c) => self.client_call_failed(server, c, &failure),
             CallKind::Quiet => {}
+            CallKind::Listen => self.listen_ended(server, request, None),
             CallKind::Health => {
                 self.backends.get_mut(server).expect("live").sup.schedule_health(self.now, &mut self.rng);
                 self.health_failed(server, failure.describe());
             }
-            CallKind::Initialize | CallKind::Discover { .. } => self.connection_lost(server, failure),
+            CallKind::Initialize { .. } | CallKind::Probe { .. } | CallKind::Discover { .. } => {
+                self.connection_lost(server, failure)
+            }
         }
     }
 
@@ -736,8 +959,17 @@ impl Gateway {
         let first_crash = b.sup.crashes.count(now) == 0;
         let vital = b.sup.is_vital();
         let resend_allowed = vital || first_crash;
+        // A process that exits while it is probed is a handshake-era server that
+        // cannot take a request before `initialize`: the next one is not probed.
+        let probed = self
+            .calls
+            .values()
+            .any(|c| &*c.server == server && matches!(c.kind, CallKind::Probe { may_initialize: true }));
         let in_flight = self.drop_connection(server, &message, true);
         let b = self.backends.get_mut(server).expect("live");
+        if probed && matches!(failure, Failure::Exited { .. }) {
+            b.era_learned = Some(Era::Handshake);
+        }
         // A process that crashed is discovered afresh, even one woken from dormant.
         b.skip_discovery = false;
         let after = b.sup.on_connection_lost(now, &failure, message.clone(), &mut self.rng);
@@ -845,7 +1077,8 @@ impl Gateway {
         let pending: Vec<(u64, crate::io::SessionId, Option<crate::io::RawId>)> = self
             .server_requests
             .iter()
-            .filter(|(_, r)| &*r.server == server)
+            // Inputs a stateless backend asked for live in tether, not in the connection.
+            .filter(|(_, r)| &*r.server == server && r.round.is_none())
             .map(|(id, r)| (*id, r.session, r.related.clone()))
             .collect();
         for (id, session, related) in pending {
@@ -938,8 +1171,9 @@ impl Gateway {
             Timer::HealthCheck => self.health_check(server),
             Timer::Idle => {
                 // A health check in flight is not traffic.
-                let busy = self.calls.values().any(|c| &*c.server == server && !matches!(c.kind, CallKind::Health))
-                    || !b.queue.is_empty();
+                let busy = self.calls.values().any(|c| {
+                    &*c.server == server && !matches!(c.kind, CallKind::Health | CallKind::Listen | CallKind::Quiet)
+                }) || !b.queue.is_empty();
                 if busy || !b.sup.is_ready() {
                     b.sup.touch(now);
                 } else {
@@ -983,12 +1217,21 @@ impl Gateway {
             }
             return;
         }
-        let method = if b.ping_unsupported { "tools/list" } else { "ping" };
+        // `ping` is gone in the stateless revision; `server/discover` is the cheap
+        // request every such server must answer.
+        let method = match b.era {
+            Era::Stateless => "server/discover",
+            Era::Handshake if b.ping_unsupported => "tools/list",
+            Era::Handshake => "ping",
+        };
         let deadline = Some(now + Self::duration(b.sup.policy().health_timeout_ms));
         let generation = b.sup.generation();
         let id = self.alloc_id();
         self.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Health });
-        self.to_backend(server, protocol::request(id, method, None), Some(id));
+        let frame = self.backend_request_frame(server, id, method, None);
+        self.to_backend(server, frame, Some(id));
+        // A listen the backend ended is opened again here, not in a tight loop.
+        self.open_listen(server);
     }
 
     /// A request passed its deadline.
@@ -1019,7 +1262,14 @@ impl Gateway {
                 self.health_failed(&server, "health check timed out".into());
             }
             CallKind::Discover { .. } => self.discovery_failed(&server),
-            CallKind::Quiet | CallKind::Initialize => {}
+            CallKind::Probe { may_initialize: true } => {
+                // Silent to the probe: a handshake-era server. A late answer to it is ignored.
+                let generation = call.generation;
+                self.calls
+                    .insert(id, Call { server: server.clone(), generation, deadline: None, kind: CallKind::Quiet });
+                self.send_initialize(&server, false);
+            }
+            CallKind::Quiet | CallKind::Listen | CallKind::Initialize { .. } | CallKind::Probe { .. } => {}
         }
     }
 
@@ -1061,7 +1311,8 @@ impl Gateway {
         let generation = b.sup.generation();
         let deadline = Some(self.now + Self::duration(b.sup.policy().request_timeout_ms));
         self.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Quiet });
-        self.to_backend(server, protocol::request(id, method, Some(params)), Some(id));
+        let frame = self.backend_request_frame(server, id, method, Some(params));
+        self.to_backend(server, frame, Some(id));
     }
 
     /// The structured `data` of an unavailability error.

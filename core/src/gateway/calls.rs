@@ -23,11 +23,19 @@ pub(super) struct Call {
 #[derive(Clone, Debug)]
 #[allow(clippy::large_enum_variant)] // client calls are nearly all of the table: boxing them would allocate per call
 pub(super) enum CallKind {
-    /// The `initialize` handshake.
-    Initialize,
+    /// The `initialize` handshake. `may_probe`: a refusal may mean the server now
+    /// speaks only the stateless revision: probe with `server/discover` before giving up.
+    Initialize { may_probe: bool },
+    /// The `server/discover` probe that opens a connection in the stateless era.
+    /// `may_initialize`: anything but a stateless answer falls back to `initialize`.
+    Probe { may_initialize: bool },
+    /// A stateless backend's `subscriptions/listen`: open for as long as the
+    /// backend streams change notifications on it.
+    Listen,
     /// One page of a discovery list.
     Discover { kind: ListKind, pages: u32 },
-    /// A health check (`ping`, or `tools/list` where ping is unsupported).
+    /// A health check (`ping`; `tools/list` where ping is unsupported;
+    /// `server/discover` in the stateless era).
     Health,
     /// Best effort, answer ignored (`logging/setLevel` fan-out, re-subscriptions).
     Quiet,
@@ -101,6 +109,28 @@ pub(super) struct ServerRequest {
     pub session: SessionId,
     /// The client call it was made for (raw id), if one was in flight.
     pub related: Option<crate::io::RawId>,
+    /// Asked on behalf of a stateless backend's `input_required` answer: the
+    /// round it belongs to (and `backend_id` is the input's key, not a request id).
+    pub round: Option<u64>,
+}
+
+/// A stateless backend answered a handshake-era client's call `input_required`:
+/// its input requests went to the client as requests, and the call is sent again
+/// with their answers (`inputResponses`) and the backend's `requestState` once
+/// every one is in.
+#[derive(Clone, Debug)]
+pub(super) struct InputRound {
+    pub server: crate::io::ServerName,
+    /// The client's call, waiting (not in flight at the backend).
+    pub call: ClientCall,
+    /// The backend's `requestState`, echoed in the retry; raw JSON.
+    pub request_state: Option<String>,
+    /// Inputs asked, by key: the method asked.
+    pub asked: alloc::collections::BTreeMap<String, String>,
+    /// Answers so far, by key, raw JSON.
+    pub answers: alloc::collections::BTreeMap<String, String>,
+    /// Given up (the client's call fails) after this.
+    pub deadline: Instant,
 }
 
 /// A handshake-era backend's request (sampling, elicitation, roots) made during
@@ -318,21 +348,49 @@ impl Forward {
     }
 
     /// The request frame for attempt `id`, with `_meta.progressToken: id` when the
-    /// client asked for progress. One allocation.
-    pub fn frame(&self, id: u64, method: &str, progress: bool) -> String {
+    /// client asked for progress, and the raw `"key":value` members `meta` (the
+    /// stateless revision's per-request fields; empty for handshake-era backends)
+    /// added to `_meta`. One allocation.
+    pub fn frame(&self, id: u64, method: &str, progress: bool, meta: &str) -> String {
         let body = self.body.as_str();
-        if !progress || self.meta_opaque {
+        if (!progress && meta.is_empty()) || self.meta_opaque {
             return protocol::request(id, method, Some(body));
         }
         let mut digits = [0; 20];
         let token = protocol::decimal(id, &mut digits);
-        let (at, open) = match self.meta_close {
-            Some(at) => (at, r#""progressToken":"#),
-            None => (body.len() - 1, r#""_meta":{"progressToken":"#),
+        let (at, open, close) = match self.meta_close {
+            Some(at) => (at, "", ""),
+            None => (body.len() - 1, r#""_meta":{"#, "}"),
         };
         let sep = if body[..at].ends_with('{') { "" } else { "," };
-        let close = if self.meta_close.is_some() { "" } else { "}" };
-        protocol::request_parts(id, method, &[&body[..at], sep, open, token, close, &body[at..]])
+        // Inside `_meta`: the progress token, then `meta`.
+        let (token_key, token, between) = match (progress, meta.is_empty()) {
+            (true, false) => (r#""progressToken":"#, token, ","),
+            (true, true) => (r#""progressToken":"#, token, ""),
+            (false, _) => ("", "", ""),
+        };
+        protocol::request_parts(
+            id,
+            method,
+            &[&body[..at], sep, open, token_key, token, between, meta, close, &body[at..]],
+        )
+    }
+
+    /// These params with fields added or replaced (raw JSON values), for a
+    /// request sent again with more in it (a stateless retry with inputs).
+    pub fn with_fields(&self, fields: &[(&str, Option<&str>)]) -> Forward {
+        let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&self.body).unwrap_or_default();
+        for (key, value) in fields {
+            match value.and_then(|v| serde_json::from_str(v).ok()) {
+                Some(v) => {
+                    map.insert(String::from(*key), v);
+                }
+                None => {
+                    map.remove(*key);
+                }
+            }
+        }
+        Forward::from_map(&map).0
     }
 }
 
@@ -346,7 +404,7 @@ mod tests {
     fn forward(params: &str, progress: bool) -> (Value, Option<Value>) {
         let fields: RawFields<'_> = serde_json::from_str(params).unwrap();
         let (f, token) = Forward::from_fields(&fields, &[("name", "orig")]);
-        let frame: Value = serde_json::from_str(&f.frame(42, "tools/call", progress)).unwrap();
+        let frame: Value = serde_json::from_str(&f.frame(42, "tools/call", progress, "")).unwrap();
         (frame["params"].clone(), token)
     }
 
@@ -367,6 +425,29 @@ mod tests {
         assert_eq!(p, json!({"_meta":{"progressToken":42}}));
         let (p, _) = forward(r#"{"_meta":"odd"}"#, true);
         assert_eq!(p, json!({"_meta":"odd"}));
+    }
+
+    #[test]
+    fn stateless_meta_members_join_the_progress_token_in_meta() {
+        let members = r#""k":1,"j":{"a":2}"#;
+        let frame = |params: &str, progress: bool| {
+            let fields: RawFields<'_> = serde_json::from_str(params).unwrap();
+            let (f, _) = Forward::from_fields(&fields, &[]);
+            serde_json::from_str::<Value>(&f.frame(7, "tools/call", progress, members)).unwrap()["params"].clone()
+        };
+        assert_eq!(frame(r#"{"a":1}"#, false), json!({"a":1,"_meta":{"k":1,"j":{"a":2}}}));
+        assert_eq!(frame(r#"{"a":1}"#, true), json!({"a":1,"_meta":{"progressToken":7,"k":1,"j":{"a":2}}}));
+        assert_eq!(frame(r#"{}"#, false), json!({"_meta":{"k":1,"j":{"a":2}}}));
+        assert_eq!(frame(r#"{"_meta":{}}"#, true), json!({"_meta":{"progressToken":7,"k":1,"j":{"a":2}}}));
+        assert_eq!(
+            frame(r#"{"_meta":{"x":0,"progressToken":"t"}}"#, false),
+            json!({"_meta":{"x":0,"k":1,"j":{"a":2}}})
+        );
+        let fields: RawFields<'_> = serde_json::from_str(r#"{"name":"n","requestState":"old"}"#).unwrap();
+        let (f, _) = Forward::from_fields(&fields, &[]);
+        let g = f.with_fields(&[("inputResponses", Some(r#"{"k":{"x":1}}"#)), ("requestState", None)]);
+        let v: Value = serde_json::from_str(&g.frame(1, "tools/call", false, "")).unwrap();
+        assert_eq!(v["params"], json!({"name":"n","inputResponses":{"k":{"x":1}}}));
     }
 
     #[test]

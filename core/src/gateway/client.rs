@@ -141,8 +141,12 @@ impl Gateway {
         self.parked_lists.retain(|p| p.session != session);
         let pending: Vec<u64> =
             self.server_requests.iter().filter(|(_, r)| r.session == session).map(|(id, _)| *id).collect();
+        self.drop_input_rounds(session);
         for id in pending {
             let Some(r) = self.server_requests.remove(&id) else { continue };
+            if r.round.is_some() {
+                continue;
+            }
             if self.backends.get(&r.server).is_some_and(|b| b.sup.generation() == r.generation && b.sup.is_connected())
             {
                 let frame =
@@ -239,7 +243,11 @@ impl Gateway {
                 return self.reply_error(session, &id, code, &message, data.as_deref());
             }
             if let Some(state) = self.retry_state(session, method, params) {
-                return self.resume_with_inputs(session, id, &state, params);
+                // tether's own requestState, or one meant for a handshake-era
+                // backend (which cannot take it); a stateless backend's own goes to it.
+                if self.pending_inputs.contains_key(&state) || !self.routes_to_stateless(method, params) {
+                    return self.resume_with_inputs(session, id, &state, params);
+                }
             }
         }
         // The hot path: routed by name from the raw params, no tree parse.
@@ -282,6 +290,22 @@ impl Gateway {
                 self.reply_error(session, &id, code::METHOD_NOT_FOUND, &msg, None)
             }
         }
+    }
+
+    /// Whether a `tools/call`, `prompts/get` or `resources/read` goes to a backend
+    /// of the stateless era.
+    fn routes_to_stateless(&self, method: &str, params: Option<&str>) -> bool {
+        let Some(params) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else {
+            return false;
+        };
+        let text = |key: &str| params.get(key).and_then(Value::as_str);
+        let server = match method {
+            "tools/call" => text("name").and_then(|n| self.catalog.resolve_tool(n)).map(|r| r.server),
+            "prompts/get" => text("name").and_then(|n| self.catalog.resolve_prompt(n)).map(|r| r.server),
+            "resources/read" => text("uri").and_then(|u| self.catalog.resolve_uri(u)).map(|(s, _)| s),
+            _ => None,
+        };
+        server.and_then(|s| self.backends.get(s)).is_some_and(|b| b.era == Era::Stateless)
     }
 
     fn initialize(&mut self, session: SessionId, id: &str, params: Option<Map<String, Value>>) {
@@ -440,6 +464,9 @@ impl Gateway {
                 return;
             }
         }
+        if self.cancel_input_round(session, request_id) {
+            return;
+        }
         if let Some(pos) = self.parked_lists.iter().position(|p| p.session == session && p.id == request_id) {
             self.parked_lists.remove(pos);
             if let Some(s) = self.sessions.get_mut(&session) {
@@ -456,6 +483,9 @@ impl Gateway {
             _ => return,
         }
         let r = self.server_requests.remove(&gid).expect("checked");
+        if let Some(round) = r.round {
+            return self.input_answered(round, &r.backend_id, answer);
+        }
         let live =
             self.backends.get(&r.server).is_some_and(|b| b.sup.generation() == r.generation && b.sup.is_connected());
         if !live {
@@ -635,6 +665,14 @@ impl Gateway {
         let Some(uri) = uri else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
         };
+        let stateless = self
+            .catalog
+            .resolve_uri(&uri)
+            .and_then(|(s, _)| self.backends.get(s))
+            .is_some_and(|b| b.era == Era::Stateless);
+        if stateless {
+            return self.listen_subscription(session, id, method, uri);
+        }
         if method == "resources/unsubscribe" {
             let others = self.subscriptions.get_mut(&uri).map(|s| {
                 s.remove(&session);
@@ -660,10 +698,40 @@ impl Gateway {
         self.route_uri(session, id, method, params, Shape::Subscribe(uri))
     }
 
+    /// A handshake-era client (un)subscribes to a resource of a stateless
+    /// backend: that revision has no `resources/subscribe`; the backend's listen
+    /// is opened again with the new set of URIs.
+    fn listen_subscription(&mut self, session: SessionId, id: RawId, method: &str, uri: String) {
+        let Some(server) = self.catalog.resolve_uri(&uri).map(|(s, _)| self.name(s)) else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown resource", None);
+        };
+        let before = self.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
+        if method == "resources/subscribe" {
+            let total: usize = self.subscriptions.values().map(BTreeSet::len).sum();
+            if !before && total >= self.config.limits.max_subscriptions as usize {
+                return self.reply_error(session, &id, code::OVERLOADED, "too many subscriptions", None);
+            }
+            self.subscriptions.entry(uri.clone()).or_default().insert(session);
+        } else if let Some(sessions) = self.subscriptions.get_mut(&uri) {
+            sessions.remove(&session);
+            if sessions.is_empty() {
+                self.subscriptions.remove(&uri);
+            }
+        }
+        let after = self.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
+        self.reply(session, &id, "{}");
+        if before != after {
+            self.relisten(&server);
+        }
+    }
+
     fn unsubscribe_backend(&mut self, served: &str) {
         let Some((server, uri)) = self.catalog.resolve_uri(served).map(|(s, u)| (s.to_string(), u.to_string())) else {
             return;
         };
+        if self.backends.get(server.as_str()).is_some_and(|b| b.era == Era::Stateless) {
+            return self.relisten(&server);
+        }
         if self.backends.get(server.as_str()).is_some_and(|b| b.sup.is_ready()) {
             let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
             self.quiet_request(&server, "resources/unsubscribe", &params);
@@ -705,10 +773,14 @@ impl Gateway {
         let Some(params) = params else {
             return self.reply_error(session, id, code::INVALID_PARAMS, "missing level", None);
         };
+        // Stateless backends get the level on each request instead.
+        self.log_level = serde_json::from_str::<Map<String, Value>>(params)
+            .ok()
+            .and_then(|p| p.get("level").and_then(Value::as_str).map(String::from));
         let targets: Vec<ServerName> = self
             .backends
             .iter()
-            .filter(|(_, b)| b.sup.is_ready() && b.capabilities.contains_key("logging"))
+            .filter(|(_, b)| b.sup.is_ready() && b.era == Era::Handshake && b.capabilities.contains_key("logging"))
             .map(|(n, _)| n.clone())
             .collect();
         for server in targets {
@@ -731,7 +803,7 @@ impl Gateway {
         retry_safe: bool,
         shape: Shape,
     ) {
-        let mut call = ClientCall {
+        let call = ClientCall {
             session,
             id,
             method,
@@ -747,6 +819,13 @@ impl Gateway {
             caps: self.sessions.get_mut(&session).and_then(|s| s.request_caps.take()),
             awaiting_input: None,
         };
+        self.admit(server, call);
+    }
+
+    /// Sends `call` to `server` now, queues it until the backend is ready, or
+    /// refuses it with a message that says what is wrong and what to do.
+    pub(super) fn admit(&mut self, server: &str, mut call: ClientCall) {
+        let session = call.session;
         let now = self.now;
         let b = self.backends.get_mut(server).expect("catalog names live backends");
         match b.sup.status() {
@@ -835,9 +914,36 @@ impl Gateway {
         let hard = call.created + Self::duration(policy.request_timeout_max_ms);
         let deadline = Some((now + Self::duration(policy.request_timeout_ms)).min(hard).max(now));
         let generation = b.sup.generation();
-        let frame = call.params.frame(id, call.method, call.progress.is_some());
+        let meta = if b.era == Era::Stateless { self.stateless_call_meta(&call) } else { String::new() };
+        let frame = call.params.frame(id, call.method, call.progress.is_some(), &meta);
         self.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Client(call) });
         self.to_backend(server, frame, Some(id));
+    }
+
+    /// The `_meta` members of a call to a stateless backend: tether's revision,
+    /// and as client capabilities what the client behind the call can be asked
+    /// (a stateless client's own, for this request; a handshake-era client's from
+    /// its `initialize`, limited to what tether turns into requests to it).
+    fn stateless_call_meta(&self, call: &ClientCall) -> String {
+        let caps = match &call.caps {
+            Some(caps) => Value::Object(caps.clone()).to_string(),
+            None => {
+                let declared = self.sessions.get(&call.session).map(|s| &s.capabilities);
+                let asked: Map<String, Value> = declared
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, v)| matches!(k.as_str(), "sampling" | "elicitation" | "roots") && !v.is_null())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                Value::Object(asked).to_string()
+            }
+        };
+        let mut meta = protocol::stateless_meta_members(&caps);
+        if let (None, Some(level)) = (&call.caps, &self.log_level) {
+            // `logging/setLevel` is gone in that revision: the level rides on each request.
+            meta.push_str(&format!(",{}:{}", protocol::quote(protocol::meta::LOG_LEVEL), protocol::quote(level)));
+        }
+        meta
     }
 
     /// Turns a backend's answer into the client's.
@@ -851,6 +957,22 @@ impl Gateway {
             return;
         }
         let session = call.session;
+        let stateless_client = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
+        if let Ok(result) = answer {
+            if self.backends.get(server).is_some_and(|b| b.era == Era::Stateless) && protocol::is_input_required(result)
+            {
+                if !stateless_client {
+                    return self.start_input_round(server, call, result);
+                }
+                // A stateless client answers it itself: its retry comes back here
+                // and goes to the backend with the backend's own requestState.
+                self.release(&call);
+                self.touch_session(session);
+                let frame = protocol::response(&call.id, result);
+                self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
+                return self.answered(session);
+            }
+        }
         let frame = match answer {
             Err(error) => protocol::raw_error_response(&call.id, error),
             Ok(result) => match &call.shape {

@@ -22,6 +22,7 @@ mod backend;
 mod calls;
 mod client;
 mod input_required;
+mod input_rounds;
 
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::format;
@@ -40,7 +41,7 @@ use crate::supervisor::{Supervisor, Timer};
 use crate::time::{Duration, Instant};
 
 use backend::Backend;
-use calls::{Call, CallKind, ParkedList, PendingInput, ServerRequest};
+use calls::{Call, CallKind, InputRound, ParkedList, PendingInput, ServerRequest};
 use client::Session;
 
 /// A host contract violation.
@@ -137,6 +138,12 @@ pub struct Gateway {
     parked_lists: Vec<ParkedList>,
     /// Stateless clients' calls waiting for a retry with inputs, by `requestState`.
     pending_inputs: BTreeMap<String, PendingInput>,
+    /// Handshake-era clients' calls waiting for the inputs a stateless backend
+    /// asked for, by round id.
+    input_rounds: BTreeMap<u64, InputRound>,
+    /// The level the last `logging/setLevel` asked for: stateless backends get it
+    /// on every request instead.
+    log_level: Option<String>,
     /// Per-request sessions answered during this input, closed when it settles.
     closing: Vec<SessionId>,
     /// The catalog version and status-change count the visible-list fingerprints
@@ -169,6 +176,8 @@ impl Gateway {
             server_requests: BTreeMap::new(),
             parked_lists: Vec::new(),
             pending_inputs: BTreeMap::new(),
+            input_rounds: BTreeMap::new(),
+            log_level: None,
             closing: Vec::new(),
             visible_cache: None,
             subscriptions: BTreeMap::new(),
@@ -244,7 +253,8 @@ impl Gateway {
         let parked = self.parked_lists.iter().map(|p| p.deadline);
         let idle = self.sessions.values().filter_map(|s| self.session_expiry(s));
         let inputs = self.pending_inputs.values().map(|p| p.deadline);
-        backends.chain(calls).chain(parked).chain(idle).chain(inputs).min()
+        let rounds = self.input_rounds.values().map(|r| r.deadline);
+        backends.chain(calls).chain(parked).chain(idle).chain(inputs).chain(rounds).min()
     }
 
     /// The time of the latest input.
@@ -353,6 +363,14 @@ impl Gateway {
         for r in self.server_requests.values() {
             if !self.sessions.contains_key(&r.session) {
                 return Err("server request owed to a closed session".into());
+            }
+            if r.round.is_some_and(|round| !self.input_rounds.contains_key(&round)) {
+                return Err("input request of a round that is gone".into());
+            }
+        }
+        for r in self.input_rounds.values() {
+            if !self.sessions.contains_key(&r.call.session) {
+                return Err("input round owed to a closed session".into());
             }
         }
         if self.pending_inputs.len() > limits.max_pending_server_requests as usize {
@@ -463,6 +481,10 @@ impl Gateway {
             }
             if let Some(state) = self.pending_inputs.iter().find(|(_, p)| p.deadline <= now).map(|(k, _)| k.clone()) {
                 self.input_expired(&state);
+                continue;
+            }
+            if let Some(round) = self.input_rounds.iter().find(|(_, r)| r.deadline <= now).map(|(k, _)| *k) {
+                self.input_round_expired(round);
                 continue;
             }
             if let Some(session) = self

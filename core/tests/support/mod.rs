@@ -177,10 +177,33 @@ impl Sim {
             .0
     }
 
-    /// Answers the latest `method` request sent to `server`.
+    /// Answers the latest `method` request sent to `server`. Answering
+    /// `initialize` first refuses a `server/discover` probe still waiting for its
+    /// answer, as a handshake-era server does (-32601).
     pub fn answer(&mut self, server: &str, method: &str, result: Value) -> Vec<Action> {
+        if method == "initialize" {
+            self.refuse_probe(server);
+        }
         let id = self.last_request(server, method);
         self.backend(server, json!({"jsonrpc":"2.0","id":id,"result":result}))
+    }
+
+    /// The handshake-era answer to a pending `server/discover` probe of `server`'s
+    /// current connection: method not found, then tether sends `initialize`.
+    pub fn refuse_probe(&mut self, server: &str) {
+        let Some((probe, _)) = self.requests_to(server, "server/discover").last().cloned() else { return };
+        let answered = self.initialize_sent_after(server, probe);
+        if !answered {
+            self.backend(
+                server,
+                json!({"jsonrpc":"2.0","id":probe,"error":{"code":-32601,"message":"Method not found"}}),
+            );
+        }
+    }
+
+    /// Whether `initialize` went to `server` after request `id`.
+    fn initialize_sent_after(&self, server: &str, id: u64) -> bool {
+        self.requests_to(server, "initialize").iter().any(|(i, _)| *i > id)
     }
 
     /// Answers the latest `method` request sent to `server` with a JSON-RPC error.

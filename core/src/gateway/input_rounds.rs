@@ -1,0 +1,184 @@
+//! Translation between eras for input requests, the other way round from
+//! `input_required.rs`: a stateless-era backend answers a handshake-era client's
+//! call `input_required` (it needs sampling, elicitation or roots from the
+//! client). That client cannot read such a result; it expects the server to ask
+//! it. So tether asks: each input request becomes a server-to-client request to
+//! the session whose call it is, related to that call. When every answer is in,
+//! the call is sent to the backend again (a new id) with the answers as
+//! `inputResponses` and the backend's `requestState` echoed, and that answer (or
+//! the next round) answers the client's original request.
+//!
+//! A round is bounded by `limits.max_pending_server_requests` (its requests count
+//! there) and by the call's hard timeout; a client that closes takes its rounds
+//! with it.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde_json::{Map, Value};
+
+use super::calls::{ClientCall, InputRound, ServerRequest};
+use super::Gateway;
+use crate::io::SessionId;
+use crate::protocol::{self, code};
+
+/// The client capability an input request needs.
+fn capability(method: &str) -> Option<&'static str> {
+    match method {
+        "sampling/createMessage" => Some("sampling"),
+        "elicitation/create" => Some("elicitation"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
+impl Gateway {
+    /// `result` (an `input_required` answer of stateless backend `server` to
+    /// `call`, a handshake-era client's) starts a round of requests to the client.
+    pub(super) fn start_input_round(&mut self, server: &str, call: ClientCall, result: &str) {
+        let mut result: Map<String, Value> = serde_json::from_str(result).unwrap_or_default();
+        let request_state = result.remove("requestState").map(|s| s.to_string());
+        let requests = match result.remove("inputRequests") {
+            Some(Value::Object(requests)) => requests,
+            _ => Map::new(),
+        };
+        let deadline = call.created + Self::duration(self.config.policy_for(server).request_timeout_max_ms);
+        let mut round = InputRound {
+            server: self.name(server),
+            call,
+            request_state,
+            asked: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            deadline,
+        };
+        if requests.is_empty() {
+            // Only a requestState: the backend asks for the same request again
+            // (load shedding, or a step of its own). Send it again at once.
+            return self.finish_input_round(round);
+        }
+        let session = round.call.session;
+        let room = (self.config.limits.max_pending_server_requests as usize).saturating_sub(self.server_requests.len());
+        if requests.len() > room {
+            let msg =
+                format!("backend '{server}' needs input from the client, but too many requests are pending at clients");
+            return self.fail_round(&round, code::OVERLOADED, &msg);
+        }
+        for request in requests.values() {
+            let method = request.get("method").and_then(Value::as_str).unwrap_or("");
+            let supported =
+                capability(method).is_some_and(|c| self.sessions.get(&session).is_some_and(|s| s.supports(c)));
+            if !supported {
+                let method = if method.is_empty() { "an unknown input" } else { method };
+                let msg =
+                    format!("backend '{server}' needs {method} from the client, which this client does not offer");
+                return self.fail_round(&round, code::INTERNAL_ERROR, &msg);
+            }
+        }
+        let mut frames = Vec::new();
+        let round_id = self.alloc_id();
+        let generation = self.backends[server].sup.generation();
+        for (key, request) in requests {
+            let method = request.get("method").and_then(Value::as_str).unwrap_or("").to_string();
+            let client_id = self.alloc_id();
+            let params = request.get("params").map(Value::to_string);
+            frames.push(protocol::request(client_id, &method, params.as_deref()));
+            let related = Some(round.call.id.clone());
+            let r = ServerRequest {
+                server: self.name(server),
+                generation,
+                backend_id: key.clone(),
+                session,
+                related,
+                round: Some(round_id),
+            };
+            self.server_requests.insert(client_id, r);
+            round.asked.insert(key, method);
+        }
+        let related = round.call.id.clone();
+        self.input_rounds.insert(round_id, round);
+        for frame in frames {
+            self.related_to_client(session, Some(&related), frame);
+        }
+    }
+
+    /// The client answered one input request of round `round_id` (`key`).
+    pub(super) fn input_answered(&mut self, round_id: u64, key: &str, answer: Result<&str, &str>) {
+        let Some(round) = self.input_rounds.get_mut(&round_id) else { return };
+        let method = round.asked.get(key).cloned().unwrap_or_default();
+        let value = match answer {
+            Ok(result) => result.to_string(),
+            // An elicitation the client could not show is one the user did not answer.
+            Err(_) if method == "elicitation/create" => r#"{"action":"cancel"}"#.to_string(),
+            Err(error) => {
+                let Some(round) = self.input_rounds.remove(&round_id) else { return };
+                self.cancel_round_requests(round_id, "the call failed");
+                let msg = format!("the client refused {method}, which backend '{}' needs: {error}", round.server);
+                return self.fail_round(&round, code::INTERNAL_ERROR, &msg);
+            }
+        };
+        round.answers.insert(key.to_string(), value);
+        if round.answers.len() == round.asked.len() {
+            let Some(round) = self.input_rounds.remove(&round_id) else { return };
+            self.finish_input_round(round);
+        }
+    }
+
+    /// Every input is in: the call goes to the backend again with them.
+    fn finish_input_round(&mut self, round: InputRound) {
+        let InputRound { server, mut call, request_state, answers, .. } = round;
+        let responses: Vec<String> =
+            answers.iter().map(|(key, value)| format!("{}:{value}", protocol::quote(key))).collect();
+        let responses = format!("{{{}}}", responses.join(","));
+        let responses = (!answers.is_empty()).then_some(responses.as_str());
+        call.params =
+            call.params.with_fields(&[("inputResponses", responses), ("requestState", request_state.as_deref())]);
+        call.retries = 0;
+        self.admit(&server, call);
+    }
+
+    fn fail_round(&mut self, round: &InputRound, code: i64, message: &str) {
+        self.reply_error(round.call.session, &round.call.id, code, message, None);
+        self.release(&round.call);
+    }
+
+    /// Withdraws the requests of a round still pending at the client.
+    fn cancel_round_requests(&mut self, round_id: u64, reason: &str) {
+        let pending: Vec<u64> =
+            self.server_requests.iter().filter(|(_, r)| r.round == Some(round_id)).map(|(id, _)| *id).collect();
+        for id in pending {
+            let Some(r) = self.server_requests.remove(&id) else { continue };
+            let params = format!(r#"{{"requestId":{id},"reason":{}}}"#, protocol::quote(reason));
+            let frame = protocol::notification("notifications/cancelled", Some(&params));
+            self.related_to_client(r.session, r.related.as_deref(), frame);
+        }
+    }
+
+    /// A round ran past its call's hard timeout: the client's call fails.
+    pub(super) fn input_round_expired(&mut self, round_id: u64) {
+        let Some(round) = self.input_rounds.remove(&round_id) else { return };
+        self.cancel_round_requests(round_id, "timed out");
+        let msg = format!("the client did not provide the input backend '{}' needs in time", round.server);
+        self.fail_round(&round, code::REQUEST_TIMEOUT, &msg);
+    }
+
+    /// A closed session's rounds go with it (its pending requests are dropped by
+    /// the caller).
+    pub(super) fn drop_input_rounds(&mut self, session: SessionId) {
+        self.input_rounds.retain(|_, r| r.call.session != session);
+    }
+
+    /// The client's call `id` waits in an input round: cancelled by the client.
+    pub(super) fn cancel_input_round(&mut self, session: SessionId, id: &str) -> bool {
+        let Some(round_id) =
+            self.input_rounds.iter().find(|(_, r)| r.call.session == session && r.call.id == id).map(|(k, _)| *k)
+        else {
+            return false;
+        };
+        self.cancel_round_requests(round_id, "cancelled by the client");
+        if let Some(round) = self.input_rounds.remove(&round_id) {
+            self.release(&round.call);
+        }
+        true
+    }
+}

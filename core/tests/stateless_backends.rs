@@ -1,0 +1,324 @@
+//! Backends of the stateless 2026-07-28 revision: the era of each backend is
+//! detected as the specification says (probe with `server/discover`, fall back to
+//! `initialize`) and kept across reconnects; requests to a stateless backend carry
+//! the per-request `_meta`; its change notifications come on a
+//! `subscriptions/listen` tether keeps open; health checks use `server/discover`;
+//! and its `input_required` answers become requests to a handshake-era client.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+use tether_core::protocol::Era;
+use tether_core::{Config, Failure, ServerConfig, Status};
+
+const MODERN: &str = "2026-07-28";
+const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+const CAPS_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+
+fn discover_result(tools_list_changed: bool) -> Value {
+    json!({
+        "resultType": "complete",
+        "supportedVersions": [MODERN],
+        "capabilities": {"tools": {"listChanged": tools_list_changed}},
+        "ttlMs": 60000, "cacheScope": "public",
+        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern", "version": "1"}}
+    })
+}
+
+fn tools_result(names: &[&str]) -> Value {
+    let tools: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"name": n, "description": format!("{n} tool"), "inputSchema": {"type": "object"}}))
+        .collect();
+    json!({"resultType": "complete", "tools": tools, "ttlMs": 60000, "cacheScope": "public"})
+}
+
+/// `fs` (stdio) answers the probe as a stateless server and lists `tools`.
+fn boot_stateless(sim: &mut Sim, tools: &[&str]) {
+    sim.answer("fs", "server/discover", discover_result(true));
+    sim.answer("fs", "tools/list", tools_result(tools));
+}
+
+fn meta_of(params: &Value) -> &Value {
+    &params["_meta"]
+}
+
+#[test]
+fn a_stateless_backend_is_probed_listened_to_and_called_with_per_request_meta() {
+    let mut sim = Sim::new(one_stdio());
+    sim.note("the first request to a backend of unknown era is the server/discover probe");
+    let (_, probe) = sim.requests_to("fs", "server/discover").pop().unwrap();
+    assert_eq!(meta_of(&probe)[VERSION_KEY], MODERN);
+    boot_stateless(&mut sim, &["read"]);
+    assert!(sim.requests_to("fs", "initialize").is_empty(), "a stateless server gets no initialize");
+    assert_eq!(sim.status("fs"), Status::Online);
+    assert_eq!(sim.gw.status("fs").unwrap().era, Era::Stateless);
+    let (_, list) = sim.requests_to("fs", "tools/list").pop().unwrap();
+    assert_eq!(meta_of(&list)[VERSION_KEY], MODERN, "every request carries the revision: {list}");
+    sim.note("list changes come only on a listen: tether opens one for what the backend announces");
+    let (listen, params) = sim.requests_to("fs", "subscriptions/listen").pop().unwrap();
+    assert_eq!(params["notifications"], json!({"toolsListChanged": true}));
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":listen},"notifications":{"toolsListChanged":true}}}),
+    );
+
+    sim.note("a handshake-era client calls: the backend hears which inputs that client can give");
+    sim.client_init();
+    sim.call(1, "fs__read");
+    let (id, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(meta_of(&params)[CAPS_KEY], json!({"sampling":{},"roots":{}}));
+    reply(&mut sim, "fs", id, json!({"resultType":"complete","content":[{"type":"text","text":"ok"}]}));
+    assert_eq!(sim.response(1)["result"]["content"][0]["text"], "ok");
+
+    sim.note("a change notification on the listen: tools are listed again and the client told");
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":listen}}}),
+    );
+    sim.answer("fs", "tools/list", tools_result(&["read", "write"]));
+    assert!(sim.client_frames().iter().any(|f| f["method"] == "notifications/tools/list_changed"));
+    assert_eq!(listed_tools(&mut sim, 2), ["fs__read", "fs__write"]);
+
+    sim.note("health checks: ping is gone in that revision; server/discover is the cheap request");
+    sim.advance(200_000);
+    assert!(sim.requests_to("fs", "ping").is_empty());
+    assert!(sim.requests_to("fs", "server/discover").len() >= 2);
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn a_handshake_backend_silent_to_the_probe_gets_initialize_after_the_probe_timeout() {
+    let mut sim = Sim::new(one_stdio());
+    sim.advance(2999);
+    assert!(sim.requests_to("fs", "initialize").is_empty());
+    sim.advance(1);
+    let (init, _) = sim.requests_to("fs", "initialize").pop().expect("initialize after 3 s of silence");
+    let probe = sim.requests_to("fs", "server/discover")[0].0;
+    sim.note("the late answer to the probe is ignored; the handshake goes on");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":probe,"error":{"code":-32600,"message":"not initialized"}}));
+    reply(&mut sim, "fs", init, json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
+    sim.answer_tools("fs", &["read"]);
+    assert_eq!(sim.status("fs"), Status::Online);
+    assert_eq!(sim.gw.status("fs").unwrap().era, Era::Handshake);
+    let violations =
+        events(&sim).iter().filter(|(_, e)| matches!(e, tether_core::Event::ProtocolViolation { .. })).count();
+    assert_eq!(violations, 0);
+}
+
+#[test]
+fn the_era_is_kept_across_restarts_and_a_process_killed_by_the_probe_is_not_probed_again() {
+    let mut sim = Sim::new(one_stdio());
+    sim.note("a handshake-era server that cannot take a request before initialize: it exits");
+    sim.exit("fs", Some(1));
+    sim.advance(1000);
+    assert_eq!(sim.requests_to("fs", "server/discover").len(), 1, "not probed again");
+    sim.boot("fs", &["read"]);
+    assert_eq!(sim.status("fs"), Status::Online);
+
+    sim.note("a stateless backend restarts: it opens with server/discover again and listens again");
+    let mut sim = Sim::new(one_stdio());
+    boot_stateless(&mut sim, &["read"]);
+    assert_eq!(sim.requests_to("fs", "subscriptions/listen").len(), 1);
+    sim.advance(61_000);
+    sim.exit("fs", Some(1));
+    let probes = sim.requests_to("fs", "server/discover").len();
+    assert_eq!(probes, 2, "restarted at once (ran > 60 s), opened in its era");
+    assert!(sim.requests_to("fs", "initialize").is_empty());
+    boot_stateless(&mut sim, &["read"]);
+    assert_eq!(sim.requests_to("fs", "subscriptions/listen").len(), 2, "the listen is re-established");
+}
+
+#[test]
+fn a_backend_that_refuses_initialize_after_an_upgrade_is_probed_and_spoken_to_statelessly() {
+    let mut sim = Sim::new(one_stdio());
+    sim.boot("fs", &["read"]);
+    sim.advance(61_000);
+    sim.exit("fs", Some(0));
+    sim.note("the new process speaks only the stateless revision: initialize is refused");
+    sim.answer_error("fs", "initialize", -32601, "initialize: this server speaks 2026-07-28");
+    sim.answer("fs", "server/discover", discover_result(false));
+    sim.answer("fs", "tools/list", tools_result(&["read"]));
+    assert_eq!(sim.status("fs"), Status::Online);
+    assert_eq!(sim.gw.status("fs").unwrap().era, Era::Stateless);
+}
+
+#[test]
+fn over_http_a_probe_refused_without_a_stateless_error_falls_back_and_an_unknown_revision_fails() {
+    for (failure, fallback) in [
+        (Failure::Http { status: 400 }, true),
+        (Failure::Http { status: 404 }, true),
+        (Failure::Http { status: 405 }, true),
+        (Failure::Http { status: 500 }, false),
+    ] {
+        let mut sim = Sim::new(one_http());
+        let probe = sim.last_request("web", "server/discover");
+        sim.fail("web", Some(probe), failure.clone());
+        assert_eq!(sim.requests_to("web", "initialize").len(), usize::from(fallback), "{failure:?}");
+    }
+    sim_with_error(
+        json!({"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2025-11-25"],"requested":MODERN}}),
+        true,
+    );
+    sim_with_error(json!({"code":-32601,"message":"Method not found"}), true);
+    let sim = sim_with_error(
+        json!({"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2099-01-01"],"requested":MODERN}}),
+        false,
+    );
+    let last_error = sim.gw.status("web").unwrap().last_error.unwrap();
+    assert!(last_error.contains("2099-01-01"), "{last_error}");
+    assert_eq!(sim.status("web"), Status::Error);
+}
+
+fn sim_with_error(error: Value, fallback: bool) -> Sim {
+    let mut sim = Sim::new(one_http());
+    let probe = sim.last_request("web", "server/discover");
+    sim.backend("web", json!({"jsonrpc":"2.0","id":probe,"error":error}));
+    assert_eq!(sim.requests_to("web", "initialize").len(), usize::from(fallback), "{error}");
+    sim
+}
+
+#[test]
+fn a_backend_configured_stateless_is_never_sent_initialize() {
+    let config =
+        Config::default().server("fs", ServerConfig { era: Some(Era::Stateless), ..ServerConfig::stdio("fs", &[]) });
+    let mut sim = Sim::new(config);
+    sim.advance(10_000);
+    let probe = sim.last_request("fs", "server/discover");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":probe,"error":{"code":-32601,"message":"Method not found"}}));
+    assert!(sim.requests_to("fs", "initialize").is_empty());
+    assert_ne!(sim.status("fs"), Status::Online);
+    let config =
+        Config::default().server("fs", ServerConfig { era: Some(Era::Handshake), ..ServerConfig::stdio("fs", &[]) });
+    let sim = Sim::new(config);
+    assert!(sim.requests_to("fs", "server/discover").is_empty());
+    assert_eq!(sim.requests_to("fs", "initialize").len(), 1);
+}
+
+#[test]
+fn a_stateless_backends_input_required_becomes_requests_to_a_handshake_client_and_the_retry_carries_the_answers() {
+    let mut sim = Sim::new(one_stdio());
+    boot_stateless(&mut sim, &["book"]);
+    sim.client(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{},"elicitation":{}},"clientInfo":{"name":"legacy","version":"1"}}}));
+    sim.client(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    sim.client(json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"fs__book","arguments":{"to":"Paris"},"_meta":{"progressToken":"p"}}}));
+    let (first, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    sim.note("the backend needs a confirmation and a model answer: input_required");
+    reply(
+        &mut sim,
+        "fs",
+        first,
+        json!({"resultType":"input_required","requestState":"opaque-1","inputRequests":{
+            "confirm":{"method":"elicitation/create","params":{"mode":"form","message":"Book it?","requestedSchema":{"type":"object","properties":{}}}},
+            "summary":{"method":"sampling/createMessage","params":{"messages":[],"maxTokens":10}}}}),
+    );
+    assert!(sim.responses_for(7).is_empty(), "the client's call is still running");
+    let asks: Vec<Value> =
+        sim.client_frames().into_iter().filter(|f| f.get("method").is_some() && f.get("id").is_some()).collect();
+    assert_eq!(asks.len(), 2, "{asks:?}");
+    let by_method = |m: &str| asks.iter().find(|f| f["method"] == m).unwrap()["id"].clone();
+    sim.note("the client answers both; the call goes to the backend again with them");
+    sim.client(json!({"jsonrpc":"2.0","id":by_method("elicitation/create"),"result":{"action":"accept","content":{}}}));
+    assert_eq!(sim.requests_to("fs", "tools/call").len(), 1, "not before every answer is in");
+    sim.client(json!({"jsonrpc":"2.0","id":by_method("sampling/createMessage"),"result":{"role":"assistant","content":{"type":"text","text":"ok"},"model":"m"}}));
+    let (second, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_ne!(second, first);
+    assert_eq!(params["requestState"], "opaque-1");
+    assert_eq!(params["inputResponses"]["confirm"], json!({"action":"accept","content":{}}));
+    assert_eq!(params["inputResponses"]["summary"]["model"], "m");
+    assert_eq!(params["arguments"], json!({"to":"Paris"}));
+    assert_eq!(params["_meta"]["progressToken"], second, "progress still maps to the client's token");
+    reply(&mut sim, "fs", second, json!({"resultType":"complete","content":[{"type":"text","text":"booked"}]}));
+    assert_eq!(sim.response(7)["result"]["content"][0]["text"], "booked");
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn an_input_the_handshake_client_cannot_give_fails_the_call_and_an_unanswered_round_times_out() {
+    let mut sim = Sim::new(one_stdio());
+    boot_stateless(&mut sim, &["book"]);
+    sim.client_init(); // sampling and roots, no elicitation
+    sim.call(1, "fs__book");
+    let (id, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    reply(
+        &mut sim,
+        "fs",
+        id,
+        json!({"resultType":"input_required","inputRequests":{"e":{"method":"elicitation/create","params":{}}}}),
+    );
+    let error = sim.response(1)["error"].clone();
+    assert!(error["message"].as_str().unwrap().contains("elicitation/create"), "{error}");
+
+    sim.call(2, "fs__book");
+    let (id, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    reply(&mut sim, "fs", id, json!({"resultType":"input_required","inputRequests":{"r":{"method":"roots/list"}}}));
+    sim.advance(600_000);
+    assert_eq!(sim.response(2)["error"]["code"], -32002);
+    assert!(
+        sim.client_frames().iter().any(|f| f["method"] == "notifications/cancelled"),
+        "the roots request is withdrawn"
+    );
+}
+
+#[test]
+fn a_stateless_client_gets_a_stateless_backends_input_required_as_it_is_and_its_retry_reaches_the_backend() {
+    let mut config = one_stdio();
+    config.modern_clients = true;
+    let mut sim = Sim::new(config);
+    boot_stateless(&mut sim, &["book"]);
+    let meta = json!({VERSION_KEY: MODERN, CAPS_KEY: {"elicitation": {}}});
+    sim.client(
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs__book","arguments":{},"_meta":meta}}),
+    );
+    let (id, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(meta_of(&params)[CAPS_KEY], json!({"elicitation":{}}), "the client's own capabilities");
+    let asked = json!({"resultType":"input_required","requestState":"backend-state","inputRequests":{"c":{"method":"elicitation/create","params":{}}}});
+    reply(&mut sim, "fs", id, asked.clone());
+    assert_eq!(sim.response(1)["result"], asked);
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__book","arguments":{},"_meta":meta,"inputResponses":{"c":{"action":"decline"}},"requestState":"backend-state"}}));
+    let (retry, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(
+        (params["requestState"].clone(), params["inputResponses"]["c"]["action"].clone()),
+        (json!("backend-state"), json!("decline"))
+    );
+    reply(&mut sim, "fs", retry, json!({"resultType":"complete","content":[]}));
+    assert_eq!(sim.response(2)["result"]["resultType"], "complete");
+}
+
+#[test]
+fn a_handshake_clients_resource_subscription_on_a_stateless_backend_rides_its_listen() {
+    let mut sim = Sim::new(one_stdio());
+    let mut discovered = discover_result(false);
+    discovered["capabilities"]["resources"] = json!({"subscribe": true});
+    sim.answer("fs", "server/discover", discovered);
+    sim.answer("fs", "tools/list", tools_result(&[]));
+    sim.answer("fs", "resources/templates/list", json!({"resultType":"complete","resourceTemplates":[]}));
+    sim.answer("fs", "resources/list", json!({"resultType":"complete","resources":[{"uri":"file:///a","name":"a"}]}));
+    assert!(sim.requests_to("fs", "subscriptions/listen").is_empty(), "nothing to listen for yet");
+    sim.client_init();
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"fs+file:///a"}}));
+    assert_eq!(sim.response(1)["result"], json!({}));
+    assert!(sim.requests_to("fs", "resources/subscribe").is_empty(), "removed in that revision");
+    let (listen, params) = sim.requests_to("fs", "subscriptions/listen").pop().unwrap();
+    assert_eq!(params["notifications"]["resourceSubscriptions"], json!(["file:///a"]));
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a","_meta":{"io.modelcontextprotocol/subscriptionId":listen}}}),
+    );
+    let updated: Vec<Value> =
+        sim.client_frames().into_iter().filter(|f| f["method"] == "notifications/resources/updated").collect();
+    assert_eq!(updated[0]["params"]["uri"], "fs+file:///a");
+    sim.note("the last subscriber leaves: the listen ends (and nothing is left to listen for)");
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"resources/unsubscribe","params":{"uri":"fs+file:///a"}}));
+    let cancelled: Vec<Value> = sim
+        .actions
+        .iter()
+        .filter_map(|(_, a)| match a {
+            tether_core::Action::SendToBackend { frame, .. } => serde_json::from_str::<Value>(frame).ok(),
+            _ => None,
+        })
+        .filter(|f| f["method"] == "notifications/cancelled")
+        .collect();
+    assert_eq!(cancelled[0]["params"]["requestId"], listen);
+}
