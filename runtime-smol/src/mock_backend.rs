@@ -163,6 +163,9 @@ const INFO_URI: &str = "mock://info";
 /// The URI prefix of the resource template `mock://item/{id}`.
 const ITEM_PREFIX: &str = "mock://item/";
 
+/// The `instructions` the mock gives its clients.
+const INSTRUCTIONS: &str = "A mock MCP server for testing tether.";
+
 /// The tool `add_tool` adds.
 const ADDED_TOOL: &str = "added";
 
@@ -174,32 +177,34 @@ const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "c
 struct RpcError {
     code: i64,
     message: String,
+    /// The optional `data` member.
+    data: Option<Value>,
 }
 
 impl RpcError {
     fn parse_error(message: impl Into<String>) -> Self {
-        RpcError { code: -32700, message: message.into() }
+        RpcError { code: -32700, message: message.into(), data: None }
     }
 
     fn invalid_request(message: impl Into<String>) -> Self {
-        RpcError { code: -32600, message: message.into() }
+        RpcError { code: -32600, message: message.into(), data: None }
     }
 
     fn method_not_found(method: &str) -> Self {
-        RpcError { code: -32601, message: format!("method not found: {method}") }
+        RpcError { code: -32601, message: format!("method not found: {method}"), data: None }
     }
 
     fn invalid_params(message: impl Into<String>) -> Self {
-        RpcError { code: -32602, message: message.into() }
+        RpcError { code: -32602, message: message.into(), data: None }
     }
 
     fn internal(message: impl Into<String>) -> Self {
-        RpcError { code: -32603, message: message.into() }
+        RpcError { code: -32603, message: message.into(), data: None }
     }
 
     /// MCP's "resource not found".
     fn resource_not_found(uri: &str) -> Self {
-        RpcError { code: -32002, message: format!("resource not found: {uri}") }
+        RpcError { code: -32002, message: format!("resource not found: {uri}"), data: None }
     }
 }
 
@@ -263,7 +268,11 @@ fn success_response(id: &Value, result: Value) -> Value {
 }
 
 fn error_response(id: &Value, error: &RpcError) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": error.code, "message": error.message}})
+    let mut object = json!({"code": error.code, "message": error.message});
+    if let Some(data) = &error.data {
+        object["data"] = data.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": object})
 }
 
 fn notification(method: &str, params: Value) -> Value {
@@ -415,9 +424,14 @@ impl Session {
         call
     }
 
-    /// Forgets a request whose serving is over.
-    fn end(&self, id: &Value) {
-        lock(&self.calls).remove(&id_key(id));
+    /// Forgets a request whose serving is over (unless a later request reused its
+    /// id, which a stateless HTTP client sharing the session may do).
+    fn end(&self, id: &Value, call: &Arc<Call>) {
+        let mut calls = lock(&self.calls);
+        if calls.get(&id_key(id)).is_some_and(|current| Arc::ptr_eq(current, call)) {
+            calls.remove(&id_key(id));
+        }
+        drop(calls);
         self.call_ended.notify_all();
     }
 
@@ -679,11 +693,19 @@ impl Mock {
                 let call = session.begin(&id);
                 let (mock, session_for_thread) = (Arc::clone(self), Arc::clone(session));
                 let (id_for_thread, outlet_for_thread) = (id.clone(), Arc::clone(&outlet));
+                let call_for_thread = Arc::clone(&call);
                 let spawned = thread::Builder::new().name("mock-request".to_string()).spawn(move || {
-                    mock.serve(&session_for_thread, &id_for_thread, &method, &params, &call, &*outlet_for_thread)
+                    mock.serve(
+                        &session_for_thread,
+                        &id_for_thread,
+                        &method,
+                        &params,
+                        &call_for_thread,
+                        &outlet_for_thread,
+                    )
                 });
                 if let Err(e) = spawned {
-                    session.end(&id);
+                    session.end(&id, &call);
                     outlet.finish(&error_response(&id, &RpcError::internal(format!("cannot start a thread: {e}"))));
                 }
             }
@@ -707,13 +729,13 @@ impl Mock {
         method: &str,
         params: &Value,
         call: &Arc<Call>,
-        outlet: &dyn Outlet,
+        outlet: &Arc<dyn Outlet>,
     ) {
         let is_tool_call = method == "tools/call";
         if is_tool_call {
             self.crash_if_calls_used_up();
         }
-        let response = match self.dispatch(session, method, params, call, outlet) {
+        let response = match self.dispatch(session, method, params, call, &**outlet) {
             Ok(result) => Some(success_response(id, result)),
             Err(Stop::Error(error)) => Some(error_response(id, &error)),
             Err(Stop::ToolError(text)) => {
@@ -735,7 +757,7 @@ impl Mock {
             outlet.finish(response);
         }
         // Only now, so that draining a session waits for the response to be written.
-        session.end(id);
+        session.end(id, call);
         if is_tool_call && response.is_some() {
             self.tool_calls_answered.fetch_add(1, Ordering::SeqCst);
             self.crash_if_calls_used_up();
@@ -779,23 +801,9 @@ impl Mock {
             "ping" if !self.options.no_ping => Ok(json!({})),
             "tools/list" => Ok(json!({"tools": self.tool_definitions()})),
             "tools/call" => self.call_tool(session, params, call, outlet),
-            "resources/list" => Ok(json!({"resources": [{
-                "uri": INFO_URI,
-                "name": "info",
-                "description": "What this mock is.",
-                "mimeType": "text/plain",
-            }]})),
-            "resources/templates/list" => Ok(json!({"resourceTemplates": [{
-                "uriTemplate": format!("{ITEM_PREFIX}{{id}}"),
-                "name": "item",
-                "description": "An item by id; reads as `item <id>`.",
-                "mimeType": "text/plain",
-            }]})),
-            "resources/read" => {
-                let uri = str_param(params, "uri")?;
-                let text = self.resource_text(uri).ok_or_else(|| RpcError::resource_not_found(uri))?;
-                Ok(json!({"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]}))
-            }
+            "resources/list" => Ok(resource_list()),
+            "resources/templates/list" => Ok(resource_template_list()),
+            "resources/read" => self.read_resource(params, RpcError::resource_not_found),
             "resources/subscribe" => {
                 let uri = str_param(params, "uri")?;
                 self.resource_text(uri).ok_or_else(|| RpcError::resource_not_found(uri))?;
@@ -806,11 +814,7 @@ impl Mock {
                 lock(&session.subscriptions).remove(str_param(params, "uri")?);
                 Ok(json!({}))
             }
-            "prompts/list" => Ok(json!({"prompts": [{
-                "name": "greet",
-                "description": "Greets someone by name.",
-                "arguments": [{"name": "name", "description": "Who to greet.", "required": true}],
-            }]})),
+            "prompts/list" => Ok(prompt_list()),
             "prompts/get" => get_prompt(params),
             "completion/complete" => complete(params),
             "logging/setLevel" => {
@@ -844,7 +848,7 @@ impl Mock {
                 "logging": {},
             },
             "serverInfo": {"name": self.options.name, "version": env!("CARGO_PKG_VERSION")},
-            "instructions": "A mock MCP server for testing tether.",
+            "instructions": INSTRUCTIONS,
         }))
     }
 
@@ -982,10 +986,7 @@ impl Mock {
         let id = json!(self.next_server_request.fetch_add(1, Ordering::SeqCst));
         let key = id_key(&id);
         lock(&t.session.awaiting).insert(key.clone(), Arc::clone(t.call));
-        let params = json!({
-            "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
-            "maxTokens": 256,
-        });
+        let params = sampling_params(prompt);
         t.outlet.send(&json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": params}));
         let reply = t.call.await_reply();
         lock(&t.session.awaiting).remove(&key);
@@ -1001,6 +1002,13 @@ impl Mock {
         }
     }
 
+    /// `resources/read`; an unknown URI gets the error `not_found` makes.
+    fn read_resource(&self, params: &Value, not_found: fn(&str) -> RpcError) -> Result<Value, Stop> {
+        let uri = str_param(params, "uri")?;
+        let text = self.resource_text(uri).ok_or_else(|| not_found(uri))?;
+        Ok(json!({"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]}))
+    }
+
     /// The text of a readable resource.
     fn resource_text(&self, uri: &str) -> Option<String> {
         if uri == INFO_URI {
@@ -1011,12 +1019,49 @@ impl Mock {
     }
 }
 
+/// The `resources/list` result: the one resource, `mock://info`.
+fn resource_list() -> Value {
+    json!({"resources": [{
+        "uri": INFO_URI,
+        "name": "info",
+        "description": "What this mock is.",
+        "mimeType": "text/plain",
+    }]})
+}
+
+/// The `resources/templates/list` result: the one template, `mock://item/{id}`.
+fn resource_template_list() -> Value {
+    json!({"resourceTemplates": [{
+        "uriTemplate": format!("{ITEM_PREFIX}{{id}}"),
+        "name": "item",
+        "description": "An item by id; reads as `item <id>`.",
+        "mimeType": "text/plain",
+    }]})
+}
+
+/// The `prompts/list` result: the one prompt, `greet`.
+fn prompt_list() -> Value {
+    json!({"prompts": [{
+        "name": "greet",
+        "description": "Greets someone by name.",
+        "arguments": [{"name": "name", "description": "Who to greet.", "required": true}],
+    }]})
+}
+
 /// A required string parameter of a request.
 fn str_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcError> {
     params
         .get(name)
         .and_then(Value::as_str)
         .ok_or_else(|| RpcError::invalid_params(format!("missing string parameter `{name}`")))
+}
+
+/// The params of the `sampling/createMessage` the `sample` tool asks for.
+fn sampling_params(prompt: &str) -> Value {
+    json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+        "maxTokens": 256,
+    })
 }
 
 /// The first text of a `sampling/createMessage` result, whose `content` is one
@@ -1170,20 +1215,30 @@ impl HttpFront {
         }
     }
 
-    fn post(&self, mut request: tiny_http::Request) {
+    /// Reads a POST's body; `Err` is the answer when it is not to be served (it
+    /// cannot be read, it is too large, or `--http-status` refuses everything).
+    fn read_body(&self, request: &mut tiny_http::Request) -> Result<Vec<u8>, HttpResponse> {
         let mut body = Vec::new();
         if let Err(e) = request.as_reader().take(MAX_BODY_BYTES + 1).read_to_end(&mut body) {
-            return respond(request, plain(400, &format!("cannot read the body: {e}")));
+            return Err(plain(400, &format!("cannot read the body: {e}")));
         }
         if let Some(status) = self.mock.options.http_status {
             if let Some(method) = peek_method(&body) {
                 self.mock.record(&method);
             }
-            return respond(request, forced_status(status));
+            return Err(forced_status(status));
         }
         if body.len() as u64 > MAX_BODY_BYTES {
-            return respond(request, plain(413, "the body is too large"));
+            return Err(plain(413, "the body is too large"));
         }
+        Ok(body)
+    }
+
+    fn post(&self, mut request: tiny_http::Request) {
+        let body = match self.read_body(&mut request) {
+            Ok(body) => body,
+            Err(refusal) => return respond(request, refusal),
+        };
         let message = match parse_message(&body) {
             Ok(message) => message,
             Err(error) => return respond(request, json_body(400, &error)),
