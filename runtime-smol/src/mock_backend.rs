@@ -12,12 +12,33 @@
 //! resource template (`mock://item/{id}`) and one prompt (`greet`); completions,
 //! resource subscriptions and `logging/setLevel` work too.
 //!
+//! With `--stateless` the mock is instead a modern-only server of the stateless
+//! revision 2026-07-28, over either transport, and the other flags keep working:
+//!
+//! - `server/discover` describes it; `initialize` is -32601 naming the supported
+//!   version, and so are `ping`, `logging/setLevel` and `resources/(un)subscribe`;
+//! - every other request must carry `_meta` with the protocol version and the
+//!   client capabilities (-32602 without them, -32022 for another version);
+//!   results carry `resultType`, lists and reads `ttlMs: 0` and `cacheScope`;
+//! - the mock never sends a request: `sample` and the extra tool `elicit` answer
+//!   `input_required` and finish on the retry that carries the input responses and
+//!   the `requestState` minted for them (-32021 without the client capability);
+//! - `log` logs only at the request's `_meta` log level; `subscriptions/listen` is
+//!   acknowledged, then receives `tools/list_changed` (from `add_tool`) and
+//!   `resources/updated` (from `echo`, for `mock://info`) until it is cancelled;
+//! - over HTTP only POST is served, with no sessions; `MCP-Protocol-Version` and
+//!   `Mcp-Method` must match the body (400, -32020), -32601 is a 404 and the other
+//!   request errors a 400, and a listen is an SSE stream with keep-alive comments
+//!   that ends when the client closes it.
+//!
 //! The file has three parts:
 //!
 //! - the options and the entry point, [`run`];
 //! - the protocol (`Mock`, `Session`, `Call`): a message is parsed into an
 //!   `Incoming`, and every request is served on its own thread, which writes what it
 //!   produces (notifications, server requests, then the response) to an `Outlet`;
+//!   `dispatch` serves the 2025-11-25 methods, `dispatch_stateless` the 2026-07-28
+//!   ones;
 //! - the transports, which only move bytes: over stdio every outlet is stdout; over
 //!   HTTP each POST is an outlet that answers with a JSON body, or with an SSE stream
 //!   when something has to be sent before the response.
@@ -263,6 +284,11 @@ impl RpcError {
             ),
             data: Some(json!({"supported": [STATELESS_PROTOCOL_VERSION]})),
         }
+    }
+
+    /// `HeaderMismatch`: a stateless HTTP request's headers disagree with its body.
+    fn header_mismatch(message: impl Into<String>) -> Self {
+        RpcError { code: -32020, message: message.into(), data: None }
     }
 
     /// `MissingRequiredClientCapability`: the request needs `capability`.
@@ -1713,15 +1739,19 @@ fn serve_http(mock: Arc<Mock>, addr: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// The Streamable HTTP endpoint: sessions by `Mcp-Session-Id`.
+/// The Streamable HTTP endpoint: sessions by `Mcp-Session-Id`, or with
+/// `--stateless` none at all.
 struct HttpFront {
     mock: Arc<Mock>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// With `--stateless`, the one session all POSTs share: the requests in flight
+    /// (which `notifications/cancelled` may name) and the open listens.
+    shared: Arc<Session>,
 }
 
 impl HttpFront {
     fn new(mock: Arc<Mock>) -> Self {
-        HttpFront { mock, sessions: Mutex::new(HashMap::new()) }
+        HttpFront { mock, sessions: Mutex::new(HashMap::new()), shared: Arc::new(Session::new()) }
     }
 
     /// Handles requests until the server shuts down.
@@ -1735,6 +1765,16 @@ impl HttpFront {
         let path = request.url().split('?').next().unwrap_or_default();
         if path != "/mcp" {
             return respond(request, plain(404, "not found: the MCP endpoint is /mcp"));
+        }
+        if self.mock.options.stateless {
+            return match request.method() {
+                tiny_http::Method::Post => self.post_stateless(request),
+                _ => respond(
+                    request,
+                    plain(405, "method not allowed: POST (a stateless server has no GET stream and no sessions)")
+                        .with_header(header("Allow", "POST")),
+                ),
+            };
         }
         match request.method() {
             tiny_http::Method::Post => self.post(request),
@@ -1785,8 +1825,29 @@ impl HttpFront {
                 Err(refusal) => return respond(request, refusal),
             }
         };
-        let exchange: Arc<dyn Outlet> = Arc::new(Exchange::new(request, session_id));
+        let exchange: Arc<dyn Outlet> = Arc::new(Exchange::new(request, Some(session_id)));
         self.mock.receive(&session, message, exchange);
+    }
+
+    /// A POST to a stateless mock: no session is issued or required, and a
+    /// request's headers must agree with its body (400 and -32020 otherwise).
+    fn post_stateless(&self, mut request: tiny_http::Request) {
+        let body = match self.read_body(&mut request) {
+            Ok(body) => body,
+            Err(refusal) => return respond(request, refusal),
+        };
+        let message = match parse_message(&body) {
+            Ok(message) => message,
+            Err(error) => return respond(request, json_body(400, &error)),
+        };
+        if let Incoming::Request { id, method, params } = &message {
+            if let Err(error) = check_stateless_headers(&request, method, params) {
+                self.mock.record(method);
+                return respond(request, json_body(400, &error_response(id, &error)));
+            }
+        }
+        let exchange: Arc<dyn Outlet> = Arc::new(Exchange::new(request, None));
+        self.mock.receive(&self.shared, message, exchange);
     }
 
     fn delete(&self, request: tiny_http::Request) {
@@ -1820,13 +1881,64 @@ impl HttpFront {
 
 type HttpResponse = tiny_http::Response<io::Cursor<Vec<u8>>>;
 
+/// A request header's value (names are case-insensitive).
+fn header_value<'a>(request: &'a tiny_http::Request, name: &'static str) -> Option<&'a str> {
+    request.headers().iter().find(|h| h.field.equiv(name)).map(|h| h.value.as_str())
+}
+
+/// The stateless revision's header checks: `Mcp-Method` must be the method and
+/// `MCP-Protocol-Version` the body's `_meta` version (-32020 when either is
+/// missing or different). Methods the mock does not serve get their -32601, and
+/// a body without a version its -32602, from the protocol instead.
+fn check_stateless_headers(request: &tiny_http::Request, method: &str, params: &Value) -> Result<(), RpcError> {
+    if !STATELESS_METHODS.contains(&method) {
+        return Ok(());
+    }
+    match header_value(request, "Mcp-Method") {
+        Some(value) if value == method => {}
+        Some(value) => {
+            return Err(RpcError::header_mismatch(format!(
+                "Header mismatch: Mcp-Method header value '{value}' does not match body value '{method}'"
+            )))
+        }
+        None => {
+            return Err(RpcError::header_mismatch(format!("Header mismatch: missing Mcp-Method header ('{method}')")))
+        }
+    }
+    let version = params.get("_meta").and_then(|meta| meta.get(META_PROTOCOL_VERSION)).and_then(Value::as_str);
+    let Some(version) = version else { return Ok(()) };
+    match header_value(request, "MCP-Protocol-Version").map(str::trim) {
+        Some(value) if value == version => Ok(()),
+        Some(value) => Err(RpcError::header_mismatch(format!(
+            "Header mismatch: MCP-Protocol-Version header value '{value}' does not match body value '{version}'"
+        ))),
+        None => Err(RpcError::header_mismatch(format!(
+            "Header mismatch: missing MCP-Protocol-Version header ('{version}')"
+        ))),
+    }
+}
+
+/// The HTTP status of a stateless JSON answer: 404 for an unknown method, 400
+/// for the errors about the request itself, 200 otherwise.
+fn stateless_status(response: &Value) -> u16 {
+    match response.pointer("/error/code").and_then(Value::as_i64) {
+        Some(-32601) => 404,
+        Some(-32700 | -32600 | -32602 | -32020 | -32021 | -32022) => 400,
+        _ => 200,
+    }
+}
+
 /// One POST being answered. It answers with a JSON body when the response is the
 /// first thing sent, and otherwise with an SSE stream (chunked) carrying the
 /// notifications and server requests, then the response. An exchange that ends
 /// without sending anything (a notification, a response, a cancelled request)
 /// answers 202 Accepted.
+///
+/// Without a session (`--stateless`) no `Mcp-Session-Id` is sent, a JSON error
+/// gets the status [`stateless_status`] picks, and an open stream can be probed
+/// with SSE comments ([`Outlet::keep_alive`]).
 struct Exchange {
-    session_id: String,
+    session_id: Option<String>,
     state: Mutex<ExchangeState>,
 }
 
@@ -1837,7 +1949,7 @@ enum ExchangeState {
 }
 
 impl Exchange {
-    fn new(request: tiny_http::Request, session_id: String) -> Self {
+    fn new(request: tiny_http::Request, session_id: Option<String>) -> Self {
         Exchange { session_id, state: Mutex::new(ExchangeState::Waiting(request)) }
     }
 
@@ -1846,11 +1958,15 @@ impl Exchange {
         match state {
             ExchangeState::Waiting(request) => {
                 let mut writer = request.into_writer();
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
-                     Mcp-Session-Id: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
-                    self.session_id
-                );
+                let head = match &self.session_id {
+                    Some(session_id) => format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+                         Mcp-Session-Id: {session_id}\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    ),
+                    None => "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+                             X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        .to_string(),
+                };
                 match writer.write_all(head.as_bytes()).and_then(|()| writer.flush()) {
                     Ok(()) => ExchangeState::Streaming(writer),
                     Err(_) => ExchangeState::Ended,
@@ -1863,8 +1979,12 @@ impl Exchange {
 
 /// Writes one SSE event as one chunk.
 fn write_event(writer: &mut dyn Write, message: &Value) -> io::Result<()> {
-    let event = format!("event: message\ndata: {message}\n\n");
-    write!(writer, "{:x}\r\n{event}\r\n", event.len())?;
+    write_chunk(writer, &format!("event: message\ndata: {message}\n\n"))
+}
+
+/// Writes `text` as one chunk of a chunked body.
+fn write_chunk(writer: &mut dyn Write, text: &str) -> io::Result<()> {
+    write!(writer, "{:x}\r\n{text}\r\n", text.len())?;
     writer.flush()
 }
 
@@ -1889,9 +2009,12 @@ impl Outlet for Exchange {
     fn finish(&self, response: &Value) {
         let mut state = lock(&self.state);
         match std::mem::replace(&mut *state, ExchangeState::Ended) {
-            ExchangeState::Waiting(request) => {
-                respond(request, json_body(200, response).with_header(header("Mcp-Session-Id", &self.session_id)));
-            }
+            ExchangeState::Waiting(request) => match &self.session_id {
+                Some(session_id) => {
+                    respond(request, json_body(200, response).with_header(header("Mcp-Session-Id", session_id)));
+                }
+                None => respond(request, json_body(stateless_status(response), response)),
+            },
             ExchangeState::Streaming(mut writer) => {
                 let _ = write_event(&mut writer, response).and_then(|()| end_chunks(&mut writer));
             }
@@ -1902,6 +2025,26 @@ impl Outlet for Exchange {
     fn open_stream(&self) {
         let mut state = lock(&self.state);
         *state = self.stream(std::mem::replace(&mut *state, ExchangeState::Ended));
+    }
+
+    /// Sends an SSE comment on an open stream; a failed write means the client
+    /// closed it.
+    fn keep_alive(&self) -> bool {
+        let mut state = lock(&self.state);
+        match std::mem::replace(&mut *state, ExchangeState::Ended) {
+            ExchangeState::Streaming(mut writer) => {
+                let alive = write_chunk(&mut writer, ":\n\n").is_ok();
+                if alive {
+                    *state = ExchangeState::Streaming(writer);
+                }
+                alive
+            }
+            ExchangeState::Waiting(request) => {
+                *state = ExchangeState::Waiting(request);
+                true
+            }
+            ExchangeState::Ended => false,
+        }
     }
 }
 
@@ -2543,13 +2686,18 @@ mod tests {
     /// Sends one HTTP/1.1 request and returns the open connection, positioned at
     /// the start of the response.
     fn http_send(addr: SocketAddr, method: &str, session: Option<&str>, body: &str) -> BufReader<TcpStream> {
+        let session = session.map(|id| format!("Mcp-Session-Id: {id}\r\n")).unwrap_or_default();
+        http_send_with(addr, method, &session, body)
+    }
+
+    /// [`http_send`] with extra header lines (each ending in CRLF).
+    fn http_send_with(addr: SocketAddr, method: &str, headers: &str, body: &str) -> BufReader<TcpStream> {
         let mut stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(WAIT)).expect("timeout");
-        let session = session.map(|id| format!("Mcp-Session-Id: {id}\r\n")).unwrap_or_default();
         write!(
             stream,
             "{method} /mcp HTTP/1.1\r\nHost: mock\r\nConnection: close\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\n\r\n{body}",
+             Accept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .expect("send");
@@ -2558,7 +2706,13 @@ mod tests {
 
     /// Sends a request and reads the whole response: status, headers, body.
     fn http(addr: SocketAddr, method: &str, session: Option<&str>, body: &str) -> (u16, String, String) {
-        let mut reader = http_send(addr, method, session, body);
+        let session = session.map(|id| format!("Mcp-Session-Id: {id}\r\n")).unwrap_or_default();
+        http_with(addr, method, &session, body)
+    }
+
+    /// [`http`] with extra header lines (each ending in CRLF).
+    fn http_with(addr: SocketAddr, method: &str, headers: &str, body: &str) -> (u16, String, String) {
+        let mut reader = http_send_with(addr, method, headers, body);
         let mut text = String::new();
         reader.read_to_string(&mut text).expect("a response");
         let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
@@ -2622,6 +2776,131 @@ mod tests {
         let mut rest = String::new();
         stream.read_to_string(&mut rest).expect("the rest of the stream");
         assert!(rest.contains(r#""text":"sampled""#), "{rest}");
+    }
+
+    /// A stateless mock serving HTTP on an ephemeral port, with its front (to
+    /// look at its open listens) and a keep-alive period of `keep_alive`.
+    fn stateless_http_mock(keep_alive: Duration) -> (SocketAddr, Arc<HttpFront>) {
+        let server = tiny_http::Server::http("127.0.0.1:0").expect("bind");
+        let addr = server.server_addr().to_ip().expect("an IP address");
+        let mut mock = Mock::new(stateless()).expect("valid options");
+        mock.keep_alive = keep_alive;
+        let front = Arc::new(HttpFront::new(Arc::new(mock)));
+        let serving = Arc::clone(&front);
+        thread::spawn(move || serving.serve(&server));
+        (addr, front)
+    }
+
+    /// A stateless request body and the headers that agree with it.
+    fn stateless_post(id: u64, method: &str, params: Value) -> (String, String) {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": modern(params)}).to_string();
+        let headers = format!("MCP-Protocol-Version: {STATELESS_PROTOCOL_VERSION}\r\nMcp-Method: {method}\r\n");
+        (headers, body)
+    }
+
+    /// The JSON body of a response.
+    fn json_of(body: &str) -> Value {
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+    }
+
+    /// Reads an SSE stream up to its next event, skipping the response head and
+    /// comments.
+    fn next_event(stream: &mut BufReader<TcpStream>) -> Value {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(stream.read_line(&mut line).expect("a line") > 0, "the stream ended early");
+            if let Some(data) = line.strip_prefix("data: ") {
+                return serde_json::from_str(data).expect("JSON event");
+            }
+        }
+    }
+
+    #[test]
+    fn http_stateless_checks_headers_and_maps_errors_to_statuses() {
+        let (addr, _front) = stateless_http_mock(KEEP_ALIVE);
+        assert_eq!(http_with(addr, "GET", "", "").0, 405);
+        assert_eq!(http_with(addr, "DELETE", "Mcp-Session-Id: x\r\n", "").0, 405);
+
+        let (headers, body) = stateless_post(1, "server/discover", json!({}));
+        let (status, head, answer) = http_with(addr, "POST", &headers, &body);
+        assert_eq!(status, 200, "{head}");
+        assert!(!head.to_ascii_lowercase().contains("mcp-session-id"), "{head}");
+        assert_eq!(json_of(&answer)["result"]["supportedVersions"], json!(["2026-07-28"]));
+
+        let (_, body) = stateless_post(2, "tools/list", json!({}));
+        let no_version = "Mcp-Method: tools/list\r\n";
+        let (status, _, answer) = http_with(addr, "POST", no_version, &body);
+        assert_eq!((status, json_of(&answer)["error"]["code"].clone()), (400, json!(-32020)));
+        let other_version = "Mcp-Method: tools/list\r\nMCP-Protocol-Version: 2025-11-25\r\n";
+        assert_eq!(json_of(&http_with(addr, "POST", other_version, &body).2)["error"]["code"], -32020);
+        let wrong_method = format!("Mcp-Method: tools/call\r\nMCP-Protocol-Version: {STATELESS_PROTOCOL_VERSION}\r\n");
+        let (status, _, answer) = http_with(addr, "POST", &wrong_method, &body);
+        assert_eq!(
+            (status, json_of(&answer)["error"]["code"].clone(), json_of(&answer)["id"].clone()),
+            (400, json!(-32020), json!(2))
+        );
+
+        let initialize = r#"{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#;
+        let (status, _, answer) = http_with(addr, "POST", "MCP-Protocol-Version: 2025-11-25\r\n", initialize);
+        assert_eq!((status, json_of(&answer)["error"]["data"].clone()), (404, json!({"supported": ["2026-07-28"]})));
+
+        let old = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list",
+            "params": {"_meta": {META_PROTOCOL_VERSION: "2025-11-25", META_CLIENT_CAPABILITIES: {}}}});
+        let (status, _, answer) = http_with(addr, "POST", other_version, &old.to_string());
+        assert_eq!((status, json_of(&answer)["error"]["code"].clone()), (400, json!(-32022)));
+        let bare = r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{}}"#;
+        let (status, _, answer) = http_with(addr, "POST", no_version, bare);
+        assert_eq!((status, json_of(&answer)["error"]["code"].clone()), (400, json!(-32602)));
+
+        let call = json!({"name": "sample", "arguments": {"prompt": "p"}});
+        let unable =
+            json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": with_meta(call.clone(), json!({}))});
+        let call_headers = format!("Mcp-Method: tools/call\r\nMCP-Protocol-Version: {STATELESS_PROTOCOL_VERSION}\r\n");
+        let (status, _, answer) = http_with(addr, "POST", &call_headers, &unable.to_string());
+        assert_eq!((status, json_of(&answer)["error"]["code"].clone()), (400, json!(-32021)));
+        let (headers, body) = stateless_post(7, "tools/call", call);
+        let (status, _, answer) = http_with(addr, "POST", &headers, &body);
+        assert_eq!((status, json_of(&answer)["result"]["resultType"].clone()), (200, json!("input_required")));
+
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(http_with(addr, "POST", "", note).0, 202);
+    }
+
+    #[test]
+    fn http_stateless_listen_streams_changes_and_ends_when_the_client_closes() {
+        let (addr, front) = stateless_http_mock(Duration::from_millis(20));
+        let (headers, body) =
+            stateless_post(1, "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
+        let mut listen = http_send_with(addr, "POST", &headers, &body);
+        let mut status_line = String::new();
+        listen.read_line(&mut status_line).expect("a status line");
+        assert!(status_line.contains("200"), "{status_line}");
+        let ack = next_event(&mut listen);
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+        assert_eq!(ack["params"]["_meta"][META_SUBSCRIPTION_ID], 1);
+
+        let (headers, body) = stateless_post(2, "tools/call", json!({"name": "add_tool"}));
+        let (status, _, answer) = http_with(addr, "POST", &headers, &body);
+        assert_eq!((status, json_of(&answer)["result"]["resultType"].clone()), (200, json!("complete")));
+        let changed = next_event(&mut listen);
+        assert_eq!(
+            changed,
+            notification("notifications/tools/list_changed", json!({"_meta": {META_SUBSCRIPTION_ID: 1}}))
+        );
+        let mut line = String::new();
+        while line != ":\n" {
+            line.clear();
+            listen.read_line(&mut line).expect("a keep-alive");
+        }
+
+        assert_eq!(lock(&front.shared.listens).open.len(), 1);
+        drop(listen);
+        let deadline = Instant::now() + WAIT;
+        while !lock(&front.shared.listens).open.is_empty() {
+            assert!(Instant::now() < deadline, "the listen outlived its stream");
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 
     #[test]
