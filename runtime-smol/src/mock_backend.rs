@@ -2426,8 +2426,7 @@ mod tests {
         let refused = harness.request(4, "tools/list", old);
         assert_eq!(refused["error"]["code"], -32022);
         assert_eq!(refused["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "2025-11-25"}));
-        let bad_level = modern(json!({}));
-        let mut bad_level = bad_level;
+        let mut bad_level = modern(json!({}));
         bad_level["_meta"][META_LOG_LEVEL] = json!("loud");
         assert_eq!(harness.request(5, "tools/list", bad_level)["error"]["code"], -32602);
     }
@@ -2503,7 +2502,9 @@ mod tests {
         other_arguments["arguments"] = json!({"prompt": "other"});
         assert_eq!(harness.request(4, "tools/call", other_arguments)["error"]["code"], -32602);
         let mut stateless_retry = retry;
-        stateless_retry.as_object_mut().map(|params| params.remove("requestState"));
+        if let Some(params) = stateless_retry.as_object_mut() {
+            params.remove("requestState");
+        }
         assert_eq!(harness.request(5, "tools/call", stateless_retry)["error"]["code"], -32602);
 
         let unable = harness.request(6, "tools/call", with_meta(call, json!({"elicitation": {}})));
