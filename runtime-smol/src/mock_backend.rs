@@ -12,12 +12,33 @@
 //! resource template (`mock://item/{id}`) and one prompt (`greet`); completions,
 //! resource subscriptions and `logging/setLevel` work too.
 //!
+//! With `--stateless` the mock is instead a modern-only server of the stateless
+//! revision 2026-07-28, over either transport, and the other flags keep working:
+//!
+//! - `server/discover` describes it; `initialize` is -32601 naming the supported
+//!   version, and so are `ping`, `logging/setLevel` and `resources/(un)subscribe`;
+//! - every other request must carry `_meta` with the protocol version and the
+//!   client capabilities (-32602 without them, -32022 for another version);
+//!   results carry `resultType`, lists and reads `ttlMs: 0` and `cacheScope`;
+//! - the mock never sends a request: `sample` and the extra tool `elicit` answer
+//!   `input_required` and finish on the retry that carries the input responses and
+//!   the `requestState` minted for them (-32021 without the client capability);
+//! - `log` logs only at the request's `_meta` log level; `subscriptions/listen` is
+//!   acknowledged, then receives `tools/list_changed` (from `add_tool`) and
+//!   `resources/updated` (from `echo`, for `mock://info`) until it is cancelled;
+//! - over HTTP only POST is served, with no sessions; `MCP-Protocol-Version` and
+//!   `Mcp-Method` must match the body (400, -32020), -32601 is a 404 and the other
+//!   request errors a 400, and a listen is an SSE stream with keep-alive comments
+//!   that ends when the client closes it.
+//!
 //! The file has three parts:
 //!
 //! - the options and the entry point, [`run`];
 //! - the protocol (`Mock`, `Session`, `Call`): a message is parsed into an
 //!   `Incoming`, and every request is served on its own thread, which writes what it
 //!   produces (notifications, server requests, then the response) to an `Outlet`;
+//!   `dispatch` serves the 2025-11-25 methods, `dispatch_stateless` the 2026-07-28
+//!   ones;
 //! - the transports, which only move bytes: over stdio every outlet is stdout; over
 //!   HTTP each POST is an outlet that answers with a JSON body, or with an SSE stream
 //!   when something has to be sent before the response.
@@ -37,6 +58,9 @@ use serde_json::{json, Map, Value};
 /// The MCP protocol version the mock speaks (and answers with when the client asks
 /// for a version it does not know).
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// The stateless MCP revision the mock speaks with `--stateless` (and only it).
+pub const STATELESS_PROTOCOL_VERSION: &str = "2026-07-28";
 
 /// The exit code of a deliberate crash (`crash` tool, `--crash-after`).
 pub const CRASH_EXIT_CODE: i32 = 3;
@@ -80,7 +104,8 @@ pub struct MockOptions {
     #[arg(long)]
     pub no_ping: bool,
 
-    /// Delay the answer to initialize by MS milliseconds.
+    /// Delay the answer to initialize (to server/discover with --stateless) by MS
+    /// milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub init_delay_ms: u64,
 
@@ -92,6 +117,14 @@ pub struct MockOptions {
     /// may be shared by successive processes).
     #[arg(long, value_name = "PATH")]
     pub state_file: Option<PathBuf>,
+
+    /// Speak only the stateless MCP revision 2026-07-28: server/discover instead of
+    /// initialize, per-request _meta (version, client capabilities, log level),
+    /// input_required results instead of server requests (tools `sample` and
+    /// `elicit`), subscriptions/listen for change notifications, and over HTTP POST
+    /// only, without sessions, with MCP-Protocol-Version and Mcp-Method checked.
+    #[arg(long)]
+    pub stateless: bool,
 }
 
 impl Default for MockOptions {
@@ -109,6 +142,7 @@ impl Default for MockOptions {
             init_delay_ms: 0,
             http_status: None,
             state_file: None,
+            stateless: false,
         }
     }
 }
@@ -163,8 +197,39 @@ const INFO_URI: &str = "mock://info";
 /// The URI prefix of the resource template `mock://item/{id}`.
 const ITEM_PREFIX: &str = "mock://item/";
 
+/// The `instructions` the mock gives its clients.
+const INSTRUCTIONS: &str = "A mock MCP server for testing tether.";
+
 /// The tool `add_tool` adds.
 const ADDED_TOOL: &str = "added";
+
+/// Per-request `_meta` keys of the stateless revision.
+const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// The `_meta` key naming the listen a notification belongs to.
+const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// The result `_meta` key of the server's identity.
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The methods served with `--stateless`; everything else (`initialize`, `ping`,
+/// `logging/setLevel`, `resources/subscribe`, ...) is -32601.
+const STATELESS_METHODS: [&str; 10] = [
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "subscriptions/listen",
+];
+
+/// How often an open listen over HTTP sends an SSE comment, to keep the stream
+/// alive and to notice a client that has gone.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// MCP log levels, least severe first.
 const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
@@ -174,32 +239,74 @@ const LOG_LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "c
 struct RpcError {
     code: i64,
     message: String,
+    /// The optional `data` member.
+    data: Option<Value>,
 }
 
 impl RpcError {
     fn parse_error(message: impl Into<String>) -> Self {
-        RpcError { code: -32700, message: message.into() }
+        RpcError { code: -32700, message: message.into(), data: None }
     }
 
     fn invalid_request(message: impl Into<String>) -> Self {
-        RpcError { code: -32600, message: message.into() }
+        RpcError { code: -32600, message: message.into(), data: None }
     }
 
     fn method_not_found(method: &str) -> Self {
-        RpcError { code: -32601, message: format!("method not found: {method}") }
+        RpcError { code: -32601, message: format!("method not found: {method}"), data: None }
     }
 
     fn invalid_params(message: impl Into<String>) -> Self {
-        RpcError { code: -32602, message: message.into() }
+        RpcError { code: -32602, message: message.into(), data: None }
     }
 
     fn internal(message: impl Into<String>) -> Self {
-        RpcError { code: -32603, message: message.into() }
+        RpcError { code: -32603, message: message.into(), data: None }
     }
 
     /// MCP's "resource not found".
     fn resource_not_found(uri: &str) -> Self {
-        RpcError { code: -32002, message: format!("resource not found: {uri}") }
+        RpcError { code: -32002, message: format!("resource not found: {uri}"), data: None }
+    }
+
+    /// A stateless server's "resource not found" (-32002 is retired in 2026-07-28).
+    fn unknown_resource(uri: &str) -> Self {
+        RpcError::invalid_params(format!("resource not found: {uri}"))
+    }
+
+    /// A stateless server's answer to `initialize`, naming the versions it speaks.
+    fn initialize_refused() -> Self {
+        RpcError {
+            code: -32601,
+            message: format!(
+                "method not found: initialize (this server speaks only the stateless MCP revision; \
+                 supported versions: {STATELESS_PROTOCOL_VERSION})"
+            ),
+            data: Some(json!({"supported": [STATELESS_PROTOCOL_VERSION]})),
+        }
+    }
+
+    /// `HeaderMismatch`: a stateless HTTP request's headers disagree with its body.
+    fn header_mismatch(message: impl Into<String>) -> Self {
+        RpcError { code: -32020, message: message.into(), data: None }
+    }
+
+    /// `MissingRequiredClientCapability`: the request needs `capability`.
+    fn missing_capability(capability: &str) -> Self {
+        RpcError {
+            code: -32021,
+            message: format!("missing required client capability: {capability}"),
+            data: Some(json!({"requiredCapabilities": {capability: {}}})),
+        }
+    }
+
+    /// `UnsupportedProtocolVersion`, for a stateless request at `requested`.
+    fn unsupported_version(requested: &str) -> Self {
+        RpcError {
+            code: -32022,
+            message: format!("unsupported protocol version: {requested}"),
+            data: Some(json!({"supported": [STATELESS_PROTOCOL_VERSION], "requested": requested})),
+        }
     }
 }
 
@@ -263,7 +370,11 @@ fn success_response(id: &Value, result: Value) -> Value {
 }
 
 fn error_response(id: &Value, error: &RpcError) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": error.code, "message": error.message}})
+    let mut object = json!({"code": error.code, "message": error.message});
+    if let Some(data) = &error.data {
+        object["data"] = data.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": object})
 }
 
 fn notification(method: &str, params: Value) -> Value {
@@ -284,6 +395,12 @@ trait Outlet: Send + Sync {
     /// Announces that messages will precede the response (HTTP opens its SSE stream
     /// now rather than at the first message).
     fn open_stream(&self) {}
+
+    /// Checks that the client can still be reached, sending a keep-alive if the
+    /// transport has one (an SSE comment): `false` once it is known to be gone.
+    fn keep_alive(&self) -> bool {
+        true
+    }
 }
 
 /// Why serving a request stopped short of a result.
@@ -295,6 +412,9 @@ enum Stop {
     Error(RpcError),
     /// A tool failed: answered with a result carrying `isError: true` and this text.
     ToolError(String),
+    /// The request needs the client's input first (stateless mode): answered with
+    /// this `input_required` result.
+    InputRequired(Value),
 }
 
 impl From<RpcError> for Stop {
@@ -394,6 +514,87 @@ struct Session {
     call_ended: Condvar,
     /// Server requests awaiting the client's answer, by id, with the call that sent them.
     awaiting: Mutex<HashMap<String, Arc<Call>>>,
+    /// Open `subscriptions/listen` requests (stateless mode).
+    listens: Mutex<Listens>,
+}
+
+/// A session's open listens.
+#[derive(Default)]
+struct Listens {
+    open: Vec<Listen>,
+    /// The transport is closing: a listen opened now ends at once.
+    closing: bool,
+}
+
+/// An open `subscriptions/listen`: where its notifications go and which it wants.
+struct Listen {
+    /// The listen request's id, which is also its subscription id.
+    id: Value,
+    filter: ListenFilter,
+    call: Arc<Call>,
+    outlet: Arc<dyn Outlet>,
+}
+
+/// The notifications a listen asked for that the mock honours.
+#[derive(Debug, Default, PartialEq)]
+struct ListenFilter {
+    tools_list_changed: bool,
+    prompts_list_changed: bool,
+    resources_list_changed: bool,
+    /// URIs for `notifications/resources/updated`, when the client asked for any.
+    resource_subscriptions: Option<Vec<String>>,
+}
+
+impl ListenFilter {
+    /// Reads `params.notifications`; -32602 when it is missing or ill-typed.
+    fn parse(params: &Value) -> Result<Self, RpcError> {
+        let Some(Value::Object(asked)) = params.get("notifications") else {
+            return Err(RpcError::invalid_params("subscriptions/listen needs the object `notifications`"));
+        };
+        let flag = |name: &str| match asked.get(name) {
+            None | Some(Value::Bool(false)) => Ok(false),
+            Some(Value::Bool(true)) => Ok(true),
+            Some(_) => Err(RpcError::invalid_params(format!("`notifications.{name}` must be a boolean"))),
+        };
+        let resource_subscriptions = match asked.get("resourceSubscriptions") {
+            None => None,
+            Some(Value::Array(uris)) => Some(
+                uris.iter()
+                    .map(|uri| uri.as_str().map(String::from))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| RpcError::invalid_params("`notifications.resourceSubscriptions` must list URIs"))?,
+            ),
+            Some(_) => return Err(RpcError::invalid_params("`notifications.resourceSubscriptions` must be an array")),
+        };
+        Ok(ListenFilter {
+            tools_list_changed: flag("toolsListChanged")?,
+            prompts_list_changed: flag("promptsListChanged")?,
+            resources_list_changed: flag("resourcesListChanged")?,
+            resource_subscriptions,
+        })
+    }
+
+    /// The filter as the `notifications` of the acknowledgement.
+    fn to_json(&self) -> Value {
+        let mut object = Map::new();
+        for (name, wanted) in [
+            ("toolsListChanged", self.tools_list_changed),
+            ("promptsListChanged", self.prompts_list_changed),
+            ("resourcesListChanged", self.resources_list_changed),
+        ] {
+            if wanted {
+                object.insert(name.to_string(), json!(true));
+            }
+        }
+        if let Some(uris) = &self.resource_subscriptions {
+            object.insert("resourceSubscriptions".to_string(), json!(uris));
+        }
+        Value::Object(object)
+    }
+
+    fn watches(&self, uri: &str) -> bool {
+        self.resource_subscriptions.as_ref().is_some_and(|uris| uris.iter().any(|watched| watched == uri))
+    }
 }
 
 impl Session {
@@ -405,6 +606,7 @@ impl Session {
             calls: Mutex::new(HashMap::new()),
             call_ended: Condvar::new(),
             awaiting: Mutex::new(HashMap::new()),
+            listens: Mutex::new(Listens::default()),
         }
     }
 
@@ -415,9 +617,14 @@ impl Session {
         call
     }
 
-    /// Forgets a request whose serving is over.
-    fn end(&self, id: &Value) {
-        lock(&self.calls).remove(&id_key(id));
+    /// Forgets a request whose serving is over (unless a later request reused its
+    /// id, which a stateless HTTP client sharing the session may do).
+    fn end(&self, id: &Value, call: &Arc<Call>) {
+        let mut calls = lock(&self.calls);
+        if calls.get(&id_key(id)).is_some_and(|current| Arc::ptr_eq(current, call)) {
+            calls.remove(&id_key(id));
+        }
+        drop(calls);
         self.call_ended.notify_all();
     }
 
@@ -458,6 +665,43 @@ impl Session {
         }
     }
 
+    /// Opens a listen: sends its acknowledgement, then lets notifications reach it
+    /// (under one lock, so that none precedes the acknowledgement). On a closing
+    /// transport the listen is ended at once.
+    fn open_listen(&self, listen: Listen, acknowledgement: &Value) {
+        let mut listens = lock(&self.listens);
+        if listens.closing {
+            return listen.call.cancel();
+        }
+        listen.outlet.send(acknowledgement);
+        listens.open.push(listen);
+    }
+
+    /// Forgets the listen served by `call`.
+    fn close_listen(&self, call: &Arc<Call>) {
+        lock(&self.listens).open.retain(|listen| !Arc::ptr_eq(&listen.call, call));
+    }
+
+    /// Ends every open listen, and those opened from now on (the transport is
+    /// closing).
+    fn end_listens(&self) {
+        let mut listens = lock(&self.listens);
+        listens.closing = true;
+        for listen in &listens.open {
+            listen.call.cancel();
+        }
+    }
+
+    /// Sends the notification `method` to every open listen that `wants` it, with
+    /// `params` (an object) plus the listen's subscription id.
+    fn notify_listens(&self, method: &str, params: &Value, wants: impl Fn(&ListenFilter) -> bool) {
+        for listen in lock(&self.listens).open.iter().filter(|listen| wants(&listen.filter)) {
+            let mut params = params.clone();
+            params["_meta"] = json!({META_SUBSCRIPTION_ID: listen.id});
+            listen.outlet.send(&notification(method, params));
+        }
+    }
+
     fn is_subscribed(&self, uri: &str) -> bool {
         lock(&self.subscriptions).contains(uri)
     }
@@ -482,6 +726,8 @@ enum Builtin {
     Pid,
     AddTool,
     Log,
+    /// Stateless mode only.
+    Elicit,
 }
 
 impl Builtin {
@@ -499,6 +745,15 @@ impl Builtin {
         Builtin::Log,
     ];
 
+    /// The built-in tools offered only with `--stateless`.
+    const STATELESS_ONLY: [Builtin; 1] = [Builtin::Elicit];
+
+    /// The built-in tools a mock in this mode can offer, in `tools/list` order.
+    fn available(stateless: bool) -> Vec<Builtin> {
+        let extra = if stateless { &Builtin::STATELESS_ONLY[..] } else { &[] };
+        Builtin::ALL.iter().chain(extra).copied().collect()
+    }
+
     fn name(self) -> &'static str {
         match self {
             Builtin::Echo => "echo",
@@ -512,11 +767,12 @@ impl Builtin {
             Builtin::Pid => "pid",
             Builtin::AddTool => "add_tool",
             Builtin::Log => "log",
+            Builtin::Elicit => "elicit",
         }
     }
 
     fn from_name(name: &str) -> Option<Builtin> {
-        Builtin::ALL.into_iter().find(|tool| tool.name() == name)
+        Builtin::ALL.into_iter().chain(Builtin::STATELESS_ONLY).find(|tool| tool.name() == name)
     }
 
     /// The tool's entry in `tools/list`.
@@ -566,6 +822,9 @@ impl Builtin {
                     "message": {"type": "string", "description": "The message to log."}
                 }, "required": ["message"]}),
             ),
+            Builtin::Elicit => {
+                ("Asks the client for a name (elicitation/create, form mode) and greets it.", no_arguments)
+            }
         };
         let mut tool = json!({"name": self.name(), "description": description, "inputSchema": schema});
         if matches!(self, Builtin::Echo | Builtin::Add) {
@@ -590,8 +849,14 @@ struct ToolCall<'a> {
     session: &'a Session,
     call: &'a Arc<Call>,
     outlet: &'a dyn Outlet,
+    /// The tool's name, as called.
+    name: &'a str,
     arguments: &'a Map<String, Value>,
     progress_token: Option<&'a Value>,
+    /// The request's `params` (for `inputResponses` and `requestState`).
+    params: &'a Value,
+    /// The request's `_meta`, in stateless mode.
+    meta: Option<&'a RequestMeta>,
 }
 
 impl ToolCall<'_> {
@@ -620,10 +885,90 @@ impl ToolCall<'_> {
     }
 }
 
+/// What a stateless request's `_meta` says about its client.
+#[derive(Debug)]
+struct RequestMeta {
+    capabilities: Map<String, Value>,
+    /// The index in [`LOG_LEVELS`] of the least severe level the client wants
+    /// logged, when it wants logs at all.
+    log_threshold: Option<usize>,
+}
+
+impl RequestMeta {
+    /// Reads `params._meta`: -32602 when the protocol version or the client
+    /// capabilities are missing or ill-typed (or the log level is unknown), -32022
+    /// when the version is not [`STATELESS_PROTOCOL_VERSION`].
+    fn parse(params: &Value) -> Result<Self, RpcError> {
+        let Some(meta) = params.get("_meta").and_then(Value::as_object) else {
+            return Err(RpcError::invalid_params("missing `params._meta` (a stateless request needs it)"));
+        };
+        let version = match meta.get(META_PROTOCOL_VERSION) {
+            Some(Value::String(version)) => version,
+            Some(_) => {
+                return Err(RpcError::invalid_params(format!("`_meta.{META_PROTOCOL_VERSION}` must be a string")))
+            }
+            None => return Err(RpcError::invalid_params(format!("missing `_meta.{META_PROTOCOL_VERSION}`"))),
+        };
+        let capabilities = match meta.get(META_CLIENT_CAPABILITIES) {
+            Some(Value::Object(capabilities)) => capabilities.clone(),
+            Some(_) => {
+                return Err(RpcError::invalid_params(format!("`_meta.{META_CLIENT_CAPABILITIES}` must be an object")))
+            }
+            None => return Err(RpcError::invalid_params(format!("missing `_meta.{META_CLIENT_CAPABILITIES}`"))),
+        };
+        if version != STATELESS_PROTOCOL_VERSION {
+            return Err(RpcError::unsupported_version(version));
+        }
+        let log_threshold = match meta.get(META_LOG_LEVEL) {
+            None => None,
+            Some(level) => Some(
+                LOG_LEVELS
+                    .iter()
+                    .position(|known| Some(*known) == level.as_str())
+                    .ok_or_else(|| RpcError::invalid_params(format!("unknown log level {level}")))?,
+            ),
+        };
+        Ok(RequestMeta { capabilities, log_threshold })
+    }
+
+    /// Whether the client declared the capability `name`.
+    fn has_capability(&self, name: &str) -> bool {
+        self.capabilities.get(name).is_some_and(Value::is_object)
+    }
+
+    /// Whether the client asked for log entries at `level`.
+    fn logs_at(&self, level: &str) -> bool {
+        let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(0);
+        self.log_threshold.is_some_and(|threshold| rank >= threshold)
+    }
+}
+
+/// Marks a stateless result as final (`"resultType": "complete"`).
+fn complete_result(mut result: Value) -> Value {
+    result["resultType"] = json!("complete");
+    result
+}
+
+/// Adds a stateless list (or read) result's caching hints: stale at once, and
+/// for this client only.
+fn cacheable(mut result: Value) -> Value {
+    result["ttlMs"] = json!(0);
+    result["cacheScope"] = json!("private");
+    result
+}
+
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// A tool result with one text item.
 fn text_result(text: impl Into<String>) -> Value {
     json!({"content": [{"type": "text", "text": text.into()}]})
 }
+
+/// The call a `requestState` was minted for: a tool and its arguments.
+type MintedFor = (String, Map<String, Value>);
 
 /// The mock server: its options and the state all sessions share.
 struct Mock {
@@ -635,20 +980,27 @@ struct Mock {
     /// Held while a tool call is answered and counted under --crash-after.
     crash_gate: std::sync::Mutex<()>,
     next_server_request: AtomicU64,
+    /// The `requestState`s minted for `input_required` results (stateless mode),
+    /// with the tool and arguments of the call each belongs to.
+    minted_states: Mutex<HashMap<String, MintedFor>>,
+    next_state: AtomicU64,
+    /// The keep-alive period of an open listen.
+    keep_alive: Duration,
 }
 
 impl Mock {
     /// Checks the options; `--tools` must name built-in tools only.
     fn new(options: MockOptions) -> io::Result<Self> {
+        let available = Builtin::available(options.stateless);
         let offered = match &options.tools {
-            None => Builtin::ALL.to_vec(),
+            None => available,
             Some(names) => names
                 .iter()
                 .map(|name| name.trim())
                 .filter(|name| !name.is_empty())
                 .map(|name| {
-                    Builtin::from_name(name).ok_or_else(|| {
-                        let known: Vec<_> = Builtin::ALL.iter().map(|tool| tool.name()).collect();
+                    Builtin::from_name(name).filter(|tool| available.contains(tool)).ok_or_else(|| {
+                        let known: Vec<_> = available.iter().map(|tool| tool.name()).collect();
                         io::Error::new(
                             io::ErrorKind::InvalidInput,
                             format!("--tools: unknown tool `{name}` (built-in tools: {})", known.join(", ")),
@@ -664,6 +1016,9 @@ impl Mock {
             tool_calls_answered: AtomicU64::new(0),
             crash_gate: std::sync::Mutex::new(()),
             next_server_request: AtomicU64::new(1),
+            minted_states: Mutex::new(HashMap::new()),
+            next_state: AtomicU64::new(1),
+            keep_alive: KEEP_ALIVE,
         })
     }
 
@@ -679,11 +1034,19 @@ impl Mock {
                 let call = session.begin(&id);
                 let (mock, session_for_thread) = (Arc::clone(self), Arc::clone(session));
                 let (id_for_thread, outlet_for_thread) = (id.clone(), Arc::clone(&outlet));
+                let call_for_thread = Arc::clone(&call);
                 let spawned = thread::Builder::new().name("mock-request".to_string()).spawn(move || {
-                    mock.serve(&session_for_thread, &id_for_thread, &method, &params, &call, &*outlet_for_thread)
+                    mock.serve(
+                        &session_for_thread,
+                        &id_for_thread,
+                        &method,
+                        &params,
+                        &call_for_thread,
+                        &outlet_for_thread,
+                    )
                 });
                 if let Err(e) = spawned {
-                    session.end(&id);
+                    session.end(&id, &call);
                     outlet.finish(&error_response(&id, &RpcError::internal(format!("cannot start a thread: {e}"))));
                 }
             }
@@ -707,20 +1070,29 @@ impl Mock {
         method: &str,
         params: &Value,
         call: &Arc<Call>,
-        outlet: &dyn Outlet,
+        outlet: &Arc<dyn Outlet>,
     ) {
         let is_tool_call = method == "tools/call";
         if is_tool_call {
             self.crash_if_calls_used_up();
         }
-        let response = match self.dispatch(session, method, params, call, outlet) {
+        let outcome = if self.options.stateless {
+            self.dispatch_stateless(session, id, method, params, call, outlet)
+        } else {
+            self.dispatch(session, method, params, call, &**outlet)
+        };
+        let response = match outcome {
             Ok(result) => Some(success_response(id, result)),
             Err(Stop::Error(error)) => Some(error_response(id, &error)),
             Err(Stop::ToolError(text)) => {
                 let mut result = text_result(text);
                 result["isError"] = json!(true);
+                if self.options.stateless {
+                    result = complete_result(result);
+                }
                 Some(success_response(id, result))
             }
+            Err(Stop::InputRequired(result)) => Some(success_response(id, result)),
             Err(Stop::Cancelled) => None,
         };
         // With --crash-after, answering, counting and exiting happen under one
@@ -735,7 +1107,7 @@ impl Mock {
             outlet.finish(response);
         }
         // Only now, so that draining a session waits for the response to be written.
-        session.end(id);
+        session.end(id, call);
         if is_tool_call && response.is_some() {
             self.tool_calls_answered.fetch_add(1, Ordering::SeqCst);
             self.crash_if_calls_used_up();
@@ -778,24 +1150,10 @@ impl Mock {
             "initialize" => self.initialize(session, params, call),
             "ping" if !self.options.no_ping => Ok(json!({})),
             "tools/list" => Ok(json!({"tools": self.tool_definitions()})),
-            "tools/call" => self.call_tool(session, params, call, outlet),
-            "resources/list" => Ok(json!({"resources": [{
-                "uri": INFO_URI,
-                "name": "info",
-                "description": "What this mock is.",
-                "mimeType": "text/plain",
-            }]})),
-            "resources/templates/list" => Ok(json!({"resourceTemplates": [{
-                "uriTemplate": format!("{ITEM_PREFIX}{{id}}"),
-                "name": "item",
-                "description": "An item by id; reads as `item <id>`.",
-                "mimeType": "text/plain",
-            }]})),
-            "resources/read" => {
-                let uri = str_param(params, "uri")?;
-                let text = self.resource_text(uri).ok_or_else(|| RpcError::resource_not_found(uri))?;
-                Ok(json!({"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]}))
-            }
+            "tools/call" => self.call_tool(session, params, call, outlet, None),
+            "resources/list" => Ok(resource_list()),
+            "resources/templates/list" => Ok(resource_template_list()),
+            "resources/read" => self.read_resource(params, RpcError::resource_not_found),
             "resources/subscribe" => {
                 let uri = str_param(params, "uri")?;
                 self.resource_text(uri).ok_or_else(|| RpcError::resource_not_found(uri))?;
@@ -806,11 +1164,7 @@ impl Mock {
                 lock(&session.subscriptions).remove(str_param(params, "uri")?);
                 Ok(json!({}))
             }
-            "prompts/list" => Ok(json!({"prompts": [{
-                "name": "greet",
-                "description": "Greets someone by name.",
-                "arguments": [{"name": "name", "description": "Who to greet.", "required": true}],
-            }]})),
+            "prompts/list" => Ok(prompt_list()),
             "prompts/get" => get_prompt(params),
             "completion/complete" => complete(params),
             "logging/setLevel" => {
@@ -823,6 +1177,101 @@ impl Mock {
                 Ok(json!({}))
             }
             _ => Err(RpcError::method_not_found(method).into()),
+        }
+    }
+
+    /// Serves one request of the stateless revision: `initialize` and unknown
+    /// methods get -32601, then `_meta` is checked, then the method runs. Every
+    /// result is marked complete; lists and reads carry caching hints.
+    fn dispatch_stateless(
+        &self,
+        session: &Session,
+        id: &Value,
+        method: &str,
+        params: &Value,
+        call: &Arc<Call>,
+        outlet: &Arc<dyn Outlet>,
+    ) -> Result<Value, Stop> {
+        if method == "initialize" {
+            return Err(RpcError::initialize_refused().into());
+        }
+        if !STATELESS_METHODS.contains(&method) {
+            return Err(RpcError::method_not_found(method).into());
+        }
+        let meta = RequestMeta::parse(params)?;
+        let result = match method {
+            "server/discover" => self.discover(call)?,
+            "tools/list" => cacheable(json!({"tools": self.tool_definitions()})),
+            "tools/call" => self.call_tool(session, params, call, &**outlet, Some(&meta))?,
+            "resources/list" => cacheable(resource_list()),
+            "resources/templates/list" => cacheable(resource_template_list()),
+            "resources/read" => cacheable(self.read_resource(params, RpcError::unknown_resource)?),
+            "prompts/list" => cacheable(prompt_list()),
+            "prompts/get" => get_prompt(params)?,
+            "completion/complete" => complete(params)?,
+            "subscriptions/listen" => return Err(self.listen(session, id, params, call, outlet)),
+            _ => return Err(RpcError::method_not_found(method).into()),
+        };
+        Ok(complete_result(result))
+    }
+
+    /// Answers `server/discover` (stateless mode), after `--init-delay-ms`.
+    fn discover(&self, call: &Call) -> Result<Value, Stop> {
+        call.pause(Duration::from_millis(self.options.init_delay_ms))?;
+        Ok(cacheable(json!({
+            "supportedVersions": [STATELESS_PROTOCOL_VERSION],
+            "capabilities": {
+                "tools": {"listChanged": true},
+                "resources": {"subscribe": true, "listChanged": true},
+                "prompts": {"listChanged": true},
+                "completions": {},
+                "logging": {},
+            },
+            "instructions": INSTRUCTIONS,
+            "_meta": {META_SERVER_INFO: {"name": self.options.name, "version": "1"}},
+        })))
+    }
+
+    /// `subscriptions/listen` (stateless mode): acknowledges the notifications it
+    /// honours, then holds the request open, never to be answered, until the
+    /// client cancels it (stdio) or goes away (HTTP). Resource subscriptions are
+    /// honoured for the URIs that can be read.
+    fn listen(
+        &self,
+        session: &Session,
+        id: &Value,
+        params: &Value,
+        call: &Arc<Call>,
+        outlet: &Arc<dyn Outlet>,
+    ) -> Stop {
+        let mut filter = match ListenFilter::parse(params) {
+            Ok(filter) => filter,
+            Err(error) => return error.into(),
+        };
+        if let Some(uris) = &mut filter.resource_subscriptions {
+            uris.retain(|uri| self.resource_text(uri).is_some());
+        }
+        let acknowledgement = notification(
+            "notifications/subscriptions/acknowledged",
+            json!({"_meta": {META_SUBSCRIPTION_ID: id}, "notifications": filter.to_json()}),
+        );
+        let listen = Listen { id: id.clone(), filter, call: Arc::clone(call), outlet: Arc::clone(outlet) };
+        session.open_listen(listen, &acknowledgement);
+        let stop = self.hold_open(call, &**outlet);
+        session.close_listen(call);
+        stop
+    }
+
+    /// Waits until the call is cancelled or its client is gone, sending a
+    /// keep-alive every [`Mock::keep_alive`].
+    fn hold_open(&self, call: &Call, outlet: &dyn Outlet) -> Stop {
+        loop {
+            if let Err(stop) = call.pause(self.keep_alive) {
+                return stop;
+            }
+            if !outlet.keep_alive() {
+                return Stop::Cancelled;
+            }
         }
     }
 
@@ -844,7 +1293,7 @@ impl Mock {
                 "logging": {},
             },
             "serverInfo": {"name": self.options.name, "version": env!("CARGO_PKG_VERSION")},
-            "instructions": "A mock MCP server for testing tether.",
+            "instructions": INSTRUCTIONS,
         }))
     }
 
@@ -886,6 +1335,7 @@ impl Mock {
         params: &Value,
         call: &Arc<Call>,
         outlet: &dyn Outlet,
+        meta: Option<&RequestMeta>,
     ) -> Result<Value, Stop> {
         let name = str_param(params, "name")?;
         let tool = self.find_tool(name).ok_or_else(|| RpcError::invalid_params(format!("unknown tool `{name}`")))?;
@@ -896,7 +1346,7 @@ impl Mock {
             Some(_) => return Err(RpcError::invalid_params("`arguments` must be an object").into()),
         };
         let progress_token = params.pointer("/_meta/progressToken").filter(|token| !token.is_null());
-        let tool_call = ToolCall { session, call, outlet, arguments, progress_token };
+        let tool_call = ToolCall { session, call, outlet, name, arguments, progress_token, params, meta };
         match tool {
             Tool::Builtin(builtin) => self.run_builtin(builtin, &tool_call),
             Tool::Extra(n) => Ok(text_result(format!("t{n}"))),
@@ -908,7 +1358,10 @@ impl Mock {
         match tool {
             Builtin::Echo => {
                 let text = t.str_arg("text")?;
-                if t.session.is_subscribed(INFO_URI) {
+                if t.meta.is_some() {
+                    let params = json!({"uri": INFO_URI});
+                    t.session.notify_listens("notifications/resources/updated", &params, |f| f.watches(INFO_URI));
+                } else if t.session.is_subscribed(INFO_URI) {
                     t.outlet.send(&notification("notifications/resources/updated", json!({"uri": INFO_URI})));
                 }
                 Ok(text_result(text))
@@ -935,16 +1388,32 @@ impl Mock {
             }
             Builtin::Hang => Err(t.call.await_cancel()),
             Builtin::Progress => self.progress(t),
-            Builtin::Sample => self.sample(t),
+            Builtin::Sample => match t.meta {
+                Some(meta) => self.sample_stateless(t, meta),
+                None => self.sample(t),
+            },
+            Builtin::Elicit => match t.meta {
+                Some(meta) => self.elicit(t, meta),
+                None => Err(Stop::ToolError("elicit needs --stateless".to_string())),
+            },
             Builtin::Pid => Ok(text_result(process::id().to_string())),
             Builtin::AddTool => {
                 self.tool_added.store(true, Ordering::SeqCst);
-                t.outlet.send(&notification("notifications/tools/list_changed", json!({})));
+                if t.meta.is_some() {
+                    let method = "notifications/tools/list_changed";
+                    t.session.notify_listens(method, &json!({}), |f| f.tools_list_changed);
+                } else {
+                    t.outlet.send(&notification("notifications/tools/list_changed", json!({})));
+                }
                 Ok(text_result(format!("added tool `{ADDED_TOOL}`")))
             }
             Builtin::Log => {
                 let message = t.str_arg("message")?;
-                if t.session.logs_at("info") {
+                let wanted = match t.meta {
+                    Some(meta) => meta.logs_at("info"),
+                    None => t.session.logs_at("info"),
+                };
+                if wanted {
                     let params = json!({"level": "info", "logger": self.options.name, "data": message});
                     t.outlet.send(&notification("notifications/message", params));
                 }
@@ -982,10 +1451,7 @@ impl Mock {
         let id = json!(self.next_server_request.fetch_add(1, Ordering::SeqCst));
         let key = id_key(&id);
         lock(&t.session.awaiting).insert(key.clone(), Arc::clone(t.call));
-        let params = json!({
-            "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
-            "maxTokens": 256,
-        });
+        let params = sampling_params(prompt);
         t.outlet.send(&json!({"jsonrpc": "2.0", "id": id, "method": "sampling/createMessage", "params": params}));
         let reply = t.call.await_reply();
         lock(&t.session.awaiting).remove(&key);
@@ -1001,6 +1467,104 @@ impl Mock {
         }
     }
 
+    /// `sample` in stateless mode: asks for `sampling/createMessage` with an
+    /// `input_required` result, and returns the text of the retry's answer.
+    fn sample_stateless(&self, t: &ToolCall, meta: &RequestMeta) -> Result<Value, Stop> {
+        let prompt = t.str_arg("prompt")?;
+        let request = json!({"method": "sampling/createMessage", "params": sampling_params(prompt)});
+        let answer = self.input_response(t, meta, "sample", "sampling", request)?;
+        sampled_text(&answer)
+            .map(text_result)
+            .ok_or_else(|| Stop::ToolError(format!("the sampling answer has no text content: {answer}")))
+    }
+
+    /// `elicit` (stateless mode only): asks for a name with a form-mode
+    /// `elicitation/create`, and greets it (or says it was declined or cancelled).
+    fn elicit(&self, t: &ToolCall, meta: &RequestMeta) -> Result<Value, Stop> {
+        let request = json!({"method": "elicitation/create", "params": {
+            "mode": "form",
+            "message": "name?",
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        }});
+        let answer = self.input_response(t, meta, "elicit", "elicitation", request)?;
+        match answer.get("action").and_then(Value::as_str) {
+            Some("accept") => answer
+                .pointer("/content/name")
+                .and_then(Value::as_str)
+                .map(|name| text_result(format!("hello {name}")))
+                .ok_or_else(|| Stop::ToolError(format!("the elicitation answer has no name: {answer}"))),
+            Some("decline") => Ok(text_result("declined")),
+            Some("cancel") => Ok(text_result("cancelled")),
+            _ => Err(Stop::ToolError(format!("the elicitation answer has no known action: {answer}"))),
+        }
+    }
+
+    /// One round trip of the stateless revision's multi-round requests: the
+    /// client's answer to the input request `key` when this call carries it (with
+    /// the `requestState` minted for it), otherwise [`Stop::InputRequired`] asking
+    /// for it. Needs the client capability `capability` (-32021 without it); a
+    /// `requestState` not minted for this tool and these arguments is -32602.
+    fn input_response(
+        &self,
+        t: &ToolCall,
+        meta: &RequestMeta,
+        key: &str,
+        capability: &str,
+        request: Value,
+    ) -> Result<Value, Stop> {
+        if !meta.has_capability(capability) {
+            return Err(RpcError::missing_capability(capability).into());
+        }
+        let responses = match t.params.get("inputResponses") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(responses)) => Some(responses),
+            Some(_) => return Err(RpcError::invalid_params("`inputResponses` must be an object").into()),
+        };
+        match t.params.get("requestState") {
+            None if responses.is_some() => {
+                return Err(
+                    RpcError::invalid_params("`inputResponses` without the `requestState` minted with them").into()
+                )
+            }
+            None => {}
+            Some(Value::String(state)) => self.check_state(state, t)?,
+            Some(_) => return Err(RpcError::invalid_params("`requestState` must be a string").into()),
+        }
+        if let Some(answer) = responses.and_then(|responses| responses.get(key)) {
+            return Ok(answer.clone());
+        }
+        Err(Stop::InputRequired(json!({
+            "resultType": "input_required",
+            "inputRequests": {key: request},
+            "requestState": self.mint_state(t),
+        })))
+    }
+
+    /// A fresh `requestState` for this call: the hex of its tool, its arguments
+    /// and a serial number, remembered until the process ends.
+    fn mint_state(&self, t: &ToolCall) -> String {
+        let serial = self.next_state.fetch_add(1, Ordering::SeqCst);
+        let state = hex(json!({"n": serial, "tool": t.name, "arguments": t.arguments}).to_string().as_bytes());
+        lock(&self.minted_states).insert(state.clone(), (t.name.to_string(), t.arguments.clone()));
+        state
+    }
+
+    /// Whether `state` was minted for a call of this tool with these arguments.
+    fn check_state(&self, state: &str, t: &ToolCall) -> Result<(), RpcError> {
+        match lock(&self.minted_states).get(state) {
+            Some((tool, arguments)) if tool == t.name && arguments == t.arguments => Ok(()),
+            Some(_) => Err(RpcError::invalid_params("`requestState` was minted for another call")),
+            None => Err(RpcError::invalid_params("`requestState` is not one this server minted")),
+        }
+    }
+
+    /// `resources/read`; an unknown URI gets the error `not_found` makes.
+    fn read_resource(&self, params: &Value, not_found: fn(&str) -> RpcError) -> Result<Value, Stop> {
+        let uri = str_param(params, "uri")?;
+        let text = self.resource_text(uri).ok_or_else(|| not_found(uri))?;
+        Ok(json!({"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]}))
+    }
+
     /// The text of a readable resource.
     fn resource_text(&self, uri: &str) -> Option<String> {
         if uri == INFO_URI {
@@ -1011,12 +1575,49 @@ impl Mock {
     }
 }
 
+/// The `resources/list` result: the one resource, `mock://info`.
+fn resource_list() -> Value {
+    json!({"resources": [{
+        "uri": INFO_URI,
+        "name": "info",
+        "description": "What this mock is.",
+        "mimeType": "text/plain",
+    }]})
+}
+
+/// The `resources/templates/list` result: the one template, `mock://item/{id}`.
+fn resource_template_list() -> Value {
+    json!({"resourceTemplates": [{
+        "uriTemplate": format!("{ITEM_PREFIX}{{id}}"),
+        "name": "item",
+        "description": "An item by id; reads as `item <id>`.",
+        "mimeType": "text/plain",
+    }]})
+}
+
+/// The `prompts/list` result: the one prompt, `greet`.
+fn prompt_list() -> Value {
+    json!({"prompts": [{
+        "name": "greet",
+        "description": "Greets someone by name.",
+        "arguments": [{"name": "name", "description": "Who to greet.", "required": true}],
+    }]})
+}
+
 /// A required string parameter of a request.
 fn str_param<'a>(params: &'a Value, name: &str) -> Result<&'a str, RpcError> {
     params
         .get(name)
         .and_then(Value::as_str)
         .ok_or_else(|| RpcError::invalid_params(format!("missing string parameter `{name}`")))
+}
+
+/// The params of the `sampling/createMessage` the `sample` tool asks for.
+fn sampling_params(prompt: &str) -> Value {
+    json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+        "maxTokens": 256,
+    })
 }
 
 /// The first text of a `sampling/createMessage` result, whose `content` is one
@@ -1105,6 +1706,7 @@ fn serve_stdio<R: BufRead, W: Write + Send + 'static>(mock: Arc<Mock>, mut input
     loop {
         frame.clear();
         if input.read_until(b'\n', &mut frame)? == 0 {
+            session.end_listens();
             session.drain(EOF_GRACE);
             return Ok(());
         }
@@ -1137,15 +1739,19 @@ fn serve_http(mock: Arc<Mock>, addr: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// The Streamable HTTP endpoint: sessions by `Mcp-Session-Id`.
+/// The Streamable HTTP endpoint: sessions by `Mcp-Session-Id`, or with
+/// `--stateless` none at all.
 struct HttpFront {
     mock: Arc<Mock>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// With `--stateless`, the one session all POSTs share: the requests in flight
+    /// (which `notifications/cancelled` may name) and the open listens.
+    shared: Arc<Session>,
 }
 
 impl HttpFront {
     fn new(mock: Arc<Mock>) -> Self {
-        HttpFront { mock, sessions: Mutex::new(HashMap::new()) }
+        HttpFront { mock, sessions: Mutex::new(HashMap::new()), shared: Arc::new(Session::new()) }
     }
 
     /// Handles requests until the server shuts down.
@@ -1160,6 +1766,16 @@ impl HttpFront {
         if path != "/mcp" {
             return respond(request, plain(404, "not found: the MCP endpoint is /mcp"));
         }
+        if self.mock.options.stateless {
+            return match request.method() {
+                tiny_http::Method::Post => self.post_stateless(request),
+                _ => respond(
+                    request,
+                    plain(405, "method not allowed: POST (a stateless server has no GET stream and no sessions)")
+                        .with_header(header("Allow", "POST")),
+                ),
+            };
+        }
         match request.method() {
             tiny_http::Method::Post => self.post(request),
             tiny_http::Method::Delete => self.delete(request),
@@ -1170,20 +1786,30 @@ impl HttpFront {
         }
     }
 
-    fn post(&self, mut request: tiny_http::Request) {
+    /// Reads a POST's body; `Err` is the answer when it is not to be served (it
+    /// cannot be read, it is too large, or `--http-status` refuses everything).
+    fn read_body(&self, request: &mut tiny_http::Request) -> Result<Vec<u8>, HttpResponse> {
         let mut body = Vec::new();
         if let Err(e) = request.as_reader().take(MAX_BODY_BYTES + 1).read_to_end(&mut body) {
-            return respond(request, plain(400, &format!("cannot read the body: {e}")));
+            return Err(plain(400, &format!("cannot read the body: {e}")));
         }
         if let Some(status) = self.mock.options.http_status {
             if let Some(method) = peek_method(&body) {
                 self.mock.record(&method);
             }
-            return respond(request, forced_status(status));
+            return Err(forced_status(status));
         }
         if body.len() as u64 > MAX_BODY_BYTES {
-            return respond(request, plain(413, "the body is too large"));
+            return Err(plain(413, "the body is too large"));
         }
+        Ok(body)
+    }
+
+    fn post(&self, mut request: tiny_http::Request) {
+        let body = match self.read_body(&mut request) {
+            Ok(body) => body,
+            Err(refusal) => return respond(request, refusal),
+        };
         let message = match parse_message(&body) {
             Ok(message) => message,
             Err(error) => return respond(request, json_body(400, &error)),
@@ -1199,8 +1825,29 @@ impl HttpFront {
                 Err(refusal) => return respond(request, refusal),
             }
         };
-        let exchange: Arc<dyn Outlet> = Arc::new(Exchange::new(request, session_id));
+        let exchange: Arc<dyn Outlet> = Arc::new(Exchange::new(request, Some(session_id)));
         self.mock.receive(&session, message, exchange);
+    }
+
+    /// A POST to a stateless mock: no session is issued or required, and a
+    /// request's headers must agree with its body (400 and -32020 otherwise).
+    fn post_stateless(&self, mut request: tiny_http::Request) {
+        let body = match self.read_body(&mut request) {
+            Ok(body) => body,
+            Err(refusal) => return respond(request, refusal),
+        };
+        let message = match parse_message(&body) {
+            Ok(message) => message,
+            Err(error) => return respond(request, json_body(400, &error)),
+        };
+        if let Incoming::Request { id, method, params } = &message {
+            if let Err(error) = check_stateless_headers(&request, method, params) {
+                self.mock.record(method);
+                return respond(request, json_body(400, &error_response(id, &error)));
+            }
+        }
+        let exchange: Arc<dyn Outlet> = Arc::new(Exchange::new(request, None));
+        self.mock.receive(&self.shared, message, exchange);
     }
 
     fn delete(&self, request: tiny_http::Request) {
@@ -1234,13 +1881,64 @@ impl HttpFront {
 
 type HttpResponse = tiny_http::Response<io::Cursor<Vec<u8>>>;
 
+/// A request header's value (names are case-insensitive).
+fn header_value<'a>(request: &'a tiny_http::Request, name: &'static str) -> Option<&'a str> {
+    request.headers().iter().find(|h| h.field.equiv(name)).map(|h| h.value.as_str())
+}
+
+/// The stateless revision's header checks: `Mcp-Method` must be the method and
+/// `MCP-Protocol-Version` the body's `_meta` version (-32020 when either is
+/// missing or different). Methods the mock does not serve get their -32601, and
+/// a body without a version its -32602, from the protocol instead.
+fn check_stateless_headers(request: &tiny_http::Request, method: &str, params: &Value) -> Result<(), RpcError> {
+    if !STATELESS_METHODS.contains(&method) {
+        return Ok(());
+    }
+    match header_value(request, "Mcp-Method") {
+        Some(value) if value == method => {}
+        Some(value) => {
+            return Err(RpcError::header_mismatch(format!(
+                "Header mismatch: Mcp-Method header value '{value}' does not match body value '{method}'"
+            )))
+        }
+        None => {
+            return Err(RpcError::header_mismatch(format!("Header mismatch: missing Mcp-Method header ('{method}')")))
+        }
+    }
+    let version = params.get("_meta").and_then(|meta| meta.get(META_PROTOCOL_VERSION)).and_then(Value::as_str);
+    let Some(version) = version else { return Ok(()) };
+    match header_value(request, "MCP-Protocol-Version").map(str::trim) {
+        Some(value) if value == version => Ok(()),
+        Some(value) => Err(RpcError::header_mismatch(format!(
+            "Header mismatch: MCP-Protocol-Version header value '{value}' does not match body value '{version}'"
+        ))),
+        None => Err(RpcError::header_mismatch(format!(
+            "Header mismatch: missing MCP-Protocol-Version header ('{version}')"
+        ))),
+    }
+}
+
+/// The HTTP status of a stateless JSON answer: 404 for an unknown method, 400
+/// for the errors about the request itself, 200 otherwise.
+fn stateless_status(response: &Value) -> u16 {
+    match response.pointer("/error/code").and_then(Value::as_i64) {
+        Some(-32601) => 404,
+        Some(-32700 | -32600 | -32602 | -32020 | -32021 | -32022) => 400,
+        _ => 200,
+    }
+}
+
 /// One POST being answered. It answers with a JSON body when the response is the
 /// first thing sent, and otherwise with an SSE stream (chunked) carrying the
 /// notifications and server requests, then the response. An exchange that ends
 /// without sending anything (a notification, a response, a cancelled request)
 /// answers 202 Accepted.
+///
+/// Without a session (`--stateless`) no `Mcp-Session-Id` is sent, a JSON error
+/// gets the status [`stateless_status`] picks, and an open stream can be probed
+/// with SSE comments ([`Outlet::keep_alive`]).
 struct Exchange {
-    session_id: String,
+    session_id: Option<String>,
     state: Mutex<ExchangeState>,
 }
 
@@ -1251,7 +1949,7 @@ enum ExchangeState {
 }
 
 impl Exchange {
-    fn new(request: tiny_http::Request, session_id: String) -> Self {
+    fn new(request: tiny_http::Request, session_id: Option<String>) -> Self {
         Exchange { session_id, state: Mutex::new(ExchangeState::Waiting(request)) }
     }
 
@@ -1260,11 +1958,15 @@ impl Exchange {
         match state {
             ExchangeState::Waiting(request) => {
                 let mut writer = request.into_writer();
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
-                     Mcp-Session-Id: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
-                    self.session_id
-                );
+                let head = match &self.session_id {
+                    Some(session_id) => format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+                         Mcp-Session-Id: {session_id}\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    ),
+                    None => "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+                             X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        .to_string(),
+                };
                 match writer.write_all(head.as_bytes()).and_then(|()| writer.flush()) {
                     Ok(()) => ExchangeState::Streaming(writer),
                     Err(_) => ExchangeState::Ended,
@@ -1277,8 +1979,12 @@ impl Exchange {
 
 /// Writes one SSE event as one chunk.
 fn write_event(writer: &mut dyn Write, message: &Value) -> io::Result<()> {
-    let event = format!("event: message\ndata: {message}\n\n");
-    write!(writer, "{:x}\r\n{event}\r\n", event.len())?;
+    write_chunk(writer, &format!("event: message\ndata: {message}\n\n"))
+}
+
+/// Writes `text` as one chunk of a chunked body.
+fn write_chunk(writer: &mut dyn Write, text: &str) -> io::Result<()> {
+    write!(writer, "{:x}\r\n{text}\r\n", text.len())?;
     writer.flush()
 }
 
@@ -1303,9 +2009,12 @@ impl Outlet for Exchange {
     fn finish(&self, response: &Value) {
         let mut state = lock(&self.state);
         match std::mem::replace(&mut *state, ExchangeState::Ended) {
-            ExchangeState::Waiting(request) => {
-                respond(request, json_body(200, response).with_header(header("Mcp-Session-Id", &self.session_id)));
-            }
+            ExchangeState::Waiting(request) => match &self.session_id {
+                Some(session_id) => {
+                    respond(request, json_body(200, response).with_header(header("Mcp-Session-Id", session_id)));
+                }
+                None => respond(request, json_body(stateless_status(response), response)),
+            },
             ExchangeState::Streaming(mut writer) => {
                 let _ = write_event(&mut writer, response).and_then(|()| end_chunks(&mut writer));
             }
@@ -1316,6 +2025,26 @@ impl Outlet for Exchange {
     fn open_stream(&self) {
         let mut state = lock(&self.state);
         *state = self.stream(std::mem::replace(&mut *state, ExchangeState::Ended));
+    }
+
+    /// Sends an SSE comment on an open stream; a failed write means the client
+    /// closed it.
+    fn keep_alive(&self) -> bool {
+        let mut state = lock(&self.state);
+        match std::mem::replace(&mut *state, ExchangeState::Ended) {
+            ExchangeState::Streaming(mut writer) => {
+                let alive = write_chunk(&mut writer, ":\n\n").is_ok();
+                if alive {
+                    *state = ExchangeState::Streaming(writer);
+                }
+                alive
+            }
+            ExchangeState::Waiting(request) => {
+                *state = ExchangeState::Waiting(request);
+                true
+            }
+            ExchangeState::Ended => false,
+        }
     }
 }
 
@@ -1641,6 +2370,265 @@ mod tests {
         assert_eq!(lines, "initialize\nnotifications/initialized\ntools/list\n");
     }
 
+    /// A `--stateless` mock's options.
+    fn stateless() -> MockOptions {
+        MockOptions { stateless: true, ..MockOptions::default() }
+    }
+
+    /// `params` with the stateless `_meta` of a client that can sample and elicit.
+    fn modern(params: Value) -> Value {
+        with_meta(params, json!({"sampling": {}, "elicitation": {}}))
+    }
+
+    /// `params` with the stateless `_meta` of a client with these capabilities.
+    fn with_meta(mut params: Value, capabilities: Value) -> Value {
+        params["_meta"] = json!({
+            META_PROTOCOL_VERSION: STATELESS_PROTOCOL_VERSION,
+            META_CLIENT_CAPABILITIES: capabilities,
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
+        });
+        params
+    }
+
+    #[test]
+    fn stateless_discover_describes_the_server() {
+        let harness = Harness::new(MockOptions { name: "modern".into(), ..stateless() });
+        let discover = harness.request(1, "server/discover", modern(json!({})));
+        assert_eq!(
+            discover["result"],
+            json!({
+                "resultType": "complete",
+                "supportedVersions": ["2026-07-28"],
+                "capabilities": {
+                    "tools": {"listChanged": true},
+                    "resources": {"subscribe": true, "listChanged": true},
+                    "prompts": {"listChanged": true},
+                    "completions": {},
+                    "logging": {},
+                },
+                "instructions": INSTRUCTIONS,
+                "ttlMs": 0,
+                "cacheScope": "private",
+                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern", "version": "1"}},
+            })
+        );
+    }
+
+    #[test]
+    fn stateless_requests_need_their_meta() {
+        let harness = Harness::new(stateless());
+        assert_eq!(harness.request(1, "tools/list", json!({}))["error"]["code"], -32602);
+        let no_capabilities = json!({"_meta": {META_PROTOCOL_VERSION: STATELESS_PROTOCOL_VERSION}});
+        assert_eq!(harness.request(2, "tools/list", no_capabilities)["error"]["code"], -32602);
+        let numeric_version = json!({"_meta": {META_PROTOCOL_VERSION: 2026, META_CLIENT_CAPABILITIES: {}}});
+        assert_eq!(harness.request(3, "server/discover", numeric_version)["error"]["code"], -32602);
+        let old = json!({"_meta": {META_PROTOCOL_VERSION: "2025-11-25", META_CLIENT_CAPABILITIES: {}}});
+        let refused = harness.request(4, "tools/list", old);
+        assert_eq!(refused["error"]["code"], -32022);
+        assert_eq!(refused["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "2025-11-25"}));
+        let mut bad_level = modern(json!({}));
+        bad_level["_meta"][META_LOG_LEVEL] = json!("loud");
+        assert_eq!(harness.request(5, "tools/list", bad_level)["error"]["code"], -32602);
+    }
+
+    #[test]
+    fn stateless_refuses_the_handshake_era_methods() {
+        let harness = Harness::new(stateless());
+        let initialize = harness.request(1, "initialize", json!({"protocolVersion": PROTOCOL_VERSION}));
+        assert_eq!(initialize["error"]["code"], -32601);
+        assert_eq!(initialize["error"]["data"], json!({"supported": ["2026-07-28"]}));
+        assert!(initialize["error"]["message"].as_str().unwrap_or_default().contains("2026-07-28"), "{initialize}");
+        for (id, method) in
+            [(2, "ping"), (3, "logging/setLevel"), (4, "resources/subscribe"), (5, "resources/unsubscribe"), (6, "x/y")]
+        {
+            assert_eq!(harness.request(id, method, modern(json!({})))["error"]["code"], -32601, "{method}");
+        }
+        harness.feed(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        harness.nothing_more();
+    }
+
+    #[test]
+    fn stateless_results_are_complete_and_lists_are_cacheable() {
+        let harness = Harness::new(stateless());
+        let tools = harness.request(1, "tools/list", modern(json!({})));
+        assert_eq!(
+            (&tools["result"]["resultType"], &tools["result"]["ttlMs"], &tools["result"]["cacheScope"]),
+            (&json!("complete"), &json!(0), &json!("private"))
+        );
+        let names: Vec<_> =
+            tools["result"]["tools"].as_array().into_iter().flatten().map(|t| t["name"].clone()).collect();
+        assert!(names.contains(&json!("elicit")), "{names:?}");
+        for (id, method) in [(2, "resources/list"), (3, "resources/templates/list"), (4, "prompts/list")] {
+            let list = harness.request(id, method, modern(json!({})));
+            assert_eq!((&list["result"]["resultType"], &list["result"]["ttlMs"]), (&json!("complete"), &json!(0)));
+        }
+        let read = harness.request(5, "resources/read", modern(json!({"uri": INFO_URI})));
+        assert_eq!(read["result"]["cacheScope"], "private");
+        let missing = harness.request(6, "resources/read", modern(json!({"uri": "mock://nope"})));
+        assert_eq!(missing["error"]["code"], -32602, "-32002 is retired");
+        let echo = harness.request(7, "tools/call", modern(json!({"name": "echo", "arguments": {"text": "hi"}})));
+        assert_eq!(echo["result"], json!({"resultType": "complete", "content": [{"type": "text", "text": "hi"}]}));
+        let fail = harness.request(8, "tools/call", modern(json!({"name": "fail"})));
+        assert_eq!((&fail["result"]["isError"], &fail["result"]["resultType"]), (&json!(true), &json!("complete")));
+        let prompt = harness.request(9, "prompts/get", modern(json!({"name": "greet", "arguments": {"name": "Ann"}})));
+        assert_eq!(prompt["result"]["resultType"], "complete");
+        assert!(prompt["result"].get("ttlMs").is_none());
+    }
+
+    #[test]
+    fn stateless_sample_asks_with_input_required_and_finishes_on_the_retry() {
+        let harness = Harness::new(stateless());
+        let call = json!({"name": "sample", "arguments": {"prompt": "hi?"}});
+        let asked = harness.request(1, "tools/call", modern(call.clone()));
+        let result = &asked["result"];
+        assert_eq!(result["resultType"], "input_required");
+        assert_eq!(
+            result["inputRequests"]["sample"],
+            json!({"method": "sampling/createMessage", "params": sampling_params("hi?")})
+        );
+        let state = result["requestState"].as_str().expect("a requestState").to_string();
+
+        let mut retry = modern(call.clone());
+        retry["inputResponses"] =
+            json!({"sample": {"role": "assistant", "content": {"type": "text", "text": "hello"}, "model": "m"}});
+        retry["requestState"] = json!(state);
+        let done = harness.request(2, "tools/call", retry.clone());
+        assert_eq!(done["result"], json!({"resultType": "complete", "content": [{"type": "text", "text": "hello"}]}));
+
+        let mut tampered = retry.clone();
+        tampered["requestState"] = json!(format!("{state}00"));
+        assert_eq!(harness.request(3, "tools/call", tampered)["error"]["code"], -32602);
+        let mut other_arguments = retry.clone();
+        other_arguments["arguments"] = json!({"prompt": "other"});
+        assert_eq!(harness.request(4, "tools/call", other_arguments)["error"]["code"], -32602);
+        let mut stateless_retry = retry;
+        if let Some(params) = stateless_retry.as_object_mut() {
+            params.remove("requestState");
+        }
+        assert_eq!(harness.request(5, "tools/call", stateless_retry)["error"]["code"], -32602);
+
+        let unable = harness.request(6, "tools/call", with_meta(call, json!({"elicitation": {}})));
+        assert_eq!(unable["error"]["code"], -32021);
+        assert_eq!(unable["error"]["data"], json!({"requiredCapabilities": {"sampling": {}}}));
+        harness.nothing_more();
+    }
+
+    #[test]
+    fn stateless_elicit_greets_declines_and_cancels() {
+        let harness = Harness::new(stateless());
+        let call = json!({"name": "elicit"});
+        let asked = harness.request(1, "tools/call", modern(call.clone()));
+        let request = &asked["result"]["inputRequests"]["elicit"];
+        assert_eq!(request["method"], "elicitation/create");
+        assert_eq!(request["params"]["mode"], "form");
+        assert_eq!(request["params"]["requestedSchema"]["required"], json!(["name"]));
+        let state = asked["result"]["requestState"].clone();
+        let answers = [
+            (json!({"action": "accept", "content": {"name": "Ann"}}), "hello Ann"),
+            (json!({"action": "decline"}), "declined"),
+            (json!({"action": "cancel"}), "cancelled"),
+        ];
+        for (id, (answer, text)) in (2..).zip(answers) {
+            let mut retry = modern(call.clone());
+            retry["inputResponses"] = json!({"elicit": answer});
+            retry["requestState"] = state.clone();
+            assert_eq!(harness.request(id, "tools/call", retry)["result"]["content"][0]["text"], text);
+        }
+        let unable = harness.request(9, "tools/call", with_meta(call, json!({})));
+        assert_eq!(unable["error"]["data"], json!({"requiredCapabilities": {"elicitation": {}}}));
+        let legacy = Harness::new(MockOptions::default());
+        let tools = legacy.request(1, "tools/list", json!({}));
+        assert!(!tools.to_string().contains("elicit"), "elicit is a stateless-only tool");
+    }
+
+    #[test]
+    fn stateless_log_needs_the_requests_log_level() {
+        let harness = Harness::new(stateless());
+        let call = json!({"name": "log", "arguments": {"message": "m"}});
+        assert_eq!(harness.request(1, "tools/call", modern(call.clone()))["id"], 1, "no level: no log");
+        let mut params = modern(call.clone());
+        params["_meta"][META_LOG_LEVEL] = json!("error");
+        assert_eq!(harness.request(2, "tools/call", params)["id"], 2, "info is below error");
+        let mut params = modern(call);
+        params["_meta"][META_LOG_LEVEL] = json!("debug");
+        let entry = harness.request(3, "tools/call", params);
+        assert_eq!((&entry["method"], &entry["params"]["data"]), (&json!("notifications/message"), &json!("m")));
+        assert_eq!(harness.next()["id"], 3);
+    }
+
+    #[test]
+    fn stateless_listen_acknowledges_then_delivers_changes_until_cancelled() {
+        let harness = Harness::new(stateless());
+        let filter = json!({"toolsListChanged": true, "resourceSubscriptions": [INFO_URI, "file:///nope"]});
+        let ack = harness.request(1, "subscriptions/listen", modern(json!({"notifications": filter})));
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+        assert_eq!(
+            ack["params"],
+            json!({"_meta": {META_SUBSCRIPTION_ID: 1}, "notifications": {"toolsListChanged": true, "resourceSubscriptions": [INFO_URI]}})
+        );
+        let ack =
+            harness.request(2, "subscriptions/listen", modern(json!({"notifications": {"promptsListChanged": true}})));
+        assert_eq!(ack["params"]["notifications"], json!({"promptsListChanged": true}));
+
+        harness.feed(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": modern(json!({"name": "add_tool"}))}),
+        );
+        let changed = harness.next();
+        assert_eq!(
+            changed,
+            notification("notifications/tools/list_changed", json!({"_meta": {META_SUBSCRIPTION_ID: 1}}))
+        );
+        assert_eq!(harness.next()["id"], 3);
+        harness.feed(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": modern(json!({"name": "echo", "arguments": {"text": "x"}}))}));
+        let updated = harness.next();
+        assert_eq!(updated["method"], "notifications/resources/updated");
+        assert_eq!(updated["params"], json!({"uri": INFO_URI, "_meta": {META_SUBSCRIPTION_ID: 1}}));
+        assert_eq!(harness.next()["id"], 4);
+
+        harness.feed(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
+        let deadline = Instant::now() + WAIT;
+        while lock(&harness.session.listens).open.len() > 1 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(5));
+        }
+        harness.feed(
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": modern(json!({"name": "add_tool"}))}),
+        );
+        assert_eq!(harness.next()["id"], 5, "the cancelled listen gets nothing more, and no response");
+        let bad = harness.request(6, "subscriptions/listen", modern(json!({"notifications": {"toolsListChanged": 1}})));
+        assert_eq!(bad["error"]["code"], -32602);
+        harness.nothing_more();
+    }
+
+    #[test]
+    fn stateless_stdio_records_methods_and_ends_listens_at_eof() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("state");
+        let frame = |id: u64, method: &str, params: Value| {
+            format!("{}\n", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+        };
+        let input = [
+            frame(1, "server/discover", modern(json!({}))),
+            frame(2, "subscriptions/listen", modern(json!({"notifications": {"toolsListChanged": true}}))),
+            frame(3, "initialize", json!({})),
+        ]
+        .concat();
+        let output = SharedBuffer::default();
+        let mock =
+            Arc::new(Mock::new(MockOptions { state_file: Some(path.clone()), ..stateless() }).expect("valid options"));
+        let started = Instant::now();
+        serve_stdio(mock, Cursor::new(input), output.clone()).expect("EOF ends the loop cleanly");
+        assert!(started.elapsed() < EOF_GRACE, "an open listen does not hold up the exit");
+        let text = String::from_utf8(lock(&output.0).clone()).expect("UTF-8 output");
+        let lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).expect("a JSON line")).collect();
+        assert!(lines.len() == 2 || lines.len() == 3, "{lines:?}");
+        assert_eq!(lines.iter().filter(|line| line["id"] == 1 || line["id"] == 3).count(), 2, "{lines:?}");
+        assert!(lines.iter().all(|line| line["id"] != 2), "a listen gets no response");
+        let lines = fs::read_to_string(&path).expect("the state file");
+        let mut methods: Vec<_> = lines.lines().collect();
+        methods.sort_unstable();
+        assert_eq!(methods, ["initialize", "server/discover", "subscriptions/listen"]);
+    }
+
     /// A writer whose bytes the test can read while the mock holds it.
     #[derive(Clone, Default)]
     struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
@@ -1699,13 +2687,18 @@ mod tests {
     /// Sends one HTTP/1.1 request and returns the open connection, positioned at
     /// the start of the response.
     fn http_send(addr: SocketAddr, method: &str, session: Option<&str>, body: &str) -> BufReader<TcpStream> {
+        let session = session.map(|id| format!("Mcp-Session-Id: {id}\r\n")).unwrap_or_default();
+        http_send_with(addr, method, &session, body)
+    }
+
+    /// [`http_send`] with extra header lines (each ending in CRLF).
+    fn http_send_with(addr: SocketAddr, method: &str, headers: &str, body: &str) -> BufReader<TcpStream> {
         let mut stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(WAIT)).expect("timeout");
-        let session = session.map(|id| format!("Mcp-Session-Id: {id}\r\n")).unwrap_or_default();
         write!(
             stream,
             "{method} /mcp HTTP/1.1\r\nHost: mock\r\nConnection: close\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\n\r\n{body}",
+             Accept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .expect("send");
@@ -1714,7 +2707,13 @@ mod tests {
 
     /// Sends a request and reads the whole response: status, headers, body.
     fn http(addr: SocketAddr, method: &str, session: Option<&str>, body: &str) -> (u16, String, String) {
-        let mut reader = http_send(addr, method, session, body);
+        let session = session.map(|id| format!("Mcp-Session-Id: {id}\r\n")).unwrap_or_default();
+        http_with(addr, method, &session, body)
+    }
+
+    /// [`http`] with extra header lines (each ending in CRLF).
+    fn http_with(addr: SocketAddr, method: &str, headers: &str, body: &str) -> (u16, String, String) {
+        let mut reader = http_send_with(addr, method, headers, body);
         let mut text = String::new();
         reader.read_to_string(&mut text).expect("a response");
         let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
@@ -1778,6 +2777,131 @@ mod tests {
         let mut rest = String::new();
         stream.read_to_string(&mut rest).expect("the rest of the stream");
         assert!(rest.contains(r#""text":"sampled""#), "{rest}");
+    }
+
+    /// A stateless mock serving HTTP on an ephemeral port, with its front (to
+    /// look at its open listens) and a keep-alive period of `keep_alive`.
+    fn stateless_http_mock(keep_alive: Duration) -> (SocketAddr, Arc<HttpFront>) {
+        let server = tiny_http::Server::http("127.0.0.1:0").expect("bind");
+        let addr = server.server_addr().to_ip().expect("an IP address");
+        let mut mock = Mock::new(stateless()).expect("valid options");
+        mock.keep_alive = keep_alive;
+        let front = Arc::new(HttpFront::new(Arc::new(mock)));
+        let serving = Arc::clone(&front);
+        thread::spawn(move || serving.serve(&server));
+        (addr, front)
+    }
+
+    /// A stateless request body and the headers that agree with it.
+    fn stateless_post(id: u64, method: &str, params: Value) -> (String, String) {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": modern(params)}).to_string();
+        let headers = format!("MCP-Protocol-Version: {STATELESS_PROTOCOL_VERSION}\r\nMcp-Method: {method}\r\n");
+        (headers, body)
+    }
+
+    /// The JSON body of a response.
+    fn json_of(body: &str) -> Value {
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+    }
+
+    /// Reads an SSE stream up to its next event, skipping the response head and
+    /// comments.
+    fn next_event(stream: &mut BufReader<TcpStream>) -> Value {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(stream.read_line(&mut line).expect("a line") > 0, "the stream ended early");
+            if let Some(data) = line.strip_prefix("data: ") {
+                return serde_json::from_str(data).expect("JSON event");
+            }
+        }
+    }
+
+    #[test]
+    fn http_stateless_checks_headers_and_maps_errors_to_statuses() {
+        let (addr, _front) = stateless_http_mock(KEEP_ALIVE);
+        assert_eq!(http_with(addr, "GET", "", "").0, 405);
+        assert_eq!(http_with(addr, "DELETE", "Mcp-Session-Id: x\r\n", "").0, 405);
+
+        let (headers, body) = stateless_post(1, "server/discover", json!({}));
+        let (status, head, answer) = http_with(addr, "POST", &headers, &body);
+        assert_eq!(status, 200, "{head}");
+        assert!(!head.to_ascii_lowercase().contains("mcp-session-id"), "{head}");
+        assert_eq!(json_of(&answer)["result"]["supportedVersions"], json!(["2026-07-28"]));
+
+        let (_, body) = stateless_post(2, "tools/list", json!({}));
+        let no_version = "Mcp-Method: tools/list\r\n";
+        let (status, _, answer) = http_with(addr, "POST", no_version, &body);
+        assert_eq!((status, json_of(&answer)["error"]["code"].clone()), (400, json!(-32020)));
+        let other_version = "Mcp-Method: tools/list\r\nMCP-Protocol-Version: 2025-11-25\r\n";
+        assert_eq!(json_of(&http_with(addr, "POST", other_version, &body).2)["error"]["code"], -32020);
+        let wrong_method = format!("Mcp-Method: tools/call\r\nMCP-Protocol-Version: {STATELESS_PROTOCOL_VERSION}\r\n");
+        let (status, _, answer) = http_with(addr, "POST", &wrong_method, &body);
+        assert_eq!(
+            (status, json_of(&answer)["error"]["code"].clone(), json_of(&answer)["id"].clone()),
+            (400, json!(-32020), json!(2))
+        );
+
+        let initialize = r#"{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#;
+        let (status, _, answer) = http_with(addr, "POST", "MCP-Protocol-Version: 2025-11-25\r\n", initialize);
+        assert_eq!((status, json_of(&answer)["error"]["data"].clone()), (404, json!({"supported": ["2026-07-28"]})));
+
+        let old = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list",
+            "params": {"_meta": {META_PROTOCOL_VERSION: "2025-11-25", META_CLIENT_CAPABILITIES: {}}}});
+        let (status, _, answer) = http_with(addr, "POST", other_version, &old.to_string());
+        assert_eq!((status, json_of(&answer)["error"]["code"].clone()), (400, json!(-32022)));
+        let bare = r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{}}"#;
+        let (status, _, answer) = http_with(addr, "POST", no_version, bare);
+        assert_eq!((status, json_of(&answer)["error"]["code"].clone()), (400, json!(-32602)));
+
+        let call = json!({"name": "sample", "arguments": {"prompt": "p"}});
+        let unable =
+            json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": with_meta(call.clone(), json!({}))});
+        let call_headers = format!("Mcp-Method: tools/call\r\nMCP-Protocol-Version: {STATELESS_PROTOCOL_VERSION}\r\n");
+        let (status, _, answer) = http_with(addr, "POST", &call_headers, &unable.to_string());
+        assert_eq!((status, json_of(&answer)["error"]["code"].clone()), (400, json!(-32021)));
+        let (headers, body) = stateless_post(7, "tools/call", call);
+        let (status, _, answer) = http_with(addr, "POST", &headers, &body);
+        assert_eq!((status, json_of(&answer)["result"]["resultType"].clone()), (200, json!("input_required")));
+
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        assert_eq!(http_with(addr, "POST", "", note).0, 202);
+    }
+
+    #[test]
+    fn http_stateless_listen_streams_changes_and_ends_when_the_client_closes() {
+        let (addr, front) = stateless_http_mock(Duration::from_millis(20));
+        let (headers, body) =
+            stateless_post(1, "subscriptions/listen", json!({"notifications": {"toolsListChanged": true}}));
+        let mut listen = http_send_with(addr, "POST", &headers, &body);
+        let mut status_line = String::new();
+        listen.read_line(&mut status_line).expect("a status line");
+        assert!(status_line.contains("200"), "{status_line}");
+        let ack = next_event(&mut listen);
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+        assert_eq!(ack["params"]["_meta"][META_SUBSCRIPTION_ID], 1);
+
+        let (headers, body) = stateless_post(2, "tools/call", json!({"name": "add_tool"}));
+        let (status, _, answer) = http_with(addr, "POST", &headers, &body);
+        assert_eq!((status, json_of(&answer)["result"]["resultType"].clone()), (200, json!("complete")));
+        let changed = next_event(&mut listen);
+        assert_eq!(
+            changed,
+            notification("notifications/tools/list_changed", json!({"_meta": {META_SUBSCRIPTION_ID: 1}}))
+        );
+        let mut line = String::new();
+        while line != ":\n" {
+            line.clear();
+            listen.read_line(&mut line).expect("a keep-alive");
+        }
+
+        assert_eq!(lock(&front.shared.listens).open.len(), 1);
+        drop(listen);
+        let deadline = Instant::now() + WAIT;
+        while !lock(&front.shared.listens).open.is_empty() {
+            assert!(Instant::now() < deadline, "the listen outlived its stream");
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 
     #[test]
