@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use tether_core::codec::SseDecoder;
-use tether_core::http_headers::stateless_request_headers;
+use tether_core::http_headers::{self, stateless_request_headers};
 use tether_core::protocol::{self, Message};
 use tether_core::{Failure, Input};
 
@@ -60,7 +60,9 @@ pub struct HttpTarget {
     pub headers: BTreeMap<String, String>,
     /// Legacy HTTP+SSE transport.
     pub legacy: bool,
-    /// Longest wait for response bytes (covers long SSE answers).
+    /// Longest wait for response bytes (covers long SSE answers). Stateless-era
+    /// `subscriptions/listen` streams are exempt: they stay open, possibly silent,
+    /// for as long as the subscription lasts.
     pub read_timeout: Duration,
     /// Largest frame accepted.
     pub max_frame: usize,
@@ -97,6 +99,9 @@ struct Shared {
     headers: BTreeMap<String, String>,
     legacy: bool,
     agent: ureq::Agent,
+    /// For requests whose answer is a stream that lasts (`subscriptions/listen`):
+    /// no read timeout.
+    lasting_agent: ureq::Agent,
     max_frame: usize,
     inputs: InputSink,
     spawn: Spawner,
@@ -151,6 +156,7 @@ impl HttpBackend {
     pub fn connect(target: HttpTarget, inputs: InputSink, spawn: Spawner) -> HttpBackend {
         let agent =
             ureq::AgentBuilder::new().timeout_connect(CONNECT_TIMEOUT).timeout_read(target.read_timeout).build();
+        let lasting_agent = ureq::AgentBuilder::new().timeout_connect(CONNECT_TIMEOUT).build();
         let legacy = target.legacy;
         let shared = Arc::new(Shared {
             server: target.server,
@@ -159,6 +165,7 @@ impl HttpBackend {
             headers: target.headers,
             legacy,
             agent,
+            lasting_agent,
             max_frame: target.max_frame,
             inputs,
             spawn,
@@ -293,10 +300,13 @@ impl Shared {
 
     /// POSTs a stateless-era request (2026-07-28): the headers that repeat its
     /// body, never `Mcp-Session-Id` (the revision has no sessions), and an answer
-    /// that changes nothing about the connection.
+    /// that changes nothing about the connection. A `subscriptions/listen` goes
+    /// without a read timeout.
     fn post_stateless(self: &Arc<Self>, frame: &str, request: Option<u64>, headers: &[(&'static str, String)]) {
-        let mut req = self
-            .agent
+        let lasting =
+            headers.iter().any(|(name, value)| *name == http_headers::METHOD && value == "subscriptions/listen");
+        let agent = if lasting { &self.lasting_agent } else { &self.agent };
+        let mut req = agent
             .post(&self.url)
             .set("Content-Type", "application/json")
             .set("Accept", "application/json, text/event-stream");
@@ -974,6 +984,42 @@ mod tests {
         backend.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#.into(), Some(3));
         assert!(frame_of(next_input(&rx)).contains(r#""tools":[]"#));
         assert_eq!(log.lock().unwrap().clone(), [r#"request in session Some("s1")"#]);
+    }
+
+    #[test]
+    fn a_listen_stream_outlasts_the_read_timeout() {
+        const PAUSE: Duration = Duration::from_millis(900);
+        let (url, _) = serve_seen(|seen, _| match seen.header("Mcp-Method") {
+            Some("subscriptions/listen") => Answer::Stream(|w, _| {
+                let meta = r#""_meta":{"io.modelcontextprotocol/subscriptionId":1}"#;
+                w.event(&format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{{{meta},"notifications":{{"toolsListChanged":true}}}}}}"#
+                ))?;
+                std::thread::sleep(PAUSE);
+                w.event(&format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{{{meta}}}}}"#
+                ))?;
+                std::thread::sleep(PAUSE);
+                w.event(&format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"resultType":"complete",{meta}}}}}"#))?;
+                w.end()
+            }),
+            _ => Answer::Stream(|w, _| {
+                std::thread::sleep(PAUSE);
+                w.event(r#"{"jsonrpc":"2.0","id":2,"result":{"content":[]}}"#)?;
+                w.end()
+            }),
+        });
+        let (backend, rx) = connect_with(url, Duration::from_millis(300));
+        // An ordinary request's stream is cut by the read timeout...
+        backend.send(stateless(2, "tools/call", r#""name":"slow","arguments":{},"#), Some(2));
+        assert_eq!(next_input(&rx), failed(2, Failure::Reset));
+        // ...a subscription's is not.
+        let listen = stateless(1, "subscriptions/listen", r#""notifications":{"toolsListChanged":true},"#);
+        backend.send(listen, Some(1));
+        assert!(frame_of(next_input(&rx)).contains("notifications/subscriptions/acknowledged"));
+        assert!(frame_of(next_input(&rx)).contains("notifications/tools/list_changed"));
+        assert!(frame_of(next_input(&rx)).contains(r#""resultType":"complete""#));
+        assert_eq!(rx.recv_timeout(Duration::from_millis(200)).ok(), None);
     }
 
     #[test]
