@@ -5,9 +5,9 @@
 //! Streamable HTTP speaks two eras. Until the connection sends `initialize`, a
 //! request whose `_meta` names a stateless revision (2026-07-28) is POSTed that
 //! revision's way: routing headers derived from the body, no session, no GET
-//! stream, and an HTTP 4xx carrying a JSON-RPC error for the request read as its
-//! answer. Once `initialize` went out, every frame goes the handshake-era
-//! (2025-11-25) way.
+//! stream, an HTTP 4xx carrying a JSON-RPC error for the request read as its
+//! answer, and cancellation by closing the response stream. Once `initialize`
+//! went out, every frame goes the handshake-era (2025-11-25) way.
 //!
 //! HTTP runs through ureq (rustls) on threads the runtime provides ([`Spawner`]:
 //! smol's blocking pool, or plain threads). Every outcome becomes an input handed
@@ -23,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -122,6 +123,29 @@ struct State {
     /// The connection sent `initialize`: handshake era from then on, every frame
     /// goes as it did before the stateless revision.
     handshake: bool,
+    /// Requests sent before the handshake, by gateway id, until their exchange
+    /// ends: the stateless-era ones among them are cancelled through these.
+    requests: BTreeMap<u64, Arc<Cancel>>,
+}
+
+/// Set when the core cancels a stateless-era request. 2026-07-28 HTTP has no
+/// cancel message: closing the response stream is the cancellation. The thread
+/// reading the stream checks this whenever it regains control (response head,
+/// bytes, an SSE keep-alive comment) and then drops the response, which closes
+/// the connection. ureq 2 gives no handle on the socket to shut it from the
+/// cancelling thread, so a server silent on that stream learns of it only when
+/// it next writes (or the read timeout passes).
+#[derive(Default)]
+struct Cancel(AtomicBool);
+
+impl Cancel {
+    fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 /// Opens once an HTTP request got its response head (or failed): the frames
@@ -181,27 +205,43 @@ impl HttpBackend {
 
     /// Sends one frame; `request` is the id to quote if delivery fails, `None` for
     /// notifications and responses, which the frames after them wait for.
+    ///
+    /// Before the handshake, a `notifications/cancelled` is not sent: the
+    /// cancelled request's response stream is closed instead (2026-07-28 HTTP).
     pub fn send(&self, frame: String, request: Option<u64>) {
         let s = self.shared.clone();
-        let (after, accepted, before_handshake) = {
+        let cancelled = (request.is_none() && !s.legacy).then(|| cancelled_request(&frame)).flatten();
+        let (after, accepted, cancel) = {
             let mut state = s.state.lock().unwrap();
-            let before_handshake = request.is_some() && !s.legacy && !state.handshake;
+            let stateless = !s.legacy && !state.handshake;
+            if let (true, Some(id)) = (stateless, cancelled) {
+                if let Some(cancel) = id.and_then(|id| state.requests.remove(&id)) {
+                    cancel.cancel();
+                }
+                return;
+            }
+            // Registered here, not on the thread that posts it, so a cancellation
+            // sent right after the request finds it.
+            let cancel = request.filter(|_| stateless).map(|id| {
+                let cancel = Arc::new(Cancel::default());
+                state.requests.insert(id, cancel.clone());
+                cancel
+            });
             let after = state.barrier.clone();
             let accepted = request.is_none().then(|| {
                 let gate = Arc::new(Gate::default());
                 state.barrier = Some(gate.clone());
                 Opener(gate)
             });
-            (after, accepted, before_handshake)
+            (after, accepted, cancel)
         };
         (self.shared.spawn)(Box::new(move || {
             if let Some(gate) = after {
                 gate.wait(ORDER_WAIT);
             }
-            if before_handshake {
-                s.post_before_handshake(&frame, request);
-            } else {
-                s.post(&frame, request, accepted);
+            match cancel {
+                Some(cancel) => s.post_before_handshake(&frame, request, &cancel),
+                None => s.post(&frame, request, accepted),
             }
         }));
     }
@@ -286,9 +326,9 @@ impl Shared {
     /// POSTs a request sent before the handshake: the stateless revision's way
     /// when it carries that revision's `_meta`, else as always (and when it is
     /// `initialize`, the connection is in the handshake era from now on).
-    fn post_before_handshake(self: &Arc<Self>, frame: &str, request: Option<u64>) {
+    fn post_before_handshake(self: &Arc<Self>, frame: &str, request: Option<u64>, cancel: &Arc<Cancel>) {
         match stateless_request_headers(frame) {
-            Some(headers) => self.post_stateless(frame, request, &headers),
+            Some(headers) => self.post_stateless(frame, request, &headers, cancel),
             None => {
                 if is_initialize(frame) {
                     self.state.lock().unwrap().handshake = true;
@@ -296,13 +336,25 @@ impl Shared {
                 self.post(frame, request, None);
             }
         }
+        let mut state = self.state.lock().unwrap();
+        if let Some(id) = request {
+            if state.requests.get(&id).is_some_and(|c| Arc::ptr_eq(c, cancel)) {
+                state.requests.remove(&id);
+            }
+        }
     }
 
     /// POSTs a stateless-era request (2026-07-28): the headers that repeat its
     /// body, never `Mcp-Session-Id` (the revision has no sessions), and an answer
     /// that changes nothing about the connection. A `subscriptions/listen` goes
-    /// without a read timeout.
-    fn post_stateless(self: &Arc<Self>, frame: &str, request: Option<u64>, headers: &[(&'static str, String)]) {
+    /// without a read timeout. Nothing is reported once the core cancelled it.
+    fn post_stateless(
+        self: &Arc<Self>,
+        frame: &str,
+        request: Option<u64>,
+        headers: &[(&'static str, String)],
+        cancel: &Cancel,
+    ) {
         let lasting =
             headers.iter().any(|(name, value)| *name == http_headers::METHOD && value == "subscriptions/listen");
         let agent = if lasting { &self.lasting_agent } else { &self.agent };
@@ -316,8 +368,12 @@ impl Shared {
         for (k, v) in headers {
             req = req.set(k, v);
         }
-        match req.send_string(frame) {
-            Ok(response) => self.read_answer(response, request, true),
+        let response = req.send_string(frame);
+        if cancel.is_set() {
+            return; // dropping the response closes it
+        }
+        match response {
+            Ok(response) => self.read_answer(response, request, Some(cancel)),
             Err(ureq::Error::Status(status, response)) => self.refused(frame, request, status, response),
             Err(ureq::Error::Transport(t)) => self.failed(request, transport_failure(&t)),
         }
@@ -397,30 +453,34 @@ impl Shared {
         if let Some(id) = response.header("Mcp-Session-Id") {
             self.state.lock().unwrap().session_id = Some(id.to_string());
         }
-        self.read_answer(response, request, false);
+        self.read_answer(response, request, None);
     }
 
     /// Reads what a POST got back: nothing (202), an SSE stream or a JSON body.
-    /// The frames of a `stateless`-era answer tell the transport nothing.
-    fn read_answer(self: &Arc<Self>, response: ureq::Response, request: Option<u64>, stateless: bool) {
+    /// `cancel` is there for a stateless-era request: its frames tell the
+    /// transport nothing, and once it is cancelled nothing more is reported.
+    fn read_answer(self: &Arc<Self>, response: ureq::Response, request: Option<u64>, cancel: Option<&Cancel>) {
+        let cancelled = || cancel.is_some_and(Cancel::is_set);
         let is_sse = response.content_type() == "text/event-stream";
         if response.status() == 202 {
             // Accepted: a notification or response; nothing comes back on this POST.
         } else if is_sse {
-            let outcome = self.read_sse(response.into_reader(), false, request, stateless);
+            let outcome = self.read_sse(response.into_reader(), false, request, cancel);
             // A stream that broke, or ended without answering its request, loses the request.
-            if !outcome.clean || (request.is_some() && !outcome.answered) {
+            if !cancelled() && (!outcome.clean || (request.is_some() && !outcome.answered)) {
                 self.failed(request, Failure::Reset);
             }
         } else {
             let mut body = String::new();
             let limit = self.max_frame as u64 + 1;
-            match response.into_reader().take(limit).read_to_string(&mut body) {
+            let read = response.into_reader().take(limit).read_to_string(&mut body);
+            match read {
+                _ if cancelled() => {}
                 Ok(_) if body.len() > self.max_frame => {
                     self.failed(request, Failure::Other { message: "response exceeds the frame limit".into() })
                 }
                 Ok(_) if body.trim().is_empty() => {}
-                Ok(_) if stateless => self.report_frame(body),
+                Ok(_) if cancel.is_some() => self.report_frame(body),
                 Ok(_) => self.frame(body),
                 Err(_) => self.failed(request, Failure::Reset),
             }
@@ -465,7 +525,7 @@ impl Shared {
         drop(opened);
         match response {
             Ok(r) if r.content_type() == "text/event-stream" => {
-                self.read_sse(r.into_reader(), false, None, false);
+                self.read_sse(r.into_reader(), false, None, None);
             }
             Ok(_) | Err(ureq::Error::Status(..)) => {}
             Err(ureq::Error::Transport(t)) => tracing::debug!(server = %self.server, "GET stream: {t}"),
@@ -473,18 +533,22 @@ impl Shared {
     }
 
     /// Feeds SSE `message` events as frames; legacy streams also carry `endpoint`.
-    /// The frames of a `stateless`-era answer tell the transport nothing.
+    /// A stateless-era request's stream (`cancel`) ends as soon as it is cancelled:
+    /// returning drops the reader, which closes the stream.
     fn read_sse(
         self: &Arc<Self>,
         mut reader: impl Read,
         legacy: bool,
         request: Option<u64>,
-        stateless: bool,
+        cancel: Option<&Cancel>,
     ) -> SseOutcome {
         let mut decoder = SseDecoder::new(self.max_frame);
         let mut chunk = vec![0u8; 16 * 1024];
         let mut answered = false;
         loop {
+            if cancel.is_some_and(Cancel::is_set) {
+                return SseOutcome { clean: true, answered };
+            }
             let n = match reader.read(&mut chunk) {
                 Ok(0) => return SseOutcome { clean: true, answered },
                 Ok(n) => n,
@@ -499,10 +563,10 @@ impl Shared {
                     self.endpoint_known.notify_all();
                 } else if (event.event == "message" || event.event.is_empty()) && !event.data.trim().is_empty() {
                     answered |= request.is_some_and(|id| answers(&event.data, id));
-                    if stateless {
-                        self.report_frame(event.data);
-                    } else {
-                        self.frame(event.data);
+                    match cancel {
+                        Some(cancel) if cancel.is_set() => return SseOutcome { clean: true, answered },
+                        Some(_) => self.report_frame(event.data),
+                        None => self.frame(event.data),
                     }
                 }
             }
@@ -519,7 +583,7 @@ impl Shared {
         }
         match req.call() {
             Ok(r) => {
-                let _ = self.read_sse(r.into_reader(), true, None, false);
+                let _ = self.read_sse(r.into_reader(), true, None, None);
                 self.failed(None, Failure::Reset);
             }
             Err(ureq::Error::Status(status, _)) => self.failed(None, Failure::Http { status }),
@@ -562,6 +626,26 @@ fn rejects_session(body: &str) -> bool {
         Ok(Reply { error: Some(Error { message: Some(m) }) }) => about_session(&m),
         Ok(_) => false,
         Err(_) => about_session(body),
+    }
+}
+
+/// `Some` when `frame` is a `notifications/cancelled`, holding the request it
+/// cancels when that is a gateway id.
+fn cancelled_request(frame: &str) -> Option<Option<u64>> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        #[serde(default, rename = "requestId")]
+        request_id: Option<serde_json::Value>,
+    }
+    if !frame.contains("notifications/cancelled") {
+        return None; // most frames: no need to parse
+    }
+    match protocol::parse(frame) {
+        Ok(Message::Notification { method, params }) if method == "notifications/cancelled" => {
+            let params = params.and_then(|p| serde_json::from_str::<Params>(p.get()).ok());
+            Some(params.and_then(|p| p.request_id).and_then(|id| id.as_u64()))
+        }
+        _ => None,
     }
 }
 
@@ -888,6 +972,15 @@ mod tests {
         Input::BackendFailed { server: "web".into(), generation: 1, request: Some(request), failure }
     }
 
+    /// Waits (at most 5 s) until the server logged `entry`.
+    fn wait_for(log: &Log, entry: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !log.lock().unwrap().iter().any(|e| e == entry) {
+            assert!(std::time::Instant::now() < deadline, "no {entry:?} in {:?}", log.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 
     /// A stateless-era request; `params` are the members before `_meta`, each
@@ -1020,6 +1113,54 @@ mod tests {
         assert!(frame_of(next_input(&rx)).contains("notifications/tools/list_changed"));
         assert!(frame_of(next_input(&rx)).contains(r#""resultType":"complete""#));
         assert_eq!(rx.recv_timeout(Duration::from_millis(200)).ok(), None);
+    }
+
+    #[test]
+    fn cancelling_a_stateless_request_closes_its_stream_and_posts_nothing() {
+        let (url, log) = serve_seen(|seen, log| {
+            if seen.body.contains("notifications/cancelled") {
+                log.lock().unwrap().push("cancellation posted".into());
+                return Answer::Reply(reply(202, "text/plain", ""));
+            }
+            Answer::Stream(|w, log| {
+                log.lock().unwrap().push("stream open".into());
+                w.event(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1}}"#)?;
+                for _ in 0..200 {
+                    std::thread::sleep(Duration::from_millis(25));
+                    w.send(":\n\n")?; // keep-alive
+                }
+                log.lock().unwrap().push("stream still open after 5 s".into());
+                w.event(r#"{"jsonrpc":"2.0","id":5,"result":{"content":[]}}"#)?;
+                w.end()
+            })
+        });
+        let (backend, rx) = connect(url);
+        backend.send(stateless(5, "tools/call", r#""name":"slow","arguments":{},"#), Some(5));
+        assert!(frame_of(next_input(&rx)).contains("notifications/progress"));
+        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
+        backend.send(cancel.into(), None);
+        wait_for(&log, "stream closed by the client");
+        // Nothing about the cancelled request reaches the core, not even a failure.
+        assert_eq!(rx.recv_timeout(Duration::from_millis(300)).ok(), None);
+        assert_eq!(log.lock().unwrap().clone(), ["stream open", "stream closed by the client"]);
+    }
+
+    #[test]
+    fn after_initialize_a_cancellation_is_posted_as_before() {
+        let (url, log) = serve(|method, body, session, log| match method {
+            "POST" if body.contains("notifications/cancelled") => {
+                log.lock().unwrap().push(format!("cancellation posted in session {session:?}"));
+                reply(202, "text/plain", "")
+            }
+            "POST" => handshake(),
+            _ => reply(405, "text/plain", ""),
+        });
+        let (backend, rx) = connect(url);
+        backend.send(INITIALIZE.into(), Some(1));
+        frame_of(next_input(&rx));
+        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
+        backend.send(cancel.into(), None);
+        wait_for(&log, r#"cancellation posted in session Some("s1")"#);
     }
 
     #[test]
