@@ -14,6 +14,9 @@ pub mod config;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gateway;
+/// The stateless revision's HTTP request headers (`MCP-Protocol-Version`,
+/// `Mcp-Method`, `Mcp-Name`) a host puts on a POST to a backend, derived from the frame.
+pub mod http_headers;
 pub mod io;
 pub mod policy;
 pub mod protocol;

@@ -2,6 +2,13 @@
 //! optional GET stream, `Mcp-Session-Id`, `MCP-Protocol-Version`, DELETE on close)
 //! and legacy HTTP+SSE (a GET event stream that names the POST endpoint).
 //!
+//! Streamable HTTP speaks two eras. Until the connection sends `initialize`, a
+//! request whose `_meta` names a stateless revision (2026-07-28) is POSTed that
+//! revision's way: routing headers derived from the body, no session, no GET
+//! stream, an HTTP 4xx carrying a JSON-RPC error for the request read as its
+//! answer, and cancellation by closing the response stream. Once `initialize`
+//! went out, every frame goes the handshake-era (2025-11-25) way.
+//!
 //! HTTP runs through ureq (rustls) on threads the runtime provides ([`Spawner`]:
 //! smol's blocking pool, or plain threads). Every outcome becomes an input handed
 //! to the runtime's [`InputSink`]; what to do about it (retry, reconnect,
@@ -16,10 +23,13 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use tether_core::codec::SseDecoder;
+use tether_core::http_headers::{self, stateless_request_headers};
+use tether_core::protocol::{self, Message};
 use tether_core::{Failure, Input};
 
 /// Connect timeout for every request.
@@ -51,7 +61,9 @@ pub struct HttpTarget {
     pub headers: BTreeMap<String, String>,
     /// Legacy HTTP+SSE transport.
     pub legacy: bool,
-    /// Longest wait for response bytes (covers long SSE answers).
+    /// Longest wait for response bytes (covers long SSE answers). Stateless-era
+    /// `subscriptions/listen` streams are exempt: they stay open, possibly silent,
+    /// for as long as the subscription lasts.
     pub read_timeout: Duration,
     /// Largest frame accepted.
     pub max_frame: usize,
@@ -88,6 +100,9 @@ struct Shared {
     headers: BTreeMap<String, String>,
     legacy: bool,
     agent: ureq::Agent,
+    /// For requests whose answer is a stream that lasts (`subscriptions/listen`):
+    /// no read timeout.
+    lasting_agent: ureq::Agent,
     max_frame: usize,
     inputs: InputSink,
     spawn: Spawner,
@@ -105,6 +120,32 @@ struct State {
     /// Opens when the last notification or response sent has been accepted.
     barrier: Option<Arc<Gate>>,
     closed: bool,
+    /// The connection sent `initialize`: handshake era from then on, every frame
+    /// goes as it did before the stateless revision.
+    handshake: bool,
+    /// Requests sent before the handshake, by gateway id, until their exchange
+    /// ends: the stateless-era ones among them are cancelled through these.
+    requests: BTreeMap<u64, Arc<Cancel>>,
+}
+
+/// Set when the core cancels a stateless-era request. 2026-07-28 HTTP has no
+/// cancel message: closing the response stream is the cancellation. The thread
+/// reading the stream checks this whenever it regains control (response head,
+/// bytes, an SSE keep-alive comment) and then drops the response, which closes
+/// the connection. ureq 2 gives no handle on the socket to shut it from the
+/// cancelling thread, so a server silent on that stream learns of it only when
+/// it next writes (or the read timeout passes).
+#[derive(Default)]
+struct Cancel(AtomicBool);
+
+impl Cancel {
+    fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 /// Opens once an HTTP request got its response head (or failed): the frames
@@ -139,6 +180,7 @@ impl HttpBackend {
     pub fn connect(target: HttpTarget, inputs: InputSink, spawn: Spawner) -> HttpBackend {
         let agent =
             ureq::AgentBuilder::new().timeout_connect(CONNECT_TIMEOUT).timeout_read(target.read_timeout).build();
+        let lasting_agent = ureq::AgentBuilder::new().timeout_connect(CONNECT_TIMEOUT).build();
         let legacy = target.legacy;
         let shared = Arc::new(Shared {
             server: target.server,
@@ -147,6 +189,7 @@ impl HttpBackend {
             headers: target.headers,
             legacy,
             agent,
+            lasting_agent,
             max_frame: target.max_frame,
             inputs,
             spawn,
@@ -162,23 +205,44 @@ impl HttpBackend {
 
     /// Sends one frame; `request` is the id to quote if delivery fails, `None` for
     /// notifications and responses, which the frames after them wait for.
+    ///
+    /// Before the handshake, a `notifications/cancelled` is not sent: the
+    /// cancelled request's response stream is closed instead (2026-07-28 HTTP).
     pub fn send(&self, frame: String, request: Option<u64>) {
         let s = self.shared.clone();
-        let (after, accepted) = {
+        let cancelled = (request.is_none() && !s.legacy).then(|| cancelled_request(&frame)).flatten();
+        let (after, accepted, cancel) = {
             let mut state = s.state.lock().unwrap();
+            let stateless = !s.legacy && !state.handshake;
+            if let (true, Some(id)) = (stateless, cancelled) {
+                if let Some(cancel) = id.and_then(|id| state.requests.remove(&id)) {
+                    cancel.cancel();
+                }
+                return;
+            }
+            // Registered here, not on the thread that posts it, so a cancellation
+            // sent right after the request finds it.
+            let cancel = request.filter(|_| stateless).map(|id| {
+                let cancel = Arc::new(Cancel::default());
+                state.requests.insert(id, cancel.clone());
+                cancel
+            });
             let after = state.barrier.clone();
             let accepted = request.is_none().then(|| {
                 let gate = Arc::new(Gate::default());
                 state.barrier = Some(gate.clone());
                 Opener(gate)
             });
-            (after, accepted)
+            (after, accepted, cancel)
         };
         (self.shared.spawn)(Box::new(move || {
             if let Some(gate) = after {
                 gate.wait(ORDER_WAIT);
             }
-            s.post(&frame, request, accepted);
+            match cancel {
+                Some(cancel) => s.post_before_handshake(&frame, request, &cancel),
+                None => s.post(&frame, request, accepted),
+            }
         }));
     }
 
@@ -218,6 +282,12 @@ impl Shared {
         if self.remember_version(&frame) {
             self.open_get_stream();
         }
+        self.report_frame(frame);
+    }
+
+    /// A frame that tells the transport nothing: a stateless-era answer has no
+    /// handshake to note and opens no GET stream.
+    fn report_frame(&self, frame: String) {
         self.report(Input::BackendFrame { server: self.server.clone(), generation: self.generation, frame });
     }
 
@@ -251,6 +321,79 @@ impl Shared {
             return self.state.lock().unwrap().protocol_version.replace(v).is_none();
         }
         false
+    }
+
+    /// POSTs a request sent before the handshake: the stateless revision's way
+    /// when it carries that revision's `_meta`, else as always (and when it is
+    /// `initialize`, the connection is in the handshake era from now on).
+    fn post_before_handshake(self: &Arc<Self>, frame: &str, request: Option<u64>, cancel: &Arc<Cancel>) {
+        match stateless_request_headers(frame) {
+            Some(headers) => self.post_stateless(frame, request, &headers, cancel),
+            None => {
+                if is_initialize(frame) {
+                    self.state.lock().unwrap().handshake = true;
+                }
+                self.post(frame, request, None);
+            }
+        }
+        let mut state = self.state.lock().unwrap();
+        if let Some(id) = request {
+            if state.requests.get(&id).is_some_and(|c| Arc::ptr_eq(c, cancel)) {
+                state.requests.remove(&id);
+            }
+        }
+    }
+
+    /// POSTs a stateless-era request (2026-07-28): the headers that repeat its
+    /// body, never `Mcp-Session-Id` (the revision has no sessions), and an answer
+    /// that changes nothing about the connection. A `subscriptions/listen` goes
+    /// without a read timeout. Nothing is reported once the core cancelled it.
+    fn post_stateless(
+        self: &Arc<Self>,
+        frame: &str,
+        request: Option<u64>,
+        headers: &[(&'static str, String)],
+        cancel: &Cancel,
+    ) {
+        let lasting =
+            headers.iter().any(|(name, value)| *name == http_headers::METHOD && value == "subscriptions/listen");
+        let agent = if lasting { &self.lasting_agent } else { &self.agent };
+        let mut req = agent
+            .post(&self.url)
+            .set("Content-Type", "application/json")
+            .set("Accept", "application/json, text/event-stream");
+        for (k, v) in &self.headers {
+            req = req.set(k, v);
+        }
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        let response = req.send_string(frame);
+        if cancel.is_set() {
+            return; // dropping the response closes it
+        }
+        match response {
+            Ok(response) => self.read_answer(response, request, Some(cancel)),
+            Err(ureq::Error::Status(status, response)) => self.refused(frame, request, status, response),
+            Err(ureq::Error::Transport(t)) => self.failed(request, transport_failure(&t)),
+        }
+    }
+
+    /// A stateless-era request answered with an HTTP error. Modern servers put a
+    /// JSON-RPC error for the request in the body of their 4xx (-32022 for an
+    /// unsupported revision, -32601 for an unknown method, -32020 for headers that
+    /// disagree with the body): that is the request's answer, and the core decides
+    /// what it means (retry at another revision, fail the call). A 4xx without one
+    /// (a handshake-era server refusing the unknown request, a proxy) stays an HTTP
+    /// failure: on a probe, the core reads it as "handshake-era server".
+    fn refused(&self, frame: &str, request: Option<u64>, status: u16, response: ureq::Response) {
+        if (400..500).contains(&status) {
+            let body = error_text(response);
+            if error_answering(&body, frame) {
+                return self.report_frame(body);
+            }
+        }
+        self.failed(request, Failure::Http { status })
     }
 
     /// POSTs one frame. `accepted` opens when the response head arrived (or the
@@ -310,23 +453,34 @@ impl Shared {
         if let Some(id) = response.header("Mcp-Session-Id") {
             self.state.lock().unwrap().session_id = Some(id.to_string());
         }
+        self.read_answer(response, request, None);
+    }
+
+    /// Reads what a POST got back: nothing (202), an SSE stream or a JSON body.
+    /// `cancel` is there for a stateless-era request: its frames tell the
+    /// transport nothing, and once it is cancelled nothing more is reported.
+    fn read_answer(self: &Arc<Self>, response: ureq::Response, request: Option<u64>, cancel: Option<&Cancel>) {
+        let cancelled = || cancel.is_some_and(Cancel::is_set);
         let is_sse = response.content_type() == "text/event-stream";
         if response.status() == 202 {
             // Accepted: a notification or response; nothing comes back on this POST.
         } else if is_sse {
-            let outcome = self.read_sse(response.into_reader(), false, request);
+            let outcome = self.read_sse(response.into_reader(), false, request, cancel);
             // A stream that broke, or ended without answering its request, loses the request.
-            if !outcome.clean || (request.is_some() && !outcome.answered) {
+            if !cancelled() && (!outcome.clean || (request.is_some() && !outcome.answered)) {
                 self.failed(request, Failure::Reset);
             }
         } else {
             let mut body = String::new();
             let limit = self.max_frame as u64 + 1;
-            match response.into_reader().take(limit).read_to_string(&mut body) {
+            let read = response.into_reader().take(limit).read_to_string(&mut body);
+            match read {
+                _ if cancelled() => {}
                 Ok(_) if body.len() > self.max_frame => {
                     self.failed(request, Failure::Other { message: "response exceeds the frame limit".into() })
                 }
                 Ok(_) if body.trim().is_empty() => {}
+                Ok(_) if cancel.is_some() => self.report_frame(body),
                 Ok(_) => self.frame(body),
                 Err(_) => self.failed(request, Failure::Reset),
             }
@@ -371,7 +525,7 @@ impl Shared {
         drop(opened);
         match response {
             Ok(r) if r.content_type() == "text/event-stream" => {
-                self.read_sse(r.into_reader(), false, None);
+                self.read_sse(r.into_reader(), false, None, None);
             }
             Ok(_) | Err(ureq::Error::Status(..)) => {}
             Err(ureq::Error::Transport(t)) => tracing::debug!(server = %self.server, "GET stream: {t}"),
@@ -379,12 +533,22 @@ impl Shared {
     }
 
     /// Feeds SSE `message` events as frames; legacy streams also carry `endpoint`.
-    /// Returns false when the stream failed mid-way.
-    fn read_sse(self: &Arc<Self>, mut reader: impl Read, legacy: bool, request: Option<u64>) -> SseOutcome {
+    /// A stateless-era request's stream (`cancel`) ends as soon as it is cancelled:
+    /// returning drops the reader, which closes the stream.
+    fn read_sse(
+        self: &Arc<Self>,
+        mut reader: impl Read,
+        legacy: bool,
+        request: Option<u64>,
+        cancel: Option<&Cancel>,
+    ) -> SseOutcome {
         let mut decoder = SseDecoder::new(self.max_frame);
         let mut chunk = vec![0u8; 16 * 1024];
         let mut answered = false;
         loop {
+            if cancel.is_some_and(Cancel::is_set) {
+                return SseOutcome { clean: true, answered };
+            }
             let n = match reader.read(&mut chunk) {
                 Ok(0) => return SseOutcome { clean: true, answered },
                 Ok(n) => n,
@@ -399,7 +563,11 @@ impl Shared {
                     self.endpoint_known.notify_all();
                 } else if (event.event == "message" || event.event.is_empty()) && !event.data.trim().is_empty() {
                     answered |= request.is_some_and(|id| answers(&event.data, id));
-                    self.frame(event.data);
+                    match cancel {
+                        Some(cancel) if cancel.is_set() => return SseOutcome { clean: true, answered },
+                        Some(_) => self.report_frame(event.data),
+                        None => self.frame(event.data),
+                    }
                 }
             }
             if self.state.lock().unwrap().closed {
@@ -415,7 +583,7 @@ impl Shared {
         }
         match req.call() {
             Ok(r) => {
-                let _ = self.read_sse(r.into_reader(), true, None);
+                let _ = self.read_sse(r.into_reader(), true, None, None);
                 self.failed(None, Failure::Reset);
             }
             Err(ureq::Error::Status(status, _)) => self.failed(None, Failure::Http { status }),
@@ -459,6 +627,40 @@ fn rejects_session(body: &str) -> bool {
         Ok(_) => false,
         Err(_) => about_session(body),
     }
+}
+
+/// `Some` when `frame` is a `notifications/cancelled`, holding the request it
+/// cancels when that is a gateway id.
+fn cancelled_request(frame: &str) -> Option<Option<u64>> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        #[serde(default, rename = "requestId")]
+        request_id: Option<serde_json::Value>,
+    }
+    if !frame.contains("notifications/cancelled") {
+        return None; // most frames: no need to parse
+    }
+    match protocol::parse(frame) {
+        Ok(Message::Notification { method, params }) if method == "notifications/cancelled" => {
+            let params = params.and_then(|p| serde_json::from_str::<Params>(p.get()).ok());
+            Some(params.and_then(|p| p.request_id).and_then(|id| id.as_u64()))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `frame` is the handshake's `initialize` request.
+fn is_initialize(frame: &str) -> bool {
+    matches!(protocol::parse(frame), Ok(Message::Request { method, .. }) if method == "initialize")
+}
+
+/// Whether `body` is a JSON-RPC error answering `frame`, the request it came
+/// back for (ids compared as JSON values).
+fn error_answering(body: &str, frame: &str) -> bool {
+    let Ok(Message::Error { id: Some(answered), .. }) = protocol::parse(body.trim()) else { return false };
+    let Ok(Message::Request { id, .. }) = protocol::parse(frame) else { return false };
+    let value = |raw: &serde_json::value::RawValue| serde_json::from_str::<serde_json::Value>(raw.get()).ok();
+    value(answered).is_some_and(|a| Some(a) == value(id))
 }
 
 /// How an SSE stream ended.
@@ -558,24 +760,88 @@ mod tests {
     /// A server answering each request on its own thread with `answer(method, body,
     /// session header, log)`; returns the endpoint URL and the log.
     fn serve(answer: fn(&str, &str, Option<&str>, &Log) -> Reply) -> (String, Log) {
+        serve_seen(move |seen, log| Answer::Reply(answer(&seen.method, &seen.body, seen.header("Mcp-Session-Id"), log)))
+    }
+
+    /// What the fake server saw of a request.
+    struct Seen {
+        method: String,
+        body: String,
+        headers: Vec<(String, String)>,
+    }
+
+    impl Seen {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        }
+    }
+
+    /// How the fake server answers: a whole response, or an SSE stream written by
+    /// hand (tiny_http buffers the bodies it chunks itself, so nothing would
+    /// stream).
+    enum Answer {
+        Reply(Reply),
+        Stream(fn(&mut SseWriter, &Log) -> std::io::Result<()>),
+    }
+
+    /// A `text/event-stream` response with a chunked body, each chunk flushed.
+    struct SseWriter(Box<dyn std::io::Write + Send>);
+
+    impl SseWriter {
+        fn open(mut out: Box<dyn std::io::Write + Send>) -> std::io::Result<SseWriter> {
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+            out.write_all(head.as_bytes())?;
+            out.flush()?;
+            Ok(SseWriter(out))
+        }
+
+        /// Writes raw SSE text (an event, or a `:` comment).
+        fn send(&mut self, text: &str) -> std::io::Result<()> {
+            write!(self.0, "{:x}\r\n{text}\r\n", text.len())?;
+            self.0.flush()
+        }
+
+        fn event(&mut self, data: &str) -> std::io::Result<()> {
+            self.send(&format!("event: message\ndata: {data}\n\n"))
+        }
+
+        fn end(&mut self) -> std::io::Result<()> {
+            self.0.write_all(b"0\r\n\r\n")?;
+            self.0.flush()
+        }
+    }
+
+    /// A server answering each request on its own thread with `answer(seen, log)`;
+    /// returns the endpoint URL and the log.
+    fn serve_seen(answer: impl Fn(&Seen, &Log) -> Answer + Send + Sync + 'static) -> (String, Log) {
         let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
         let url = format!("http://{}/mcp", server.server_addr().to_ip().unwrap());
         let log = Log::default();
         let server_log = log.clone();
+        let answer = Arc::new(answer);
         std::thread::spawn(move || {
             for mut request in server.incoming_requests() {
                 let log = server_log.clone();
+                let answer = answer.clone();
                 std::thread::spawn(move || {
                     let mut body = String::new();
                     request.as_reader().read_to_string(&mut body).unwrap();
-                    let session = request
+                    let headers = request
                         .headers()
                         .iter()
-                        .find(|h| h.field.equiv("Mcp-Session-Id"))
-                        .map(|h| h.value.as_str().to_string());
-                    let method = request.method().as_str().to_string();
-                    let reply = answer(&method, &body, session.as_deref(), &log);
-                    let _ = request.respond(reply);
+                        .map(|h| (h.field.as_str().to_string(), h.value.as_str().to_string()))
+                        .collect();
+                    let seen = Seen { method: request.method().as_str().to_string(), body, headers };
+                    match answer(&seen, &log) {
+                        Answer::Reply(reply) => drop(request.respond(reply)),
+                        Answer::Stream(stream) => {
+                            let streamed =
+                                SseWriter::open(request.into_writer()).and_then(|mut w| stream(&mut w, &log));
+                            if streamed.is_err() {
+                                log.lock().unwrap().push("stream closed by the client".into());
+                            }
+                        }
+                    }
                 });
             }
         });
@@ -595,6 +861,10 @@ mod tests {
     }
 
     fn connect(url: String) -> (HttpBackend, std::sync::mpsc::Receiver<Input>) {
+        connect_with(url, Duration::from_secs(10))
+    }
+
+    fn connect_with(url: String, read_timeout: Duration) -> (HttpBackend, std::sync::mpsc::Receiver<Input>) {
         let (tx, rx) = std::sync::mpsc::channel();
         let tx = Mutex::new(tx);
         let sink: InputSink = Arc::new(move |input| tx.lock().unwrap().send(input).is_ok());
@@ -605,7 +875,7 @@ mod tests {
             url,
             headers: BTreeMap::new(),
             legacy: false,
-            read_timeout: Duration::from_secs(10),
+            read_timeout,
             max_frame: 1 << 20,
         };
         (HttpBackend::connect(target, sink, spawn), rx)
@@ -696,5 +966,216 @@ mod tests {
             failure: Failure::Http { status: 400 },
         };
         assert_eq!(next_input(&rx), bad);
+    }
+
+    fn failed(request: u64, failure: Failure) -> Input {
+        Input::BackendFailed { server: "web".into(), generation: 1, request: Some(request), failure }
+    }
+
+    /// Waits (at most 5 s) until the server logged `entry`.
+    fn wait_for(log: &Log, entry: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !log.lock().unwrap().iter().any(|e| e == entry) {
+            assert!(std::time::Instant::now() < deadline, "no {entry:?} in {:?}", log.lock().unwrap());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+    /// A stateless-era request; `params` are the members before `_meta`, each
+    /// followed by a comma.
+    fn stateless(id: u64, method: &str, params: &str) -> String {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{{params}{META}}}}}"#)
+    }
+
+    #[test]
+    fn a_stateless_request_goes_with_its_headers_and_no_session() {
+        let (url, log) = serve_seen(|seen, log| {
+            let header = |name| seen.header(name).unwrap_or("-").to_string();
+            let line = format!(
+                "{} {} {} {} | {} | {} | session {}",
+                seen.method,
+                header("MCP-Protocol-Version"),
+                header("Mcp-Method"),
+                header("Mcp-Name"),
+                header("Accept"),
+                header("Content-Type"),
+                header("Mcp-Session-Id"),
+            );
+            log.lock().unwrap().push(line);
+            // A session id and a protocolVersion, which open a session (and its GET
+            // stream) in the handshake era: they must change nothing here.
+            let id = if seen.body.contains(r#""id":1,"#) { 1 } else { 2 };
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"protocolVersion":"2026-07-28"}}}}"#);
+            let session = tiny_http::Header::from_bytes(&b"Mcp-Session-Id"[..], &b"s9"[..]).unwrap();
+            Answer::Reply(reply(200, "application/json", &body).with_header(session))
+        });
+        let (backend, rx) = connect(url);
+        backend.send(stateless(1, "server/discover", ""), Some(1));
+        assert!(frame_of(next_input(&rx)).contains(r#""id":1"#));
+        backend.send(stateless(2, "tools/call", r#""name":"café","arguments":{},"#), Some(2));
+        assert!(frame_of(next_input(&rx)).contains(r#""id":2"#));
+        backend.close();
+        std::thread::sleep(Duration::from_millis(200)); // a DELETE would be logged by now
+        let accept = "application/json, text/event-stream";
+        let expected = [
+            format!("POST 2026-07-28 server/discover - | {accept} | application/json | session -"),
+            format!("POST 2026-07-28 tools/call =?base64?Y2Fmw6k=?= | {accept} | application/json | session -"),
+        ];
+        assert_eq!(log.lock().unwrap().clone(), expected);
+    }
+
+    #[test]
+    fn a_4xx_carrying_an_error_for_the_request_is_its_answer() {
+        let (url, _) = serve_seen(|seen, _| {
+            Answer::Reply(match seen.header("Mcp-Method") {
+                Some("server/discover") => reply(
+                    400,
+                    "application/json",
+                    r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2026-12-01"],"requested":"2026-07-28"}}}"#,
+                ),
+                Some("prompts/list") => reply(
+                    404,
+                    "application/json",
+                    r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"Method not found"}}"#,
+                ),
+                // A JSON-RPC error, but not for this request.
+                _ => reply(
+                    400,
+                    "application/json",
+                    r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x"}}"#,
+                ),
+            })
+        });
+        let (backend, rx) = connect(url);
+        backend.send(stateless(1, "server/discover", ""), Some(1));
+        assert!(frame_of(next_input(&rx)).contains("-32022"));
+        backend.send(stateless(2, "prompts/list", ""), Some(2));
+        assert!(frame_of(next_input(&rx)).contains("-32601"));
+        backend.send(stateless(3, "tools/list", ""), Some(3));
+        assert_eq!(next_input(&rx), failed(3, Failure::Http { status: 400 }));
+    }
+
+    #[test]
+    fn a_probe_refused_without_an_answer_fails_and_initialize_goes_as_before() {
+        let (url, log) = serve(|method, body, session, log| match method {
+            "POST" if body.contains("server/discover") => reply(404, "text/plain", ""),
+            "POST" if body.contains("initialize") => handshake(),
+            "POST" => {
+                log.lock().unwrap().push(format!("request in session {session:?}"));
+                reply(200, "application/json", r#"{"jsonrpc":"2.0","id":3,"result":{"tools":[]}}"#)
+            }
+            _ => reply(405, "text/plain", ""),
+        });
+        let (backend, rx) = connect(url);
+        backend.send(stateless(1, "server/discover", ""), Some(1));
+        assert_eq!(next_input(&rx), failed(1, Failure::Http { status: 404 }));
+        let initialize = r#"{"jsonrpc":"2.0","id":2,"method":"initialize","params":{}}"#;
+        backend.send(initialize.into(), Some(2));
+        assert!(frame_of(next_input(&rx)).contains("protocolVersion"));
+        backend.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#.into(), Some(3));
+        assert!(frame_of(next_input(&rx)).contains(r#""tools":[]"#));
+        assert_eq!(log.lock().unwrap().clone(), [r#"request in session Some("s1")"#]);
+    }
+
+    #[test]
+    fn a_listen_stream_outlasts_the_read_timeout() {
+        const PAUSE: Duration = Duration::from_millis(900);
+        let (url, _) = serve_seen(|seen, _| match seen.header("Mcp-Method") {
+            Some("subscriptions/listen") => Answer::Stream(|w, _| {
+                let meta = r#""_meta":{"io.modelcontextprotocol/subscriptionId":1}"#;
+                w.event(&format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{{{meta},"notifications":{{"toolsListChanged":true}}}}}}"#
+                ))?;
+                std::thread::sleep(PAUSE);
+                w.event(&format!(
+                    r#"{{"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{{{meta}}}}}"#
+                ))?;
+                std::thread::sleep(PAUSE);
+                w.event(&format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"resultType":"complete",{meta}}}}}"#))?;
+                w.end()
+            }),
+            _ => Answer::Stream(|w, _| {
+                std::thread::sleep(PAUSE);
+                w.event(r#"{"jsonrpc":"2.0","id":2,"result":{"content":[]}}"#)?;
+                w.end()
+            }),
+        });
+        let (backend, rx) = connect_with(url, Duration::from_millis(300));
+        // An ordinary request's stream is cut by the read timeout...
+        backend.send(stateless(2, "tools/call", r#""name":"slow","arguments":{},"#), Some(2));
+        assert_eq!(next_input(&rx), failed(2, Failure::Reset));
+        // ...a subscription's is not.
+        let listen = stateless(1, "subscriptions/listen", r#""notifications":{"toolsListChanged":true},"#);
+        backend.send(listen, Some(1));
+        assert!(frame_of(next_input(&rx)).contains("notifications/subscriptions/acknowledged"));
+        assert!(frame_of(next_input(&rx)).contains("notifications/tools/list_changed"));
+        assert!(frame_of(next_input(&rx)).contains(r#""resultType":"complete""#));
+        assert_eq!(rx.recv_timeout(Duration::from_millis(200)).ok(), None);
+    }
+
+    #[test]
+    fn cancelling_a_stateless_request_closes_its_stream_and_posts_nothing() {
+        let (url, log) = serve_seen(|seen, log| {
+            if seen.body.contains("notifications/cancelled") {
+                log.lock().unwrap().push("cancellation posted".into());
+                return Answer::Reply(reply(202, "text/plain", ""));
+            }
+            Answer::Stream(|w, log| {
+                log.lock().unwrap().push("stream open".into());
+                w.event(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1}}"#)?;
+                for _ in 0..200 {
+                    std::thread::sleep(Duration::from_millis(25));
+                    w.send(":\n\n")?; // keep-alive
+                }
+                log.lock().unwrap().push("stream still open after 5 s".into());
+                w.event(r#"{"jsonrpc":"2.0","id":5,"result":{"content":[]}}"#)?;
+                w.end()
+            })
+        });
+        let (backend, rx) = connect(url);
+        backend.send(stateless(5, "tools/call", r#""name":"slow","arguments":{},"#), Some(5));
+        assert!(frame_of(next_input(&rx)).contains("notifications/progress"));
+        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}"#;
+        backend.send(cancel.into(), None);
+        wait_for(&log, "stream closed by the client");
+        // Nothing about the cancelled request reaches the core, not even a failure.
+        assert_eq!(rx.recv_timeout(Duration::from_millis(300)).ok(), None);
+        assert_eq!(log.lock().unwrap().clone(), ["stream open", "stream closed by the client"]);
+    }
+
+    #[test]
+    fn after_initialize_a_cancellation_is_posted_as_before() {
+        let (url, log) = serve(|method, body, session, log| match method {
+            "POST" if body.contains("notifications/cancelled") => {
+                log.lock().unwrap().push(format!("cancellation posted in session {session:?}"));
+                reply(202, "text/plain", "")
+            }
+            "POST" => handshake(),
+            _ => reply(405, "text/plain", ""),
+        });
+        let (backend, rx) = connect(url);
+        backend.send(INITIALIZE.into(), Some(1));
+        frame_of(next_input(&rx));
+        let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
+        backend.send(cancel.into(), None);
+        wait_for(&log, r#"cancellation posted in session Some("s1")"#);
+    }
+
+    #[test]
+    fn a_stateless_request_may_be_answered_with_a_stream() {
+        let (url, _) = serve_seen(|_, _| {
+            Answer::Stream(|w, _| {
+                w.event(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"p","progress":1}}"#)?;
+                w.event(r#"{"jsonrpc":"2.0","id":4,"result":{"content":[],"resultType":"complete"}}"#)?;
+                w.end()
+            })
+        });
+        let (backend, rx) = connect(url);
+        backend.send(stateless(4, "tools/call", r#""name":"slow","arguments":{},"#), Some(4));
+        assert!(frame_of(next_input(&rx)).contains("notifications/progress"));
+        assert!(frame_of(next_input(&rx)).contains(r#""id":4"#));
+        assert_eq!(rx.recv_timeout(Duration::from_millis(200)).ok(), None);
     }
 }
