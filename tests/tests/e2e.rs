@@ -552,3 +552,57 @@ fn closing_stdin_shuts_down_cleanly_with_the_backends(rt: Runtime) {
     }
     assert_clean_log(&log.lock().unwrap());
 }
+
+on_both_runtimes!(stateless_backends_serve_a_handshake_client);
+/// Scenario: backends of the stateless 2026-07-28 revision (`mock-mcp --stateless`,
+/// over stdio and over HTTP) beside a handshake-era one, behind a handshake-era
+/// client: each is probed and spoken to in its era, a `sample` call's
+/// `input_required` answer becomes a sampling request to the client and its answer
+/// goes back as `inputResponses`, a tool added at a stateless backend reaches the
+/// client as `list_changed` through tether's listen, and a crashed stateless backend
+/// comes back and listens again.
+fn stateless_backends_serve_a_handshake_client(rt: Runtime) {
+    let port = free_port();
+    let web = HttpMock::start(port, &["--name", "web", "--stateless"]);
+    let servers = json!({
+        "modern": mock("modern", &["--stateless"]),
+        "old": mock("old", &[]),
+        "web": { "url": web.url() },
+    });
+    let mut t = Tether::start_with(rt, config(servers, fast_policy()), &[]);
+    t.initialize();
+    let tools = t.tool_names();
+    for name in ["modern__echo", "old__echo", "web__echo", "modern__sample", "web__sample"] {
+        assert!(tools.contains(&name.to_string()), "{name} missing from {tools:?}\n{}", t.stderr_text());
+    }
+    for server in ["modern", "old", "web"] {
+        assert_eq!(t.call_text(&format!("{server}__echo"), json!({"text": server})), server);
+    }
+
+    for tool in ["modern__sample", "web__sample"] {
+        let id = t.send_request("tools/call", json!({"name": tool, "arguments": {"prompt": "six times seven?"}}));
+        let ask = t
+            .wait_for(|f| f["method"] == "sampling/createMessage" && f.get("id").is_some(), SOON)
+            .unwrap_or_else(|| panic!("no sampling request for {tool}\n{}", t.stderr_text()));
+        t.send(&json!({
+            "jsonrpc": "2.0",
+            "id": ask["id"],
+            "result": {"role": "assistant", "content": {"type": "text", "text": "forty-two"}, "model": "test"},
+        }));
+        let r = t.response(id, SOON).unwrap_or_else(|| panic!("no {tool} result\n{}", t.stderr_text()));
+        assert_eq!(r["result"]["content"][0]["text"], "forty-two", "{tool}: {r}");
+    }
+
+    t.call("modern__add_tool", json!({}));
+    t.wait_for(|f| f["method"] == "notifications/tools/list_changed", SOON)
+        .unwrap_or_else(|| panic!("no list_changed from the listen\n{}", t.stderr_text()));
+    assert!(wait_until(SOON, || t.tool_names().contains(&"modern__added".to_string())));
+
+    t.call("modern__crash", json!({}));
+    assert!(
+        wait_until(SOON, || t.call("modern__echo", json!({"text": "back"}))["result"]["content"][0]["text"] == "back"),
+        "the stateless backend did not come back\n{}",
+        t.stderr_text()
+    );
+    web.stop();
+}
