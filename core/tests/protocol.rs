@@ -318,23 +318,10 @@ fn a_list_changed_re_lists_only_that_list() {
     assert_eq!(sim.response(2)["result"]["tools"].as_array().unwrap().len(), 2);
 }
 
-/// Frames to session 1 with their routes, in order.
-fn routed(sim: &Sim) -> Vec<(ClientRoute, Value)> {
-    sim.actions
-        .iter()
-        .filter_map(|(_, a)| match a {
-            Action::SendToClient { session, frame, route } if *session == CLIENT => {
-                Some((route.clone(), serde_json::from_str(frame).unwrap()))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn frames_say_which_client_request_they_belong_to() {
     let mut sim = booted();
-    let before = routed(&sim).len();
+    let before = routed_since(&sim, 0).len();
     sim.client(json!({"jsonrpc":"2.0","id":"c-1","method":"tools/call","params":{"name":"fs__read","arguments":{},"_meta":{"progressToken":"p"}}}));
     let (id, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
     sim.backend(
@@ -356,7 +343,7 @@ fn frames_say_which_client_request_they_belong_to() {
     );
     sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
     sim.answer_tools("fs", &["read", "write"]);
-    let frames = routed(&sim).split_off(before);
+    let frames = routed_since(&sim, 0).split_off(before);
     let call = ClientRoute::Related("\"c-1\"".into());
     let kinds: Vec<(ClientRoute, String)> = frames
         .iter()

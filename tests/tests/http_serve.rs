@@ -214,3 +214,51 @@ fn with_modern_clients_each_stateless_post_is_served_without_a_session() {
     let log = t.stderr_text();
     assert!(!log.contains("ERROR"), "{log}");
 }
+
+#[test]
+fn a_stateless_clients_listen_streams_the_list_changes_it_asked_for() {
+    use std::io::{BufRead, BufReader};
+    let config = json!({"tether": {"modern_clients": true}, "mcpServers": {"fs": mock_server(&[])}});
+    let t = Tether::start(config, &["serve", "--listen", "127.0.0.1:0"]);
+    let url = listening(&t);
+    // Wait until fs is up, so the listen sees its change and not its start.
+    let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta": modern_meta()}});
+    assert_eq!(post_stateless(&url, &list, None).0, 200);
+
+    let listen = json!({"jsonrpc":"2.0","id":"L1","method":"subscriptions/listen","params":{"_meta": modern_meta(),"notifications":{"toolsListChanged":true}}});
+    let agent = ureq::AgentBuilder::new().timeout_read(Duration::from_secs(20)).build();
+    let response = agent
+        .post(&url)
+        .set("Content-Type", "application/json")
+        .set("Accept", "application/json, text/event-stream")
+        .set("MCP-Protocol-Version", "2026-07-28")
+        .set("Mcp-Method", "subscriptions/listen")
+        .send_string(&listen.to_string())
+        .expect("the listen is accepted");
+    assert_eq!(response.content_type(), "text/event-stream");
+    let mut lines = BufReader::new(response.into_reader()).lines();
+    let mut next_message = move || -> Value {
+        loop {
+            let line = lines.next().expect("the listen stream stays open").unwrap();
+            if let Some(data) = line.strip_prefix("data:").map(str::trim).filter(|d| !d.is_empty()) {
+                return serde_json::from_str(data).unwrap();
+            }
+        }
+    };
+    let ack = next_message();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    assert_eq!(ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L1");
+    assert_eq!(ack["params"]["notifications"], json!({"toolsListChanged":true}));
+
+    // Another stateless request changes the backend's tools.
+    let add = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__add_tool","arguments":{},"_meta": modern_meta()}});
+    let (status, body) = post_stateless(&url, &add, None);
+    assert_eq!(status, 200, "{body}");
+    let changed = next_message();
+    assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
+    assert_eq!(changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "L1");
+    let (_, body) = post_stateless(&url, &list, None);
+    assert!(body.contains("fs__added"), "{body}");
+    let log = t.stderr_text();
+    assert!(!log.contains("ERROR"), "{log}");
+}

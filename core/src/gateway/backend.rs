@@ -730,10 +730,17 @@ impl Gateway {
         let Some(uri) = p.get("uri").and_then(Value::as_str) else { return };
         let Some(served) = self.catalog.serve_uri(server, uri) else { return };
         let Some(sessions) = self.subscriptions.get(&served).cloned() else { return };
-        p.insert("uri".into(), Value::String(served));
+        p.insert("uri".into(), Value::String(served.clone()));
+        // A stateless backend tags it with its own listen: meaningless past tether.
+        p.remove("_meta");
         let params = serde_json::to_string(&p).unwrap_or_default();
         for session in sessions {
-            self.to_client(session, protocol::notification("notifications/resources/updated", Some(&params)));
+            if self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless) {
+                let members = params.strip_prefix('{').and_then(|m| m.strip_suffix('}')).unwrap_or_default();
+                self.update_listens(session, &served, members);
+            } else {
+                self.to_client(session, protocol::notification("notifications/resources/updated", Some(&params)));
+            }
         }
     }
 

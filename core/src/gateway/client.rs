@@ -1,12 +1,13 @@
 //! The client side: sessions, the requests a client sends, and the answers it gets.
 
-use alloc::collections::BTreeSet;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
 use super::calls::{Call, CallKind, ClientCall, Forward, Key, Parked, ParkedList, Queued, RawFields, Shape};
+use super::listens::ClientListen;
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{Action, ClientRoute, RawId, ServerName, SessionId, Status};
@@ -34,6 +35,8 @@ pub(super) struct Session {
     pub in_flight: BTreeSet<RawId>,
     /// Fingerprint of each list as this session last saw or was told of it.
     pub seen: [u64; 4],
+    /// Open `subscriptions/listen` requests of a stateless session, by id.
+    pub listens: BTreeMap<RawId, ClientListen>,
     /// Closed when idle (HTTP sessions).
     pub expires: bool,
     /// When its client last sent a message.
@@ -52,6 +55,7 @@ impl Session {
             capabilities: Map::new(),
             request_caps: None,
             in_flight: BTreeSet::new(),
+            listens: BTreeMap::new(),
             seen: [0; 4],
         }
     }
@@ -284,6 +288,7 @@ impl Gateway {
             "resources/subscribe" => self.subscription(session, id, "resources/subscribe", parsed),
             "resources/unsubscribe" => self.subscription(session, id, "resources/unsubscribe", parsed),
             "completion/complete" => self.complete(session, id, parsed),
+            "subscriptions/listen" => self.client_listen(session, id, parsed),
             "logging/setLevel" => self.set_level(session, &id, params),
             _ => {
                 let msg = format!("method not found: {method}");
@@ -437,6 +442,9 @@ impl Gateway {
 
     /// The client gave up on a request: stop it at the backend, answer nothing.
     fn client_cancelled(&mut self, session: SessionId, request_id: &str) {
+        if self.end_client_listen(session, request_id) {
+            return;
+        }
         let found = self.calls.iter().find_map(|(id, c)| match &c.kind {
             CallKind::Client(cc) if cc.session == session && cc.id == request_id => Some(*id),
             _ => None,
@@ -725,7 +733,7 @@ impl Gateway {
         }
     }
 
-    fn unsubscribe_backend(&mut self, served: &str) {
+    pub(super) fn unsubscribe_backend(&mut self, served: &str) {
         let Some((server, uri)) = self.catalog.resolve_uri(served).map(|(s, u)| (s.to_string(), u.to_string())) else {
             return;
         };

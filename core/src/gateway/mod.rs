@@ -23,6 +23,7 @@ mod calls;
 mod client;
 mod input_required;
 mod input_rounds;
+mod listens;
 
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::format;
@@ -542,27 +543,43 @@ impl Gateway {
     }
 
     /// Sends `list_changed` to each ready session whose last view of a list differs
-    /// from what it would see now, and only then.
+    /// from what it would see now, and only then; a stateless session gets them
+    /// on the listens that asked for them.
     fn announce_list_changes(&mut self) {
         let hashes = self.visible_hashes();
         let mut frames = Vec::new();
+        let mut listening = Vec::new();
         let parked = &self.parked_lists;
-        for (id, session) in self.sessions.iter_mut().filter(|(_, s)| s.ready) {
-            let mut sent: Vec<&'static str> = Vec::new();
+        for (id, session) in self.sessions.iter_mut().filter(|(_, s)| s.ready || !s.listens.is_empty()) {
+            let mut changed: Vec<ListKind> = Vec::new();
             for kind in ListKind::ALL {
                 // A session waiting on this list will see the new one in its answer.
                 let waiting = parked.iter().any(|p| p.session == *id && p.is_list(kind));
                 if !waiting && session.seen[kind as usize] != hashes[kind as usize] {
                     session.seen[kind as usize] = hashes[kind as usize];
-                    if !sent.contains(&kind.list_changed()) {
-                        sent.push(kind.list_changed());
-                        frames.push((*id, protocol::notification(kind.list_changed(), None)));
-                    }
+                    changed.push(kind);
+                }
+            }
+            if changed.is_empty() {
+                continue;
+            }
+            if session.era == Era::Stateless {
+                listening.push((*id, changed));
+                continue;
+            }
+            let mut sent: Vec<&'static str> = Vec::new();
+            for kind in changed {
+                if !sent.contains(&kind.list_changed()) {
+                    sent.push(kind.list_changed());
+                    frames.push((*id, protocol::notification(kind.list_changed(), None)));
                 }
             }
         }
         for (session, frame) in frames {
             self.to_client(session, frame);
+        }
+        for (session, kinds) in listening {
+            self.announce_to_listens(session, &kinds);
         }
     }
 

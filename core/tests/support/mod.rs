@@ -297,6 +297,19 @@ pub fn events(sim: &Sim) -> Vec<(u64, Event)> {
         .collect()
 }
 
+/// Frames to client session 1 from action `from` on, with their routes, in order.
+pub fn routed_since(sim: &Sim, from: usize) -> Vec<(tether_core::ClientRoute, Value)> {
+    sim.actions[from..]
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::SendToClient { session, frame, route } if *session == CLIENT => {
+                Some((route.clone(), serde_json::from_str(frame).unwrap()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// The statuses `server` went through, in order (the `to` of each change).
 pub fn status_path(sim: &Sim, server: &str) -> Vec<Status> {
     events(sim)

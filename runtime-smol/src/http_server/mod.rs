@@ -98,6 +98,9 @@ pub struct ServerOptions {
     /// checks their `_meta` and closes the session with the answer). Follows the
     /// config's `modern_clients`. Default `false`.
     pub stateless_clients: bool,
+    /// How often a stateless-era request's idle SSE stream gets a comment, so a
+    /// client that left is noticed (its request then ends). Default 15 s.
+    pub sse_keep_alive: std::time::Duration,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -112,6 +115,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("first_session", &self.first_session)
             .field("replay_events", &self.replay_events)
             .field("stateless_clients", &self.stateless_clients)
+            .field("sse_keep_alive", &self.sse_keep_alive)
             .finish()
     }
 }
@@ -128,6 +132,7 @@ impl Default for ServerOptions {
             first_session: 2,
             replay_events: 256,
             stateless_clients: false,
+            sse_keep_alive: std::time::Duration::from_secs(15),
         }
     }
 }

@@ -57,7 +57,22 @@ pub(super) fn empty(status: StatusCode) -> Response<Body> {
 
 /// A 200 SSE stream fed by `rx`.
 pub(super) fn sse(rx: async_channel::Receiver<Bytes>) -> Response<Body> {
-    let mut response = Response::new(stream::body(rx).boxed_unsync());
+    sse_body(stream::body(rx).boxed_unsync())
+}
+
+/// A 200 SSE stream of a stateless-era request: kept alive, and `on_drop` runs
+/// when the client leaves it (see [`stream::Watched`]).
+pub(super) fn watched_sse(
+    rx: async_channel::Receiver<Bytes>,
+    keep_alive: std::time::Duration,
+    on_drop: Box<dyn FnOnce() + Send>,
+) -> Response<Body> {
+    let watched = stream::Watched::new(rx, keep_alive, on_drop);
+    sse_body(http_body_util::StreamBody::new(watched).boxed_unsync())
+}
+
+fn sse_body(body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(SSE));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));

@@ -237,6 +237,21 @@ async fn request(
             }
             reply::json(StatusCode::OK, frame)
         }
+        Ok(First::Stream(rx)) if per_request => {
+            // The stateless revision cancels by closing the stream: the request's
+            // engine session ends with it (a no-op once the core closed it).
+            let shared = shared.clone();
+            let keep_alive = shared.options.sse_keep_alive;
+            return reply::watched_sse(
+                rx,
+                keep_alive,
+                Box::new(move || {
+                    if shared.table().close(session) {
+                        let _ = shared.inputs.try_send(Input::ClientClosed { session });
+                    }
+                }),
+            );
+        }
         Ok(First::Stream(rx)) => reply::sse(rx),
         Err(_) => return gone(shared),
     };

@@ -8,6 +8,9 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_lite::StreamExt;
 use http_body_util::StreamBody;
@@ -28,6 +31,47 @@ pub(super) fn body(
     rx: async_channel::Receiver<Bytes>,
 ) -> StreamBody<impl futures_lite::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + 'static> {
     StreamBody::new(rx.map(|bytes| Ok(Frame::data(bytes))))
+}
+
+/// The body of a stateless-era request's stream (a `subscriptions/listen`, a
+/// long call): the events of `rx`, an SSE comment every `every` in between (a
+/// dead connection is only noticed when written to, and proxies close idle
+/// ones), and
+/// `on_drop` once the body goes, which is how the client's leaving (the
+/// revision's cancel) is noticed.
+pub(super) struct Watched {
+    rx: Pin<Box<async_channel::Receiver<Bytes>>>,
+    keep_alive: async_io::Timer,
+    on_drop: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Watched {
+    /// Watches `rx`; `on_drop` runs once, when the body is dropped.
+    pub(super) fn new(rx: async_channel::Receiver<Bytes>, every: Duration, on_drop: Box<dyn FnOnce() + Send>) -> Self {
+        Watched { rx: Box::pin(rx), keep_alive: async_io::Timer::interval(every), on_drop: Some(on_drop) }
+    }
+}
+
+impl futures_lite::Stream for Watched {
+    type Item = Result<Frame<Bytes>, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Poll::Ready(next) = self.rx.as_mut().poll_next(cx) {
+            return Poll::Ready(next.map(|bytes| Ok(Frame::data(bytes))));
+        }
+        match Pin::new(&mut self.keep_alive).poll_next(cx) {
+            Poll::Ready(_) => Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b": keep-alive\n\n"))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if let Some(on_drop) = self.on_drop.take() {
+            on_drop();
+        }
+    }
 }
 
 /// The SSE text of one event; `data` may be empty (a priming event).

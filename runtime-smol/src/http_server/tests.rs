@@ -685,3 +685,28 @@ fn shutdown_ends_streams_and_stops_listening() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn a_stateless_requests_stream_is_kept_alive_and_leaving_it_ends_the_request() {
+    let keep_alive = Duration::from_millis(50);
+    let h = start(ServerOptions { stateless_clients: true, sse_keep_alive: keep_alive, ..options() });
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "slow/held", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}});
+    let response = outcome(
+        h.post_request(None)
+            .set("MCP-Protocol-Version", "2026-07-28")
+            .set("Mcp-Method", "slow/held")
+            .send_string(&body.to_string()),
+    );
+    let mut stream = Sse::new(response);
+    let mut events = std::iter::from_fn(|| stream.next()).skip_while(|e| e.data.is_empty());
+    assert_eq!(events.next().unwrap().data, progress(1));
+    // Nothing to say: a comment (no id, no data) keeps the connection checked.
+    assert_eq!(events.next().unwrap(), Event { id: String::new(), data: String::new() });
+    drop(events);
+    drop(stream);
+    // The client left: its per-request session ends, which is the revision's cancel.
+    h.wait_for_input(&Input::ClientClosed { session: SessionId(2) });
+}
