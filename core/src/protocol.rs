@@ -11,6 +11,7 @@ use core::fmt;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 /// JSON-RPC error codes the gateway sends.
 pub mod code {
@@ -329,6 +330,8 @@ pub enum RequestEra {
         version: &'static str,
         /// Its `clientCapabilities`, raw JSON.
         capabilities: String,
+        /// The log messages it wants while it runs, from this level up.
+        log_level: Option<String>,
     },
     /// A stateless-era request tether must refuse: (code, message, data as raw JSON).
     Refused(i64, String, Option<String>),
@@ -366,7 +369,20 @@ pub fn request_era(params: Option<&str>) -> RequestEra {
         }
     };
     match MODERN_VERSIONS.iter().find(|v| **v == version) {
-        Some(version) => RequestEra::Stateless { version, capabilities },
+        Some(version) => {
+            let log_level = match meta.get(meta::LOG_LEVEL) {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(l)) if log_severity(l).is_some() => Some(l.clone()),
+                Some(other) => {
+                    let msg = format!(
+                        "_meta[\"{}\"] {other} is not a log level (debug, info, notice, warning, error, critical, alert, emergency)",
+                        meta::LOG_LEVEL
+                    );
+                    return RequestEra::Refused(code::INVALID_PARAMS, msg, None);
+                }
+            };
+            RequestEra::Stateless { version, capabilities, log_level }
+        }
         None => {
             let supported: alloc::vec::Vec<&str> =
                 MODERN_VERSIONS.iter().chain(SUPPORTED_VERSIONS.iter()).copied().collect();
@@ -375,6 +391,14 @@ pub fn request_era(params: Option<&str>) -> RequestEra {
             RequestEra::Refused(modern_code::UNSUPPORTED_PROTOCOL_VERSION, msg, Some(data))
         }
     }
+}
+
+/// The rank of a log level (RFC 5424 order, `debug` lowest); `None` for a
+/// string that is not one. A message is sent when its rank is at least the
+/// level asked for.
+pub fn log_severity(level: &str) -> Option<u8> {
+    const LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
+    LEVELS.iter().position(|l| *l == level).map(|p| p as u8)
 }
 
 /// The stateless revision's request headers on HTTP, as received (values raw).
@@ -493,6 +517,67 @@ pub fn stateless_result(result: &str, extra: &str) -> Option<String> {
     Some(out)
 }
 
+/// How long a result may be cached, and by whom: `ttlMs` and `cacheScope` of the
+/// 2026-07-28 revision, on lists, reads and `server/discover`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheHint {
+    /// Fresh for this many milliseconds after it is received (0: stale at once).
+    pub ttl_ms: u64,
+    /// May be shared across authorization contexts (`"public"`), else `"private"`.
+    pub public: bool,
+}
+
+impl CacheHint {
+    /// What a result without hints means (older servers): stale at once, private.
+    pub const STALE: CacheHint = CacheHint { ttl_ms: 0, public: false };
+
+    /// The hint a result carries; absent or invalid members mean [`CacheHint::STALE`]'s.
+    pub fn of(result: &Map<String, Value>) -> CacheHint {
+        CacheHint {
+            // A negative TTL counts as 0; so does anything not a number.
+            ttl_ms: result.get("ttlMs").and_then(Value::as_f64).map_or(0, |t| if t > 0.0 { t as u64 } else { 0 }),
+            public: result.get("cacheScope").and_then(Value::as_str) == Some("public"),
+        }
+    }
+
+    /// A hint that holds for a result made of both parts: the shorter life, and
+    /// public only if both parts are.
+    pub fn and(self, other: CacheHint) -> CacheHint {
+        CacheHint { ttl_ms: self.ttl_ms.min(other.ttl_ms), public: self.public && other.public }
+    }
+
+    /// The result members, raw: `"ttlMs":N,"cacheScope":"..."`.
+    pub fn members(self) -> String {
+        let scope = if self.public { "public" } else { "private" };
+        format!(r#""ttlMs":{},"cacheScope":"{scope}""#, self.ttl_ms)
+    }
+}
+
+/// A cacheable result for a stateless-era client: like [`stateless_result`], with
+/// `hint`'s members unless the result carries its own (a stateless backend's).
+pub fn cacheable_result(result: &str, hint: CacheHint) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Probe<'a> {
+        #[serde(default, borrow, rename = "ttlMs")]
+        ttl: Option<&'a RawValue>,
+        #[serde(default, borrow, rename = "cacheScope")]
+        scope: Option<&'a RawValue>,
+    }
+    let probe: Probe<'_> = serde_json::from_str(result).ok()?;
+    let extra = if probe.ttl.is_some() || probe.scope.is_some() {
+        // Its own hints, completed when half there.
+        let own = serde_json::from_str::<Map<String, Value>>(result).map(|m| CacheHint::of(&m)).ok()?;
+        match (probe.ttl.is_some(), probe.scope.is_some()) {
+            (true, true) => String::new(),
+            (true, false) => format!(r#""cacheScope":"{}""#, if own.public { "public" } else { "private" }),
+            _ => format!(r#""ttlMs":{}"#, own.ttl_ms),
+        }
+    } else {
+        hint.members()
+    };
+    stateless_result(result, &extra)
+}
+
 /// Who tether says it is to backends (`initialize`, and every stateless-era request).
 pub const CLIENT_INFO: &str = concat!(r#"{"name":"tether","version":""#, env!("CARGO_PKG_VERSION"), r#""}"#);
 
@@ -552,6 +637,25 @@ pub enum Era {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_hints_are_read_leniently_and_combined_conservatively() {
+        let of = |v: serde_json::Value| CacheHint::of(v.as_object().unwrap());
+        assert_eq!(of(serde_json::json!({})), CacheHint::STALE);
+        assert_eq!(of(serde_json::json!({"ttlMs": -5, "cacheScope": "public"})), CacheHint { ttl_ms: 0, public: true });
+        assert_eq!(of(serde_json::json!({"ttlMs": "9", "cacheScope": "shared"})), CacheHint::STALE);
+        let long = CacheHint { ttl_ms: 60_000, public: true };
+        let short = CacheHint { ttl_ms: 1_000, public: false };
+        assert_eq!(long.and(short), CacheHint { ttl_ms: 1_000, public: false });
+        // A result's own hint wins, completed when half there; never duplicated.
+        let hinted = |r: &str| cacheable_result(r, long).unwrap();
+        assert_eq!(hinted("{}"), r#"{"resultType":"complete","ttlMs":60000,"cacheScope":"public"}"#);
+        assert_eq!(hinted(r#"{"ttlMs":5}"#), r#"{"resultType":"complete","ttlMs":5,"cacheScope":"private"}"#);
+        assert_eq!(
+            hinted(r#"{"ttlMs":5,"cacheScope":"public"}"#),
+            r#"{"resultType":"complete","ttlMs":5,"cacheScope":"public"}"#
+        );
+    }
 
     #[test]
     fn stateless_headers_must_match_the_body() {

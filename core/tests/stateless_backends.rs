@@ -322,3 +322,23 @@ fn a_handshake_clients_resource_subscription_on_a_stateless_backend_rides_its_li
         .collect();
     assert_eq!(cancelled[0]["params"]["requestId"], listen);
 }
+
+#[test]
+fn a_stateless_clients_log_level_goes_with_its_call_to_a_stateless_backend() {
+    let mut config = one_stdio();
+    config.modern_clients = true;
+    let mut sim = Sim::new(config);
+    boot_stateless(&mut sim, &["read"]);
+    let meta = json!({VERSION_KEY: MODERN, CAPS_KEY: {}, "io.modelcontextprotocol/logLevel": "debug"});
+    sim.client(
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs__read","arguments":{},"_meta": meta}}),
+    );
+    let (_, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(meta_of(&params)["io.modelcontextprotocol/logLevel"], "debug", "{params}");
+    let meta = json!({VERSION_KEY: MODERN, CAPS_KEY: {}});
+    sim.client(
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__read","arguments":{},"_meta": meta}}),
+    );
+    let (_, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert!(meta_of(&params).get("io.modelcontextprotocol/logLevel").is_none(), "per request: {params}");
+}

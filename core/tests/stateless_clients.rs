@@ -263,3 +263,112 @@ fn over_http_each_stateless_request_is_its_own_session_and_a_call_waiting_for_in
     assert_eq!(closes(&sim, p3), 1);
     assert_eq!(frames_to(&sim, p2).len(), 1, "nothing more for the closed POST");
 }
+
+/// `names` as stateless backends whose tool lists say `ttlMs`/`cacheScope`.
+fn stateless_backends(hints: &[(&str, u64, &str)]) -> Sim {
+    let mut config = Config::default();
+    for (name, _, _) in hints {
+        config = config.server(name, tether_core::ServerConfig::stdio("server", &[]));
+    }
+    config.modern_clients = true;
+    let mut sim = Sim::new(config);
+    for (name, ttl, scope) in hints {
+        sim.answer(
+            name,
+            "server/discover",
+            json!({"resultType":"complete","supportedVersions":[MODERN],"capabilities":{"tools":{}},"ttlMs":0,"cacheScope":"private"}),
+        );
+        sim.answer(
+            name,
+            "tools/list",
+            json!({"resultType":"complete","tools":[{"name":"t","inputSchema":{"type":"object"}}],"ttlMs":ttl,"cacheScope":scope}),
+        );
+    }
+    sim
+}
+
+fn list_hint(sim: &mut Sim, id: u64) -> (Value, Value) {
+    sim.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/list","params":{"_meta": meta()}}));
+    let result = sim.response(id)["result"].clone();
+    (result["ttlMs"].clone(), result["cacheScope"].clone())
+}
+
+#[test]
+fn an_aggregated_list_may_be_cached_as_long_as_its_shortest_lived_part() {
+    let mut sim = stateless_backends(&[("a", 60_000, "public"), ("b", 30_000, "public")]);
+    assert_eq!(list_hint(&mut sim, 1), (json!(30_000), json!("public")));
+
+    let mut sim = stateless_backends(&[("a", 60_000, "public"), ("b", 90_000, "private")]);
+    assert_eq!(list_hint(&mut sim, 1), (json!(60_000), json!("private")), "private if any part is");
+    sim.note("a backend goes down: the list may change any moment");
+    sim.exit("b", Some(1));
+    assert_eq!(list_hint(&mut sim, 2), (json!(0), json!("private")));
+
+    // A handshake-era backend gives no hints: its part is stale at once.
+    let mut sim = booted(true);
+    assert_eq!(list_hint(&mut sim, 1), (json!(0), json!("private")));
+}
+
+#[test]
+fn a_read_keeps_its_stateless_backends_hint() {
+    let mut config = Config::default().server("fs", tether_core::ServerConfig::stdio("server", &[]));
+    config.modern_clients = true;
+    let mut sim = Sim::new(config);
+    sim.answer(
+        "fs",
+        "server/discover",
+        json!({"resultType":"complete","supportedVersions":[MODERN],"capabilities":{"resources":{}},"ttlMs":0,"cacheScope":"private"}),
+    );
+    sim.answer("fs", "resources/templates/list", json!({"resultType":"complete","resourceTemplates":[]}));
+    sim.answer("fs", "resources/list", json!({"resultType":"complete","resources":[{"uri":"file:///a","name":"a"}]}));
+    sim.client(
+        json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"fs+file:///a","_meta": meta()}}),
+    );
+    let (id, _) = sim.requests_to("fs", "resources/read").pop().unwrap();
+    reply(
+        &mut sim,
+        "fs",
+        id,
+        json!({"resultType":"complete","contents":[{"uri":"file:///a","text":"x"}],"ttlMs":5000,"cacheScope":"public"}),
+    );
+    let result = sim.response(1)["result"].clone();
+    assert_eq!((result["ttlMs"].clone(), result["cacheScope"].clone()), (json!(5000), json!("public")), "{result}");
+    assert_eq!(result["contents"][0]["uri"], "fs+file:///a");
+}
+
+#[test]
+fn a_stateless_clients_log_level_brings_it_the_backends_messages_during_its_call() {
+    let mut sim = booted(true);
+    let mut m = meta();
+    m["io.modelcontextprotocol/logLevel"] = json!("warning");
+    sim.client(
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs__read","arguments":{},"_meta": m}}),
+    );
+    let from = sim.actions.len();
+    for level in ["info", "error"] {
+        sim.backend(
+            "fs",
+            json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":level,"data":format!("{level} line")}}),
+        );
+    }
+    let logs = routed_since(&sim, from);
+    assert_eq!(logs.len(), 1, "only from warning up: {logs:?}");
+    assert_eq!(logs[0].0, tether_core::ClientRoute::Related("1".into()), "on the call's stream");
+    assert_eq!(logs[0].1["params"]["data"], "error line");
+    assert_eq!(logs[0].1["params"]["logger"], "fs");
+    let (id, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    reply(&mut sim, "fs", id, text_result("done"));
+    sim.note("after the call, nothing: the level was for that request");
+    let from = sim.actions.len();
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"error","data":"late"}}),
+    );
+    assert!(routed_since(&sim, from).is_empty());
+
+    // Not a level: refused like any malformed _meta.
+    let mut m = meta();
+    m["io.modelcontextprotocol/logLevel"] = json!("loud");
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta": m}}));
+    assert_eq!(sim.response(2)["error"]["code"], -32602);
+}

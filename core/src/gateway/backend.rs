@@ -13,7 +13,7 @@ use crate::catalog::ListKind;
 use crate::config::{ServerConfig, Transport};
 use crate::io::{Action, Event, Status};
 use crate::policy::{BreakerTransition, Failure, FailureStatus, HealthChange};
-use crate::protocol::{self, code, Era, Message};
+use crate::protocol::{self, code, CacheHint, Era, Message};
 use crate::supervisor::{AfterLoss, Readiness, Supervisor, Timer};
 use crate::time::Instant;
 
@@ -50,6 +50,8 @@ pub(super) struct Backend {
     /// The raw lists of the last successful discovery, so one list can be
     /// refreshed (on its `list_changed`) without listing the others again.
     pub listed: [Vec<Map<String, Value>>; 4],
+    /// How long each of those lists may be cached, as the backend said.
+    pub cache: [CacheHint; 4],
     /// The catalog holds a completed discovery of this backend.
     pub catalog_discovered: bool,
     /// The next handshake may skip discovery (respawn from dormant).
@@ -76,6 +78,8 @@ pub(super) struct Discovery {
     /// Kinds being re-listed (bit `1 << kind`); the others keep their last lists.
     pub requested: u8,
     pub lists: [Vec<Map<String, Value>>; 4],
+    /// Each list's cache hint: the shortest-lived of its pages.
+    pub cache: [Option<CacheHint>; 4],
     pub outstanding: u32,
     pub failed: bool,
 }
@@ -93,6 +97,7 @@ impl Backend {
             discovery: None,
             rediscover: 0,
             listed: Default::default(),
+            cache: [CacheHint::STALE; 4],
             catalog_discovered: false,
             skip_discovery: false,
             queue: VecDeque::new(),
@@ -544,6 +549,9 @@ impl Gateway {
         let mut next = None;
         match answer.ok().and_then(|r| serde_json::from_str::<Map<String, Value>>(r).ok()) {
             Some(mut result) => {
+                let hint = CacheHint::of(&result);
+                let cached = &mut d.cache[kind as usize];
+                *cached = Some(cached.map_or(hint, |h| h.and(hint)));
                 if let Some(Value::Array(items)) = result.remove(kind.result_key()) {
                     let list = &mut d.lists[kind as usize];
                     for item in items {
@@ -597,6 +605,8 @@ impl Gateway {
             for kind in ListKind::ALL {
                 if d.requested & kind_bit(kind) == 0 {
                     lists[kind as usize] = b.listed[kind as usize].clone();
+                } else {
+                    b.cache[kind as usize] = d.cache[kind as usize].unwrap_or(CacheHint::STALE);
                 }
             }
             b.listed = lists.clone();
@@ -722,6 +732,22 @@ impl Gateway {
             let related = self.latest_call(server, Some(session)).map(|(_, id)| id);
             let frame = protocol::notification("notifications/message", Some(&params));
             self.related_to_client(session, related.as_deref(), frame);
+        }
+        // Stateless clients have no session to log to: a message goes to the
+        // latest call of each that asked for this level on the backend.
+        let severity = p.get("level").and_then(Value::as_str).and_then(protocol::log_severity).unwrap_or(0);
+        let mut latest: BTreeMap<crate::io::SessionId, crate::io::RawId> = BTreeMap::new();
+        for c in self.calls.values().filter(|c| &*c.server == server) {
+            if let CallKind::Client(cc) = &c.kind {
+                let wanted = cc.log_level.as_deref().and_then(protocol::log_severity);
+                if wanted.is_some_and(|w| severity >= w) {
+                    latest.insert(cc.session, cc.id.clone());
+                }
+            }
+        }
+        for (session, id) in latest {
+            let frame = protocol::notification("notifications/message", Some(&params));
+            self.related_to_client(session, Some(&id), frame);
         }
     }
 

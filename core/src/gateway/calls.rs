@@ -84,6 +84,9 @@ pub(super) struct ClientCall {
     /// A stateless-era client's capabilities for this request (what it can be
     /// asked through `input_required`); `None` for handshake-era sessions.
     pub caps: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A stateless-era client's `logLevel` for this request: log messages from
+    /// the backend while it runs go to it, related to it, from that level up.
+    pub log_level: Option<String>,
     /// The client was answered `input_required` with this `requestState`: the
     /// call waits, still running at the backend, for the client's retry.
     pub awaiting_input: Option<String>,

@@ -12,7 +12,7 @@ use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{Action, ClientRoute, RawId, ServerName, SessionId, Status};
 use crate::policy::Admission;
-use crate::protocol::{self, code, Era, Message};
+use crate::protocol::{self, code, CacheHint, Era, Message};
 use crate::supervisor::Readiness;
 use crate::time::Instant;
 
@@ -31,6 +31,8 @@ pub(super) struct Session {
     /// Stateless sessions: the capabilities of the request being routed, taken
     /// by the call it becomes.
     pub request_caps: Option<Map<String, Value>>,
+    /// Stateless sessions: the log level the request being routed asked for.
+    pub request_log_level: Option<String>,
     /// Ids of this session's requests not yet answered, raw JSON.
     pub in_flight: BTreeSet<RawId>,
     /// Fingerprint of each list as this session last saw or was told of it.
@@ -54,6 +56,7 @@ impl Session {
             protocol_version: None,
             capabilities: Map::new(),
             request_caps: None,
+            request_log_level: None,
             in_flight: BTreeSet::new(),
             listens: BTreeMap::new(),
             seen: [0; 4],
@@ -370,7 +373,8 @@ impl Gateway {
                 Err((code::INVALID_PARAMS, msg, None))
             }
             protocol::RequestEra::Handshake => Ok(()),
-            protocol::RequestEra::Stateless { version, capabilities } => {
+            protocol::RequestEra::Stateless { version, capabilities, log_level } => {
+                s.request_log_level = log_level;
                 s.era = Era::Stateless;
                 s.era_known = true;
                 s.protocol_version = Some(version.to_string());
@@ -581,14 +585,31 @@ impl Gateway {
         }
         let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
         match page {
-            // Stateless clients may cache lists: tether's change at any time.
             Ok(result) if stateless => {
-                let result = protocol::stateless_result(&result, r#""ttlMs":0,"cacheScope":"private""#);
+                let result = protocol::cacheable_result(&result, self.list_cache_hint(kind));
                 self.reply(session, id, result.as_deref().unwrap_or("{}"))
             }
             Ok(result) => self.reply(session, id, &result),
             Err(()) => self.reply_error(session, id, code::INVALID_PARAMS, "invalid cursor", None),
         }
+    }
+
+    /// How long an aggregated list may be cached: as long as every backend
+    /// behind it says its part may be (the shortest TTL; public only if all are).
+    /// A backend on its way up or down may change the list at any moment: stale.
+    fn list_cache_hint(&self, kind: ListKind) -> CacheHint {
+        let mut hint: Option<CacheHint> = None;
+        for b in self.backends.values().filter(|b| !b.config.disabled) {
+            match b.sup.status() {
+                Status::Online | Status::Dormant => {}
+                _ => return CacheHint::STALE,
+            }
+            if b.capabilities.get(kind.capability()).is_some_and(|c| !c.is_null()) {
+                let part = b.cache[kind as usize];
+                hint = Some(hint.map_or(part, |h| h.and(part)));
+            }
+        }
+        hint.unwrap_or(CacheHint::STALE)
     }
 
     // ----- routing -----
@@ -825,6 +846,7 @@ impl Gateway {
             shape,
             created: self.now,
             caps: self.sessions.get_mut(&session).and_then(|s| s.request_caps.take()),
+            log_level: self.sessions.get_mut(&session).and_then(|s| s.request_log_level.take()),
             awaiting_input: None,
         };
         self.admit(server, call);
@@ -947,8 +969,10 @@ impl Gateway {
             }
         };
         let mut meta = protocol::stateless_meta_members(&caps);
-        if let (None, Some(level)) = (&call.caps, &self.log_level) {
-            // `logging/setLevel` is gone in that revision: the level rides on each request.
+        // `logging/setLevel` is gone in that revision: the level rides on each
+        // request (a stateless client's own; a handshake-era client's last one).
+        let level = if call.caps.is_some() { call.log_level.as_ref() } else { self.log_level.as_ref() };
+        if let Some(level) = level {
             meta.push_str(&format!(",{}:{}", protocol::quote(protocol::meta::LOG_LEVEL), protocol::quote(level)));
         }
         meta
@@ -988,10 +1012,10 @@ impl Gateway {
                 Shape::ReadResource => {
                     let rewritten = self.serve_contents(server, result);
                     let result = rewritten.as_deref().unwrap_or(result);
-                    // A read is cacheable in the stateless revision; backends are all
-                    // handshake-era so far and give no hints: stale at once, per client.
+                    // A read is cacheable in the stateless revision: as its backend
+                    // says, or (a handshake-era one says nothing) stale at once.
                     let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
-                    match stateless.then(|| protocol::stateless_result(result, r#""ttlMs":0,"cacheScope":"private""#)) {
+                    match stateless.then(|| protocol::cacheable_result(result, CacheHint::STALE)) {
                         Some(Some(hinted)) => protocol::response(&call.id, &hinted),
                         _ => protocol::response(&call.id, result),
                     }
