@@ -392,10 +392,11 @@ pub struct Config {
     /// Flat (default) or meta mode.
     pub mode: Mode,
     /// Also serve clients of the stateless 2026-07-28 revision (`server/discover`,
-    /// per-request `_meta`). Off until the translation of server-to-client
-    /// requests for such clients exists (issue 7): a client that probes with
-    /// `server/discover` then falls back to `initialize`, as the spec asks.
-    #[serde(skip_serializing_if = "core::ops::Not::not")]
+    /// per-request `_meta`, POSTs without a session). On by default; off, such a
+    /// client's probe gets -32601 and it falls back to `initialize`, as the
+    /// specification asks. Absent from a serialized config means off, so traces
+    /// recorded before the default changed replay as they ran.
+    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
     pub modern_clients: bool,
 }
 
@@ -407,7 +408,7 @@ impl Default for Config {
             limits: Limits::default(),
             separator: "__".to_string(),
             mode: Mode::Flat,
-            modern_clients: false,
+            modern_clients: true,
         }
     }
 }

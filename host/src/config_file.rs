@@ -23,7 +23,7 @@
 //! ```
 //!
 //! At the top level a `tether` section may hold `separator`, `mode`,
-//! `modern_clients` (serve 2026-07-28 stateless clients too), `policy` (any
+//! `modern_clients` (serve 2026-07-28 stateless clients too; default `true`), `policy` (any
 //! field of [`Policy`]) and `limits` (any field of [`Limits`]); on an entry it may
 //! hold `prefixed`, `vital`, `lazy`, `disabled` and `policy` (any field of
 //! [`PolicyOverrides`]). Unknown keys are ignored everywhere, so existing files load,

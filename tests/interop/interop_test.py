@@ -896,19 +896,60 @@ class Run:
         return f"pid {old} replaced by {new}; the call opened a fresh session and succeeded in {took:.1f} s"
 
 
-async def auto_client(params: StdioServerParameters, errlog: Any) -> str:
+async def modern_client(params: StdioServerParameters, errlog: Any) -> str:
+    """The SDK's high-level Client with its defaults (mode="auto") probes with
+    `server/discover`; tether serves the 2026-07-28 revision, so the whole
+    exchange is stateless: lists, calls to a handshake-era backend (everything)
+    and to a stateless one (mcp-server-time), sampling and elicitation of the
+    handshake-era backend as `input_required` rounds the SDK drives, and a
+    `subscriptions/listen` that delivers the backend's resource updates."""
     from mcp.client.client import Client
+    from mcp.client.subscriptions import ResourceUpdated
 
-    # A transport rather than the parameters, so tether's stderr goes to our log.
-    async with Client(stdio_client(params, errlog=errlog)) as c:
+    rec = Recorder()
+    client = Client(
+        stdio_client(params, errlog=errlog),
+        sampling_callback=rec.sampling_callback,
+        elicitation_callback=rec.elicitation_callback,
+        read_timeout_seconds=CHECK_TIMEOUT,
+    )
+    async with client as c:
         session = c.session
-        check(session.initialize_result is not None, "the high-level client did not fall back to initialize")
-        check(session.protocol_version == "2025-11-25", f"negotiated {session.protocol_version!r}")
+        check(session.discover_result is not None, "the high-level client did not take the stateless era")
+        check(session.initialize_result is None, "an initialize went out after the probe")
+        check(session.protocol_version == "2026-07-28", f"negotiated {session.protocol_version!r}")
         tools = await c.list_tools()
-        check(any(t.name == "time__get_current_time" for t in tools.tools), "time__get_current_time not listed")
-        r = await c.call_tool("everything__echo", {"message": "from the high-level client"})
-        check("from the high-level client" in text_of(r), f"echo via Client: {text_of(r)!r}")
-    return f"protocol {session.protocol_version}, {len(tools.tools)} tools, echo ok"
+        names = {t.name for t in tools.tools}
+        check({"time__get_current_time", "everything__echo"} <= names, f"tools listed: {sorted(names)[:8]}...")
+        r = await c.call_tool("everything__echo", {"message": "from the stateless client"})
+        check("from the stateless client" in text_of(r), f"echo via a stateless client: {text_of(r)!r}")
+        r = await c.call_tool("time__get_current_time", {"timezone": "UTC"})
+        check(not r.is_error and "UTC" in text_of(r), f"time via a stateless client: {text_of(r)!r}")
+        # A handshake-era backend's sampling request: an input_required round.
+        r = await c.call_tool("everything__trigger-sampling-request", {"prompt": "say hi", "maxTokens": 20})
+        check(not r.is_error, f"sampling tool failed: {text_of(r)!r}")
+        check(len(rec.sampling_requests) == 1, f"sampling callback called {len(rec.sampling_requests)} times")
+        check("canned answer from the interop test" in text_of(r), f"sampling answer not relayed: {text_of(r)!r}")
+        r = await c.call_tool("everything__trigger-elicitation-request", {})
+        check(not r.is_error and "Ada Lovelace" in text_of(r), f"elicitation answer not relayed: {text_of(r)!r}")
+        # Resource updates arrive on a listen, with tether's served URI.
+        uri = "everything+demo://resource/static/document/architecture.md"
+        async with c.listen(resource_subscriptions=[uri]) as sub:
+            honored = list(sub.honored.resource_subscriptions or []) if sub.honored else []
+            check(honored == [uri], f"listen acknowledged {honored!r}")
+            r = await c.call_tool("everything__toggle-subscriber-updates", {})
+            check(not r.is_error and "Started" in text_of(r), f"toggle-subscriber-updates: {text_of(r)!r}")
+            try:
+                with anyio.fail_after(8):
+                    async for event in sub:
+                        if isinstance(event, ResourceUpdated):
+                            check(str(event.uri) == uri, f"resources/updated carried {event.uri!r}, expected {uri!r}")
+                            break
+            except TimeoutError:
+                raise CheckFailed("no resources/updated on the listen within 8 s") from None
+            finally:
+                await c.call_tool("everything__toggle-subscriber-updates", {})  # off again
+    return f"protocol {session.protocol_version}, {len(tools.tools)} tools, calls, sampling, elicitation, listen ok"
 
 
 STARTED = time.monotonic()
@@ -1015,12 +1056,13 @@ async def run_all(rec: Recorder, tmpdir: Path, http_server: HttpServer, sse_serv
                     run.s = session
                     await session_checks(run)
         # The SDK's high-level Client with its defaults (mode="auto"): it probes
-        # the 2026-07-28 `server/discover` first, which tether refuses with
-        # -32601, and must fall back to the initialize handshake.
+        # with `server/discover` and speaks the stateless revision to tether.
         if not run.failed:
             with open(log_path, "a") as errlog:
                 await run.step(
-                    "high-level Client, mode=auto: discover probe falls back", lambda: auto_client(params, errlog)
+                    "high-level Client, mode=auto: the stateless 2026-07-28 revision end to end",
+                    lambda: modern_client(params, errlog),
+                    60,
                 )
     except Exception as e:  # the connection itself broke (tether died, the SDK gave up, ...)
         run.failed.append(("connection to tether", describe(e)))
