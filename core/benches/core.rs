@@ -41,7 +41,7 @@ fn booted(backends: usize, tools: usize, page_size: u32) -> Gateway {
     for _ in 0..4 {
         let actions: Vec<Action> = std::iter::from_fn(|| gw.poll_action()).collect();
         for a in actions {
-            let Action::SendToBackend { server, generation, frame, request: Some(id) } = a else { continue };
+            let Action::SendToBackend { server, generation, frame, request: Some(id), .. } = a else { continue };
             let result = if frame.contains("\"initialize\"") {
                 json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{},"resources":{}}})
             } else if frame.contains("tools/list") {
@@ -55,16 +55,17 @@ fn booted(backends: usize, tools: usize, page_size: u32) -> Gateway {
     }
     let init =
         r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#;
-    gw.handle(Instant::ZERO, Input::ClientFrame { session: CLIENT, frame: init.into() }).unwrap();
+    gw.handle(Instant::ZERO, Input::ClientFrame { session: CLIENT, frame: init.into(), param_headers: None }).unwrap();
     let ready = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    gw.handle(Instant::ZERO, Input::ClientFrame { session: CLIENT, frame: ready.into() }).unwrap();
+    gw.handle(Instant::ZERO, Input::ClientFrame { session: CLIENT, frame: ready.into(), param_headers: None }).unwrap();
     while gw.poll_action().is_some() {}
     gw
 }
 
 /// One call through the engine; returns the client's answer frame.
 fn call(gw: &mut Gateway, request: &str, answer: impl Fn(u64) -> String) -> String {
-    gw.handle(Instant::ZERO, Input::ClientFrame { session: CLIENT, frame: request.to_string() }).unwrap();
+    gw.handle(Instant::ZERO, Input::ClientFrame { session: CLIENT, frame: request.to_string(), param_headers: None })
+        .unwrap();
     let mut out = None;
     while let Some(a) = gw.poll_action() {
         if let Action::SendToBackend { server, generation, frame, .. } = a {
@@ -126,7 +127,11 @@ fn aggregated_tools_list_50x40(bencher: divan::Bencher) {
     let mut gw = booted(50, 40, 5000);
     let request = r#"{"jsonrpc":"2.0","id":9,"method":"tools/list"}"#;
     bencher.bench_local(|| {
-        gw.handle(Instant::ZERO, Input::ClientFrame { session: CLIENT, frame: request.to_string() }).unwrap();
+        gw.handle(
+            Instant::ZERO,
+            Input::ClientFrame { session: CLIENT, frame: request.to_string(), param_headers: None },
+        )
+        .unwrap();
         let mut bytes = 0;
         while let Some(a) = gw.poll_action() {
             if let Action::SendToClient { frame, .. } = a {

@@ -11,6 +11,7 @@ fn main() {
     let mut inbox: Vec<Input> = vec![Input::ClientFrame {
         session: client,
         frame: r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs__echo","arguments":{}}}"#.into(),
+        param_headers: None,
     }];
     loop {
         // 1. Drain every action and "execute" it: here a fake backend answers by method.

@@ -19,6 +19,7 @@ use core::fmt::Write;
 use serde_json::{Map, Value};
 
 use crate::config::is_name_byte;
+use crate::param_headers::{self, ParamHeader};
 
 /// Longest served tool or prompt name.
 pub const MAX_NAME_LEN: usize = 64;
@@ -121,6 +122,9 @@ pub struct Entry {
     pub retry_safe: bool,
     /// Estimated tokens of a tool definition: (name + description + schema) chars / 4.
     pub estimated_tokens: u32,
+    /// The tool's arguments mirrored into `Mcp-Param-*` headers on HTTP, read
+    /// once here from its `inputSchema` (empty for nearly every tool).
+    pub param_headers: Vec<ParamHeader>,
 }
 
 /// What one backend last listed.
@@ -128,6 +132,8 @@ pub struct Entry {
 pub struct BackendCatalog {
     lists: [Vec<Entry>; 4],
     discovered: bool,
+    /// Some tool mirrors arguments into headers.
+    mirrors_params: bool,
 }
 
 impl BackendCatalog {
@@ -149,6 +155,17 @@ impl BackendCatalog {
     /// Sum of estimated tokens over tools.
     pub fn estimated_tokens(&self) -> u32 {
         self.lists[0].iter().map(|e| e.estimated_tokens).sum()
+    }
+
+    /// Whether any tool mirrors arguments into headers: when none does (nearly
+    /// always), a call needs no look at its tool's declarations.
+    pub fn mirrors_params(&self) -> bool {
+        self.mirrors_params
+    }
+
+    /// A tool by the backend's own name for it.
+    pub fn tool(&self, original: &str) -> Option<&Entry> {
+        self.lists[0].iter().find(|e| e.original == original)
     }
 }
 
@@ -188,6 +205,26 @@ pub struct Catalog {
 pub struct Conflict {
     /// The served name both items wanted.
     pub name: String,
+}
+
+/// A tool whose definition is invalid, so it is not served: clients of the
+/// HTTP transport must leave out a tool with an invalid `x-mcp-header`
+/// annotation, and one catalog serves every client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejected {
+    /// The tool's name at the backend.
+    pub name: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// What installing a backend's lists left out, for the caller to report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Installed {
+    /// Items whose served name another item holds.
+    pub conflicts: Vec<Conflict>,
+    /// Tools with an invalid definition.
+    pub rejected: Vec<Rejected>,
 }
 
 impl Catalog {
@@ -244,20 +281,34 @@ impl Catalog {
 
     /// Replaces one backend's discovered lists (raw item objects as the backend sent
     /// them). Items whose served name another backend already holds are skipped and
-    /// returned as conflicts.
-    pub fn install(&mut self, server: &str, lists: [Vec<Map<String, Value>>; 4]) -> Vec<Conflict> {
+    /// returned as conflicts; tools with invalid `x-mcp-header` annotations are
+    /// skipped and returned as rejected.
+    pub fn install(&mut self, server: &str, lists: [Vec<Map<String, Value>>; 4]) -> Installed {
         self.version += 1;
         let Some(reg) = self.backends.get(server) else {
-            return Vec::new();
+            return Installed::default();
         };
         let (prefixed, alias) = (reg.prefixed, reg.alias.clone());
         self.clear_index(server);
         let mut conflicts = Vec::new();
+        let mut rejected = Vec::new();
         let mut built: [Vec<Entry>; 4] = Default::default();
         for kind in ListKind::ALL {
             let mut seen = BTreeMap::new();
             for item in &lists[kind.index()] {
-                let Some(entry) = self.build_entry(server, prefixed, &alias, kind, item) else {
+                let param_headers = match kind {
+                    ListKind::Tools => match item.get("inputSchema").map(param_headers::declarations) {
+                        None => Vec::new(),
+                        Some(Ok(declared)) => declared,
+                        Some(Err(reason)) => {
+                            let name = item.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+                            rejected.push(Rejected { name, reason });
+                            continue;
+                        }
+                    },
+                    _ => Vec::new(),
+                };
+                let Some(entry) = self.build_entry(server, prefixed, &alias, kind, item, param_headers) else {
                     continue;
                 };
                 let index = match kind {
@@ -279,10 +330,16 @@ impl Catalog {
                 built[kind.index()].push(entry);
             }
         }
+        let mirrors_params = built[ListKind::Tools.index()].iter().any(|e| !e.param_headers.is_empty());
         if let Some(reg) = self.backends.get_mut(server) {
-            reg.catalog = BackendCatalog { lists: built, discovered: true };
+            reg.catalog = BackendCatalog { lists: built, discovered: true, mirrors_params };
         }
-        conflicts
+        Installed { conflicts, rejected }
+    }
+
+    /// Whether any backend's tool mirrors arguments into headers.
+    pub fn mirrors_params(&self) -> bool {
+        self.backends.values().any(|r| r.catalog.mirrors_params)
     }
 
     /// The backend and entry behind a served tool name.
@@ -496,6 +553,7 @@ impl Catalog {
         alias: &str,
         kind: ListKind,
         item: &Map<String, Value>,
+        param_headers: Vec<ParamHeader>,
     ) -> Option<Entry> {
         let original = item.get(kind.key_field())?.as_str()?.to_string();
         if original.is_empty() {
@@ -525,7 +583,7 @@ impl Catalog {
             0
         };
         let json = serde_json::to_string(&obj).ok()?;
-        Some(Entry { original, served, json, retry_safe, estimated_tokens })
+        Some(Entry { original, served, json, retry_safe, estimated_tokens, param_headers })
     }
 }
 
@@ -646,8 +704,8 @@ mod tests {
         let mut c = Catalog::new("__");
         c.register("a", false);
         c.register("b", false);
-        assert!(c.install("a", tools(&["search"])).is_empty());
-        let conflicts = c.install("b", tools(&["search", "other"]));
+        assert_eq!(c.install("a", tools(&["search"])), Installed::default());
+        let conflicts = c.install("b", tools(&["search", "other"])).conflicts;
         assert_eq!(conflicts, [Conflict { name: "search".into() }]);
         assert_eq!(c.resolve_tool("search").unwrap().server, "a");
         assert_eq!(c.resolve_tool("other").unwrap().server, "b");
@@ -728,6 +786,40 @@ mod tests {
         c.register("fs", false);
         assert_eq!(c.resolve_tool("read").unwrap().entry.original, "read");
         assert!(c.resolve_tool("fs__read").is_none());
+    }
+
+    #[test]
+    fn mirrored_arguments_are_read_once_and_invalid_tools_are_left_out() {
+        let mut c = Catalog::new("__");
+        c.register("s", true);
+        c.register("t", true);
+        c.install("t", tools(&["plain"]));
+        assert!(!c.mirrors_params());
+        let mut l: [Vec<Map<String, Value>>; 4] = Default::default();
+        l[0] = vec![
+            obj(json!({"name":"sql","inputSchema":{"type":"object","properties":{
+                "region":{"type":"string","x-mcp-header":"Region"}}}})),
+            obj(json!({"name":"bad","inputSchema":{"type":"object","properties":{
+                "score":{"type":"number","x-mcp-header":"Score"}}}})),
+            obj(json!({"name":"plain","inputSchema":{"type":"object"}})),
+        ];
+        let installed = c.install("s", l);
+        assert_eq!(installed.conflicts, []);
+        assert_eq!(installed.rejected.len(), 1);
+        assert_eq!(installed.rejected[0].name, "bad");
+        assert!(installed.rejected[0].reason.contains("\"number\""), "{:?}", installed.rejected);
+        assert!(c.resolve_tool("s__bad").is_none());
+        let sql = c.resolve_tool("s__sql").unwrap().entry;
+        assert_eq!(sql.param_headers.len(), 1);
+        assert_eq!(sql.param_headers[0].name, "Region");
+        assert!(c.resolve_tool("s__plain").unwrap().entry.param_headers.is_empty());
+        assert!(c.mirrors_params());
+        let backend = c.backend("s").unwrap();
+        assert!(backend.mirrors_params() && !c.backend("t").unwrap().mirrors_params());
+        assert_eq!(backend.tool("sql").map(|e| e.served.as_str()), Some("s__sql"));
+        // Re-keyed entries keep their declarations.
+        c.register("s", false);
+        assert_eq!(c.resolve_tool("sql").unwrap().entry.param_headers.len(), 1);
     }
 
     #[test]

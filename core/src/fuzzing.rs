@@ -160,7 +160,7 @@ impl Harness {
     /// Feeds one input now and checks everything.
     pub fn input(&mut self, input: Input) -> Result<(), Violation> {
         match &input {
-            Input::ClientFrame { session, frame } => self.note_client_frame(session.0, frame),
+            Input::ClientFrame { session, frame, .. } => self.note_client_frame(session.0, frame),
             Input::ClientClosed { session } => self.forget_session(session.0),
             Input::Admin { command } => {
                 let (AdminCommand::Reconnect { server }
@@ -439,7 +439,7 @@ impl Harness {
                         json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{},"_meta":{"progressToken":id}}})
                     }
                 };
-                self.input(Input::ClientFrame { session, frame: frame.to_string() })
+                self.input(Input::ClientFrame { session, frame: frame.to_string(), param_headers: None })
             }
             4..=7 => {
                 let open = self.open.get(server).cloned().unwrap_or_default();
@@ -515,7 +515,7 @@ impl Harness {
                 let Some(id) = mine.get(c.below(mine.len().max(1))).cloned() else { return Ok(()) };
                 let frame =
                     format!(r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{id}}}}}"#);
-                self.input(Input::ClientFrame { session, frame })
+                self.input(Input::ClientFrame { session, frame, param_headers: None })
             }
             13 => {
                 let id = self.server_requests.get(c.below(self.server_requests.len().max(1))).map_or(99, |r| r.1);
@@ -524,7 +524,7 @@ impl Harness {
                     1 => json!({"jsonrpc":"2.0","id":id,"error":{"code":-1,"message":"no"}}),
                     _ => json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
                 };
-                self.input(Input::ClientFrame { session, frame: frame.to_string() })
+                self.input(Input::ClientFrame { session, frame: frame.to_string(), param_headers: None })
             }
             14 => {
                 if self.gw.status(server).is_none() {
@@ -553,7 +553,7 @@ impl Harness {
                 match c.below(3) {
                     0 => self.input(Input::BackendFrame { server: server.into(), generation, frame: raw }),
                     1 => self.input(Input::BackendExited { server: server.into(), generation, code: Some(9) }),
-                    _ => self.input(Input::ClientFrame { session, frame: raw }),
+                    _ => self.input(Input::ClientFrame { session, frame: raw, param_headers: None }),
                 }
             }
         }
@@ -573,9 +573,9 @@ pub fn gateway(data: &[u8]) -> Result<(), Violation> {
     for session in 1..=2 {
         let frame =
             r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"sampling":{},"roots":{}}}}"#;
-        h.input(Input::ClientFrame { session: SessionId(session), frame: frame.into() })?;
+        h.input(Input::ClientFrame { session: SessionId(session), frame: frame.into(), param_headers: None })?;
         let ready = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-        h.input(Input::ClientFrame { session: SessionId(session), frame: ready.into() })?;
+        h.input(Input::ClientFrame { session: SessionId(session), frame: ready.into(), param_headers: None })?;
     }
     if c.below(4) != 0 {
         h.boot_all()?;
@@ -607,7 +607,7 @@ pub fn frames(data: &[u8]) -> Result<(), Violation> {
                 client.push(chunk);
                 while let Some(line) = client.next_line() {
                     let frame = line.unwrap_or_else(|e| format!("<{e}>"));
-                    h.input(Input::ClientFrame { session: SessionId(1), frame })?;
+                    h.input(Input::ClientFrame { session: SessionId(1), frame, param_headers: None })?;
                 }
             }
             1 => {
@@ -629,7 +629,7 @@ pub fn frames(data: &[u8]) -> Result<(), Violation> {
         }
     }
     while let Some(Ok(frame)) = client.finish() {
-        h.input(Input::ClientFrame { session: SessionId(1), frame })?;
+        h.input(Input::ClientFrame { session: SessionId(1), frame, param_headers: None })?;
     }
     h.settle()
 }

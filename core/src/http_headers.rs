@@ -8,7 +8,8 @@
 //!
 //! Not covered: `Mcp-Param-{Name}` headers, which mirror tool arguments annotated
 //! with `x-mcp-header` in the tool's `inputSchema`. They need the tool's schema
-//! from `tools/list`, which a function of the frame alone does not have.
+//! from `tools/list`, which a function of the frame alone does not have: see
+//! [`crate::param_headers`].
 
 use alloc::borrow::Cow;
 use alloc::format;

@@ -50,6 +50,14 @@ pub enum Input {
         session: SessionId,
         /// The frame text.
         frame: String,
+        /// The `Mcp-Param-*` headers of the HTTP request that carried a
+        /// stateless-era frame, by lowercased `{Name}` (see
+        /// [`crate::param_headers::received_name`]) to raw value, for the engine to
+        /// check against the tool's arguments. `None` when the transport has no
+        /// such headers (stdio, a handshake-era HTTP session); `Some` and empty
+        /// when the request had none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        param_headers: Option<BTreeMap<String, String>>,
     },
     /// A client went away.
     ClientClosed {
@@ -186,6 +194,11 @@ pub enum Action {
         /// The request id inside the frame, to quote in [`Input::BackendFailed`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request: Option<u64>,
+        /// HTTP headers for this frame alone: the `Mcp-Param-*` headers of a
+        /// `tools/call` to a stateless-era backend, which mirror annotated
+        /// arguments. Other transports ignore them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        headers: Vec<(String, String)>,
     },
     /// Close a backend connection (stdio: close stdin, SIGTERM, SIGKILL the group).
     CloseBackend {
@@ -421,7 +434,7 @@ impl fmt::Display for Input {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Input::ClientConnected { session, .. } => write!(f, "client {} connected", session.0),
-            Input::ClientFrame { session, frame } => write!(f, "client {} -> {}", session.0, short(frame)),
+            Input::ClientFrame { session, frame, .. } => write!(f, "client {} -> {}", session.0, short(frame)),
             Input::ClientClosed { session } => write!(f, "client {} closed", session.0),
             Input::BackendStarted { server, generation, pid } => match pid {
                 Some(pid) => write!(f, "{server}#{generation} started (pid {pid})"),

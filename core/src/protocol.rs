@@ -447,8 +447,9 @@ pub fn check_stateless_headers(frame: &str, headers: StatelessHeaders<'_>) -> Re
     Ok(())
 }
 
-/// A header value as sent: plain, or `=?base64?…?=` around the UTF-8 bytes.
-fn decode_header(value: &str) -> Option<String> {
+/// A header value as sent: plain, or `=?base64?…?=` around the UTF-8 bytes
+/// (`None`: invalid Base64 or UTF-8 inside the markers).
+pub(crate) fn decode_header(value: &str) -> Option<String> {
     use base64::Engine;
     match value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) {
         Some(encoded) => {

@@ -115,10 +115,12 @@ impl World {
         w.input(Input::ClientFrame {
             session: CLIENT,
             frame: r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}"#.into(),
+            param_headers: None,
         });
         w.input(Input::ClientFrame {
             session: CLIENT,
             frame: r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(),
+            param_headers: None,
         });
         w
     }
@@ -159,7 +161,7 @@ impl World {
             Action::ConnectHttp { server, generation, .. } => {
                 self.gens.insert(server, generation);
             }
-            Action::SendToBackend { server, generation, frame, request } => {
+            Action::SendToBackend { server, generation, frame, request, .. } => {
                 let Some(id) = request else { return };
                 let v: Value = serde_json::from_str(&frame).unwrap();
                 let method = v["method"].as_str().unwrap_or("").to_string();
@@ -266,7 +268,7 @@ impl World {
         self.next_call += 1;
         self.calls.insert(id, 0);
         let frame = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":format!("{server}__{tool}"),"arguments":{}}});
-        self.input(Input::ClientFrame { session: CLIENT, frame: frame.to_string() });
+        self.input(Input::ClientFrame { session: CLIENT, frame: frame.to_string(), param_headers: None });
     }
 
     fn inject(&mut self) {

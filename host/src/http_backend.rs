@@ -209,6 +209,13 @@ impl HttpBackend {
     /// Before the handshake, a `notifications/cancelled` is not sent: the
     /// cancelled request's response stream is closed instead (2026-07-28 HTTP).
     pub fn send(&self, frame: String, request: Option<u64>) {
+        self.send_with_headers(frame, request, Vec::new());
+    }
+
+    /// [`HttpBackend::send`] with headers for this frame alone (the core's
+    /// `Mcp-Param-*` headers of a `tools/call`, from `Action::SendToBackend`).
+    /// They go on a stateless-era POST only; the handshake era has no such headers.
+    pub fn send_with_headers(&self, frame: String, request: Option<u64>, headers: Vec<(String, String)>) {
         let s = self.shared.clone();
         let cancelled = (request.is_none() && !s.legacy).then(|| cancelled_request(&frame)).flatten();
         let (after, accepted, cancel) = {
@@ -240,7 +247,7 @@ impl HttpBackend {
                 gate.wait(ORDER_WAIT);
             }
             match cancel {
-                Some(cancel) => s.post_before_handshake(&frame, request, &cancel),
+                Some(cancel) => s.post_before_handshake(&frame, request, &headers, &cancel),
                 None => s.post(&frame, request, accepted),
             }
         }));
@@ -324,11 +331,18 @@ impl Shared {
     }
 
     /// POSTs a request sent before the handshake: the stateless revision's way
-    /// when it carries that revision's `_meta`, else as always (and when it is
-    /// `initialize`, the connection is in the handshake era from now on).
-    fn post_before_handshake(self: &Arc<Self>, frame: &str, request: Option<u64>, cancel: &Arc<Cancel>) {
+    /// when it carries that revision's `_meta` (with `extra` headers from the
+    /// core), else as always (and when it is `initialize`, the connection is in
+    /// the handshake era from now on).
+    fn post_before_handshake(
+        self: &Arc<Self>,
+        frame: &str,
+        request: Option<u64>,
+        extra: &[(String, String)],
+        cancel: &Arc<Cancel>,
+    ) {
         match stateless_request_headers(frame) {
-            Some(headers) => self.post_stateless(frame, request, &headers, cancel),
+            Some(headers) => self.post_stateless(frame, request, &headers, extra, cancel),
             None => {
                 if is_initialize(frame) {
                     self.state.lock().unwrap().handshake = true;
@@ -345,14 +359,16 @@ impl Shared {
     }
 
     /// POSTs a stateless-era request (2026-07-28): the headers that repeat its
-    /// body, never `Mcp-Session-Id` (the revision has no sessions), and an answer
-    /// that changes nothing about the connection. A `subscriptions/listen` goes
-    /// without a read timeout. Nothing is reported once the core cancelled it.
+    /// body (the standard ones, then the core's `Mcp-Param-*` in `extra`), never
+    /// `Mcp-Session-Id` (the revision has no sessions), and an answer that changes
+    /// nothing about the connection. A `subscriptions/listen` goes without a read
+    /// timeout. Nothing is reported once the core cancelled it.
     fn post_stateless(
         self: &Arc<Self>,
         frame: &str,
         request: Option<u64>,
         headers: &[(&'static str, String)],
+        extra: &[(String, String)],
         cancel: &Cancel,
     ) {
         let lasting =
@@ -366,6 +382,9 @@ impl Shared {
             req = req.set(k, v);
         }
         for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        for (k, v) in extra {
             req = req.set(k, v);
         }
         let response = req.send_string(frame);
@@ -1022,6 +1041,52 @@ mod tests {
         let expected = [
             format!("POST 2026-07-28 server/discover - | {accept} | application/json | session -"),
             format!("POST 2026-07-28 tools/call =?base64?Y2Fmw6k=?= | {accept} | application/json | session -"),
+        ];
+        assert_eq!(log.lock().unwrap().clone(), expected);
+    }
+
+    #[test]
+    fn param_headers_from_the_core_go_on_a_stateless_post_only() {
+        let (url, log) = serve_seen(|seen, log| {
+            let mut params: Vec<String> = seen
+                .headers
+                .iter()
+                .filter(|(name, _)| name.to_ascii_lowercase().starts_with("mcp-param-"))
+                .map(|(name, value)| format!("{name}: {value}"))
+                .collect();
+            params.sort();
+            if seen.method != "POST" {
+                return Answer::Reply(reply(405, "text/plain", "")); // the handshake era's GET stream
+            }
+            let method = seen.header("Mcp-Method").unwrap_or("-");
+            log.lock().unwrap().push(format!("{method} [{}]", params.join(", ")));
+            if seen.body.contains("initialize") {
+                return Answer::Reply(handshake());
+            }
+            let id = if seen.body.contains(r#""id":2,"#) { 2 } else { 3 };
+            Answer::Reply(reply(200, "application/json", &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)))
+        });
+        let param = |name: &str, value: &str| (name.to_string(), value.to_string());
+        let headers = vec![
+            param("Mcp-Param-Region", "us-west1"),
+            param("Mcp-Param-Greeting", "=?base64?SGVsbG8sIOS4lueVjA==?="),
+            param("Mcp-Param-Limit", "42"),
+        ];
+        let (backend, rx) = connect(url.clone());
+        let call = stateless(2, "tools/call", r#""name":"sql","arguments":{"region":"us-west1"},"#);
+        backend.send_with_headers(call, Some(2), headers.clone());
+        assert!(frame_of(next_input(&rx)).contains(r#""id":2"#));
+        // A handshake-era connection has no such headers: they are not sent.
+        let (backend, rx) = connect(url);
+        backend.send(INITIALIZE.into(), Some(1));
+        frame_of(next_input(&rx));
+        let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sql"}}"#;
+        backend.send_with_headers(call.into(), Some(3), headers);
+        assert!(frame_of(next_input(&rx)).contains(r#""id":3"#));
+        let expected = [
+            "tools/call [Mcp-Param-Greeting: =?base64?SGVsbG8sIOS4lueVjA==?=, Mcp-Param-Limit: 42, Mcp-Param-Region: us-west1]",
+            "- []",
+            "- []",
         ];
         assert_eq!(log.lock().unwrap().clone(), expected);
     }

@@ -278,11 +278,13 @@ impl State {
     fn execute(&mut self, action: Action, engine: &Arc<Engine>) {
         let max_frame = self.gw.config().limits.max_frame_bytes as usize;
         match action {
-            Action::SendToBackend { server, generation, frame, request } => match self.connections.get_mut(&server) {
-                Some((g, Connection::Stdio(b))) if *g == generation => b.send(&frame),
-                Some((g, Connection::Http(b))) if *g == generation => b.send(frame, request),
-                _ => tracing::debug!(server = %server, generation, "dropped a frame for a closed connection"),
-            },
+            Action::SendToBackend { server, generation, frame, request, headers } => {
+                match self.connections.get_mut(&server) {
+                    Some((g, Connection::Stdio(b))) if *g == generation => b.send(&frame),
+                    Some((g, Connection::Http(b))) if *g == generation => b.send_with_headers(frame, request, headers),
+                    _ => tracing::debug!(server = %server, generation, "dropped a frame for a closed connection"),
+                }
+            }
             Action::SendToClient { session, frame, route } => {
                 if let Some(sink) = self.clients.get_mut(&session) {
                     sink(frame, &route);

@@ -68,7 +68,7 @@ pub struct Handle {
 impl Handle {
     /// One JSON-RPC frame from the client of `session`.
     pub fn send(&self, session: SessionId, frame: String) {
-        self.input(Input::ClientFrame { session, frame });
+        self.input(Input::ClientFrame { session, frame, param_headers: None });
     }
 
     /// The client of `session` went away: its calls are cancelled.
@@ -130,7 +130,7 @@ impl Host {
 
     /// One JSON-RPC frame from the client of `session`.
     pub fn send(&self, session: SessionId, frame: String) {
-        self.input(Input::ClientFrame { session, frame });
+        self.input(Input::ClientFrame { session, frame, param_headers: None });
     }
 
     /// The client of `session` went away: its calls are cancelled.

@@ -45,7 +45,7 @@ pub async fn read_stdin(inputs: Sender<Input>, max_frame: usize) {
     while let Some(line) = lines.next().await {
         // The core answers an unreadable frame with the right JSON-RPC error.
         let frame = line.unwrap_or_else(|e| format!("<{e}>"));
-        if inputs.send(Input::ClientFrame { session: STDIO_SESSION, frame }).await.is_err() {
+        if inputs.send(Input::ClientFrame { session: STDIO_SESSION, frame, param_headers: None }).await.is_err() {
             return;
         }
     }

@@ -203,14 +203,17 @@ impl Script {
 
     async fn notify(&mut self, method: &str) {
         let frame = json!({"jsonrpc":"2.0","method":method}).to_string();
-        let _ = self.inputs.send(Input::ClientFrame { session: CLIENT, frame }).await;
+        let _ = self.inputs.send(Input::ClientFrame { session: CLIENT, frame, param_headers: None }).await;
     }
 
     async fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
         let id = self.next_id;
         self.next_id += 1;
         let frame = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
-        self.inputs.send(Input::ClientFrame { session: CLIENT, frame }).await.map_err(|e| e.to_string())?;
+        self.inputs
+            .send(Input::ClientFrame { session: CLIENT, frame, param_headers: None })
+            .await
+            .map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());

@@ -186,11 +186,13 @@ impl Host {
                 let b = HttpBackend::connect(target, sink, spawn);
                 self.connections.insert(server, (generation, Connection::Http(b)));
             }
-            Action::SendToBackend { server, generation, frame, request } => match self.connections.get(&server) {
-                Some((g, Connection::Stdio(b))) if *g == generation => b.send(frame),
-                Some((g, Connection::Http(b))) if *g == generation => b.send(frame, request),
-                _ => tracing::debug!(server = %server, generation, "dropped a frame for a closed connection"),
-            },
+            Action::SendToBackend { server, generation, frame, request, headers } => {
+                match self.connections.get(&server) {
+                    Some((g, Connection::Stdio(b))) if *g == generation => b.send(frame),
+                    Some((g, Connection::Http(b))) if *g == generation => b.send_with_headers(frame, request, headers),
+                    _ => tracing::debug!(server = %server, generation, "dropped a frame for a closed connection"),
+                }
+            }
             Action::CloseBackend { server, generation } => {
                 if self.connections.get(&server).is_some_and(|(g, _)| *g == generation) {
                     self.close_connection(&server);

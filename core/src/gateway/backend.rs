@@ -610,9 +610,13 @@ impl Gateway {
                 }
             }
             b.listed = lists.clone();
-            let conflicts = self.catalog.install(server, lists);
-            for c in conflicts {
+            let installed = self.catalog.install(server, lists);
+            for c in installed.conflicts {
                 self.emit(Event::NameConflict { server: self.name(server), name: c.name });
+            }
+            for r in installed.rejected {
+                let detail = format!("tool {} not served: {}", protocol::quote(&r.name), r.reason);
+                self.emit(Event::ProtocolViolation { server: self.name(server), detail });
             }
             let (count, estimated_tokens) =
                 self.catalog.backend(server).map_or((0, 0), |c| (c.tool_count(), c.estimated_tokens()));

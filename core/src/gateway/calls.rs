@@ -350,6 +350,11 @@ impl Forward {
         Forward::from_fields(&fields, &[])
     }
 
+    /// The params object as forwarded (without the progress token).
+    pub fn body(&self) -> &str {
+        &self.body
+    }
+
     /// The request frame for attempt `id`, with `_meta.progressToken: id` when the
     /// client asked for progress, and the raw `"key":value` members `meta` (the
     /// stateless revision's per-request fields; empty for handshake-era backends)

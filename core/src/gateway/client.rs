@@ -174,7 +174,14 @@ impl Gateway {
         }
     }
 
-    pub(super) fn client_frame(&mut self, session: SessionId, frame: &str) {
+    /// One frame from a client; `param_headers`: the `Mcp-Param-*` headers of
+    /// the HTTP request that carried it, when the transport has them.
+    pub(super) fn client_frame(
+        &mut self,
+        session: SessionId,
+        frame: &str,
+        param_headers: Option<&BTreeMap<String, String>>,
+    ) {
         if let Some(at) = self.refused.iter().position(|s| *s == session) {
             self.refused.remove(at);
             if let Ok(Message::Request { id, .. }) = protocol::parse(frame) {
@@ -233,6 +240,11 @@ impl Gateway {
                     );
                 }
                 s.in_flight.insert(id.clone());
+                if let Some(received) = param_headers.filter(|_| &*method == "tools/call") {
+                    if let Err(message) = self.check_param_headers(params, received) {
+                        return self.reply_error(session, &id, protocol::HEADER_MISMATCH, &message, None);
+                    }
+                }
                 self.client_request(session, id, &method, params);
             }
             Message::Notification { method, params } => {
@@ -944,10 +956,13 @@ impl Gateway {
         let hard = call.created + Self::duration(policy.request_timeout_max_ms);
         let deadline = Some((now + Self::duration(policy.request_timeout_ms)).min(hard).max(now));
         let generation = b.sup.generation();
-        let meta = if b.era == Era::Stateless { self.stateless_call_meta(&call) } else { String::new() };
+        let stateless = b.era == Era::Stateless;
+        let meta = if stateless { self.stateless_call_meta(&call) } else { String::new() };
         let frame = call.params.frame(id, call.method, call.progress.is_some(), &meta);
+        let headers = if stateless { self.param_headers_to(server, &call) } else { Vec::new() };
         self.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Client(call) });
-        self.to_backend(server, frame, Some(id));
+        let server = self.name(server);
+        self.push(Action::SendToBackend { server, generation, frame, request: Some(id), headers });
     }
 
     /// The `_meta` members of a call to a stateless backend: tether's revision,

@@ -24,6 +24,7 @@ mod client;
 mod input_required;
 mod input_rounds;
 mod listens;
+mod param_headers;
 
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::format;
@@ -198,7 +199,9 @@ impl Gateway {
         self.now = now;
         match input {
             Input::ClientConnected { session, expires } => self.client_connected(session, expires),
-            Input::ClientFrame { session, frame } => self.client_frame(session, &frame),
+            Input::ClientFrame { session, frame, param_headers } => {
+                self.client_frame(session, &frame, param_headers.as_ref())
+            }
             Input::ClientClosed { session } => self.client_closed(session),
             Input::BackendStarted { server, generation, .. } => {
                 self.current(&server, generation)?;
@@ -438,7 +441,7 @@ impl Gateway {
     fn to_backend(&mut self, server: &str, frame: String, request: Option<u64>) {
         let Some(b) = self.backends.get(server) else { return };
         let generation = b.sup.generation();
-        self.push(Action::SendToBackend { server: self.name(server), generation, frame, request });
+        self.push(Action::SendToBackend { server: self.name(server), generation, frame, request, headers: Vec::new() });
     }
 
     /// The shared name of backend `server` (no allocation when it exists).

@@ -114,15 +114,15 @@ impl Sim {
     }
 
     pub fn client(&mut self, frame: Value) -> Vec<Action> {
-        self.input(Input::ClientFrame { session: CLIENT, frame: frame.to_string() })
+        self.input(Input::ClientFrame { session: CLIENT, frame: frame.to_string(), param_headers: None })
     }
 
     pub fn client_raw(&mut self, frame: &str) -> Vec<Action> {
-        self.input(Input::ClientFrame { session: CLIENT, frame: frame.to_string() })
+        self.input(Input::ClientFrame { session: CLIENT, frame: frame.to_string(), param_headers: None })
     }
 
     pub fn session(&mut self, session: SessionId, frame: Value) -> Vec<Action> {
-        self.input(Input::ClientFrame { session, frame: frame.to_string() })
+        self.input(Input::ClientFrame { session, frame: frame.to_string(), param_headers: None })
     }
 
     pub fn backend(&mut self, server: &str, frame: Value) -> Vec<Action> {

@@ -1,6 +1,7 @@
 //! One HTTP request to the endpoint: the guards, then POST (a message), GET (a
 //! stream) or DELETE (the end of a session).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use http_body_util::{BodyExt, Limited};
@@ -90,6 +91,7 @@ async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body
     // The stateless revision's request headers, checked against the body below.
     let [version_header, method_header, name_header] = ["mcp-protocol-version", "mcp-method", "mcp-name"]
         .map(|name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string));
+    let param_headers = param_headers(headers);
     let body = match read_body(request, shared.options.max_body_bytes).await {
         Ok(body) => body,
         Err(response) => return response,
@@ -137,7 +139,7 @@ async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body
             };
             let Some(session) = shared.table().open(key) else { return host_gone() };
             let Shape::Request { id, .. } = shape else { unreachable!("matched above") };
-            return self::request(shared, session, Opened::PerRequest, id, text).await;
+            return self::request(shared, session, Opened::PerRequest, id, text, Some(param_headers)).await;
         }
         None => return missing_session(),
     };
@@ -146,14 +148,33 @@ async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body
         None => Opened::Existing,
     };
     match shape {
-        Shape::Request { id, .. } => self::request(shared, session, opened, id, text).await,
+        Shape::Request { id, .. } => self::request(shared, session, opened, id, text, None).await,
         Shape::Notification | Shape::Response => {
-            if shared.inputs.send(Input::ClientFrame { session, frame: text }).await.is_err() {
+            if shared.inputs.send(Input::ClientFrame { session, frame: text, param_headers: None }).await.is_err() {
                 return host_gone();
             }
             reply::empty(StatusCode::ACCEPTED)
         }
     }
+}
+
+/// A request's `Mcp-Param-*` headers (tool arguments mirrored by stateless-era
+/// clients), by lowercased `{Name}`, raw: the core checks them against the body.
+/// Repeated headers are joined as HTTP joins them (`a, b`).
+fn param_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    for (name, value) in headers {
+        let Some(key) = tether_core::param_headers::received_name(name.as_str()) else { continue };
+        let value = String::from_utf8_lossy(value.as_bytes());
+        found
+            .entry(key)
+            .and_modify(|joined: &mut String| {
+                joined.push_str(", ");
+                joined.push_str(&value);
+            })
+            .or_insert_with(|| value.into_owned());
+    }
+    found
 }
 
 /// How the session a request runs in came to be.
@@ -185,13 +206,15 @@ impl Drop for Abandon {
     }
 }
 
-/// Forwards a request and answers with whatever the core routes to it first.
+/// Forwards a request and answers with whatever the core routes to it first;
+/// `param_headers` for a stateless-era POST (see [`param_headers`]).
 async fn request(
     shared: &Arc<Shared>,
     session: SessionId,
     opened: Opened,
     id: String,
     frame: String,
+    param_headers: Option<BTreeMap<String, String>>,
 ) -> Response<Body> {
     let waiter = match shared.table().expect(session, &id) {
         Ok(waiter) => waiter,
@@ -212,7 +235,7 @@ async fn request(
     if connect && shared.inputs.send(Input::ClientConnected { session, expires: true }).await.is_err() {
         return host_gone();
     }
-    if shared.inputs.send(Input::ClientFrame { session, frame }).await.is_err() {
+    if shared.inputs.send(Input::ClientFrame { session, frame, param_headers }).await.is_err() {
         return host_gone();
     }
     let mut response = match waiter.first.recv().await {

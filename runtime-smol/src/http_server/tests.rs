@@ -71,7 +71,7 @@ async fn fake_host(server: HttpServer, rx: Receiver<Input>, log: Log) {
 }
 
 fn handle(server: &HttpServer, held: &mut Vec<(SessionId, Value)>, input: &Input) {
-    let Input::ClientFrame { session, frame } = input else { return };
+    let Input::ClientFrame { session, frame, .. } = input else { return };
     let session = *session;
     let message: Value = serde_json::from_str(frame).expect("the host gets JSON");
     let method = message["method"].as_str().unwrap_or_default().to_string();
@@ -313,7 +313,9 @@ fn initialize_opens_a_session_with_an_unguessable_id() {
     assert_ne!(first, second);
     let inputs = h.inputs();
     assert_eq!(inputs[0], Input::ClientConnected { session: SessionId(40), expires: true });
-    assert!(matches!(&inputs[1], Input::ClientFrame { session: SessionId(40), frame } if frame.contains("initialize")));
+    assert!(
+        matches!(&inputs[1], Input::ClientFrame { session: SessionId(40), frame, .. } if frame.contains("initialize"))
+    );
     assert_eq!(inputs[2], Input::ClientConnected { session: SessionId(41), expires: true });
     // Later requests in the session reach the host under its number.
     assert_eq!(h.post(Some(&second), &request(1, "tools/list")).json()["result"]["echo"], "tools/list");
@@ -328,6 +330,41 @@ fn a_request_without_a_session_id_is_400_and_not_forwarded() {
     assert_eq!(answer.status, 400);
     assert!(answer.json()["error"]["message"].as_str().unwrap().contains("Mcp-Session-Id"));
     h.assert_not_forwarded(&session, "tools/list");
+}
+
+/// The `Mcp-Param-*` headers of a stateless POST reach the core with its frame
+/// (names lowercased, values raw, repeats joined); a session's requests have none.
+#[test]
+fn a_stateless_posts_param_headers_go_to_the_core_with_its_frame() {
+    let h = start(ServerOptions { stateless_clients: true, ..options() });
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}});
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "sql", "arguments": {"region": "us-west1"}, "_meta": meta}});
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nAccept: {ACCEPT}\r\nContent-Type: application/json\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: sql\r\n\
+         Mcp-Param-Region: us-west1\r\nmcp-param-tag: a\r\nMCP-PARAM-TAG: b\r\nMcp-Param-Odd: caf\u{e9}\r\n\
+         Other: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        h.server.local_addr(),
+        call.to_string().len()
+    );
+    let (status, _) = raw(h.server.local_addr(), &head, call.to_string().as_bytes());
+    assert_eq!(status, 200);
+    let seen = h.inputs().into_iter().find_map(|i| match i {
+        Input::ClientFrame { frame, param_headers, .. } if frame.contains("tools/call") => Some(param_headers),
+        _ => None,
+    });
+    let expected = [("odd", "caf\u{e9}"), ("region", "us-west1"), ("tag", "a, b")];
+    let expected = expected.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    assert_eq!(seen, Some(Some(expected)));
+    let session = h.initialize();
+    h.post(Some(&session), &request(2, "tools/list"));
+    let in_session = h.inputs().into_iter().find_map(|i| match i {
+        Input::ClientFrame { frame, param_headers, .. } if frame.contains("tools/list") => Some(param_headers),
+        _ => None,
+    });
+    assert_eq!(in_session, Some(None));
 }
 
 #[test]
