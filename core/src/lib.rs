@@ -18,6 +18,7 @@ pub mod gateway;
 /// `Mcp-Method`, `Mcp-Name`) a host puts on a POST to a backend, derived from the frame.
 pub mod http_headers;
 pub mod io;
+pub mod metrics;
 pub mod param_headers;
 pub mod policy;
 pub mod protocol;

@@ -12,6 +12,7 @@ use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::{ServerConfig, Transport};
 use crate::io::{Action, Event, Status};
+use crate::metrics::{BackendMetrics, CallOutcome};
 use crate::policy::{BreakerTransition, Failure, FailureStatus, HealthChange};
 use crate::protocol::{self, code, CacheHint, Era, Message};
 use crate::supervisor::{AfterLoss, Readiness, Supervisor, Timer};
@@ -70,6 +71,10 @@ pub(super) struct Backend {
     pub first_connect_at: Option<Instant>,
     /// When the current connection attempt began (lists wait briefly for it).
     pub connect_started_at: Option<Instant>,
+    /// Since when it has been online without a break.
+    pub online_since: Option<Instant>,
+    /// Calls, latencies, restarts and breaker transitions, for status and metrics.
+    pub metrics: BackendMetrics,
 }
 
 /// A discovery in progress: lists accumulate here until every page is in.
@@ -108,6 +113,8 @@ impl Backend {
             last_reconnect_event: None,
             first_connect_at: None,
             connect_started_at: None,
+            online_since: None,
+            metrics: BackendMetrics::default(),
         }
     }
 
@@ -173,6 +180,12 @@ impl Gateway {
         let name = self.name(server);
         let Some(b) = self.backends.get_mut(server) else { return };
         let generation = b.sup.begin_connect(now);
+        if b.first_connect_at.is_some() {
+            match b.config.transport {
+                Transport::Stdio { .. } => b.metrics.restarts += 1,
+                _ => b.metrics.reconnects += 1,
+            }
+        }
         b.first_connect_at.get_or_insert(now);
         b.connect_started_at = Some(now);
         b.stderr_tail.clear();
@@ -932,6 +945,7 @@ impl Gateway {
         let message = format!("backend '{server}' failed: {}", failure.describe());
         let data = self.unavailable_data(server);
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &message, Some(&data));
+        self.record_call(&server, &call, CallOutcome::Failed);
         self.release(&call);
     }
 
@@ -984,6 +998,7 @@ impl Gateway {
             );
             let data = self.unavailable_data(server);
             self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+            self.record_call(&server, &c, CallOutcome::Failed);
             self.release(&c);
         }
     }
@@ -1029,6 +1044,7 @@ impl Gateway {
                 };
                 let data = self.unavailable_data(server);
                 self.reply_error(c.session, &c.id, code, &msg, Some(&data));
+                self.record_call(&server, &c, CallOutcome::Failed);
                 self.release(&c);
             }
         }
@@ -1073,6 +1089,7 @@ impl Gateway {
         }
         let msg = format!("backend '{server}': too many calls waiting for this backend, so this one was not retried");
         self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
+        self.record_call(&server, &call, CallOutcome::Failed);
         self.release(&call);
     }
 
@@ -1150,6 +1167,7 @@ impl Gateway {
             let msg = format!("backend '{server}' was closed: {reason}");
             let data = self.unavailable_data(server);
             self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+            self.record_call(&server, &c, CallOutcome::Failed);
             self.release(&c);
         }
     }
@@ -1234,6 +1252,7 @@ impl Gateway {
                 self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
             }
             self.reply_error(q.call.session, &q.call.id, code::REQUEST_TIMEOUT, &msg, Some(&data));
+            self.record_call(&server, &q.call, CallOutcome::Failed);
             self.release(&q.call);
         }
         self.flush_queue(server);
@@ -1291,6 +1310,7 @@ impl Gateway {
                 self.count_failure(&server, true, c.probe);
                 let msg = format!("backend '{server}' did not answer {} in time", c.method);
                 self.reply_error(c.session, &c.id, code::REQUEST_TIMEOUT, &msg, None);
+                self.record_call(&server, &c, CallOutcome::Failed);
                 self.release(&c);
             }
             CallKind::Health => {
@@ -1384,11 +1404,13 @@ impl Gateway {
         if status == Status::RequiresReauth {
             let msg = self.reauth_message(server);
             self.reply_error(call.session, &call.id, code::REAUTH_REQUIRED, &msg, Some(&data));
+            self.record_call(&server, &call, CallOutcome::Failed);
             return self.release(&call);
         }
         let detail = b.sup.message().map(|m| format!(": {m}")).unwrap_or_default();
         let msg = format!("backend '{server}' is {status}{detail}");
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+        self.record_call(&server, &call, CallOutcome::Failed);
         self.release(&call);
     }
 

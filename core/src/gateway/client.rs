@@ -11,6 +11,7 @@ use super::listens::ClientListen;
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{Action, ClientRoute, RawId, ServerName, SessionId, Status};
+use crate::metrics::CallOutcome;
 use crate::policy::Admission;
 use crate::protocol::{self, code, CacheHint, Era, Message};
 use crate::supervisor::Readiness;
@@ -875,6 +876,7 @@ impl Gateway {
                 let msg = self.reauth_message(server);
                 let data = self.unavailable_data(server);
                 self.reply_error(session, &call.id, code::REAUTH_REQUIRED, &msg, Some(&data));
+                self.record_call(server, &call, CallOutcome::Failed);
                 return self.release(&call);
             }
             Status::PermanentlyFailed => {
@@ -887,11 +889,13 @@ impl Gateway {
                 );
                 let data = self.unavailable_data(server);
                 self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+                self.record_call(server, &call, CallOutcome::Failed);
                 return self.release(&call);
             }
             Status::Disconnected => {
                 let msg = format!("backend '{server}' is disabled or removed");
                 self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, None);
+                self.record_call(server, &call, CallOutcome::Failed);
                 return self.release(&call);
             }
             _ => {}
@@ -913,6 +917,7 @@ impl Gateway {
                 };
                 let data = self.unavailable_data(server);
                 self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+                self.record_call(server, &call, CallOutcome::Failed);
                 return self.release(&call);
             }
         }
@@ -943,6 +948,7 @@ impl Gateway {
         }
         let msg = format!("backend '{server}': {why}");
         self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
+        self.record_call(&server, &call, CallOutcome::Failed);
         self.release(&call);
     }
 
@@ -1013,6 +1019,7 @@ impl Gateway {
                 }
                 // A stateless client answers it itself: its retry comes back here
                 // and goes to the backend with the backend's own requestState.
+                self.record_call(server, &call, CallOutcome::Ok);
                 self.release(&call);
                 self.touch_session(session);
                 let frame = protocol::response(&call.id, result);
@@ -1020,6 +1027,8 @@ impl Gateway {
                 return self.answered(session);
             }
         }
+        let outcome = if answer.is_ok() { CallOutcome::Ok } else { CallOutcome::Error };
+        self.record_call(server, &call, outcome);
         let frame = match answer {
             Err(error) => protocol::raw_error_response(&call.id, error),
             Ok(result) => match &call.shape {
@@ -1066,6 +1075,15 @@ impl Gateway {
     }
 
     /// Frees a finished call's id in its session.
+    /// Counts an ended client call in `server`'s metrics, timed from the
+    /// client's request (waits for the backend included: what the client saw).
+    pub(super) fn record_call(&mut self, server: &str, call: &ClientCall, outcome: CallOutcome) {
+        let latency_ms = self.now.saturating_since(call.created).as_millis();
+        if let Some(b) = self.backends.get_mut(server) {
+            b.metrics.record_call(outcome, latency_ms);
+        }
+    }
+
     pub(super) fn release(&mut self, call: &ClientCall) {
         if let Some(s) = self.sessions.get_mut(&call.session) {
             s.in_flight.remove(&call.id);

@@ -35,6 +35,7 @@ use core::fmt;
 use crate::catalog::{Catalog, ListKind};
 use crate::config::{Config, ConfigError, ServerConfig};
 use crate::io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, RawId, ServerName, SessionId, Status};
+use crate::metrics::BackendMetrics;
 use crate::policy::{BreakerState, Failure};
 use crate::protocol::{self, Era};
 use crate::redact::Redactor;
@@ -117,6 +118,8 @@ pub struct BackendStatus {
     pub generation: Generation,
     /// Protocol era of the backend.
     pub era: Era,
+    /// How long it has been online without a break (ms); `None` when not online.
+    pub uptime_ms: Option<u64>,
 }
 
 /// The gateway engine. See the module docs for the host contract.
@@ -307,6 +310,7 @@ impl Gateway {
             last_error: b.sup.message().map(ToString::to_string),
             generation: b.sup.generation(),
             era: b.era,
+            uptime_ms: b.online_since.map(|at| self.now.saturating_since(at).as_millis()),
         }
     }
 
@@ -318,6 +322,30 @@ impl Gateway {
     /// Requests in flight to backends (client calls and the gateway's own).
     pub fn in_flight(&self) -> usize {
         self.calls.len()
+    }
+
+    /// Client requests not answered yet, over every session.
+    pub fn client_requests_in_flight(&self) -> usize {
+        self.sessions.values().map(|s| s.in_flight.len()).sum()
+    }
+
+    /// Client sessions open now.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Calls, latencies, restarts and breaker transitions of one backend.
+    pub fn metrics(&self, server: &str) -> Option<&BackendMetrics> {
+        self.backends.get(server).map(|b| &b.metrics)
+    }
+
+    /// The `vital` backends not online now: tether is not ready while there are any.
+    pub fn vital_backends_down(&self) -> Vec<ServerName> {
+        self.backends
+            .iter()
+            .filter(|(_, b)| b.config.vital && !b.config.disabled && b.sup.status() != Status::Online)
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// Checks every bound and cross-reference the engine promises. For tests and
@@ -390,6 +418,28 @@ impl Gateway {
         Ok(())
     }
 
+    /// Keeps the metrics and uptimes that events mark: breaker transitions,
+    /// lost connections, and when a backend came online or stopped being.
+    fn count_event(&mut self, event: &Event) {
+        let now = self.now;
+        let server = match event {
+            Event::CircuitOpened { server, .. }
+            | Event::CircuitClosed { server }
+            | Event::ServerDisconnected { server, .. }
+            | Event::ServerStatusChanged { server, .. } => server,
+            _ => return,
+        };
+        let Some(b) = self.backends.get_mut(&**server) else { return };
+        match event {
+            Event::CircuitOpened { .. } => b.metrics.breaker_opened += 1,
+            Event::CircuitClosed { .. } => b.metrics.breaker_closed += 1,
+            Event::ServerDisconnected { intentional: false, .. } => b.metrics.disconnects += 1,
+            Event::ServerStatusChanged { to: Status::Online, .. } => b.online_since = Some(now),
+            Event::ServerStatusChanged { .. } => b.online_since = None,
+            _ => {}
+        }
+    }
+
     // ----- plumbing shared by the submodules -----
 
     fn push(&mut self, action: Action) {
@@ -397,6 +447,7 @@ impl Gateway {
     }
 
     fn emit(&mut self, mut event: Event) {
+        self.count_event(&event);
         self.redactor.redact_event(&mut event);
         self.push(Action::Emit { event });
     }
