@@ -945,7 +945,7 @@ impl Gateway {
         let message = format!("backend '{server}' failed: {}", failure.describe());
         let data = self.unavailable_data(server);
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &message, Some(&data));
-        self.record_call(&server, &call, CallOutcome::Failed);
+        self.record_call(server, &call, CallOutcome::Failed);
         self.release(&call);
     }
 
@@ -998,7 +998,7 @@ impl Gateway {
             );
             let data = self.unavailable_data(server);
             self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
-            self.record_call(&server, &c, CallOutcome::Failed);
+            self.record_call(server, &c, CallOutcome::Failed);
             self.release(&c);
         }
     }
@@ -1044,7 +1044,7 @@ impl Gateway {
                 };
                 let data = self.unavailable_data(server);
                 self.reply_error(c.session, &c.id, code, &msg, Some(&data));
-                self.record_call(&server, &c, CallOutcome::Failed);
+                self.record_call(server, &c, CallOutcome::Failed);
                 self.release(&c);
             }
         }
@@ -1089,7 +1089,7 @@ impl Gateway {
         }
         let msg = format!("backend '{server}': too many calls waiting for this backend, so this one was not retried");
         self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
-        self.record_call(&server, &call, CallOutcome::Failed);
+        self.record_call(server, &call, CallOutcome::Failed);
         self.release(&call);
     }
 
@@ -1167,7 +1167,7 @@ impl Gateway {
             let msg = format!("backend '{server}' was closed: {reason}");
             let data = self.unavailable_data(server);
             self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
-            self.record_call(&server, &c, CallOutcome::Failed);
+            self.record_call(server, &c, CallOutcome::Failed);
             self.release(&c);
         }
     }
@@ -1252,7 +1252,7 @@ impl Gateway {
                 self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
             }
             self.reply_error(q.call.session, &q.call.id, code::REQUEST_TIMEOUT, &msg, Some(&data));
-            self.record_call(&server, &q.call, CallOutcome::Failed);
+            self.record_call(server, &q.call, CallOutcome::Failed);
             self.release(&q.call);
         }
         self.flush_queue(server);
@@ -1404,13 +1404,13 @@ impl Gateway {
         if status == Status::RequiresReauth {
             let msg = self.reauth_message(server);
             self.reply_error(call.session, &call.id, code::REAUTH_REQUIRED, &msg, Some(&data));
-            self.record_call(&server, &call, CallOutcome::Failed);
+            self.record_call(server, &call, CallOutcome::Failed);
             return self.release(&call);
         }
         let detail = b.sup.message().map(|m| format!(": {m}")).unwrap_or_default();
         let msg = format!("backend '{server}' is {status}{detail}");
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
-        self.record_call(&server, &call, CallOutcome::Failed);
+        self.record_call(server, &call, CallOutcome::Failed);
         self.release(&call);
     }
 

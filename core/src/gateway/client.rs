@@ -948,7 +948,7 @@ impl Gateway {
         }
         let msg = format!("backend '{server}': {why}");
         self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
-        self.record_call(&server, &call, CallOutcome::Failed);
+        self.record_call(server, &call, CallOutcome::Failed);
         self.release(&call);
     }
 
