@@ -46,6 +46,10 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
         Some(addr) => Some(ServerOptions { stateless_clients: config.modern_clients, ..listen_options(addr, args)? }),
         None => None,
     };
+    let status_options = match &args.status_listen {
+        Some(addr) => Some(ServerOptions { mcp: false, ..listen_options(addr, args)? }),
+        None => None,
+    };
     let stdio = options.is_none() || args.stdio;
     let mut host = host(cli, &config)?;
     let max_frame = config.limits.max_frame_bytes as usize;
@@ -69,8 +73,24 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
             };
             // Scripts wait for this line to learn the port.
             tracing::info!("tether listening on http://{}/mcp", server.local_addr());
+            server.serve_status(host.status_handle());
             host.attach_http(server);
         }
+        // Kept alive for the whole run (dropping the handle does not stop it).
+        let _status_server = match status_options {
+            Some(options) => {
+                // Its own session numbers: it never opens one, but keep them apart.
+                let options = ServerOptions { first_session: 1 << 40, ..options };
+                let server = match HttpServer::bind(options, inputs.clone()) {
+                    Ok(server) => server,
+                    Err(e) => return Err(format!("cannot listen for status: {e}")),
+                };
+                tracing::info!("tether status on http://{}/", server.local_addr());
+                server.serve_status(host.status_handle());
+                Some(server)
+            }
+            None => None,
+        };
         tracing::info!("tether {} serving {backends} backend(s) over {transports}", env!("CARGO_PKG_VERSION"));
         let writer = stdio.then(|| {
             let (frames, frames_rx) = async_channel::unbounded();

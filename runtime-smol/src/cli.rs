@@ -34,6 +34,11 @@ pub struct ServeArgs {
     /// Also serve stdio when listening.
     #[arg(long)]
     pub stdio: bool,
+    /// Serve the status endpoints and page (`/status`, `/metrics`, `/events`,
+    /// `/healthz`, `/readyz`, `/`) at ADDR without an MCP endpoint, e.g. beside
+    /// stdio. With `--listen` they are served there too.
+    #[arg(long, value_name = "ADDR")]
+    pub status_listen: Option<String>,
     /// Bearer token HTTP clients must send (`Authorization: Bearer TOKEN`).
     #[arg(long, env = "TETHER_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,

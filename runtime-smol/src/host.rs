@@ -11,6 +11,7 @@ use futures_lite::future;
 use tether_core::{Action, Config, Event, Gateway, Input, Instant, SessionId};
 
 use crate::http_server::HttpServer;
+use crate::status::{self, EventLog, Query};
 use crate::stdio_backend::{Launch, StdioBackend};
 use tether_host::http_backend::{HttpBackend, HttpTarget, InputSink, Spawner};
 use tether_host::logging::log_event;
@@ -21,6 +22,13 @@ pub use tether_host::clock::Clock;
 enum Connection {
     Stdio(StdioBackend),
     Http(HttpBackend),
+}
+
+/// What woke the host loop (an input is the common case: not boxed).
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    Input(Input),
+    Query(Query),
 }
 
 /// Where frames for one client session go.
@@ -49,6 +57,19 @@ pub struct Host {
     http: Option<HttpServer>,
     record: Option<Recorder>,
     reports: Option<Sender<Report>>,
+    queries: Sender<Query>,
+    queries_rx: Receiver<Query>,
+    events: Arc<EventLog>,
+}
+
+/// What the status endpoints need from the host: a way to ask it questions and
+/// the event log it keeps.
+#[derive(Clone)]
+pub struct StatusHandle {
+    /// Answered by the host loop between inputs.
+    pub queries: Sender<Query>,
+    /// Every event the core emitted, the last ones kept.
+    pub events: Arc<EventLog>,
 }
 
 impl Host {
@@ -58,7 +79,11 @@ impl Host {
         let (inputs, inputs_rx) = async_channel::unbounded();
         let start = clock.now();
         let gw = Gateway::new(config, seed, start)?;
+        let (queries, queries_rx) = async_channel::unbounded();
         Ok(Host {
+            queries,
+            queries_rx,
+            events: Arc::default(),
             gw,
             clock,
             start,
@@ -103,6 +128,11 @@ impl Host {
         self.http = Some(server);
     }
 
+    /// What the status endpoints use to ask and to follow events.
+    pub fn status_handle(&self) -> StatusHandle {
+        StatusHandle { queries: self.queries.clone(), events: self.events.clone() }
+    }
+
     /// The engine, for status queries.
     pub fn gateway(&self) -> &Gateway {
         &self.gw
@@ -117,24 +147,67 @@ impl Host {
     pub async fn run(&mut self, mut stop: impl FnMut(&Gateway, &Input) -> bool) {
         self.execute_pending();
         loop {
-            let input = match self.gw.poll_timeout() {
-                Some(deadline) => {
-                    let at = self.clock.at(deadline);
-                    let rx = &self.inputs_rx;
-                    future::or(async { rx.recv().await.ok() }, async {
-                        async_io::Timer::at(at).await;
-                        Some(Input::Tick)
-                    })
-                    .await
+            let deadline = self.gw.poll_timeout().map(|d| self.clock.at(d));
+            let (rx, queries) = (&self.inputs_rx, &self.queries_rx);
+            let next = future::or(
+                async {
+                    match deadline {
+                        Some(at) => {
+                            future::or(async { rx.recv().await.ok().map(Next::Input) }, async {
+                                async_io::Timer::at(at).await;
+                                Some(Next::Input(Input::Tick))
+                            })
+                            .await
+                        }
+                        None => rx.recv().await.ok().map(Next::Input),
+                    }
+                },
+                async {
+                    match queries.recv().await {
+                        Ok(q) => Some(Next::Query(q)),
+                        Err(_) => future::pending().await,
+                    }
+                },
+            )
+            .await;
+            let input = match next {
+                None => return,
+                Some(Next::Query(query)) => {
+                    self.answer(query);
+                    continue;
                 }
-                None => self.inputs_rx.recv().await.ok(),
+                Some(Next::Input(input)) => input,
             };
-            let Some(input) = input else { return };
             if let Err(e) = self.feed(input.clone()) {
                 tracing::error!("host contract violation: {e}");
             }
             if stop(&self.gw, &input) {
                 return;
+            }
+        }
+    }
+
+    /// Answers a status endpoint's question from the engine's state now.
+    fn answer(&mut self, query: Query) {
+        // Brought to the present first: retry countdowns and uptimes are relative.
+        if let Err(e) = self.feed(Input::Tick) {
+            tracing::error!("host contract violation: {e}");
+        }
+        let uptime_ms = self.clock.now().saturating_since(self.start).as_millis();
+        match query {
+            Query::Status(reply) => {
+                let _ = reply.try_send(status::status_json(&self.gw, uptime_ms));
+            }
+            Query::Metrics(reply) => {
+                let _ = reply.try_send(status::metrics_text(&self.gw));
+            }
+            Query::Ready(reply) => {
+                let down = self.gw.vital_backends_down().iter().map(ToString::to_string).collect();
+                let _ = reply.try_send(down);
+            }
+            Query::Admin(command, reply) => {
+                let result = self.feed(Input::Admin { command }).map_err(|e| e.to_string());
+                let _ = reply.try_send(result);
             }
         }
     }
@@ -215,6 +288,7 @@ impl Host {
             }
             Action::Emit { event } => {
                 log_event(&event);
+                self.events.push(self.clock.now().saturating_since(self.start).as_millis(), &event);
                 self.report(Report::Event(event));
             }
         }

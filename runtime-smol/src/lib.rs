@@ -11,6 +11,7 @@ pub mod host;
 pub mod http_server;
 pub mod line_reader;
 pub mod mock_backend;
+pub mod status;
 pub mod stdio_backend;
 
 pub use tether_host::{config_file, http_backend};

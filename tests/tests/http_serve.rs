@@ -262,3 +262,121 @@ fn a_stateless_clients_listen_streams_the_list_changes_it_asked_for() {
     let log = t.stderr_text();
     assert!(!log.contains("ERROR"), "{log}");
 }
+
+/// A GET with the bearer token (when given); status and body.
+fn get(url: &str, token: Option<&str>) -> (u16, String) {
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(20)).build();
+    let mut req = agent.get(url);
+    if let Some(token) = token {
+        req = req.set("Authorization", &format!("Bearer {token}"));
+    }
+    match req.call() {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => (r.status(), r.into_string().unwrap()),
+        Err(e) => panic!("GET {url}: {e}"),
+    }
+}
+
+#[test]
+fn status_endpoints_show_each_backend_count_calls_and_take_admin_actions() {
+    let config = json!({"mcpServers": {"fs": mock_server(&[]), "vital": mock_server(&[])}});
+    let mut config = config;
+    config["mcpServers"]["vital"]["tether"] = json!({"vital": true});
+    let t = Tether::start(config, &["serve", "--listen", "127.0.0.1:0", "--auth-token", TOKEN]);
+    let url = listening(&t);
+    let base = url.trim_end_matches("/mcp");
+
+    assert_eq!(get(&format!("{base}/healthz"), Some(TOKEN)).0, 200);
+    assert_eq!(get(&format!("{base}/status"), None).0, 401, "same auth as /mcp");
+    let (status, page) = get(&format!("{base}/"), None);
+    assert_eq!(status, 200, "the page holds no data: served without the token");
+    assert!(page.contains("<html"), "{page}");
+    // Ready once the vital backend is online.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while get(&format!("{base}/readyz"), Some(TOKEN)).0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "{}", get(&format!("{base}/readyz"), Some(TOKEN)).1);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // One call through /mcp, then the numbers.
+    let (_, session, _) = post(&url, Some(TOKEN), None, &initialize());
+    let session = session.unwrap();
+    post(&url, Some(TOKEN), Some(&session), &json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let call =
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs__echo","arguments":{"text":"hi"}}});
+    let (status, _, body) = post(&url, Some(TOKEN), Some(&session), &call);
+    assert_eq!(status, 200, "{body}");
+
+    let (status, body) = get(&format!("{base}/status"), Some(TOKEN));
+    assert_eq!(status, 200, "{body}");
+    let report: Value = serde_json::from_str(&body).unwrap();
+    let fs = report["backends"].as_array().unwrap().iter().find(|b| b["server"] == "fs").unwrap().clone();
+    assert_eq!(fs["status"], "online", "{fs}");
+    assert_eq!(fs["breaker"], "closed");
+    assert_eq!(fs["calls"]["ok"], 1, "{fs}");
+    assert_eq!(fs["latency_ms"].as_array().unwrap().len(), 1);
+    assert!(fs["uptime_ms"].as_u64().is_some() && fs["tools"].as_u64().unwrap() > 0, "{fs}");
+    assert!(report["tether"]["sessions"].as_u64().unwrap() >= 1, "{report}");
+
+    let (status, metrics) = get(&format!("{base}/metrics"), Some(TOKEN));
+    assert_eq!(status, 200);
+    for needle in [
+        r#"tether_calls_total{server="fs",outcome="ok"} 1"#,
+        r#"tether_call_latency_seconds_count{server="fs"} 1"#,
+        r#"tether_backend_status{server="fs",status="online"} 1"#,
+        "tether_client_sessions",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing from:\n{metrics}");
+    }
+
+    // Admin: JSON only (no cross-site form posts), unknown backends named.
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(20)).build();
+    let admin = |path: &str, content_type: &str| match agent
+        .post(&format!("{base}{path}"))
+        .set("Authorization", &format!("Bearer {TOKEN}"))
+        .set("Content-Type", content_type)
+        .send_string("{}")
+    {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r.status(),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(admin("/admin/restart/fs", "application/x-www-form-urlencoded"), 415);
+    assert_eq!(admin("/admin/restart/nope", "application/json"), 404);
+    assert_eq!(admin("/admin/restart/fs", "application/json"), 202);
+
+    // The restart shows in the event stream (which starts with the kept events).
+    let response =
+        agent.get(&format!("{base}/events")).set("Authorization", &format!("Bearer {TOKEN}")).call().expect("events");
+    assert_eq!(response.content_type(), "text/event-stream");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(response.into_reader()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no restart event");
+        let line = lines.next().unwrap().unwrap();
+        let Some(data) = line.strip_prefix("data: ") else { continue };
+        let event: Value = serde_json::from_str(data).unwrap();
+        assert!(event["seq"].is_u64(), "{event}");
+        if event["event"] == "server_disconnected" && event["server"] == "fs" {
+            break;
+        }
+    }
+    // Secrets stay out (the token is not in any answer).
+    for path in ["/status", "/metrics", "/"] {
+        assert!(!get(&format!("{base}{path}"), Some(TOKEN)).1.contains(TOKEN));
+    }
+}
+
+#[test]
+fn status_listen_serves_the_status_endpoints_beside_stdio_without_mcp() {
+    let config = json!({"mcpServers": {"fs": mock_server(&[])}});
+    let t = Tether::start(config, &["serve", "--status-listen", "127.0.0.1:0"]);
+    assert!(t.wait_log("tether status on http://", Duration::from_secs(20)), "{}", t.stderr_text());
+    let log = t.stderr_text();
+    let at = log.find("tether status on ").unwrap() + "tether status on ".len();
+    let base = log[at..].split_whitespace().next().unwrap().trim_end_matches('/').to_string();
+    assert_eq!(get(&format!("{base}/healthz"), None).0, 200);
+    let (status, body) = get(&format!("{base}/status"), None);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""server":"fs""#), "{body}");
+    let (status, _, _) = post(&format!("{base}/mcp"), None, None, &initialize());
+    assert_eq!(status, 404, "no MCP endpoint there");
+}

@@ -59,6 +59,7 @@ mod message;
 mod reply;
 mod service;
 mod sessions;
+mod status_routes;
 mod stream;
 
 #[cfg(test)]
@@ -101,6 +102,9 @@ pub struct ServerOptions {
     /// How often a stateless-era request's idle SSE stream gets a comment, so a
     /// client that left is noticed (its request then ends). Default 15 s.
     pub sse_keep_alive: std::time::Duration,
+    /// Serve the MCP endpoint; `false` for `--status-listen` (the status
+    /// endpoints alone). Default `true`.
+    pub mcp: bool,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -116,6 +120,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("replay_events", &self.replay_events)
             .field("stateless_clients", &self.stateless_clients)
             .field("sse_keep_alive", &self.sse_keep_alive)
+            .field("mcp", &self.mcp)
             .finish()
     }
 }
@@ -133,6 +138,7 @@ impl Default for ServerOptions {
             replay_events: 256,
             stateless_clients: false,
             sse_keep_alive: std::time::Duration::from_secs(15),
+            mcp: true,
         }
     }
 }
@@ -157,6 +163,8 @@ struct Shared {
     /// Closed by [`HttpServer::shutdown`]: the accept loop and every connection watch it.
     stop: async_channel::Sender<()>,
     stop_rx: async_channel::Receiver<()>,
+    /// The host's status queries and event log, once [`HttpServer::serve_status`] ran.
+    status: std::sync::OnceLock<crate::host::StatusHandle>,
 }
 
 impl Shared {
@@ -173,10 +181,24 @@ impl HttpServer {
         let local_addr = listener.get_ref().local_addr()?;
         let table = Table::new(options.first_session, options.replay_events, options.get_stream);
         let (stop, stop_rx) = async_channel::bounded(1);
-        let shared = Arc::new(Shared { options, inputs, local_addr, table: Mutex::new(table), stop, stop_rx });
+        let shared = Arc::new(Shared {
+            options,
+            inputs,
+            local_addr,
+            table: Mutex::new(table),
+            stop,
+            stop_rx,
+            status: std::sync::OnceLock::new(),
+        });
         smol::spawn(listener::accept_loop(shared.clone(), listener)).detach();
         tracing::debug!("Streamable HTTP listening on {local_addr}");
         Ok(HttpServer { shared })
+    }
+
+    /// Also serves the status endpoints (`/status`, `/metrics`, `/events`, ...)
+    /// and the status page, answered by the host behind `handle`.
+    pub fn serve_status(&self, handle: crate::host::StatusHandle) {
+        let _ = self.shared.status.set(handle);
     }
 
     /// The address it listens on (with the port chosen when `listen` had port 0).

@@ -14,6 +14,7 @@ use super::guards::{self, Refusal, JSON, SSE};
 use super::message::{classify, Shape, INVALID_REQUEST, PARSE_ERROR};
 use super::reply::{self, Body};
 use super::sessions::{First, Refused};
+use super::status_routes;
 use super::Shared;
 
 /// The session header, in requests and in the initialize response.
@@ -22,15 +23,21 @@ const SESSION_HEADER: &str = "mcp-session-id";
 /// Answers one request.
 pub(super) async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     let options = &shared.options;
+    let status_path = shared.status.get().is_some() && status_routes::is_status_path(request.uri().path());
     match guards::admit(options, request.headers()) {
         Ok(()) => {}
         Err(Refusal::Host) => {
             return reply::error(StatusCode::FORBIDDEN, "forbidden: the Host header does not name this server")
         }
         Err(Refusal::Origin) => return reply::error(StatusCode::FORBIDDEN, "forbidden: Origin not allowed"),
+        // The page shows nothing by itself: it asks for the token.
+        Err(Refusal::Unauthorized) if status_path && request.uri().path() == "/" => return status_routes::page(),
         Err(Refusal::Unauthorized) => return reply::unauthorized(),
     }
-    if request.uri().path() != options.path {
+    if status_path {
+        return status_routes::handle(&shared, request).await;
+    }
+    if !options.mcp || request.uri().path() != options.path {
         return reply::error(StatusCode::NOT_FOUND, "not found: no MCP endpoint at this path");
     }
     let method = request.method().clone();
