@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # MCP conformance: runs the server scenarios of the official suite
-# (@modelcontextprotocol/conformance, the 2025-11-25 requirement set) three times:
+# (@modelcontextprotocol/conformance) five times:
 #
 #   a. baseline: against @modelcontextprotocol/server-everything served directly over
-#      Streamable HTTP;
-#   b. against `tether serve --listen` with server-everything as its stdio backend;
+#      Streamable HTTP (the 2025-11-25 requirement set);
+#   b. against `tether serve --listen` with server-everything as its stdio backend
+#      (2025-11-25);
 #   c. against `tether serve --listen` in front of the conformance fixture
-#      (tests/src/bin/conformance-fixture.rs, stdio backend, unprefixed).
+#      (tests/src/bin/conformance-fixture/, stdio backend, unprefixed; 2025-11-25);
+#   d. as c, with `modern_clients` on, under the 2026-07-28 requirement set: stateless
+#      clients in front, the handshake-era fixture behind;
+#   e. as d, with the fixture started as `conformance-fixture --stateless` (a
+#      2026-07-28-only backend): stateless clients in front and behind.
 #
 # It prints each run's passed and failed scenarios, then what a passes and b fails,
 # and exits non-zero if b fails a scenario a passes (unless expected-differences.txt
-# lists it) or c fails a scenario that expected-failures.txt does not list. Both files
-# hold one `scenario-name  # reason` per line.
+# lists it), or c, d or e fails a scenario that its allow-list does not list
+# (expected-failures.txt, expected-failures-2026-07-28.txt,
+# expected-failures-2026-07-28-stateless.txt). Each file holds one
+# `scenario-name  # reason` per line.
 #
 # Installs pinned Node 22, the suite and server-everything under tests/conformance/.deps
 # (gitignored; idempotent), builds tether and the fixture, picks free ports, and kills
@@ -280,12 +287,30 @@ SCENARIOS="$WORK/scenarios-$SPEC_REVISION.txt"
 "$NODE22" "$HERE/results.cjs" scenarios "$DEPS" "$SPEC_REVISION" > "$SCENARIOS" \
     || fail "cannot read the suite's $SPEC_REVISION requirement set"
 total=$(wc -l < "$SCENARIOS")
+for file in "$HERE/expected-failures-$SPEC_REVISION.txt" "$HERE/expected-failures-$SPEC_REVISION-stateless.txt"; do
+    [ -f "$file" ] || fail "$file is missing"
+    listed "$file" | while read -r name; do
+        grep -qxF "$name" "$SCENARIOS" || echo "conformance: warning: $(basename "$file") lists '$name', not a scenario of the $SPEC_REVISION set" >&2
+    done
+done
 MODERN_CLIENTS=1 config_file "$WORK/d-config.json" conformance "$FIXTURE_BIN"
 run_tether d "tether --listen with modern_clients, the fixture over stdio, at $SPEC_REVISION" "$WORK/d-config.json"
 echo "== conformance: run d failures against expected-failures-$SPEC_REVISION.txt"
 with_verdict d fail > "$WORK/d.fail"
 against_allowlist d "$WORK/d.fail" "$HERE/expected-failures-$SPEC_REVISION.txt" \
     "not listed in expected-failures-$SPEC_REVISION.txt"
+
+# ---- e: the stateless revision on both sides --------------------------------------------
+# The fixture as a 2026-07-28-only backend (`--stateless`: server/discover, per-request
+# _meta, input_required results, subscriptions/listen) behind tether with modern_clients,
+# under the same 2026-07-28 requirement set.
+MODERN_CLIENTS=1 config_file "$WORK/e-config.json" conformance "$FIXTURE_BIN" --stateless
+run_tether e "tether --listen with modern_clients, the fixture --stateless over stdio, at $SPEC_REVISION" \
+    "$WORK/e-config.json"
+echo "== conformance: run e failures against expected-failures-$SPEC_REVISION-stateless.txt"
+with_verdict e fail > "$WORK/e.fail"
+against_allowlist e "$WORK/e.fail" "$HERE/expected-failures-$SPEC_REVISION-stateless.txt" \
+    "not listed in expected-failures-$SPEC_REVISION-stateless.txt"
 
 if [ "${#problems[@]}" -gt 0 ]; then
     printf '  - %s\n' "${problems[@]}" >&2
