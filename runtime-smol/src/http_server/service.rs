@@ -44,7 +44,11 @@ pub(super) async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> R
     if method != Method::POST && method != Method::GET && method != Method::DELETE {
         return reply::method_not_allowed(options.get_stream);
     }
-    if !guards::version_supported(request.headers(), options.stateless_clients) {
+    // A stateless request's revision is in its body too: the core answers an
+    // unsupported one with -32022, the request's id and what tether speaks.
+    let stateless_post =
+        options.stateless_clients && method == Method::POST && session_key(request.headers()).is_none();
+    if !stateless_post && !guards::version_supported(request.headers(), options.stateless_clients) {
         return reply::error(StatusCode::BAD_REQUEST, "bad request: unsupported MCP-Protocol-Version");
     }
     match method {
