@@ -316,6 +316,9 @@ pub mod meta {
 pub mod modern_code {
     /// The request's `_meta` names a revision the server does not speak.
     pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+    /// Answering needs a client capability the request did not declare; `data`
+    /// names them as `{"requiredCapabilities": {"sampling": {}}}`.
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 }
 
 /// What a request's `_meta` says about the era it speaks.

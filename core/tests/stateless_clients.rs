@@ -180,12 +180,22 @@ fn a_handshake_backends_sampling_request_becomes_input_required_and_the_retry_re
 }
 
 #[test]
-fn input_a_stateless_client_did_not_declare_is_refused_to_the_backend() {
+fn input_a_stateless_client_did_not_declare_fails_its_call_with_missing_capability() {
     let mut sim = booted(true);
     sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({}))}));
+    let call = sim.last_request("fs", "tools/call");
     sim.backend("fs", json!({"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":{"message":"name?"}}));
-    assert!(sim.responses_for(1).is_empty(), "the call goes on");
+    let error = sim.response(1)["error"].clone();
+    assert_eq!(error["code"], -32021, "{error}");
+    assert_eq!(error["data"], json!({"requiredCapabilities":{"elicitation":{}}}));
+    // The backend's request is refused and its call stopped.
     assert!(sim.log.contains(r#"fs#1 <- {"jsonrpc":"2.0","id":"e1","error":{"code":-32601"#), "{}", sim.log);
+    let cancel = format!(r#""method":"notifications/cancelled","params":{{"requestId":{call},"#);
+    assert!(sim.log.contains(&cancel), "{}", sim.log);
+    // The tool's late answer changes nothing: one answer per request.
+    reply(&mut sim, "fs", call, text_result("failed without elicitation"));
+    assert_eq!(sim.responses_for(1).len(), 1);
+    insta::assert_snapshot!(sim.log);
 }
 
 #[test]

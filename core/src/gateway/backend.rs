@@ -322,6 +322,9 @@ impl Gateway {
         let generation = self.backends[server].sup.generation();
         match self.calls.get(&call_id) {
             Some(c) if &*c.server == server && c.generation == generation => {}
+            // Ours, but over: an answer after a cancel or timeout, which the
+            // spec allows to cross the cancellation. Dropped without a word.
+            _ if call_id < self.next_request_id => return,
             _ => return self.unknown_response(server, &call_id.to_string()),
         }
         let Some(call) = self.calls.remove(&call_id) else { return };

@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 use super::calls::{AskedInput, CallKind, PendingInput};
 use super::Gateway;
 use crate::io::{RawId, SessionId};
+use crate::metrics::CallOutcome;
 use crate::protocol::{self, code, Era};
 
 impl Gateway {
@@ -47,9 +48,7 @@ impl Gateway {
         let generation = self.backends[server].sup.generation();
         let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.calls.get(&call) else { return };
         if !cc.caps.as_ref().is_some_and(|caps| caps.get(capability).is_some_and(Value::is_object)) {
-            let msg = format!("the client did not declare {capability} for this request");
-            let frame = protocol::error_response(backend_id, code::METHOD_NOT_FOUND, &msg, None);
-            return self.to_backend(server, frame, None);
+            return self.fail_missing_capability(server, call, backend_id, capability);
         }
         let asked = AskedInput {
             generation,
@@ -82,6 +81,41 @@ impl Gateway {
         let mut asked_map = BTreeMap::new();
         asked_map.insert(key, asked);
         self.answer_input_required(session, &client_id, call, asked_map, None);
+    }
+
+    /// The backend needs `capability` from a stateless client that did not
+    /// declare it in this request: the backend's request is refused, its call is
+    /// cancelled there, and the client's call fails with -32021 naming the
+    /// capability, as the revision requires of the server the client talks to.
+    fn fail_missing_capability(&mut self, server: &str, call: u64, backend_id: &str, capability: &str) {
+        let msg = format!("the client did not declare {capability} for this request");
+        let frame = protocol::error_response(backend_id, code::METHOD_NOT_FOUND, &msg, None);
+        self.to_backend(server, frame, None);
+        let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.calls.remove(&call) else { return };
+        if cc.probe {
+            if let Some(b) = self.backends.get_mut(server) {
+                b.sup.breaker.probe_abandoned();
+            }
+        }
+        let params = format!(r#"{{"requestId":{call},"reason":"the client lacks {capability}"}}"#);
+        self.to_backend(server, protocol::notification("notifications/cancelled", Some(&params)), None);
+        self.record_call(server, &cc, CallOutcome::Error);
+        let data = format!(r#"{{"requiredCapabilities":{{{}:{{}}}}}}"#, protocol::quote(capability));
+        let msg = format!(
+            "{server} needs the client's {capability} capability for this request; declare it in clientCapabilities"
+        );
+        let code = protocol::modern_code::MISSING_REQUIRED_CLIENT_CAPABILITY;
+        match &cc.awaiting_input {
+            // Already answered `input_required`: the error waits for the retry.
+            Some(state) => {
+                let error = protocol::error_object(code, &self.redactor.redact(&msg), Some(&data));
+                if let Some(p) = self.pending_inputs.get_mut(state).filter(|p| p.answer.is_none()) {
+                    p.answer = Some(Err(error));
+                }
+                self.release(&cc);
+            }
+            None => self.reply_error(cc.session, &cc.id, code, &msg, Some(&data)),
+        }
     }
 
     /// Answers the client's request `client_id` with `input_required` for `asked`,

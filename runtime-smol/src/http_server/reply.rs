@@ -48,6 +48,15 @@ pub(super) fn method_not_allowed(get_stream: bool) -> Response<Body> {
     response
 }
 
+/// 405 for GET or DELETE without a session when stateless clients are served:
+/// a stateless client only ever POSTs (2026-07-28 transport).
+pub(super) fn sessionless_method_not_allowed() -> Response<Body> {
+    let mut response =
+        error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: without Mcp-Session-Id the MCP endpoint takes POST");
+    response.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
+    response
+}
+
 /// No body (202, 204).
 pub(super) fn empty(status: StatusCode) -> Response<Body> {
     let mut response = Response::new(Empty::new().boxed_unsync());

@@ -323,6 +323,9 @@ fn new_session_key() -> Option<String> {
 
 /// GET: resume the stream `Last-Event-ID` names, or open the standalone stream.
 fn get(shared: &Shared, headers: &HeaderMap) -> Response<Body> {
+    if shared.options.stateless_clients && session_key(headers).is_none() {
+        return reply::sessionless_method_not_allowed();
+    }
     let get_stream = shared.options.get_stream;
     if !guards::accepts(headers, SSE) {
         return reply::error(StatusCode::NOT_ACCEPTABLE, "not acceptable: Accept must list text/event-stream");
@@ -354,7 +357,12 @@ fn get(shared: &Shared, headers: &HeaderMap) -> Response<Body> {
 
 /// DELETE: the client ends its session.
 async fn delete(shared: &Shared, headers: &HeaderMap) -> Response<Body> {
-    let Some(key) = session_key(headers) else { return missing_session() };
+    let Some(key) = session_key(headers) else {
+        return match shared.options.stateless_clients {
+            true => reply::sessionless_method_not_allowed(),
+            false => missing_session(),
+        };
+    };
     let session = {
         let mut table = shared.table();
         let Some(session) = table.find(key) else { return unknown_session() };

@@ -332,6 +332,26 @@ fn a_request_without_a_session_id_is_400_and_not_forwarded() {
     h.assert_not_forwarded(&session, "tools/list");
 }
 
+/// A stateless client only POSTs: serving them, GET and DELETE without a
+/// session are 405 (POST only) rather than a missing-session 400; with a
+/// session they keep their handshake-era meaning.
+#[test]
+fn sessionless_get_and_delete_are_405_when_stateless_clients_are_served() {
+    let h = start(ServerOptions { stateless_clients: true, ..options() });
+    for method in ["GET", "DELETE"] {
+        let response = outcome(h.agent.request(method, &h.url).set("Accept", "text/event-stream").call());
+        assert_eq!((method, response.status()), (method, 405));
+        assert_eq!(response.header("Allow"), Some("POST"));
+    }
+    let session = h.initialize();
+    assert_eq!(h.get(&session, None).status(), 200);
+    assert_eq!(h.delete(&session).status, 204);
+
+    let handshake_only = start(options());
+    let response = outcome(handshake_only.agent.delete(&handshake_only.url).call());
+    assert_eq!(response.status(), 400, "without stateless clients a session is simply missing");
+}
+
 /// The `Mcp-Param-*` headers of a stateless POST reach the core with its frame
 /// (names lowercased, values raw, repeats joined); a session's requests have none.
 #[test]
