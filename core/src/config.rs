@@ -375,6 +375,10 @@ pub enum Mode {
     /// Every backend's tools, namespaced.
     #[default]
     Flat,
+    /// Six tools of tether's own instead (`list_servers`, `search_tools`,
+    /// `describe_tool`, `execute_tool`, `reconnect_server`, `server_events`):
+    /// for clients that should not see hundreds of tools.
+    Meta,
 }
 
 /// The whole gateway configuration.
@@ -398,6 +402,26 @@ pub struct Config {
     /// recorded before the default changed replay as they ran.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
     pub modern_clients: bool,
+    /// Flat mode: also serve the admin tools `list_servers`, `reconnect_server`
+    /// and `server_events` (meta mode always has them). Off by default.
+    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+    pub admin_tools: bool,
+    /// Send every event to clients as `notifications/message` (logger
+    /// `tether`), at or above the level each client set. On by default; absent
+    /// from a serialized config means off, so older traces replay as recorded.
+    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+    pub client_events: bool,
+    /// A client is told a list changed at most once per this many ms: changes
+    /// within the window are folded into one `list_changed` at its end, and none
+    /// is sent when the list is back to what the client last saw (a flapping
+    /// backend). 0: every change at once. Default 2000; absent from a serialized
+    /// config means 0, so older traces replay as recorded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub list_changed_debounce_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Default for Config {
@@ -409,6 +433,9 @@ impl Default for Config {
             separator: "__".to_string(),
             mode: Mode::Flat,
             modern_clients: true,
+            admin_tools: false,
+            client_events: true,
+            list_changed_debounce_ms: 2_000,
         }
     }
 }
@@ -435,6 +462,9 @@ impl Config {
         }
         self.policy.validate("policy")?;
         self.limits.validate()?;
+        if self.list_changed_debounce_ms > 60_000 {
+            return Err(ConfigError::new("list_changed_debounce_ms", "must be at most 60000 (one minute)"));
+        }
         for (name, server) in &self.servers {
             let path = format!("servers.{name}");
             if name.is_empty() || name.len() > 48 || !name.bytes().all(is_name_byte) {

@@ -26,6 +26,7 @@ pub mod redact;
 pub mod rng;
 pub mod supervisor;
 pub mod time;
+pub mod tool_search;
 pub mod trace;
 
 pub use config::{Config, ConfigError, ServerConfig, Transport};

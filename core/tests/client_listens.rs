@@ -92,7 +92,8 @@ fn changes_from_backends_of_both_eras_arrive_on_the_listen_until_it_is_cancelled
     assert_eq!(sent[0].1["method"], "notifications/tools/list_changed");
     assert_eq!(sent[0].1["params"]["_meta"][SUBSCRIPTION_ID], "L");
 
-    sim.note("the stateless backend's tools change, announced on tether's own listen to it");
+    sim.note("two seconds later (list changes are told at most once per 2 s) the stateless backend's tools change, announced on tether's own listen to it");
+    sim.advance(Config::default().list_changed_debounce_ms);
     let (backend_listen, _) = sim.requests_to("modern", "subscriptions/listen").pop().unwrap();
     let from = sim.actions.len();
     sim.backend(

@@ -113,6 +113,9 @@ fn crash_of_a_young_process_restarts_after_one_second_and_rediscovers() {
     sim.boot("fs", &["read_file", "write_file"]);
     assert_eq!(methods_to(&sim, "fs", 2), ["initialize", "notifications/initialized", "tools/list"]);
     assert_eq!(sim.status("fs"), Status::Online);
+    sim.note("the client hears its tools are back once 2 s have passed since it heard they went");
+    assert_eq!(client_notifications(&sim, "notifications/tools/list_changed").len(), 1);
+    sim.advance(1_000);
     assert_eq!(listed_tools(&mut sim, 3), ["fs__read_file", "fs__write_file"]);
     assert_eq!(
         status_path(&sim, "fs"),

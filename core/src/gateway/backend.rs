@@ -1188,6 +1188,7 @@ impl Gateway {
         let catalog = &self.catalog;
         self.subscriptions.retain(|uri, _| catalog.resolve_uri(uri).map_or(true, |(s, _)| s != server));
         self.catalog.unregister(server);
+        self.forget_ration(server);
     }
 
     /// A changed transport (or a catalog to rebuild): close and start over.

@@ -7,9 +7,11 @@ use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
 use super::calls::{Call, CallKind, ClientCall, Forward, Key, Parked, ParkedList, Queued, RawFields, Shape};
+use super::client_events::Level;
 use super::listens::ClientListen;
 use super::Gateway;
 use crate::catalog::ListKind;
+use crate::config::Mode;
 use crate::io::{Action, ClientRoute, RawId, ServerName, SessionId, Status};
 use crate::metrics::CallOutcome;
 use crate::policy::Admission;
@@ -44,6 +46,12 @@ pub(super) struct Session {
     pub expires: bool,
     /// When its client last sent a message.
     pub last_active: Instant,
+    /// The level its `logging/setLevel` asked for (events below it are not sent).
+    pub log_level: Option<Level>,
+    /// No `list_changed` goes to it before this (see `list_changed_debounce_ms`).
+    pub quiet_until: Option<Instant>,
+    /// A `list_changed` waits for `quiet_until`.
+    pub list_changed_held: bool,
 }
 
 impl Session {
@@ -61,6 +69,9 @@ impl Session {
             in_flight: BTreeSet::new(),
             listens: BTreeMap::new(),
             seen: [0; 4],
+            log_level: None,
+            quiet_until: None,
+            list_changed_held: false,
         }
     }
 
@@ -320,8 +331,9 @@ impl Gateway {
             return false;
         };
         let text = |key: &str| params.get(key).and_then(Value::as_str);
+        let tool = self.execute_target(&params).or_else(|| text("name"));
         let server = match method {
-            "tools/call" => text("name").and_then(|n| self.catalog.resolve_tool(n)).map(|r| r.server),
+            "tools/call" => tool.and_then(|n| self.catalog.resolve_tool(n)).map(|r| r.server),
             "prompts/get" => text("name").and_then(|n| self.catalog.resolve_prompt(n)).map(|r| r.server),
             "resources/read" => text("uri").and_then(|u| self.catalog.resolve_uri(u)).map(|(s, _)| s),
             _ => None,
@@ -340,9 +352,9 @@ impl Gateway {
             _ => Map::new(),
         };
         let result = format!(
-            r#"{{"protocolVersion":"{version}","capabilities":{SERVER_CAPABILITIES},"serverInfo":{{"name":"tether","version":"{}"}},"instructions":"tether gateway: tools of each backend are served as <server>{}<tool>."}}"#,
+            r#"{{"protocolVersion":"{version}","capabilities":{SERVER_CAPABILITIES},"serverInfo":{{"name":"tether","version":"{}"}},"instructions":{}}}"#,
             env!("CARGO_PKG_VERSION"),
-            self.config.separator
+            self.instructions()
         );
         self.reply(session, id, &result);
         self.start_lazy_backends();
@@ -403,6 +415,24 @@ impl Gateway {
         }
     }
 
+    /// What the client's model is told about this server, as a JSON string.
+    fn instructions(&self) -> String {
+        let text = match self.config.mode {
+            Mode::Meta => String::from(
+                "tether gateway in meta mode: the tools of many MCP servers are reached through search_tools (find a tool by keywords), describe_tool (its arguments) and execute_tool (run it). list_servers, server_events and reconnect_server show and fix servers that are down.",
+            ),
+            Mode::Flat => {
+                let admin = if self.config.admin_tools {
+                    " list_servers, server_events and reconnect_server show and fix servers that are down."
+                } else {
+                    ""
+                };
+                format!("tether gateway: tools of each backend are served as <server>{}<tool>.{admin}", self.config.separator)
+            }
+        };
+        protocol::quote(&text)
+    }
+
     /// `server/discover`: what tether serves, for stateless-era clients.
     fn discover(&mut self, session: SessionId, id: &str) {
         let versions: Vec<String> = protocol::MODERN_VERSIONS
@@ -411,9 +441,9 @@ impl Gateway {
             .map(|v| protocol::quote(v))
             .collect();
         let result = format!(
-            r#"{{"supportedVersions":[{}],"capabilities":{SERVER_CAPABILITIES},"instructions":"tether gateway: tools of each backend are served as <server>{}<tool>.","ttlMs":0,"cacheScope":"private","_meta":{{"{}":{{"name":"tether","version":"{}"}}}}}}"#,
+            r#"{{"supportedVersions":[{}],"capabilities":{SERVER_CAPABILITIES},"instructions":{},"ttlMs":0,"cacheScope":"private","_meta":{{"{}":{{"name":"tether","version":"{}"}}}}}}"#,
             versions.join(","),
-            self.config.separator,
+            self.instructions(),
             protocol::meta::SERVER_INFO,
             env!("CARGO_PKG_VERSION"),
         );
@@ -549,7 +579,7 @@ impl Gateway {
     /// Some backend is starting for the first time, began less than `window_ms`
     /// ago, and may still bring tools. A backend that has been starting for longer
     /// is not waited for again, so one slow backend cannot slow every request.
-    fn first_discovery_pending(&self, window_ms: u64) -> bool {
+    pub(super) fn first_discovery_pending(&self, window_ms: u64) -> bool {
         let now = self.now;
         self.backends.values().any(|b| {
             !b.catalog_discovered
@@ -587,10 +617,26 @@ impl Gateway {
     }
 
     fn answer_list(&mut self, session: SessionId, id: &str, kind: ListKind, cursor: Option<&str>) {
-        let page = {
+        let page = if kind == ListKind::Tools && self.config.mode == Mode::Meta {
+            // Meta mode: tether's own tools only, one page.
+            match cursor {
+                None => Ok(format!(r#"{{"tools":[{}]}}"#, self.own_tool_definitions().join(","))),
+                Some(_) => Err(()),
+            }
+        } else {
             let backends = &self.backends;
             let visible = |s: &str| backends.get(s).is_some_and(|b| b.is_visible());
-            self.catalog.page(kind, cursor, self.config.limits.page_size as usize, visible)
+            let page = self.catalog.page(kind, cursor, self.config.limits.page_size as usize, visible);
+            match page {
+                // Flat mode with admin tools: they lead the first page.
+                Ok(page) if kind == ListKind::Tools && cursor.is_none() && !self.own_tools().is_empty() => {
+                    let own = self.own_tool_definitions().join(",");
+                    let rest = page.strip_prefix(r#"{"tools":["#).unwrap_or("]}");
+                    let comma = if rest.starts_with(']') { "" } else { "," };
+                    Ok(format!(r#"{{"tools":[{own}{comma}{rest}"#))
+                }
+                other => other,
+            }
         };
         let hash = self.visible_hashes()[kind as usize];
         if let Some(s) = self.sessions.get_mut(&session) {
@@ -630,7 +676,7 @@ impl Gateway {
     /// `tools/call` and `prompts/get`: the served name picks the backend. The
     /// params stay raw text; only the name is replaced. `may_wait`: a name not
     /// known yet may wait for backends on their first start (not again once it waited).
-    fn route_named(
+    pub(super) fn route_named(
         &mut self,
         session: SessionId,
         id: RawId,
@@ -649,6 +695,9 @@ impl Gateway {
         let Some(name) = name else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing name", None);
         };
+        if let Some(tool) = self.own_tool(&name).filter(|_| kind == ListKind::Tools) {
+            return self.call_own_tool(session, id, tool, &fields);
+        }
         let resolved = match kind {
             ListKind::Tools => self.catalog.resolve_tool(&name),
             _ => self.catalog.resolve_prompt(&name),
@@ -819,6 +868,10 @@ impl Gateway {
         self.log_level = serde_json::from_str::<Map<String, Value>>(params)
             .ok()
             .and_then(|p| p.get("level").and_then(Value::as_str).map(String::from));
+        let level = self.log_level.as_deref().and_then(Level::parse);
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.log_level = level;
+        }
         let targets: Vec<ServerName> = self
             .backends
             .iter()

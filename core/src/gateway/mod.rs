@@ -21,9 +21,11 @@
 mod backend;
 mod calls;
 mod client;
+mod client_events;
 mod input_required;
 mod input_rounds;
 mod listens;
+mod own_tools;
 mod param_headers;
 
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -159,6 +161,10 @@ pub struct Gateway {
     /// Last generation of each removed backend, so a backend added back under the
     /// same name never reuses a generation a late report could still name.
     retired_generations: BTreeMap<String, Generation>,
+    /// The last events, for the `server_events` tool.
+    journal: client_events::Journal,
+    /// Each backend's share of event notifications to clients.
+    rations: client_events::Rations,
     actions: VecDeque<Action>,
 }
 
@@ -187,6 +193,8 @@ impl Gateway {
             visible_cache: None,
             subscriptions: BTreeMap::new(),
             retired_generations: BTreeMap::new(),
+            journal: client_events::Journal::default(),
+            rations: client_events::Rations::new(),
             actions: VecDeque::new(),
         };
         gw.apply_config(config);
@@ -261,7 +269,8 @@ impl Gateway {
         let idle = self.sessions.values().filter_map(|s| self.session_expiry(s));
         let inputs = self.pending_inputs.values().map(|p| p.deadline);
         let rounds = self.input_rounds.values().map(|r| r.deadline);
-        backends.chain(calls).chain(parked).chain(idle).chain(inputs).chain(rounds).min()
+        let held = self.sessions.values().filter(|s| s.list_changed_held).filter_map(|s| s.quiet_until);
+        backends.chain(calls).chain(parked).chain(idle).chain(inputs).chain(rounds).chain(held).min()
     }
 
     /// The time of the latest input.
@@ -449,6 +458,7 @@ impl Gateway {
     fn emit(&mut self, mut event: Event) {
         self.count_event(&event);
         self.redactor.redact_event(&mut event);
+        self.tell_clients(&event);
         self.push(Action::Emit { event });
     }
 
@@ -542,6 +552,13 @@ impl Gateway {
                 self.input_round_expired(round);
                 continue;
             }
+            // A held `list_changed` is due: `settle` sends it if still owed.
+            if let Some(s) =
+                self.sessions.values_mut().find(|s| s.list_changed_held && s.quiet_until.is_some_and(|at| at <= now))
+            {
+                s.list_changed_held = false;
+                continue;
+            }
             if let Some(session) = self
                 .sessions
                 .iter()
@@ -582,6 +599,19 @@ impl Gateway {
     /// Fingerprints of what clients may see of each list now. Cached: recomputed
     /// only after the catalog or a backend's status changed, not on every input.
     fn visible_hashes(&mut self) -> [u64; 4] {
+        let mut hashes = self.catalog_hashes();
+        // The tools list has tether's own tools too: meta mode's never change.
+        let tools = &mut hashes[ListKind::Tools as usize];
+        match (self.config.mode, self.config.admin_tools) {
+            (crate::config::Mode::Meta, _) => *tools = 0x6d65_7461,
+            (crate::config::Mode::Flat, true) => *tools ^= 0xad31_4e00,
+            (crate::config::Mode::Flat, false) => {}
+        }
+        hashes
+    }
+
+    /// Fingerprints of the visible part of each list of the catalog.
+    fn catalog_hashes(&mut self) -> [u64; 4] {
         let changes = self.backends.values().fold(0u64, |n, b| n.wrapping_add(b.sup.changes()));
         let version = (self.catalog.version(), changes, self.backends.len());
         if let Some((v, hashes)) = self.visible_cache {
@@ -598,24 +628,41 @@ impl Gateway {
 
     /// Sends `list_changed` to each ready session whose last view of a list differs
     /// from what it would see now, and only then; a stateless session gets them
-    /// on the listens that asked for them.
+    /// on the listens that asked for them. At most one per session per
+    /// `list_changed_debounce_ms`: a change inside the window waits for its end,
+    /// and goes only if the list still differs from what the session last saw.
     fn announce_list_changes(&mut self) {
         let hashes = self.visible_hashes();
         let mut frames = Vec::new();
         let mut listening = Vec::new();
         let parked = &self.parked_lists;
+        let (now, window) = (self.now, Self::duration(self.config.list_changed_debounce_ms));
         for (id, session) in self.sessions.iter_mut().filter(|(_, s)| s.ready || !s.listens.is_empty()) {
             let mut changed: Vec<ListKind> = Vec::new();
             for kind in ListKind::ALL {
                 // A session waiting on this list will see the new one in its answer.
                 let waiting = parked.iter().any(|p| p.session == *id && p.is_list(kind));
                 if !waiting && session.seen[kind as usize] != hashes[kind as usize] {
-                    session.seen[kind as usize] = hashes[kind as usize];
                     changed.push(kind);
                 }
             }
             if changed.is_empty() {
                 continue;
+            }
+            if window > Duration::ZERO {
+                match session.quiet_until {
+                    Some(until) if now < until => {
+                        session.list_changed_held = true;
+                        continue;
+                    }
+                    _ => {
+                        session.quiet_until = Some(now + window);
+                        session.list_changed_held = false;
+                    }
+                }
+            }
+            for kind in &changed {
+                session.seen[*kind as usize] = hashes[*kind as usize];
             }
             if session.era == Era::Stateless {
                 listening.push((*id, changed));

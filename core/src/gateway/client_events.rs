@@ -1,0 +1,220 @@
+//! Events told to clients: each one is kept in a short journal that the
+//! `server_events` tool reads by cursor (a model can poll what changed), and sent
+//! to handshake-era clients as `notifications/message` (logger `tether`, the
+//! event as structured `data`), filtered by the level each client set and
+//! rationed per backend so a flapping backend cannot flood a conversation.
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde_json::{Map, Value};
+
+use super::Gateway;
+use crate::io::{Event, ServerName, SessionId, Status};
+use crate::protocol::{self, Era};
+use crate::time::{Duration, Instant};
+
+/// Events the journal keeps; older ones are reported as missed.
+pub(super) const JOURNAL_LEN: usize = 256;
+/// A backend's events sent to clients per window, at most...
+const NOTIFY_PER_WINDOW: u32 = 20;
+/// ...in this window. The rest are counted and the count rides on the next one.
+const NOTIFY_WINDOW: Duration = Duration::from_millis(60_000);
+/// The level a client gets from when it never set one.
+const DEFAULT_LEVEL: Level = Level::Info;
+
+/// The syslog levels of MCP logging, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Level {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl Level {
+    const ALL: [(Level, &'static str); 8] = [
+        (Level::Debug, "debug"),
+        (Level::Info, "info"),
+        (Level::Notice, "notice"),
+        (Level::Warning, "warning"),
+        (Level::Error, "error"),
+        (Level::Critical, "critical"),
+        (Level::Alert, "alert"),
+        (Level::Emergency, "emergency"),
+    ];
+
+    /// The level a `logging/setLevel` names, if it is one.
+    pub fn parse(name: &str) -> Option<Level> {
+        Self::ALL.iter().find(|(_, n)| *n == name).map(|(l, _)| *l)
+    }
+
+    fn as_str(self) -> &'static str {
+        Self::ALL[self as usize].1
+    }
+
+    /// How much an event matters to someone using the backend's tools.
+    fn of(event: &Event) -> Level {
+        match event {
+            Event::ServerStatusChanged { to, .. } => match to {
+                Status::Online | Status::Dormant | Status::Disconnected => Level::Info,
+                Status::Offline | Status::Error => Level::Warning,
+                Status::RequiresReauth | Status::PermanentlyFailed => Level::Error,
+                Status::Provisioning | Status::Connecting | Status::DiscoveringTools | Status::Restarting => {
+                    Level::Debug
+                }
+            },
+            Event::ServerDisconnected { intentional: true, .. } => Level::Debug,
+            Event::ServerDisconnected { intentional: false, .. } => Level::Warning,
+            Event::ServerReconnecting { .. } => Level::Info,
+            Event::ServerReconnected { .. } => Level::Notice,
+            Event::ServerHealthDegraded { .. } | Event::CircuitOpened { .. } => Level::Warning,
+            Event::ServerHealthRestored { .. } | Event::CircuitClosed { .. } => Level::Notice,
+            Event::ServerPermanentlyFailed { .. } => Level::Error,
+            Event::ToolsDiscovered { .. } | Event::ProtocolViolation { .. } => Level::Debug,
+            Event::NameConflict { .. } => Level::Warning,
+        }
+    }
+}
+
+/// One journaled event.
+#[derive(Clone, Debug)]
+pub(super) struct Journaled {
+    pub seq: u64,
+    pub at: Instant,
+    pub event: Event,
+}
+
+/// The last [`JOURNAL_LEN`] events, numbered from 1.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Journal {
+    entries: VecDeque<Journaled>,
+    next_seq: u64,
+}
+
+impl Journal {
+    fn push(&mut self, at: Instant, event: Event) -> u64 {
+        self.next_seq += 1;
+        if self.entries.len() == JOURNAL_LEN {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(Journaled { seq: self.next_seq, at, event });
+        self.next_seq
+    }
+
+    /// The number the next event will get: the cursor for "from now on".
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq + 1
+    }
+
+    /// Events numbered `since` or later (oldest first), and how many of those
+    /// are gone from the journal already.
+    pub fn since(&self, since: u64) -> (impl Iterator<Item = &Journaled>, u64) {
+        let oldest = self.entries.front().map_or(self.next_seq + 1, |e| e.seq);
+        let missed = oldest.saturating_sub(since.max(1));
+        (self.entries.iter().filter(move |e| e.seq >= since), missed)
+    }
+}
+
+/// A backend's share of client notifications in the current window.
+#[derive(Clone, Debug)]
+pub(super) struct Ration {
+    window_start: Instant,
+    sent: u32,
+    suppressed: u32,
+}
+
+/// The server an event is about.
+pub(super) fn server_name(event: &Event) -> &ServerName {
+    match event {
+        Event::ServerStatusChanged { server, .. }
+        | Event::ServerDisconnected { server, .. }
+        | Event::ServerReconnecting { server, .. }
+        | Event::ServerReconnected { server, .. }
+        | Event::ServerHealthDegraded { server, .. }
+        | Event::ServerHealthRestored { server }
+        | Event::ServerPermanentlyFailed { server, .. }
+        | Event::CircuitOpened { server, .. }
+        | Event::CircuitClosed { server }
+        | Event::ToolsDiscovered { server, .. }
+        | Event::ProtocolViolation { server, .. }
+        | Event::NameConflict { server, .. } => server,
+    }
+}
+
+/// An event as JSON: its serde form (`{"event": "server_status_changed", ...}`)
+/// plus its number and time.
+pub(super) fn event_json(e: &Journaled) -> Value {
+    let mut v = serde_json::to_value(&e.event).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
+        m.insert("seq".into(), Value::from(e.seq));
+        m.insert("at_ms".into(), Value::from(e.at.as_millis()));
+    }
+    v
+}
+
+impl Gateway {
+    /// Journals an emitted (already redacted) event and tells the clients.
+    pub(super) fn tell_clients(&mut self, event: &Event) {
+        let seq = self.journal.push(self.now, event.clone());
+        if !self.config.client_events {
+            return;
+        }
+        let level = Level::of(event);
+        let listening: Vec<SessionId> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.ready && s.era == Era::Handshake && level >= s.log_level.unwrap_or(DEFAULT_LEVEL))
+            .map(|(id, _)| *id)
+            .collect();
+        if listening.is_empty() {
+            return;
+        }
+        let Some(suppressed) = self.ration(server_name(event)) else { return };
+        let journaled = Journaled { seq, at: self.now, event: event.clone() };
+        let mut data = match event_json(&journaled) {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        if suppressed > 0 {
+            data.insert("suppressed_before".into(), Value::from(suppressed));
+            let hint = "more events of this backend were not sent; the server_events tool lists them";
+            data.insert("note".into(), Value::String(String::from(hint)));
+        }
+        let params = serde_json::json!({"level": level.as_str(), "logger": "tether", "data": data});
+        let params = serde_json::to_string(&params).unwrap_or_default();
+        let frame = protocol::notification("notifications/message", Some(&params));
+        for session in listening {
+            self.to_client(session, frame.clone());
+        }
+    }
+
+    /// Whether one more of `server`'s events may go to clients now; `Some(n)`:
+    /// yes, and `n` were held back since the last one that went.
+    fn ration(&mut self, server: &ServerName) -> Option<u32> {
+        let now = self.now;
+        let r = self.rations.entry(server.clone()).or_insert(Ration { window_start: now, sent: 0, suppressed: 0 });
+        if now.saturating_since(r.window_start) >= NOTIFY_WINDOW {
+            r.window_start = now;
+            r.sent = 0;
+        }
+        if r.sent >= NOTIFY_PER_WINDOW {
+            r.suppressed += 1;
+            return None;
+        }
+        r.sent += 1;
+        Some(core::mem::take(&mut r.suppressed))
+    }
+
+    /// Rations of backends that are gone are dropped with them.
+    pub(super) fn forget_ration(&mut self, server: &str) {
+        self.rations.remove(server);
+    }
+}
+
+/// Per-backend rations, by name.
+pub(super) type Rations = BTreeMap<ServerName, Ration>;
