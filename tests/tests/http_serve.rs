@@ -10,10 +10,7 @@ const TOKEN: &str = "tok-listener-0123456789abcdef";
 
 /// The MCP endpoint URL from tether's log line.
 fn listening(t: &Tether) -> String {
-    assert!(t.wait_log("listening on http://", Duration::from_secs(20)), "{}", t.stderr_text());
-    let log = t.stderr_text();
-    let at = log.find("listening on http://").unwrap() + "listening on ".len();
-    log[at..].split_whitespace().next().unwrap().to_string()
+    t.logged_url("listening on ")
 }
 
 /// One POST; returns status, session header and body (JSON, or the data of an SSE stream's last event).
@@ -369,10 +366,7 @@ fn status_endpoints_show_each_backend_count_calls_and_take_admin_actions() {
 fn status_listen_serves_the_status_endpoints_beside_stdio_without_mcp() {
     let config = json!({"mcpServers": {"fs": mock_server(&[])}});
     let t = Tether::start(config, &["serve", "--status-listen", "127.0.0.1:0"]);
-    assert!(t.wait_log("tether status on http://", Duration::from_secs(20)), "{}", t.stderr_text());
-    let log = t.stderr_text();
-    let at = log.find("tether status on ").unwrap() + "tether status on ".len();
-    let base = log[at..].split_whitespace().next().unwrap().trim_end_matches('/').to_string();
+    let base = t.logged_url("tether status on ").trim_end_matches('/').to_string();
     assert_eq!(get(&format!("{base}/healthz"), None).0, 200);
     let (status, body) = get(&format!("{base}/status"), None);
     assert_eq!(status, 200, "{body}");
