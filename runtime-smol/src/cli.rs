@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use tether_host::flags::PolicyFlags;
 
 /// tether: a resilient MCP gateway.
@@ -61,6 +61,10 @@ pub enum Command {
     Serve(ServeArgs),
     /// Start every backend once and print a status table; exit non-zero if any failed.
     Check,
+    /// Show the backends of a running tether (its `/status`) as a table; exit 0 when
+    /// every backend is online (or dormant), 1 when one is not, 2 when tether cannot
+    /// be reached or refuses the token.
+    Status(StatusArgs),
     /// Run a recorded trace through the engine and print the actions.
     Replay {
         /// The trace file.
@@ -75,4 +79,37 @@ pub enum Command {
     /// Run the built-in mock MCP backend (used by the demo and tests).
     #[command(hide = true)]
     MockBackend(crate::mock_backend::MockOptions),
+}
+
+/// How `status` reaches a running tether and what it prints.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The running tether: its base URL, or its `/mcp` or `/status` URL (a bare
+    /// `host:port` or port is taken as http on it).
+    #[arg(long, env = "TETHER_STATUS_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// The bearer token tether was started with (`--auth-token`).
+    #[arg(long, env = "TETHER_AUTH_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the `/status` JSON as tether sent it instead of the table.
+    #[arg(long, conflicts_with = "watch")]
+    pub json: bool,
+    /// Keep the table up to date from `/events` until interrupted (Ctrl-C).
+    #[arg(long)]
+    pub watch: bool,
+    /// When to colour the status cells (auto: when stdout is a terminal and
+    /// NO_COLOR is not set; CLICOLOR_FORCE forces it).
+    #[arg(long, value_enum, default_value_t = ColorWhen::Auto)]
+    pub color: ColorWhen,
+}
+
+/// `--color`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    /// When stdout is a terminal and NO_COLOR is not set (or CLICOLOR_FORCE is).
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
 }

@@ -12,6 +12,7 @@ pub mod http_server;
 pub mod line_reader;
 pub mod mock_backend;
 pub mod status;
+pub mod status_cli;
 pub mod stdio_backend;
 
 pub use tether_host::{config_file, http_backend};

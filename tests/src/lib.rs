@@ -404,6 +404,16 @@ impl Tether {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The URL tether logged right after `marker` (`"listening on "` for the MCP
+    /// endpoint of `serve --listen`), waiting for the line.
+    pub fn logged_url(&self, marker: &str) -> String {
+        let line = format!("{marker}http");
+        assert!(self.wait_log(&line, Duration::from_secs(20)), "no `{line}` in the log:\n{}", self.stderr_text());
+        let log = self.stderr_text();
+        let at = log.find(&line).unwrap() + marker.len();
+        log[at..].split_whitespace().next().unwrap().to_string()
+    }
+
     /// Polls the stderr log until it contains `needle`.
     pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
         wait_until(timeout, || self.stderr_text().contains(needle))

@@ -1,23 +1,35 @@
-//! The `tether` command line: `check`, `--record` with `replay`, `demo`, config
-//! errors, and stdout carrying nothing but protocol.
+//! The `tether` command line: `check`, `status` (with `--watch`), `--record` with
+//! `replay`, `demo`, config errors, and stdout carrying nothing but protocol.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tether_tests::{mock_server, tether_bin, Tether};
+use tether_tests::{free_port, mock_server, tether_bin, wait_until, Tether};
+
+/// `tether` with `args`, without the environment variables that would stand in
+/// for flags a test leaves out.
+fn tether(args: &[&str]) -> Command {
+    let mut command = Command::new(tether_bin());
+    command.args(args);
+    for name in ["TETHER_AUTH_TOKEN", "TETHER_STATUS_URL", "TETHER_CONFIG", "NO_COLOR", "CLICOLOR_FORCE"] {
+        command.env_remove(name);
+    }
+    command
+}
 
 /// Runs `tether` with `args` to completion (killed after `limit`).
 fn run(args: &[&str], limit: Duration) -> Output {
-    let child = Command::new(tether_bin())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tether");
+    run_command(tether(args), limit)
+}
+
+/// Runs `command` to completion (killed after `limit`).
+fn run_command(mut command: Command, limit: Duration) -> Output {
+    let child =
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start tether");
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -27,7 +39,7 @@ fn run(args: &[&str], limit: Duration) -> Output {
         Ok(output) => output.expect("tether output"),
         Err(_) => {
             let _ = Command::new("kill").args(["-s", "KILL", &pid.to_string()]).status();
-            panic!("tether {args:?} did not finish within {limit:?}");
+            panic!("{command:?} did not finish within {limit:?}");
         }
     }
 }
@@ -215,4 +227,149 @@ fn stdout_carries_only_json_lines() {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("non-JSON line on stdout ({e}): {line}"));
         assert_eq!(v["jsonrpc"], "2.0", "not a JSON-RPC message: {line}");
     }
+}
+
+const STATUS_TOKEN: &str = "tok-status-cli-0123456789abcdef";
+
+/// `tether status` plus `args`: exit code, stdout, stderr.
+fn status(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = run(&[&["status"], args].concat(), Duration::from_secs(30));
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// The row of `server` in a status table.
+fn row<'a>(table: &'a str, server: &str) -> Option<&'a str> {
+    table.lines().find(|l| l.split_whitespace().next() == Some(server))
+}
+
+/// A tether serving HTTP with a token: one backend that works, one that cannot
+/// start. `tether status` shows both and exits 1; without the failing one (after
+/// a reload), 0; without the token or without a tether, 2, saying why.
+#[test]
+fn status_shows_a_running_tethers_backends_and_exits_by_their_state() {
+    let servers = json!({
+        "fs": mock_server(&["--name", "fs"]),
+        "broken": mock_server(&["--name", "broken", "--exit-on-start", "1", "--stderr", "broken: missing API key"]),
+    });
+    let t = Tether::start(with_policy(servers), &["serve", "--listen", "127.0.0.1:0", "--auth-token", STATUS_TOKEN]);
+    let url = t.logged_url("listening on ");
+    let with_token = ["--url", url.as_str(), "--token", STATUS_TOKEN];
+
+    let mut last = (None, String::new(), String::new());
+    let settled = wait_until(Duration::from_secs(30), || {
+        last = status(&with_token);
+        let (_, table, _) = &last;
+        row(table, "fs").is_some_and(|r| r.contains(" online "))
+            && row(table, "broken").is_some_and(|r| r.contains("missing API key"))
+    });
+    let (code, table, stderr) = last;
+    assert!(settled, "{table}\n{stderr}\n{}", t.stderr_text());
+    assert_eq!(code, Some(1), "a backend is not online:\n{table}");
+    assert!(table.starts_with("tether "), "{table}");
+    assert!(table.lines().nth(1).is_some_and(|h| h.starts_with("server ") && h.contains("last error")), "{table}");
+    let fs = row(&table, "fs").unwrap();
+    assert!(fs.contains(" stdio ") && fs.contains(" closed "), "{fs}");
+    let broken = row(&table, "broken").unwrap();
+    assert!(!broken.contains(" online ") && broken.contains("exited with code 1"), "{broken}");
+    assert!(!table.contains('\u{1b}'), "no colour when stdout is not a terminal:\n{table}");
+
+    // The raw JSON, and the same table in colour when asked for.
+    let (code, json, _) = status(&["--json", "--url", &url, "--token", STATUS_TOKEN]);
+    assert_eq!(code, Some(1));
+    let report: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(report["backends"][1]["server"], "fs", "{report}");
+    let (_, coloured, _) = status(&["--color", "always", "--url", &url, "--token", STATUS_TOKEN]);
+    assert!(coloured.contains("\u{1b}[32monline\u{1b}[0m"), "{coloured}");
+
+    // The token from the environment, as `serve --auth-token` takes it.
+    let mut from_env = tether(&["status", "--url", &url]);
+    from_env.env("TETHER_AUTH_TOKEN", STATUS_TOKEN);
+    let out = run_command(from_env, Duration::from_secs(30));
+    assert!(row(&text(&out.stdout), "fs").is_some(), "{}", text(&out.stderr));
+
+    // No token, a wrong one, no tether: 2 and why.
+    let status_url = url.replace("/mcp", "/status");
+    let (code, stdout, stderr) = status(&["--url", &url]);
+    assert_eq!(code, Some(2), "{stdout}");
+    assert_eq!(
+        stderr.trim(),
+        format!("tether status: {status_url}: 401 unauthorized: pass --token or set TETHER_AUTH_TOKEN")
+    );
+    assert!(stdout.is_empty(), "{stdout}");
+    let (code, _, stderr) = status(&["--url", &url, "--token", "tok-wrong-0123456789abcdef"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("401 unauthorized: tether refused the token"), "{stderr}");
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let (code, _, stderr) = status(&["--url", &nobody, "--token", STATUS_TOKEN]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.starts_with(&format!("tether status: {nobody}/status: cannot reach tether: ")), "{stderr}");
+
+    // Every backend online: 0.
+    t.reload(&with_policy(json!({ "fs": mock_server(&["--name", "fs"]) })));
+    let mut last = (None, String::new(), String::new());
+    let all_online = wait_until(Duration::from_secs(30), || {
+        last = status(&with_token);
+        last.0 == Some(0)
+    });
+    assert!(all_online, "{:?}\n{}", last, t.stderr_text());
+    assert!(row(&last.1, "broken").is_none(), "{}", last.1);
+}
+
+/// `tether status --watch` prints the table, then again on each event, with the
+/// latest events under it, until it is stopped.
+#[test]
+fn status_watch_redraws_when_a_backend_changes() {
+    let config = json!({ "mcpServers": { "fs": mock_server(&["--name", "fs"]) } });
+    let t = Tether::start(config, &["serve", "--listen", "127.0.0.1:0", "--auth-token", STATUS_TOKEN]);
+    let url = t.logged_url("listening on ");
+    let mut watch = tether(&["status", "--watch", "--url", &url, "--token", STATUS_TOKEN])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tether status --watch");
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut read_until = |what: &str, found: &dyn Fn(&str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            seen.push(line);
+            if found(seen.last().unwrap()) {
+                return;
+            }
+        }
+        panic!("no {what} from tether status --watch:\n{}\n{}", seen.join("\n"), t.stderr_text());
+    };
+    read_until("online row for fs", &|l| row(l, "fs").is_some_and(|r| r.contains(" online ")));
+    read_until("live event stream", &|l| l == "events: live");
+
+    // A restart from the admin endpoint: events, and a redraw that lists them.
+    let base = url.trim_end_matches("/mcp");
+    let answer = ureq::post(&format!("{base}/admin/restart/fs"))
+        .set("Authorization", &format!("Bearer {STATUS_TOKEN}"))
+        .set("Content-Type", "application/json")
+        .send_string("{}")
+        .expect("restart fs");
+    assert_eq!(answer.status(), 202);
+    read_until("event of the restart", &|l| l.contains("  fs  disconnected (on purpose)"));
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let screens = seen.iter().filter(|l| l.starts_with("tether ")).count();
+    assert!(screens >= 2, "one screen per change:\n{}", seen.join("\n"));
+    let last_screen = &seen[seen.iter().rposition(|l| l.starts_with("tether ")).unwrap()..];
+    assert!(last_screen.iter().any(|l| row(l, "fs").is_some()), "{}", seen.join("\n"));
+    assert!(
+        !seen.iter().any(|l| l.contains('\u{1b}')),
+        "no escape sequences when not a terminal:\n{}",
+        seen.join("\n")
+    );
 }

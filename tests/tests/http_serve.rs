@@ -10,10 +10,7 @@ const TOKEN: &str = "tok-listener-0123456789abcdef";
 
 /// The MCP endpoint URL from tether's log line.
 fn listening(t: &Tether) -> String {
-    assert!(t.wait_log("listening on http://", Duration::from_secs(20)), "{}", t.stderr_text());
-    let log = t.stderr_text();
-    let at = log.find("listening on http://").unwrap() + "listening on ".len();
-    log[at..].split_whitespace().next().unwrap().to_string()
+    t.logged_url("listening on ")
 }
 
 /// One POST; returns status, session header and body (JSON, or the data of an SSE stream's last event).
@@ -87,11 +84,14 @@ fn http_clients_share_the_backends_with_stdio_and_need_the_token() {
     assert!(t.finish().success());
 }
 
-#[test]
-fn planted_secrets_appear_in_no_output() {
-    const ENV_SECRET: &str = "sk-env-planted-41f7c2";
-    const HEADER_SECRET: &str = "hdr-planted-9b2e77";
-    const QUERY_SECRET: &str = "qry-planted-55d0aa";
+const ENV_SECRET: &str = "sk-env-planted-41f7c2";
+const HEADER_SECRET: &str = "hdr-planted-9b2e77";
+const QUERY_SECRET: &str = "qry-planted-55d0aa";
+
+/// Backends holding planted secrets: `leaky` has one in its env and prints it on
+/// stderr as it crashes at start; `remote` (unreachable) has one in a header and
+/// one in its URL's query; `fs` works.
+fn planted_servers() -> Value {
     let leaky = json!({
         "command": tether_tests::mock_bin(),
         "args": ["--stderr", format!("fatal: API_KEY={ENV_SECRET} was rejected"), "--exit-on-start", "1"],
@@ -102,7 +102,19 @@ fn planted_secrets_appear_in_no_output() {
         "url": format!("http://127.0.0.1:1/mcp?token={QUERY_SECRET}"),
         "headers": {"Authorization": format!("Bearer {HEADER_SECRET}")},
     });
-    let config = json!({"mcpServers": {"fs": mock_server(&[]), "leaky": leaky, "remote": remote}});
+    json!({"fs": mock_server(&[]), "leaky": leaky, "remote": remote})
+}
+
+/// Fails naming the secret (or the token) that `all` shows.
+fn assert_no_secret(all: &str) {
+    for secret in [ENV_SECRET, HEADER_SECRET, QUERY_SECRET, TOKEN] {
+        assert!(!all.contains(secret), "{secret} leaked:\n{all}");
+    }
+}
+
+#[test]
+fn planted_secrets_appear_in_no_output() {
+    let config = json!({"mcpServers": planted_servers()});
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace.jsonl");
     let mut t = Tether::start(
@@ -131,9 +143,87 @@ fn planted_secrets_appear_in_no_output() {
     outputs.extend(stdout.lock().unwrap().iter().cloned());
     let all = outputs.join("\n");
     assert!(all.contains("[redacted]"), "the leaky backend's stderr line is quoted, redacted:\n{all}");
-    for secret in [ENV_SECRET, HEADER_SECRET, QUERY_SECRET, TOKEN] {
-        assert!(!all.contains(secret), "{secret} leaked:\n{all}");
+    assert_no_secret(&all);
+}
+
+/// What operators see (`/status`, `/events`, `/metrics`, the page, `/healthz`,
+/// `/readyz`, and `tether status`) says why `leaky` is down without its secret,
+/// and shows none of the others nor the token.
+#[test]
+fn planted_secrets_stay_out_of_the_status_endpoints_the_events_and_the_page() {
+    use std::io::{BufRead, BufReader};
+    let t = Tether::start(
+        json!({"mcpServers": planted_servers()}),
+        &["serve", "--listen", "127.0.0.1:0", "--auth-token", TOKEN],
+    );
+    let url = listening(&t);
+    let base = url.trim_end_matches("/mcp").to_string();
+
+    // The event stream from the start (it replays the kept events), until the
+    // crash that quotes leaky's stderr arrives, 20 s at the most.
+    let events_url = format!("{base}/events");
+    let events = std::thread::spawn(move || {
+        let agent = ureq::AgentBuilder::new().timeout_read(Duration::from_secs(3)).build();
+        let response = agent
+            .get(&events_url)
+            .set("Authorization", &format!("Bearer {TOKEN}"))
+            .call()
+            .unwrap_or_else(|e| panic!("GET {events_url}: {e}"));
+        let mut text = String::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        for line in BufReader::new(response.into_reader()).lines() {
+            let Ok(line) = line else { break };
+            let crash = line.starts_with("data:") && line.contains(r#""server":"leaky""#) && line.contains("stderr");
+            text.push_str(&line);
+            text.push('\n');
+            if crash || std::time::Instant::now() > deadline {
+                break;
+            }
+        }
+        text
+    });
+
+    // leaky in error (or given up on), its last error quoting its stderr, redacted.
+    let mut status = String::new();
+    let crashed = tether_tests::wait_until(Duration::from_secs(30), || {
+        status = get(&format!("{base}/status"), Some(TOKEN)).1;
+        let report: Value = serde_json::from_str(&status).unwrap_or_default();
+        report["backends"].as_array().into_iter().flatten().any(|b| {
+            b["server"] == "leaky"
+                && matches!(b["status"].as_str(), Some("error" | "restarting" | "permanently_failed"))
+                && b["last_error"].as_str().is_some_and(|e| e.contains("API_KEY=[redacted] was rejected"))
+        })
+    });
+    assert!(crashed, "{status}\n{}", t.stderr_text());
+    let events = events.join().unwrap();
+    assert!(
+        events.lines().any(|l| l.contains(r#""server":"leaky""#) && l.contains("API_KEY=[redacted] was rejected")),
+        "the crash event quotes leaky's stderr, redacted:\n{events}"
+    );
+
+    let mut outputs = vec![status, events];
+    for path in ["/metrics", "/", "/healthz", "/readyz", "/status"] {
+        let (code, body) = get(&format!("{base}{path}"), Some(TOKEN));
+        assert!(matches!(code, 200 | 503), "{path}: {code} {body}");
+        outputs.push(body);
     }
+    assert!(outputs[2].contains(r#"tether_backend_status{server="leaky",status="online"} 0"#), "{}", outputs[2]);
+    assert!(outputs[3].contains("<html"), "{}", outputs[3]);
+    // And what `tether status` prints of them.
+    for json in [false, true] {
+        let mut command = std::process::Command::new(tether_tests::tether_bin());
+        command.args(["status", "--url", &url, "--token", TOKEN]);
+        if json {
+            command.arg("--json");
+        }
+        let out = command.output().expect("run tether status");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(1), "leaky is not online:\n{stdout}");
+        assert!(stdout.contains("API_KEY=[redacted]"), "{stdout}");
+        outputs.push(stdout);
+        outputs.push(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    assert_no_secret(&outputs.join("\n"));
 }
 
 /// A stateless (2026-07-28) request's `_meta`.
@@ -369,10 +459,7 @@ fn status_endpoints_show_each_backend_count_calls_and_take_admin_actions() {
 fn status_listen_serves_the_status_endpoints_beside_stdio_without_mcp() {
     let config = json!({"mcpServers": {"fs": mock_server(&[])}});
     let t = Tether::start(config, &["serve", "--status-listen", "127.0.0.1:0"]);
-    assert!(t.wait_log("tether status on http://", Duration::from_secs(20)), "{}", t.stderr_text());
-    let log = t.stderr_text();
-    let at = log.find("tether status on ").unwrap() + "tether status on ".len();
-    let base = log[at..].split_whitespace().next().unwrap().trim_end_matches('/').to_string();
+    let base = t.logged_url("tether status on ").trim_end_matches('/').to_string();
     assert_eq!(get(&format!("{base}/healthz"), None).0, 200);
     let (status, body) = get(&format!("{base}/status"), None);
     assert_eq!(status, 200, "{body}");
