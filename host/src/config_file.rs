@@ -22,8 +22,12 @@
 //! }
 //! ```
 //!
-//! At the top level a `tether` section may hold `separator`, `mode`,
-//! `modern_clients` (serve 2026-07-28 stateless clients too; default `true`), `policy` (any
+//! At the top level a `tether` section may hold `separator`, `mode` (`flat` or
+//! `meta`), `modern_clients` (serve 2026-07-28 stateless clients too; default
+//! `true`), `admin_tools` (flat mode: serve `list_servers`, `reconnect_server`,
+//! `server_events`; default `false`), `client_events` (events to clients as
+//! `notifications/message`; default `true`), `list_changed_debounce_ms` (default
+//! 2000), `policy` (any
 //! field of [`Policy`]) and `limits` (any field of [`Limits`]); on an entry it may
 //! hold `prefixed`, `vital`, `lazy`, `disabled` and `policy` (any field of
 //! [`PolicyOverrides`]). Unknown keys are ignored everywhere, so existing files load,
@@ -420,7 +424,16 @@ fn is_variable_name(name: &str) -> bool {
 // ---------------------------------------------------------------------------------
 // `tether` sections
 
-const GATEWAY_KEYS: &[&str] = &["separator", "mode", "modern_clients", "policy", "limits"];
+const GATEWAY_KEYS: &[&str] = &[
+    "separator",
+    "mode",
+    "modern_clients",
+    "admin_tools",
+    "client_events",
+    "list_changed_debounce_ms",
+    "policy",
+    "limits",
+];
 const SERVER_KEYS: &[&str] = &["prefixed", "vital", "lazy", "disabled", "policy", "era"];
 
 fn apply_gateway_section(config: &mut Config, section: &Value) -> Res<()> {
@@ -432,6 +445,9 @@ fn apply_gateway_section(config: &mut Config, section: &Value) -> Res<()> {
             }
             "mode" => config.mode = typed::<Mode>(value, &path)?,
             "modern_clients" => config.modern_clients = boolean(value, &path)?,
+            "admin_tools" => config.admin_tools = boolean(value, &path)?,
+            "client_events" => config.client_events = boolean(value, &path)?,
+            "list_changed_debounce_ms" => config.list_changed_debounce_ms = typed::<u64>(value, &path)?,
             "policy" => config.policy = typed_section::<Policy>(value, &path, &field_names(&Policy::default()))?,
             "limits" => config.limits = typed_section::<Limits>(value, &path, &field_names(&Limits::default()))?,
             _ => return Err(unknown_key(&path, key, GATEWAY_KEYS)),

@@ -4,11 +4,12 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use tether_core::config::Mode;
 use tether_core::Config;
 
 use crate::config_file;
 
-/// Policy overrides from the command line (they win over the config file).
+/// Policy and gateway settings from the command line (they win over the config file).
 #[derive(Debug, Default, Clone, Args)]
 pub struct PolicyFlags {
     /// Consecutive failures that open a backend's circuit breaker.
@@ -23,11 +24,27 @@ pub struct PolicyFlags {
     /// Seed of the jitter PRNG (recorded in traces). Random when absent.
     #[arg(long, global = true)]
     pub seed: Option<u64>,
+    /// Which tools clients see: `flat` (every backend's, namespaced) or `meta`
+    /// (six of tether's own: search_tools, describe_tool, execute_tool, list_servers,
+    /// reconnect_server, server_events).
+    #[arg(long, global = true, value_parser = ["flat", "meta"])]
+    pub mode: Option<String>,
+    /// Flat mode: also serve the admin tools list_servers, reconnect_server and server_events.
+    #[arg(long, global = true)]
+    pub admin_tools: bool,
 }
 
 impl PolicyFlags {
     /// Writes the flags that were given into `config`.
     pub fn apply(&self, config: &mut Config) {
+        match self.mode.as_deref() {
+            Some("meta") => config.mode = Mode::Meta,
+            Some("flat") => config.mode = Mode::Flat,
+            _ => {}
+        }
+        if self.admin_tools {
+            config.admin_tools = true;
+        }
         if let Some(t) = self.failure_threshold {
             config.policy.breaker_threshold = t;
         }

@@ -75,8 +75,10 @@ fn policy(extra: Value) -> Value {
 }
 
 /// A Claude Desktop style config with a `tether` policy section.
+/// List changes are told at once here (no 2 s window): these tests follow the
+/// path end to end; the window itself is specified in `core/tests/meta_mode.rs`.
 fn config(servers: Value, policy: Value) -> Value {
-    json!({ "tether": { "policy": policy }, "mcpServers": servers })
+    json!({ "tether": { "policy": policy, "list_changed_debounce_ms": 0 }, "mcpServers": servers })
 }
 
 /// A stdio mock named `name` with extra flags.
