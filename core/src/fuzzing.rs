@@ -95,6 +95,11 @@ pub fn driver_config(variant: u8) -> Config {
     }
     // Stateless-era clients too (the first request of a session decides its era).
     config.modern_clients = variant & 16 == 16;
+    // tether's own tools: meta mode (bit 64), the admin tools in flat mode (bit 128).
+    if variant & 64 == 64 {
+        config.mode = crate::config::Mode::Meta;
+    }
+    config.admin_tools = variant & 128 == 128;
     // Backend `a` speaks the stateless revision (see `Harness::good_answer`).
     config.limits.max_in_flight = 16;
     config.limits.max_queued_per_backend = 4;
@@ -160,7 +165,19 @@ impl Harness {
     /// Feeds one input now and checks everything.
     pub fn input(&mut self, input: Input) -> Result<(), Violation> {
         match &input {
-            Input::ClientFrame { session, frame, .. } => self.note_client_frame(session.0, frame),
+            Input::ClientFrame { session, frame, .. } => {
+                self.note_client_frame(session.0, frame);
+                // A client's `reconnect_server` is an admin command too, when served.
+                let config = self.gw.config();
+                if config.mode == crate::config::Mode::Meta || config.admin_tools {
+                    let v: Value = serde_json::from_str(frame).unwrap_or(Value::Null);
+                    if v["method"] == "tools/call" && v["params"]["name"] == "reconnect_server" {
+                        if let Some(server) = v["params"]["arguments"]["server"].as_str() {
+                            self.stopped.remove(server);
+                        }
+                    }
+                }
+            }
             Input::ClientClosed { session } => self.forget_session(session.0),
             Input::Admin { command } => {
                 let (AdminCommand::Reconnect { server }
@@ -403,7 +420,32 @@ impl Harness {
         match c.below(18) {
             0..=3 => {
                 let id = if c.below(8) == 0 { self.next_id } else { self.fresh_id() };
-                let tool = ["a__echo", "b__echo", "web__write", "echo", "web__echo", "nope"][c.below(6)];
+                let config = self.gw.config();
+                let own = config.mode == crate::config::Mode::Meta || config.admin_tools;
+                let tools = [
+                    "a__echo",
+                    "b__echo",
+                    "web__write",
+                    "echo",
+                    "web__echo",
+                    "nope",
+                    "execute_tool",
+                    "search_tools",
+                    "list_servers",
+                    "reconnect_server",
+                    "server_events",
+                ];
+                let tool = tools[c.below(if own { tools.len() } else { 6 })];
+                let arguments = match tool {
+                    "execute_tool" => {
+                        let target = ["a__echo", "web__write", "nope", "execute_tool"][c.below(4)];
+                        json!({ "name": target })
+                    }
+                    "search_tools" => json!({"query": "echo", "limit": c.below(3)}),
+                    "reconnect_server" => json!({"server": server}),
+                    "server_events" => json!({"since": c.below(40)}),
+                    _ => json!({}),
+                };
                 let modern = json!({
                     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                     "io.modelcontextprotocol/clientCapabilities": {"sampling":{},"roots":{},"elicitation":{}},
@@ -412,7 +454,7 @@ impl Harness {
                 let frame = match c.below(13) {
                     10 => json!({"jsonrpc":"2.0","id":id,"method":"server/discover","params":{"_meta":modern}}),
                     11 => {
-                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{},"_meta":modern}})
+                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments,"_meta":modern}})
                     }
                     12 => {
                         // A retry with the inputs of an input_required answer (some, all, or tampered).
@@ -422,7 +464,7 @@ impl Harness {
                         for key in keys.iter().filter(|_| c.below(4) != 0) {
                             responses.insert(key.clone(), json!({"roots":[],"action":"accept"}));
                         }
-                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{},"_meta":modern,"inputResponses":responses,"requestState":state}})
+                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments,"_meta":modern,"inputResponses":responses,"requestState":state}})
                     }
                     0 => json!({"jsonrpc":"2.0","id":id,"method":"tools/list"}),
                     1 => json!({"jsonrpc":"2.0","id":id,"method":"prompts/list","params":{"cursor":"p2"}}),
@@ -436,7 +478,7 @@ impl Harness {
                     }
                     6 => json!({"jsonrpc":"2.0","id":id,"method":"logging/setLevel","params":{"level":"info"}}),
                     _ => {
-                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{},"_meta":{"progressToken":id}}})
+                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments,"_meta":{"progressToken":id}}})
                     }
                 };
                 self.input(Input::ClientFrame { session, frame: frame.to_string(), param_headers: None })

@@ -329,3 +329,16 @@ fn a_flapping_backend_cannot_flood_the_client_with_list_changes() {
     sim.advance(2_000);
     assert_eq!(list_changed_count(&sim), 3, "told once when the window ends");
 }
+
+#[test]
+fn an_unprefixed_backend_tool_named_like_an_admin_tool_is_shadowed_not_listed_twice() {
+    let mut config = Config { admin_tools: true, ..one_stdio() };
+    config.servers.get_mut("fs").unwrap().prefixed = false;
+    let mut sim = Sim::new(config);
+    sim.boot("fs", &["list_servers", "read"]);
+    sim.client_init();
+    assert_eq!(listed_tools(&mut sim, 1), ["list_servers", "reconnect_server", "server_events", "read"]);
+    let servers = structured(&call_tool(&mut sim, 2, "list_servers", json!({})));
+    assert_eq!(servers["servers"][0]["server"], "fs", "tether's own answered");
+    assert!(sim.requests_to("fs", "tools/call").is_empty());
+}

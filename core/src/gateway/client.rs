@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use super::calls::{Call, CallKind, ClientCall, Forward, Key, Parked, ParkedList, Queued, RawFields, Shape};
 use super::client_events::Level;
 use super::listens::ClientListen;
+use super::own_tools;
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::Mode;
@@ -633,7 +634,10 @@ impl Gateway {
                     let own = self.own_tool_definitions().join(",");
                     let rest = page.strip_prefix(r#"{"tools":["#).unwrap_or("]}");
                     let comma = if rest.starts_with(']') { "" } else { "," };
-                    Ok(format!(r#"{{"tools":[{own}{comma}{rest}"#))
+                    let page = format!(r#"{{"tools":[{own}{comma}{rest}"#);
+                    // An unprefixed backend's tool of the same name is shadowed.
+                    let shadowed = self.own_tools().iter().any(|t| self.catalog.resolve_tool(t.name()).is_some());
+                    Ok(if shadowed { own_tools::without_shadowed(&page) } else { page })
                 }
                 other => other,
             }

@@ -386,6 +386,22 @@ impl Gateway {
     }
 }
 
+/// A `tools/list` page without the later tools of a name listed earlier: the
+/// backend tools tether's own tools shadow.
+pub(super) fn without_shadowed(page: &str) -> String {
+    let Ok(mut value) = serde_json::from_str::<Value>(page) else { return page.to_string() };
+    if let Some(Value::Array(tools)) = value.get_mut("tools") {
+        let mut seen: Vec<String> = Vec::new();
+        tools.retain(|t| {
+            let name = t.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+            let first = !seen.contains(&name);
+            seen.push(name);
+            first
+        });
+    }
+    serde_json::to_string(&value).unwrap_or_else(|_| page.to_string())
+}
+
 /// `None` matches everything; `Some(x)` only `x`.
 trait MatchesAll {
     fn is_none_or_eq(&self, value: &str) -> bool;
