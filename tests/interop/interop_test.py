@@ -6,6 +6,14 @@ server-everything processes that the test starts itself, reached over HTTP:
 `everything_sse` (the legacy HTTP+SSE transport, `index.js sse`, GET /sse and
 POST /message).
 
+Then meta mode, with tethers of their own in front of server-everything,
+`@modelcontextprotocol/server-memory` and `@modelcontextprotocol/server-filesystem`
+(stdio): an SDK session with `--mode meta` sees exactly tether's six tools, finds
+backend tools with `search_tools`, reads one with `describe_tool` and calls them
+with `execute_tool`; and the size of `tools/list` over the same three servers,
+measured in flat and in meta mode on the raw JSON-RPC lines (the run fails unless
+meta mode's is under half of flat mode's; the numbers are printed).
+
 Run by tests/interop/run.sh, which installs the pinned components, builds both
 runtimes' binaries and runs this once per binary.
 Environment:
@@ -25,16 +33,19 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO, Any, Awaitable, Callable
+from typing import IO, Any, AsyncIterator, Awaitable, Callable
 
 import anyio
 import mcp_types as types
@@ -64,6 +75,8 @@ RUNTIME_SKIPS: dict[str, dict[str, str]] = {
 NODE_PKG = INTEROP_DIR / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything"
 EVERYTHING_JS = NODE_PKG / "dist" / "index.js"
 TIME_BIN = INTEROP_DIR / "venv" / "bin" / "mcp-server-time"
+MEMORY_JS = NODE_PKG.parent / "server-memory" / "dist" / "index.js"
+FILESYSTEM_JS = NODE_PKG.parent / "server-filesystem" / "dist" / "index.js"
 
 # Values handed to the backends through the config's `env` blocks; the test reads
 # them back through the backends (server-everything's `get-env` tool, and the local
@@ -332,6 +345,22 @@ class Recorder:
 
     def methods_since(self, since: float) -> list[str]:
         return [m for (t, m, _) in self.notifications if t >= since]
+
+
+@asynccontextmanager
+async def sdk_session(
+    params: StdioServerParameters, errlog: Any, client_name: str, **callbacks: Any
+) -> AsyncIterator[ClientSession]:
+    """The SDK's ClientSession over a tether it starts (not yet initialized)."""
+    async with stdio_client(params, errlog=errlog) as (read, write):
+        async with ClientSession(
+            read,
+            write,
+            read_timeout_seconds=CHECK_TIMEOUT,
+            client_info=types.Implementation(name=client_name, version="1"),
+            **callbacks,
+        ) as session:
+            yield session
 
 
 async def list_all_tools(session: ClientSession) -> list[types.Tool]:
@@ -952,6 +981,466 @@ async def modern_client(params: StdioServerParameters, errlog: Any) -> str:
     return f"protocol {session.protocol_version}, {len(tools.tools)} tools, calls, sampling, elicitation, listen ok"
 
 
+# --------------------------------------------------------------------------------
+# Meta mode: tether in front of server-everything, server-memory and
+# server-filesystem serves six tools of its own; the SDK finds and calls backend
+# tools through them. And the savings: tools/list measured in flat and meta mode
+# over the same three servers.
+
+META_TOOLS = ["list_servers", "search_tools", "describe_tool", "execute_tool", "reconnect_server", "server_events"]
+META_SERVERS = ("everything", "memory", "filesystem")
+# Meta mode's tools/list must be under this share of flat mode's (bytes and tokens).
+META_MAX_SHARE = 0.5
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tool-catalogs"
+
+
+def write_meta_config(directory: Path, name: str, fs_dir: Path, mode: str | None = None) -> Path:
+    """The three servers over stdio; `mode` goes into the `tether` section."""
+    base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    section: dict[str, Any] = {"separator": "__"}
+    if mode is not None:
+        section["mode"] = mode
+    config = {
+        "tether": section,
+        "mcpServers": {
+            "everything": {"command": "node", "args": [str(EVERYTHING_JS), "stdio"], "env": base_env},
+            "memory": {
+                "command": "node",
+                "args": [str(MEMORY_JS)],
+                "env": {**base_env, "MEMORY_FILE_PATH": str(directory / f"{name}-memory.jsonl")},
+            },
+            "filesystem": {"command": "node", "args": [str(FILESYSTEM_JS), str(fs_dir)], "env": base_env},
+        },
+    }
+    path = directory / f"{name}.json"
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def structured_of(r: types.CallToolResult, what: str) -> dict[str, Any]:
+    """An own tool's structured result, checked against its text twin."""
+    check(not r.is_error, f"{what} returned isError: {text_of(r)!r}")
+    data = r.structured_content
+    check(isinstance(data, dict), f"{what}: no structuredContent: {r!r}")
+    check(json.loads(text_of(r)) == data, f"{what}: the text content is not the structured content as JSON")
+    return data
+
+
+class MetaRun:
+    """The checks of one SDK session with tether in meta mode."""
+
+    s: ClientSession
+
+    def __init__(self, fs_dir: Path):
+        self.fs_dir = fs_dir
+        self.rec = Recorder()
+
+    async def own(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return structured_of(await self.s.call_tool(tool, arguments), f"{tool}({json.dumps(arguments)})")
+
+    async def execute(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        return await self.s.call_tool("execute_tool", {"name": name, "arguments": arguments})
+
+    async def search(self, query: str, want: str, **extra: Any) -> tuple[dict[str, Any], int]:
+        """search_tools must return `want` among its results; returns the result and its rank."""
+        data = await self.own("search_tools", {"query": query, **extra})
+        check(data.get("query") == query, f"search_tools echoed query {data.get('query')!r}")
+        names = [t.get("name") for t in data.get("tools", [])]
+        check(want in names, f"search_tools {query!r}: {want} not among {names}")
+        hit = data["tools"][names.index(want)]
+        check(set(hit) >= {"name", "server", "description", "available", "status"}, f"result fields: {hit}")
+        check(hit["server"] == want.split("__")[0], f"{want}: server {hit['server']!r}")
+        check(hit["available"] is True and hit["status"] == "online", f"{want} not available: {hit}")
+        return data, names.index(want) + 1
+
+    async def initialize(self) -> str:
+        r = await self.s.initialize()
+        check(r.capabilities.tools is not None, f"tools capability missing: {r.capabilities!r}")
+        return f"server {r.server_info.name} {r.server_info.version}, protocol {r.protocol_version}"
+
+    async def list_tools(self) -> str:
+        tools = await list_all_tools(self.s)
+        names = [t.name for t in tools]
+        check(names == META_TOOLS, f"meta mode should list exactly {META_TOOLS}, listed {names}")
+        for t in tools:
+            check(
+                t.description and t.input_schema.get("type") == "object",
+                f"{t.name}: {t.description!r} {t.input_schema}",
+            )
+        return ", ".join(names)
+
+    async def list_servers(self) -> str:
+        """All three come online (node takes a moment to start each)."""
+        deadline = time.monotonic() + 20
+        while True:
+            data = await self.own("list_servers", {})
+            servers = {s["server"]: s for s in data.get("servers", [])}
+            if all(servers.get(n, {}).get("status") == "online" for n in META_SERVERS):
+                break
+            check(
+                time.monotonic() < deadline,
+                f"not all of {META_SERVERS} online within 20 s: "
+                + ", ".join(f"{n}={s.get('status')} ({s.get('last_error')})" for n, s in servers.items()),
+            )
+            await anyio.sleep(0.25)
+        check(sorted(servers) == sorted(META_SERVERS), f"servers listed: {sorted(servers)}")
+        for n, s in servers.items():
+            check(s["available"] is True and s["tools"] > 0, f"{n}: {s}")
+        return ", ".join(
+            f"{n} online ({s['tools']} tools, ~{s['estimated_tokens']} tokens)" for n, s in servers.items()
+        )
+
+    async def search_echo(self) -> str:
+        data, rank = await self.search("echo", "everything__echo")
+        check(rank == 1, f"everything__echo ranked {rank} for 'echo': {[t['name'] for t in data['tools']]}")
+        _, sum_rank = await self.search("add numbers", "everything__get-sum")
+        only, _ = await self.search("echo", "everything__echo", server="everything", limit=3)
+        check(len(only["tools"]) <= 3, f"limit 3 returned {len(only['tools'])}")
+        check(all(t["server"] == "everything" for t in only["tools"]), f"server filter: {only['tools']}")
+        return (
+            f"'echo' -> everything__echo first of {len(data['tools'])} ({data['searched']} tools searched); "
+            f"'add numbers' -> everything__get-sum at rank {sum_rank}"
+        )
+
+    async def describe_echo(self) -> str:
+        data = await self.own("describe_tool", {"name": "everything__echo"})
+        check(data.get("server") == "everything" and data.get("available") is True, f"describe_tool: {data}")
+        tool = data.get("tool", {})
+        check(tool.get("name") == "everything__echo", f"tool.name: {tool.get('name')!r}")
+        props = tool.get("inputSchema", {}).get("properties", {})
+        check("message" in props, f"everything__echo's inputSchema has no 'message': {tool.get('inputSchema')}")
+        return f"inputSchema properties {sorted(props)}, status {data.get('status')}"
+
+    async def execute_echo(self) -> str:
+        r = await self.execute("everything__echo", {"message": "hello through meta mode"})
+        check(not r.is_error, f"execute_tool everything__echo returned isError: {text_of(r)!r}")
+        check("hello through meta mode" in text_of(r), f"echo text: {text_of(r)!r}")
+        return text_of(r)
+
+    async def execute_relays(self) -> str:
+        """execute_tool is the backend's own call: its progress reaches the caller's
+        progress callback, and a sampling request made during it the client."""
+        seen: list[float] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+
+        r = await self.s.call_tool(
+            "execute_tool",
+            {"name": "everything__trigger-long-running-operation", "arguments": {"duration": 1, "steps": 2}},
+            progress_callback=on_progress,
+        )
+        check(not r.is_error and "completed" in text_of(r), f"long-running operation: {text_of(r)!r}")
+        check(seen == [1, 2], f"expected progress [1, 2] through execute_tool, got {seen}")
+        before = len(self.rec.sampling_requests)
+        r = await self.execute("everything__trigger-sampling-request", {"prompt": "say hi", "maxTokens": 22})
+        check(not r.is_error, f"sampling tool failed: {text_of(r)!r}")
+        check(len(self.rec.sampling_requests) == before + 1, "the sampling callback was not called exactly once")
+        check(self.rec.sampling_requests[-1].max_tokens == 22, "sampling request maxTokens not relayed")
+        check("canned answer from the interop test" in text_of(r), f"sampling answer not relayed: {text_of(r)!r}")
+        return f"progress {seen}; the backend's sampling request answered by the client"
+
+    async def execute_memory(self) -> str:
+        await self.search("create entities knowledge graph", "memory__create_entities")
+        entity = {"name": "tether-interop", "entityType": "gateway", "observations": ["found through search_tools"]}
+        r = await self.execute("memory__create_entities", {"entities": [entity]})
+        check(not r.is_error, f"memory__create_entities: {text_of(r)!r}")
+        r = await self.execute("memory__search_nodes", {"query": "tether-interop"})
+        check(not r.is_error and "found through search_tools" in text_of(r), f"memory__search_nodes: {text_of(r)!r}")
+        return "entity created and found again"
+
+    async def execute_filesystem(self) -> str:
+        await self.search("write file", "filesystem__write_file")
+        path = self.fs_dir / "meta-note.txt"
+        r = await self.execute("filesystem__write_file", {"path": str(path), "content": "written via execute_tool"})
+        check(not r.is_error, f"filesystem__write_file: {text_of(r)!r}")
+        check(path.read_text() == "written via execute_tool", f"{path} holds {path.read_text()!r}")
+        r = await self.execute("filesystem__read_text_file", {"path": str(path)})
+        check(
+            not r.is_error and "written via execute_tool" in text_of(r), f"filesystem__read_text_file: {text_of(r)!r}"
+        )
+        return f"{path.name} written and read back"
+
+    async def execute_unknown(self) -> str:
+        r = await self.execute("everything__no-such-tool", {})
+        check(r.is_error, f"execute_tool of an unknown tool succeeded: {text_of(r)!r}")
+        check("search_tools" in text_of(r), f"the error does not point to search_tools: {text_of(r)!r}")
+        return f"isError: {text_of(r)}"
+
+    async def direct_call_still_works(self) -> str:
+        """Not listed, but a backend tool called by its namespaced name still runs in
+        meta mode (core/tests/meta_mode.rs says so too): a client that remembers a
+        name from flat mode keeps working."""
+        r = await self.s.call_tool("everything__echo", {"message": "direct in meta mode"})
+        check(not r.is_error and "direct in meta mode" in text_of(r), f"direct call in meta mode: {text_of(r)!r}")
+        return text_of(r)
+
+
+async def meta_session(run: Run, tmpdir: Path) -> None:
+    fs_dir = tmpdir / "meta-files"
+    fs_dir.mkdir(exist_ok=True)
+    config = write_meta_config(tmpdir, "tether-meta", fs_dir)
+    log_path = tmpdir / "tether-meta.stderr"
+    params = StdioServerParameters(
+        command=str(TETHER_BIN), args=["--config", str(config), "--mode", "meta", "--log-level", "debug"]
+    )
+    meta = MetaRun(fs_dir)
+    failed_before = len(run.failed)
+    try:
+        with open(log_path, "w") as errlog:
+            async with sdk_session(
+                params, errlog, "tether-interop-meta", sampling_callback=meta.rec.sampling_callback
+            ) as session:
+                meta.s = session
+                if not await run.step("meta: initialize (--mode meta)", meta.initialize):
+                    return
+                await run.step("meta: tools/list is exactly the six own tools", meta.list_tools)
+                if not await run.step("meta: list_servers: all three servers online", meta.list_servers):
+                    return
+                for name, fn in (
+                    ("meta: search_tools finds everything__echo", meta.search_echo),
+                    ("meta: describe_tool everything__echo", meta.describe_echo),
+                    ("meta: execute_tool everything__echo", meta.execute_echo),
+                    ("meta: execute_tool relays progress and a sampling request", meta.execute_relays),
+                    ("meta: search_tools + execute_tool on server-memory", meta.execute_memory),
+                    ("meta: search_tools + execute_tool on server-filesystem", meta.execute_filesystem),
+                    ("meta: execute_tool of an unknown tool is a tool error", meta.execute_unknown),
+                    ("meta: a backend tool called by its namespaced name still runs", meta.direct_call_still_works),
+                ):
+                    await run.step(name, fn)
+    except Exception as e:
+        run.failed.append(("meta: connection to tether", describe(e)))
+        print(f"FAIL meta: connection to tether: {describe(e)}", flush=True)
+        traceback.print_exc()
+    finally:
+        if len(run.failed) > failed_before or VERBOSE:
+            print("---- tether --mode meta stderr (last 40 lines) ----")
+            print("\n".join(log_path.read_text(errors="replace").splitlines()[-40:]))
+
+
+class RawTether:
+    """tether spoken to as plain JSON-RPC lines over its stdio, so that sizes are
+    measured on what it sends, not on the SDK's models of it."""
+
+    def __init__(self, config: Path, log_path: Path):
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [str(TETHER_BIN), "--config", str(config), "--log-level", "debug"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            preexec_fn=_die_with_parent,
+        )
+        self.frames: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.next_id = 1
+        self.log_path = log_path
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.frames.put(json.loads(line))
+
+    def request(self, method: str, params: dict[str, Any], timeout: float = CHECK_TIMEOUT) -> dict[str, Any]:
+        id_ = self.next_id
+        self.next_id += 1
+        assert self.proc.stdin is not None
+        frame = {"jsonrpc": "2.0", "id": id_, "method": method, "params": params}
+        self.proc.stdin.write((json.dumps(frame) + "\n").encode())
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                frame = self.frames.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise CheckFailed(f"no answer to {method} within {timeout:.0f} s") from None
+            if frame.get("id") == id_ and "method" not in frame:
+                check("result" in frame, f"{method}: {frame}")
+                return frame["result"]
+
+    def initialize(self) -> None:
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "tether-interop-raw", "version": "1"},
+            },
+        )
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        self.proc.stdin.flush()
+
+    def tools_list(self) -> dict[str, Any]:
+        result = self.request("tools/list", {})
+        check("nextCursor" not in result, "tools/list came in pages; the measure expects one")
+        return result
+
+    def own(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        r = self.request("tools/call", {"name": tool, "arguments": arguments})
+        check(not r.get("isError") and isinstance(r.get("structuredContent"), dict), f"{tool}: {r}")
+        return r["structuredContent"]
+
+    def log_tail(self, lines: int) -> str:
+        self.log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> None:
+        """Closes stdin (tether shuts down and stops its backends); kills it if it lingers."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def size_of(result: dict[str, Any]) -> dict[str, int]:
+    """tools, bytes of the result's JSON, and estimated tokens (characters / 4: the
+    rule of tether's catalog, core/src/catalog.rs)."""
+    text = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+    return {"tools": len(result.get("tools", [])), "bytes": len(text.encode()), "tokens": len(text) // 4}
+
+
+class Savings:
+    """tools/list over everything, memory and filesystem, in flat mode, then meta."""
+
+    def __init__(self, tmpdir: Path):
+        self.tmpdir = tmpdir
+        self.fs_dir = tmpdir / "savings-files"
+        self.fs_dir.mkdir(exist_ok=True)
+        self.flat: dict[str, int] | None = None
+        self.meta: dict[str, int] | None = None
+        self.flat_tools: list[dict[str, Any]] = []
+        self.estimated = 0
+
+    def flat_mode(self) -> str:
+        config = write_meta_config(self.tmpdir, "tether-flat", self.fs_dir)
+        t = RawTether(config, self.tmpdir / "tether-flat.stderr")
+        try:
+            t.initialize()
+            # Every server online and everything's late tools registered; then the
+            # list must hold still.
+            deadline = time.monotonic() + 20
+            last: list[str] = []
+            while True:
+                result = t.tools_list()
+                names = sorted(x["name"] for x in result["tools"])
+                complete = "everything__trigger-sampling-request" in names and all(
+                    any(n.startswith(f"{s}__") for n in names) for s in META_SERVERS
+                )
+                if complete and names == last:
+                    break
+                if time.monotonic() > deadline:
+                    raise CheckFailed(
+                        f"the flat list did not settle with all three servers in 20 s: {names}\n{t.log_tail(20)}"
+                    )
+                last = names
+                time.sleep(0.5)
+        finally:
+            t.close()
+        self.flat = size_of(result)
+        self.flat_tools = result["tools"]
+        per = {s: sum(n.startswith(f"{s}__") for n in names) for s in META_SERVERS}
+        return f"{self.flat['tools']} tools ({per}), {self.flat['bytes']} bytes, ~{self.flat['tokens']} tokens"
+
+    def meta_mode(self) -> str:
+        """Started with the mode in the config file (the SDK session used --mode)."""
+        config = write_meta_config(self.tmpdir, "tether-meta-config", self.fs_dir, mode="meta")
+        t = RawTether(config, self.tmpdir / "tether-meta-config.stderr")
+        try:
+            t.initialize()
+            deadline = time.monotonic() + 20
+            while True:
+                servers = t.own("list_servers", {})["servers"]
+                if all(s["status"] == "online" for s in servers) and len(servers) == len(META_SERVERS):
+                    break
+                if time.monotonic() > deadline:
+                    raise CheckFailed(f"not all servers online in 20 s: {servers}")
+                time.sleep(0.25)
+            searched = t.own("search_tools", {"query": ""})["searched"]
+            result = t.tools_list()
+        finally:
+            t.close()
+        names = [x["name"] for x in result["tools"]]
+        check(names == META_TOOLS, f"meta mode (from the config file) listed {names}")
+        flat_count = len(self.flat_tools)
+        check(not flat_count or searched == flat_count, f"meta mode searches {searched} tools, flat lists {flat_count}")
+        self.meta = size_of(result)
+        self.estimated = sum(s["estimated_tokens"] for s in servers)
+        m = self.meta
+        return f"{m['tools']} tools, {m['bytes']} bytes, ~{m['tokens']} tokens; {searched} tools behind them"
+
+    def compare(self) -> str:
+        check(self.flat and self.meta, "a measure is missing (see the failures above)")
+        assert self.flat and self.meta
+        share = self.meta["bytes"] / self.flat["bytes"]
+        line = (
+            f"tools/list flat: {self.flat['tools']} tools, {self.flat['bytes']} bytes, ~{self.flat['tokens']} tokens; "
+            f"meta: {self.meta['tools']} tools, {self.meta['bytes']} bytes, ~{self.meta['tokens']} tokens; "
+            f"meta is {100 * share:.1f}% of flat"
+        )
+        print(f"     {line}", flush=True)
+        print(
+            "     (list_servers' own estimate for the backends' tools, counting name, description and inputSchema: "
+            f"~{self.estimated} tokens)",
+            flush=True,
+        )
+        check(share < META_MAX_SHARE, f"meta mode saves too little: {line} (must be under {100 * META_MAX_SHARE:.0f}%)")
+        check(self.meta["tokens"] < META_MAX_SHARE * self.flat["tokens"], f"tokens: {line}")
+        return f"meta is {100 * share:.1f}% of flat (limit {100 * META_MAX_SHARE:.0f}%)"
+
+    def fixtures_current(self) -> str:
+        """tests/fixtures/tool-catalogs (what tests/tests/meta_savings.rs measures
+        without node) hold what the pinned servers list: same tools, same
+        descriptions and schemas."""
+        check(self.flat_tools, "no flat list measured")
+        drift = []
+        total = 0
+        for server in META_SERVERS:
+            fixture = json.loads((FIXTURES / f"{server}.json").read_text())
+            want = {t["name"]: t for t in fixture["result"]["tools"]}
+            total += len(want)
+            prefix = f"{server}__"
+            live = {t["name"].removeprefix(prefix): t for t in self.flat_tools if t["name"].startswith(prefix)}
+            if sorted(want) != sorted(live):
+                drift.append(f"{server}: tools {sorted(set(want) ^ set(live))} differ")
+                continue
+            for name, tool in want.items():
+                for key in ("description", "inputSchema", "outputSchema", "annotations"):
+                    if tool.get(key) != live[name].get(key):
+                        drift.append(f"{server}/{name}: {key} differs")
+        check(
+            not drift,
+            "the fixtures are stale (rerun python3 tests/fixtures/tool-catalogs/capture.py): " + "; ".join(drift[:8]),
+        )
+        return f"{total} tools of {len(META_SERVERS)} servers match {FIXTURES.relative_to(FIXTURES.parents[2])}"
+
+
+async def savings_checks(run: Run, tmpdir: Path) -> None:
+    savings = Savings(tmpdir)
+    failed_before = len(run.failed)
+
+    async def in_thread(fn: Callable[[], str]) -> str:
+        return await anyio.to_thread.run_sync(fn)
+
+    for name, fn, timeout in (
+        ("savings: tools/list in flat mode (everything, memory, filesystem)", savings.flat_mode, 45),
+        ("savings: tools/list in meta mode (mode set in the config file)", savings.meta_mode, 45),
+        (f"savings: meta mode's tools/list under {100 * META_MAX_SHARE:.0f}% of flat mode's", savings.compare, 5),
+        ("savings: tests/fixtures/tool-catalogs match the live servers", savings.fixtures_current, 5),
+    ):
+        await run.step(name, lambda fn=fn: in_thread(fn), timeout)
+    if len(run.failed) > failed_before or VERBOSE:
+        for name in ("tether-flat", "tether-meta-config"):
+            log = tmpdir / f"{name}.stderr"
+            if log.exists():
+                print(f"---- {name} stderr (last 30 lines) ----")
+                print("\n".join(log.read_text(errors="replace").splitlines()[-30:]))
+
+
 STARTED = time.monotonic()
 
 
@@ -1002,7 +1491,13 @@ async def main() -> int:
         + (f"{len(skips)} check(s) skipped for this runtime" if skips else "no check skipped"),
         flush=True,
     )
-    for path, what in ((TETHER_BIN, "tether"), (EVERYTHING_JS, "server-everything"), (TIME_BIN, "mcp-server-time")):
+    for path, what in (
+        (TETHER_BIN, "tether"),
+        (EVERYTHING_JS, "server-everything"),
+        (TIME_BIN, "mcp-server-time"),
+        (MEMORY_JS, "server-memory"),
+        (FILESYSTEM_JS, "server-filesystem"),
+    ):
         if not path.exists():
             print(f"FAIL setup: {what} not found at {path}", flush=True)
             return 1
@@ -1041,20 +1536,18 @@ async def run_all(rec: Recorder, tmpdir: Path, http_server: HttpServer, sse_serv
     )
     try:
         with open(log_path, "w") as errlog:
-            async with stdio_client(params, errlog=errlog) as (read, write):
-                async with ClientSession(
-                    read,
-                    write,
-                    read_timeout_seconds=CHECK_TIMEOUT,
-                    sampling_callback=rec.sampling_callback,
-                    elicitation_callback=rec.elicitation_callback,
-                    list_roots_callback=rec.list_roots_callback,
-                    message_handler=rec.message_handler,
-                    logging_callback=rec.logging_callback,
-                    client_info=types.Implementation(name="tether-interop-test", version="1"),
-                ) as session:
-                    run.s = session
-                    await session_checks(run)
+            async with sdk_session(
+                params,
+                errlog,
+                "tether-interop-test",
+                sampling_callback=rec.sampling_callback,
+                elicitation_callback=rec.elicitation_callback,
+                list_roots_callback=rec.list_roots_callback,
+                message_handler=rec.message_handler,
+                logging_callback=rec.logging_callback,
+            ) as session:
+                run.s = session
+                await session_checks(run)
         # The SDK's high-level Client with its defaults (mode="auto"): it probes
         # with `server/discover` and speaks the stateless revision to tether.
         if not run.failed:
@@ -1069,8 +1562,13 @@ async def run_all(rec: Recorder, tmpdir: Path, http_server: HttpServer, sse_serv
         print(f"FAIL connection to tether: {describe(e)}", flush=True)
         traceback.print_exc()
     stderr = log_path.read_text(errors="replace")
+    main_failed = bool(run.failed)
 
-    if run.failed or VERBOSE:
+    # Meta mode, and the savings it brings, with their own tethers and backends.
+    await meta_session(run, tmpdir)
+    await savings_checks(run, tmpdir)
+
+    if main_failed or VERBOSE:
         print("---- tether stderr (last 80 lines) ----")
         print("\n".join(stderr.splitlines()[-80:]))
         for server in (http_server, sse_server):

@@ -3,6 +3,11 @@
 # servers: @modelcontextprotocol/server-everything (Node) and mcp-server-time
 # (Python) over stdio, and server-everything again over Streamable HTTP and legacy
 # HTTP+SSE (the test starts those two on free ports and kills them at the end).
+# Then meta mode: tether with `--mode meta` in front of server-everything,
+# @modelcontextprotocol/server-memory and @modelcontextprotocol/server-filesystem,
+# found and called through search_tools + execute_tool, and the size of tools/list
+# in flat and meta mode measured over the same three servers (the run fails if
+# meta mode does not save at least half).
 # Installs pinned versions under target/interop/ (idempotent, once), builds both
 # runtimes' binaries, `tether` (tether-smol) and `tether-blocking`, and runs
 # tests/interop/interop_test.py once against each; fails if either run fails.
@@ -19,6 +24,8 @@ set -euo pipefail
 MCP_VERSION=2.3.0                      # PyPI: mcp, the official Python SDK
 MCP_SERVER_TIME_VERSION=2026.10.19     # PyPI: mcp-server-time
 EVERYTHING_VERSION=2026.8.31           # npm: @modelcontextprotocol/server-everything
+MEMORY_VERSION=2026.8.31               # npm: @modelcontextprotocol/server-memory
+FILESYSTEM_VERSION=2026.8.31           # npm: @modelcontextprotocol/server-filesystem
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -88,21 +95,34 @@ else
 fi
 [ -x "$VENV/bin/mcp-server-time" ] || fail "$VENV/bin/mcp-server-time missing after install"
 
-# ---- Node: server-everything --------------------------------------------------
-everything_pkg="$NODE_DIR/node_modules/@modelcontextprotocol/server-everything/package.json"
+# ---- Node: server-everything, server-memory, server-filesystem -----------------
+# (memory and filesystem are the meta-mode checks' other backends, and with
+# everything the catalog whose tools/list size flat and meta mode are measured on)
+node_pins=(
+    "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
+    "@modelcontextprotocol/server-memory@$MEMORY_VERSION"
+    "@modelcontextprotocol/server-filesystem@$FILESYSTEM_VERSION"
+)
 installed_version() {
     node -e 'try { console.log(require(process.argv[1]).version) } catch (e) { console.log("") }' "$1"
 }
-if [ "$(installed_version "$everything_pkg")" = "$EVERYTHING_VERSION" ]; then
-    echo "== interop: server-everything $EVERYTHING_VERSION up to date"
+node_up_to_date() {
+    local pin name version
+    for pin in "${node_pins[@]}"; do
+        name="${pin%@*}"
+        version="${pin##*@}"
+        [ "$(installed_version "$NODE_DIR/node_modules/$name/package.json")" = "$version" ] || return 1
+    done
+}
+if node_up_to_date; then
+    echo "== interop: ${node_pins[*]} up to date"
 else
-    echo "== interop: npm install @modelcontextprotocol/server-everything@$EVERYTHING_VERSION"
+    echo "== interop: npm install ${node_pins[*]}"
     mkdir -p "$NODE_DIR"
     npm install --prefix "$NODE_DIR" --save-exact --no-audit --no-fund --no-update-notifier \
-        --loglevel=error "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION" < /dev/null \
-        || fail "npm install @modelcontextprotocol/server-everything@$EVERYTHING_VERSION failed (is the npm registry reachable?)"
-    [ "$(installed_version "$everything_pkg")" = "$EVERYTHING_VERSION" ] \
-        || fail "server-everything $EVERYTHING_VERSION not found in $NODE_DIR after npm install"
+        --loglevel=error "${node_pins[@]}" < /dev/null \
+        || fail "npm install ${node_pins[*]} failed (is the npm registry reachable?)"
+    node_up_to_date || fail "not every one of ${node_pins[*]} found in $NODE_DIR after npm install"
 fi
 
 # ---- the binaries ----------------------------------------------------------------
