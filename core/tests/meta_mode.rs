@@ -100,6 +100,8 @@ fn meta_mode_serves_six_tools_and_a_backend_tool_is_found_described_and_executed
     assert_eq!(described["tool"]["inputSchema"]["required"], json!(["path"]));
     assert_eq!(described["tool"]["annotations"]["readOnlyHint"], true);
     assert_eq!((described["server"].as_str(), described["status"].as_str()), (Some("fs"), Some("online")));
+    let own = structured(&call_tool(&mut sim, 30, "describe_tool", json!({"name":"search_tools"})));
+    assert_eq!((own["server"].as_str(), own["tool"]["name"].as_str()), (Some("tether"), Some("search_tools")));
 
     sim.note("execute_tool is the backend's own call, progress token and all; its result is the tool's");
     sim.client(json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"execute_tool","arguments":{"name":"fs__read_file","arguments":{"path":"/a"}},"_meta":{"progressToken":"p1"}}}));

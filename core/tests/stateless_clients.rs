@@ -198,6 +198,20 @@ fn input_a_stateless_client_did_not_declare_fails_its_call_with_missing_capabili
     insta::assert_snapshot!(sim.log);
 }
 
+/// Servers ask for roots on their own too (server-everything does after
+/// connecting), so an undeclared `roots/list` is refused and the call goes on.
+#[test]
+fn an_undeclared_roots_request_is_refused_without_failing_the_call() {
+    let mut sim = booted(true);
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({}))}));
+    let call = sim.last_request("fs", "tools/call");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"r1","method":"roots/list"}));
+    assert!(sim.log.contains(r#"fs#1 <- {"jsonrpc":"2.0","id":"r1","error":{"code":-32601"#), "{}", sim.log);
+    assert!(sim.responses_for(1).is_empty(), "the call goes on");
+    reply(&mut sim, "fs", call, text_result("done"));
+    assert_eq!(sim.response(1)["result"]["content"][0]["text"], "done");
+}
+
 #[test]
 fn an_unanswered_input_request_is_declined_when_the_call_times_out() {
     let mut sim = booted(true);

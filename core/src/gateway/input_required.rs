@@ -48,6 +48,14 @@ impl Gateway {
         let generation = self.backends[server].sup.generation();
         let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.calls.get(&call) else { return };
         if !cc.caps.as_ref().is_some_and(|caps| caps.get(capability).is_some_and(Value::is_object)) {
+            // Sampling and elicitation are asked for a call. Servers also ask
+            // for roots on their own (after connecting, say), so a `roots/list`
+            // is only refused: the call it may not belong to goes on.
+            if capability == "roots" {
+                let msg = "the client did not declare roots for this request";
+                let frame = protocol::error_response(backend_id, code::METHOD_NOT_FOUND, msg, None);
+                return self.to_backend(server, frame, None);
+            }
             return self.fail_missing_capability(server, call, backend_id, capability);
         }
         let asked = AskedInput {

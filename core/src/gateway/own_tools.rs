@@ -251,6 +251,10 @@ impl Gateway {
 
     fn describe_tool(&self, args: &Map<String, Value>) -> Result<Value, String> {
         let Some(name) = string_arg(args, "name")? else { return Err("argument 'name' is required".into()) };
+        if let Some(own) = self.own_tool(name) {
+            let tool: Value = serde_json::from_str(own.definition()).unwrap_or(Value::Null);
+            return Ok(json!({ "server": "tether", "status": "online", "available": true, "tool": tool }));
+        }
         let Some(r) = self.catalog.resolve_tool(name) else { return Err(self.unknown_tool(name)) };
         let tool: Value = serde_json::from_str(&r.entry.json).unwrap_or(Value::Null);
         Ok(json!({
