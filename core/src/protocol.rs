@@ -638,6 +638,16 @@ pub enum Era {
     Stateless,
 }
 
+impl Era {
+    /// The newest revision of the era, as status displays name it.
+    pub fn revision(self) -> &'static str {
+        match self {
+            Era::Handshake => "2025-11-25",
+            Era::Stateless => "2026-07-28",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

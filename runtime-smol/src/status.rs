@@ -16,7 +16,6 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 use tether_core::metrics::{BackendMetrics, LATENCY_BUCKETS_MS};
-use tether_core::protocol::Era;
 use tether_core::{AdminCommand, BackendStatus, Event, Gateway, Status};
 
 /// Events kept for a new `/events` stream (and `Last-Event-ID`).
@@ -83,34 +82,15 @@ impl EventLog {
     }
 }
 
-fn era_name(era: Era) -> &'static str {
-    match era {
-        Era::Handshake => "2025-11-25",
-        Era::Stateless => "2026-07-28",
-    }
-}
-
-/// One backend's row of `/status`.
+/// One backend's row of `/status`: the core's status row, with its calls and
+/// recent latencies.
 fn backend_json(s: &BackendStatus, m: Option<&BackendMetrics>) -> Value {
     let default = BackendMetrics::default();
     let m = m.unwrap_or(&default);
-    json!({
-        "server": s.server,
-        "transport": s.transport,
-        "status": s.status.as_str(),
-        "breaker": s.breaker,
-        "reconnect_attempt": s.reconnect_attempt,
-        "next_retry_ms": s.next_retry_ms,
-        "health": if s.health_degraded { "degraded" } else { "ok" },
-        "crashes_in_window": s.crashes_in_window,
-        "tools": s.tools,
-        "estimated_tokens": s.estimated_tokens,
-        "last_error": s.last_error,
-        "uptime_ms": s.uptime_ms,
-        "era": era_name(s.era),
-        "calls": {"ok": m.calls_ok, "error": m.calls_error, "failed": m.calls_failed},
-        "latency_ms": m.recent_latency_ms,
-    })
+    let mut row = s.to_json();
+    row["calls"] = json!({"ok": m.calls_ok, "error": m.calls_error, "failed": m.calls_failed});
+    row["latency_ms"] = json!(m.recent_latency_ms);
+    row
 }
 
 /// `/status`: the gateway and every backend, by name.

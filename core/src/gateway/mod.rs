@@ -124,6 +124,29 @@ pub struct BackendStatus {
     pub uptime_ms: Option<u64>,
 }
 
+impl BackendStatus {
+    /// The backend as status displays show it: `/status`, `tether status` and
+    /// the `list_servers` tool share this shape (health as `ok`/`degraded`, the
+    /// era as its revision).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "server": self.server,
+            "transport": self.transport,
+            "status": self.status.as_str(),
+            "breaker": self.breaker,
+            "reconnect_attempt": self.reconnect_attempt,
+            "next_retry_ms": self.next_retry_ms,
+            "health": if self.health_degraded { "degraded" } else { "ok" },
+            "crashes_in_window": self.crashes_in_window,
+            "tools": self.tools,
+            "estimated_tokens": self.estimated_tokens,
+            "last_error": self.last_error,
+            "uptime_ms": self.uptime_ms,
+            "era": self.era.revision(),
+        })
+    }
+}
+
 /// The gateway engine. See the module docs for the host contract.
 pub struct Gateway {
     config: Config,

@@ -179,22 +179,9 @@ impl Gateway {
             .statuses()
             .into_iter()
             .map(|s| {
-                json!({
-                    "server": s.server,
-                    "status": s.status,
-                    "available": self.available(&s.server),
-                    "breaker": s.breaker,
-                    "reconnect_attempt": s.reconnect_attempt,
-                    "next_retry_ms": s.next_retry_ms,
-                    "health": if s.health_degraded { "degraded" } else { "ok" },
-                    "crashes_in_window": s.crashes_in_window,
-                    "tools": s.tools,
-                    "estimated_tokens": s.estimated_tokens,
-                    "last_error": s.last_error,
-                    "transport": s.transport,
-                    "era": s.era,
-                    "uptime_ms": s.uptime_ms,
-                })
+                let mut row = s.to_json();
+                row["available"] = Value::Bool(self.available(&s.server));
+                row
             })
             .collect();
         json!({ "servers": servers })
