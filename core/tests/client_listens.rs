@@ -11,7 +11,6 @@ use serde_json::{json, Value};
 use support::*;
 use tether_core::{Action, ClientRoute, Config, ServerConfig, SessionId};
 
-const MODERN: &str = "2026-07-28";
 const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 fn meta() -> Value {

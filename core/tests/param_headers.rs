@@ -13,16 +13,6 @@ use tether_core::param_headers::received_name;
 use tether_core::protocol::Era;
 use tether_core::{Action, Config, Event, Input, ServerConfig, SessionId};
 
-const MODERN: &str = "2026-07-28";
-
-fn meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "modern", "version": "1"},
-    })
-}
-
 /// `sql` mirrors `region` and `limit`; `bad` puts an annotation on a number.
 fn tools() -> Value {
     json!({"resultType": "complete", "ttlMs": 0, "cacheScope": "private", "tools": [
@@ -71,7 +61,7 @@ fn post(sim: &mut Sim, session: u64, frame: Value, headers: &[(&str, &str)]) -> 
 
 fn call(id: u64, arguments: Value) -> Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call",
-           "params":{"name":"web__sql","arguments":arguments,"_meta":meta()}})
+           "params":{"name":"web__sql","arguments":arguments,"_meta":stateless_meta()}})
 }
 
 /// The `tools/call` frames sent to `web`, with their headers.
@@ -127,7 +117,7 @@ fn a_stateless_clients_call_is_refused_when_its_headers_disagree_and_forwarded_w
     post(&mut sim, 14, call(5, json!({"query": "q"})), &[]);
     assert_eq!(calls_sent(&sim).pop().unwrap().1, []);
     let plain = json!({"jsonrpc":"2.0","id":6,"method":"tools/call",
-                       "params":{"name":"web__plain","arguments":{"region":"x"},"_meta":meta()}});
+                       "params":{"name":"web__plain","arguments":{"region":"x"},"_meta":stateless_meta()}});
     post(&mut sim, 15, plain, &[]);
     assert_eq!(calls_sent(&sim).len(), 3);
 

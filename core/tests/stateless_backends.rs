@@ -12,7 +12,6 @@ use support::*;
 use tether_core::protocol::Era;
 use tether_core::{Config, Failure, ServerConfig, Status};
 
-const MODERN: &str = "2026-07-28";
 const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 const CAPS_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
 

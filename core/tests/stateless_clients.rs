@@ -9,16 +9,6 @@ use serde_json::{json, Value};
 use support::*;
 use tether_core::Config;
 
-const MODERN: &str = "2026-07-28";
-
-fn meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "modern", "version": "1"},
-    })
-}
-
 fn config(modern_clients: bool) -> Config {
     let mut config = one_stdio();
     config.modern_clients = modern_clients;
@@ -37,7 +27,7 @@ fn booted(modern_clients: bool) -> Sim {
 fn a_stateless_client_discovers_lists_and_calls_through_a_handshake_backend() {
     let mut sim = booted(true);
     sim.note("a stateless client: no initialize, _meta on every request");
-    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": meta()}}));
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": stateless_meta()}}));
     let discover = sim.response(1)["result"].clone();
     assert_eq!(discover["resultType"], "complete");
     assert_eq!(discover["supportedVersions"][0], MODERN);
@@ -46,7 +36,7 @@ fn a_stateless_client_discovers_lists_and_calls_through_a_handshake_backend() {
     assert_eq!(discover["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "tether");
     assert!(discover["capabilities"]["tools"].is_object());
 
-    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta": meta()}}));
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta": stateless_meta()}}));
     let list = sim.response(2)["result"].clone();
     assert_eq!(list["tools"][0]["name"], "fs__read");
     assert_eq!((list["resultType"].clone(), list["ttlMs"].clone()), (json!("complete"), json!(0)));
@@ -54,7 +44,7 @@ fn a_stateless_client_discovers_lists_and_calls_through_a_handshake_backend() {
 
     sim.note("a call: the backend's result has no resultType; the client's has");
     sim.client(
-        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fs__read","arguments":{},"_meta": meta()}}),
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fs__read","arguments":{},"_meta": stateless_meta()}}),
     );
     let (id, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
     // The client's protocol fields are its exchange with tether, not tether's with fs.
@@ -69,21 +59,21 @@ fn a_stateless_client_discovers_lists_and_calls_through_a_handshake_backend() {
 #[test]
 fn stateless_requests_are_checked_one_by_one() {
     let mut sim = booted(true);
-    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta": meta()}}));
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta": stateless_meta()}}));
     assert!(sim.response(1)["result"].is_object());
 
     // The session speaks the stateless revision now: _meta is required on every request.
     sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
     assert_eq!(sim.response(2)["error"]["code"], -32602);
     // Required keys.
-    let mut no_caps = meta();
+    let mut no_caps = stateless_meta();
     no_caps.as_object_mut().unwrap().remove("io.modelcontextprotocol/clientCapabilities");
     sim.client(json!({"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta": no_caps}}));
     let error = sim.response(3)["error"].clone();
     assert_eq!(error["code"], -32602);
     assert!(error["message"].as_str().unwrap().contains("clientCapabilities"), "{error}");
     // An unknown revision: -32022 with what tether speaks.
-    let mut future = meta();
+    let mut future = stateless_meta();
     future["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
     sim.client(json!({"jsonrpc":"2.0","id":4,"method":"tools/list","params":{"_meta": future}}));
     let error = sim.response(4)["error"].clone();
@@ -92,11 +82,11 @@ fn stateless_requests_are_checked_one_by_one() {
     assert_eq!(error["data"]["supported"][0], MODERN);
     // Methods the revision removed.
     for (id, method) in [(5, "ping"), (6, "initialize"), (7, "logging/setLevel"), (8, "resources/subscribe")] {
-        sim.client(json!({"jsonrpc":"2.0","id":id,"method":method,"params":{"_meta": meta()}}));
+        sim.client(json!({"jsonrpc":"2.0","id":id,"method":method,"params":{"_meta": stateless_meta()}}));
         assert_eq!(sim.response(id)["error"]["code"], -32601, "{method}");
     }
     // Still served afterwards: a refusal is per request.
-    sim.client(json!({"jsonrpc":"2.0","id":9,"method":"tools/list","params":{"_meta": meta()}}));
+    sim.client(json!({"jsonrpc":"2.0","id":9,"method":"tools/list","params":{"_meta": stateless_meta()}}));
     assert_eq!(sim.response(9)["result"]["resultType"], "complete");
 }
 
@@ -109,22 +99,22 @@ fn a_handshake_client_is_unchanged_when_stateless_clients_are_served() {
     sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}));
     let list = sim.response(1)["result"].clone();
     assert!(list.get("resultType").is_none() && list.get("ttlMs").is_none(), "{list}");
-    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta": meta()}}));
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"ping","params":{"_meta": stateless_meta()}}));
     assert_eq!(sim.response(2)["result"], json!({}));
 }
 
 #[test]
 fn without_the_switch_a_discover_probe_gets_method_not_found_and_the_client_falls_back() {
     let mut sim = booted(false);
-    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": meta()}}));
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": stateless_meta()}}));
     assert_eq!(sim.response(1)["error"]["code"], -32601);
     sim.client_init();
     assert!(sim.response(0)["result"]["protocolVersion"].is_string());
 }
 
-/// `meta()` with these client capabilities.
+/// `stateless_meta()` with these client capabilities.
 fn meta_with(caps: Value) -> Value {
-    let mut m = meta();
+    let mut m = stateless_meta();
     m["io.modelcontextprotocol/clientCapabilities"] = caps;
     m
 }
@@ -259,7 +249,7 @@ fn over_http_each_stateless_request_is_its_own_session_and_a_call_waiting_for_in
     sim.note("POST 1: a discover, in a session of its own, closed with its answer");
     let (p1, p2, p3) = (SessionId(11), SessionId(12), SessionId(13));
     sim.input(Input::ClientConnected { session: p1, expires: true });
-    sim.session(p1, json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": meta()}}));
+    sim.session(p1, json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": stateless_meta()}}));
     assert_eq!(frames_to(&sim, p1)[0]["result"]["resultType"], "complete");
     assert_eq!(closes(&sim, p1), 1);
 
@@ -312,7 +302,7 @@ fn stateless_backends(hints: &[(&str, u64, &str)]) -> Sim {
 }
 
 fn list_hint(sim: &mut Sim, id: u64) -> (Value, Value) {
-    sim.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/list","params":{"_meta": meta()}}));
+    sim.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/list","params":{"_meta": stateless_meta()}}));
     let result = sim.response(id)["result"].clone();
     (result["ttlMs"].clone(), result["cacheScope"].clone())
 }
@@ -346,7 +336,7 @@ fn a_read_keeps_its_stateless_backends_hint() {
     sim.answer("fs", "resources/templates/list", json!({"resultType":"complete","resourceTemplates":[]}));
     sim.answer("fs", "resources/list", json!({"resultType":"complete","resources":[{"uri":"file:///a","name":"a"}]}));
     sim.client(
-        json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"fs+file:///a","_meta": meta()}}),
+        json!({"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"fs+file:///a","_meta": stateless_meta()}}),
     );
     let (id, _) = sim.requests_to("fs", "resources/read").pop().unwrap();
     reply(
@@ -363,7 +353,7 @@ fn a_read_keeps_its_stateless_backends_hint() {
 #[test]
 fn a_stateless_clients_log_level_brings_it_the_backends_messages_during_its_call() {
     let mut sim = booted(true);
-    let mut m = meta();
+    let mut m = stateless_meta();
     m["io.modelcontextprotocol/logLevel"] = json!("warning");
     sim.client(
         json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs__read","arguments":{},"_meta": m}}),
@@ -391,7 +381,7 @@ fn a_stateless_clients_log_level_brings_it_the_backends_messages_during_its_call
     assert!(routed_since(&sim, from).is_empty());
 
     // Not a level: refused like any malformed _meta.
-    let mut m = meta();
+    let mut m = stateless_meta();
     m["io.modelcontextprotocol/logLevel"] = json!("loud");
     sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta": m}}));
     assert_eq!(sim.response(2)["error"]["code"], -32602);
