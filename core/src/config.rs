@@ -329,6 +329,13 @@ pub struct ServerConfig {
     /// back to `initialize`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub era: Option<crate::protocol::Era>,
+    /// A remote backend whose OAuth credential tether manages: a 401 asks the
+    /// host for a token (stored, refreshed, or from a login) instead of giving up.
+    /// Absent from a serialized config means off, so older traces replay as
+    /// recorded; the host's config file turns it on for every remote backend
+    /// that does not send its own `Authorization` header.
+    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+    pub oauth: bool,
 }
 
 fn yes() -> bool {
@@ -350,6 +357,11 @@ impl ServerConfig {
         })
     }
 
+    /// Whether tether manages an OAuth credential for it (a remote with `oauth` on).
+    pub fn manages_credential(&self) -> bool {
+        self.oauth && !self.transport.is_stdio()
+    }
+
     /// A Streamable HTTP backend with defaults.
     pub fn http(url: &str) -> Self {
         ServerConfig::with_transport(Transport::Http { url: url.to_string(), headers: BTreeMap::new() })
@@ -364,6 +376,7 @@ impl ServerConfig {
             disabled: false,
             policy: PolicyOverrides::default(),
             era: None,
+            oauth: false,
         }
     }
 }

@@ -268,6 +268,7 @@ impl Harness {
                 self.gens.insert(server.clone(), *generation);
                 self.open.insert(server.clone(), Vec::new());
             }
+            Action::Authorize { .. } => {}
             Action::SendToBackend { server, generation, frame, .. } => {
                 if self.gens.get(server) != Some(generation) {
                     return Err(format!("frame sent to {server}#{generation}, not its newest connection"));

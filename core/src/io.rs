@@ -121,6 +121,14 @@ pub enum Input {
         /// The whole new configuration.
         config: Config,
     },
+    /// What the host did about a remote backend's credential (answers an
+    /// [`Action::Authorize`], or a login finished).
+    Credential {
+        /// Backend name.
+        server: ServerName,
+        /// What happened.
+        update: crate::credential::CredentialUpdate,
+    },
     /// An operator's command.
     Admin {
         /// Which one.
@@ -182,6 +190,16 @@ pub enum Action {
         headers: BTreeMap<String, String>,
         /// Legacy HTTP+SSE transport rather than Streamable HTTP.
         legacy_sse: bool,
+    },
+    /// Work on a remote backend's credential (read the store, get or refresh a
+    /// token, prepare a login, forget a dead one); answered with
+    /// [`Input::Credential`]. Tokens stay with the host: it puts the current one on
+    /// every request to that backend.
+    Authorize {
+        /// Backend name.
+        server: ServerName,
+        /// What to do.
+        step: crate::credential::AuthStep,
     },
     /// Deliver one frame to a backend connection.
     SendToBackend {
@@ -465,6 +483,7 @@ impl fmt::Display for Input {
                 }
                 f.write_str(")")
             }
+            Input::Credential { server, update } => write!(f, "{server} credential: {update}"),
             Input::Admin { command } => match command {
                 AdminCommand::Reconnect { server } => write!(f, "admin: reconnect {server}"),
                 AdminCommand::Restart { server } => write!(f, "admin: restart {server}"),
@@ -495,6 +514,7 @@ impl fmt::Display for Action {
             Action::SendToClient { session, frame, .. } => write!(f, "client {} <- {}", session.0, short(frame)),
             Action::CloseClient { session } => write!(f, "close client {}", session.0),
             Action::Emit { event } => write!(f, "event {event}"),
+            Action::Authorize { server, step } => write!(f, "authorize {server}: {step}"),
         }
     }
 }

@@ -10,6 +10,7 @@ extern crate std;
 pub mod catalog;
 pub mod codec;
 pub mod config;
+pub mod credential;
 #[cfg(feature = "std")]
 #[doc(hidden)]
 pub mod fuzzing;

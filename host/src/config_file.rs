@@ -236,6 +236,7 @@ fn server(name: &str, entry: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
         disabled: false,
         policy: PolicyOverrides::default(),
         era: None,
+        oauth: false,
     };
     if let Some(v) = present(obj, "disabled") {
         server.disabled = boolean(v, &format!("{path}.disabled"))?;

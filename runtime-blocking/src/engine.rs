@@ -329,6 +329,10 @@ impl State {
             Action::CloseClient { session } => {
                 self.clients.remove(&session);
             }
+            Action::Authorize { server, step } => {
+                // Managed credentials are not configured by this runtime yet.
+                tracing::debug!(server = %server, "credential step {step} not carried out");
+            }
             Action::Emit { event } => {
                 log_event(&event);
                 if let Some(on_event) = self.on_event.as_mut() {

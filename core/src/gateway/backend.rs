@@ -75,6 +75,14 @@ pub(super) struct Backend {
     pub online_since: Option<Instant>,
     /// Calls, latencies, restarts and breaker transitions, for status and metrics.
     pub metrics: BackendMetrics,
+    /// The OAuth credential tether manages for this remote backend, if it does.
+    pub credential: Option<crate::credential::Credential>,
+    /// Requests with a gateway id below this were sent before the newest
+    /// credential arrived: a 401 on one of them is answered by resending.
+    pub credential_first_id: u64,
+    /// The connection was refused for its credential: connect again when a new
+    /// one arrives.
+    pub awaiting_credential: bool,
 }
 
 /// A discovery in progress: lists accumulate here until every page is in.
@@ -115,7 +123,15 @@ impl Backend {
             connect_started_at: None,
             online_since: None,
             metrics: BackendMetrics::default(),
+            credential: None,
+            credential_first_id: 0,
+            awaiting_credential: false,
         }
+    }
+
+    /// The epoch of the managed credential (0 without one).
+    pub fn credential_epoch(&self) -> u64 {
+        self.credential.as_ref().map_or(0, |c| c.epoch())
     }
 
     pub fn push_stderr(&mut self, line: String) {
@@ -136,9 +152,16 @@ impl Backend {
     /// The earliest of the supervisor's timers and the queue's deadlines.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let ready = self.sup.is_ready();
-        let queue =
-            self.queue.iter().map(|q| if ready && q.not_before < q.deadline { q.not_before } else { q.deadline });
-        self.sup.poll_timeout().into_iter().chain(queue).min()
+        let epoch = self.credential_epoch();
+        let queue = self.queue.iter().map(|q| {
+            if ready && q.not_before < q.deadline && q.call.wait_epoch <= epoch {
+                q.not_before
+            } else {
+                q.deadline
+            }
+        });
+        let credential = self.credential.as_ref().and_then(|c| c.deadline());
+        self.sup.poll_timeout().into_iter().chain(queue).chain(credential).min()
     }
 
     /// Whether clients see this backend's catalog: while it is online or dormant, and
@@ -209,12 +232,20 @@ impl Gateway {
         };
         b.listen = None;
         b.listen_unsupported = false;
+        b.awaiting_credential = false;
+        let load = b.credential.as_mut().filter(|c| c.needs_load()).map(|c| {
+            c.loading();
+            Action::Authorize { server: name.clone(), step: crate::credential::AuthStep::Load }
+        });
         // The era to open in: configured, else the one the backend proved to
         // speak, else unknown (probe, as the specification says). The legacy
         // HTTP+SSE transport is 2024-11-05 only.
         let auto = b.config.era.is_none();
         let legacy_sse = matches!(b.config.transport, Transport::Sse { .. });
         let era = if legacy_sse { Some(Era::Handshake) } else { b.config.era.or(b.era_learned) };
+        if let Some(load) = load {
+            self.push(load);
+        }
         self.push(action);
         match era {
             Some(Era::Handshake) => self.send_initialize(server, auto && !legacy_sse),
@@ -509,7 +540,7 @@ impl Gateway {
     /// A stateless backend ended its listen (a final answer, an error, or its
     /// `notifications/cancelled`): opened again at the next health check, unless
     /// the backend does not support listening.
-    fn listen_ended(&mut self, server: &str, id: u64, error: Option<&str>) {
+    pub(super) fn listen_ended(&mut self, server: &str, id: u64, error: Option<&str>) {
         let Some(b) = self.backends.get_mut(server) else { return };
         if b.listen == Some(id) {
             b.listen = None;
@@ -885,6 +916,9 @@ impl Gateway {
     /// A transport failure on the live connection, for one request or all of it.
     pub(super) fn backend_failed(&mut self, server: &str, request: Option<u64>, failure: Failure) {
         let class = failure.classify();
+        if failure.is_auth() && self.backends[server].credential.is_some() {
+            return self.unauthorized(server, request, failure);
+        }
         let Some(request) = request else {
             return self.connection_lost(server, failure);
         };
@@ -1075,7 +1109,7 @@ impl Gateway {
 
     /// Puts a call back in its backend's queue (a retry or a resend), or fails it
     /// when the queue is full: the bound holds on every path.
-    fn requeue(&mut self, server: &str, queued: Queued, front: bool) {
+    pub(super) fn requeue(&mut self, server: &str, queued: Queued, front: bool) {
         let limit = self.config.limits.max_queued_per_backend as usize;
         let b = self.backends.get_mut(server).expect("live");
         if b.queue.len() < limit {
@@ -1111,7 +1145,7 @@ impl Gateway {
 
     /// Ends the live connection's bookkeeping: closes it, fails pending server
     /// requests, and returns its in-flight client calls for the caller to settle.
-    fn drop_connection(&mut self, server: &str, reason: &str, lost: bool) -> Vec<ClientCall> {
+    pub(super) fn drop_connection(&mut self, server: &str, reason: &str, lost: bool) -> Vec<ClientCall> {
         let Some(b) = self.backends.get_mut(server) else { return Vec::new() };
         let generation = b.sup.generation();
         b.discovery = None;
@@ -1221,6 +1255,9 @@ impl Gateway {
     pub(super) fn backend_timer(&mut self, server: &str) {
         let now = self.now;
         let b = self.backends.get_mut(server).expect("live");
+        if let Some(step) = b.credential.as_mut().and_then(|c| c.on_timer(now)) {
+            return self.authorize(server, step);
+        }
         let Some(timer) = b.sup.take_expired(now) else {
             return self.queue_timer(server);
         };
@@ -1341,7 +1378,9 @@ impl Gateway {
         if !b.sup.is_ready() {
             return;
         }
-        let (due, rest): (Vec<Queued>, Vec<Queued>) = b.queue.drain(..).partition(|q| q.not_before <= now);
+        let epoch = b.credential_epoch();
+        let (due, rest): (Vec<Queued>, Vec<Queued>) =
+            b.queue.drain(..).partition(|q| q.not_before <= now && q.call.wait_epoch <= epoch);
         b.queue = rest.into();
         for q in due {
             self.dispatch(server, q.call);
@@ -1421,8 +1460,7 @@ impl Gateway {
     /// What a client is told when `server` rejected tether's credentials: what the
     /// user must do about it.
     pub(super) fn reauth_message(&self, server: &str) -> String {
-        let reason = self.backends.get(server).and_then(|b| b.sup.message()).unwrap_or("credentials rejected");
-        format!("backend '{server}' requires re-authentication ({reason}); renew its credentials, then reconnect it")
+        format!("backend '{server}' requires re-authentication ({})", self.login_instructions(server))
     }
 }
 

@@ -90,6 +90,11 @@ pub(super) struct ClientCall {
     /// The client was answered `input_required` with this `requestState`: the
     /// call waits, still running at the backend, for the client's retry.
     pub awaiting_input: Option<String>,
+    /// Waits for a credential newer than this epoch before it is sent (it was
+    /// refused with 401 or needs a wider scope); 0 when it waits for none.
+    pub wait_epoch: u64,
+    /// Already resent once with a new credential: a second refusal fails it.
+    pub auth_retried: bool,
 }
 
 /// A client call waiting for its backend (connecting, or a retry wait).

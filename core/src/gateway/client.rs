@@ -918,6 +918,8 @@ impl Gateway {
             caps: self.sessions.get_mut(&session).and_then(|s| s.request_caps.take()),
             log_level: self.sessions.get_mut(&session).and_then(|s| s.request_log_level.take()),
             awaiting_input: None,
+            wait_epoch: 0,
+            auth_retried: false,
         };
         self.admit(server, call);
     }
@@ -991,11 +993,14 @@ impl Gateway {
             r @ (Readiness::Wait | Readiness::StartNow) => {
                 let deadline = now + Self::duration(b.sup.policy().request_timeout_ms);
                 b.queue.push_back(Queued { call, not_before: now, deadline });
-                if r == Readiness::StartNow {
+                if r == Readiness::StartNow && !b.awaiting_credential {
                     self.connect(server);
                 }
             }
-            Readiness::Refuse => self.fail_unavailable(server, call),
+            Readiness::Refuse => {
+                self.login_wanted(server);
+                self.fail_unavailable(server, call)
+            }
         }
     }
 

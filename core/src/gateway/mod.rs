@@ -22,6 +22,7 @@ mod backend;
 mod calls;
 mod client;
 mod client_events;
+mod credentials;
 mod input_required;
 mod input_rounds;
 mod listens;
@@ -270,6 +271,7 @@ impl Gateway {
                 config.validate().map_err(HostError::InvalidConfig)?;
                 self.apply_config(config);
             }
+            Input::Credential { server, update } => self.credential_update(&server, update)?,
             Input::Admin { command } => self.admin(command)?,
         }
         self.fire_timers();
@@ -754,12 +756,16 @@ impl Gateway {
             match self.backends.get_mut(name.as_str()) {
                 None => {
                     self.catalog.register(&name, server.prefixed);
+                    let backoff = policy.reconnect_backoff();
                     let mut sup = Supervisor::new(server.transport.is_stdio(), server.vital, policy, self.now);
                     if let Some(last) = self.retired_generations.remove(&name) {
                         sup.continue_generations(last);
                     }
                     let eager = !server.lazy && !server.disabled;
-                    self.backends.insert(name.as_str().into(), Backend::new(server, sup));
+                    let credential = server.manages_credential().then(|| crate::credential::Credential::new(backoff));
+                    let mut backend = Backend::new(server, sup);
+                    backend.credential = credential;
+                    self.backends.insert(name.as_str().into(), backend);
                     if eager {
                         self.connect(&name);
                     }
@@ -767,6 +773,11 @@ impl Gateway {
                 Some(b) => {
                     let transport_changed = b.config.transport != server.transport;
                     let was_disabled = b.config.disabled;
+                    if !server.manages_credential() {
+                        b.credential = None;
+                    } else if b.credential.is_none() {
+                        b.credential = Some(crate::credential::Credential::new(policy.reconnect_backoff()));
+                    }
                     b.sup.set_policy(policy, server.vital);
                     let prefixed = server.prefixed;
                     b.config = server;

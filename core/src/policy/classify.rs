@@ -22,6 +22,15 @@ pub enum Failure {
         /// The HTTP status code.
         status: u16,
     },
+    /// The backend refused the request's credentials (HTTP 401, or 403), with what
+    /// its `WWW-Authenticate` header said.
+    Unauthorized {
+        /// 401 or 403.
+        status: u16,
+        /// The parsed challenge.
+        #[serde(default)]
+        challenge: crate::credential::Challenge,
+    },
     /// The stdio process exited.
     Exited {
         /// Exit code, or `None` if it was killed by a signal.
@@ -98,6 +107,7 @@ impl Failure {
                 500..=599 => c(true, true, MaybeDelivered, Error),
                 _ => c(false, true, MaybeDelivered, Error),
             },
+            Failure::Unauthorized { .. } => c(false, false, NotDelivered, RequiresReauth),
             Failure::Exited { .. } => c(true, true, MaybeDelivered, Error),
             Failure::Spawn { .. } => c(false, true, NotDelivered, Error),
             Failure::Other { .. } => c(false, true, MaybeDelivered, Error),
@@ -106,7 +116,7 @@ impl Failure {
 
     /// Whether the backend rejected our credentials (HTTP 401 or 403).
     pub fn is_auth(&self) -> bool {
-        matches!(self, Failure::Http { status: 401 | 403 })
+        matches!(self, Failure::Http { status: 401 | 403 } | Failure::Unauthorized { .. })
     }
 
     /// Short human text for logs and status, e.g. "HTTP 503".
@@ -123,6 +133,13 @@ impl fmt::Display for Failure {
             Failure::Timeout => f.write_str("timed out"),
             Failure::Reset => f.write_str("connection reset"),
             Failure::Http { status } => write!(f, "HTTP {status}"),
+            Failure::Unauthorized { status, challenge } => {
+                write!(f, "HTTP {status}")?;
+                match &challenge.error {
+                    Some(e) => write!(f, " ({e})"),
+                    None => Ok(()),
+                }
+            }
             Failure::Exited { code: Some(code) } => write!(f, "process exited with code {code}"),
             Failure::Exited { code: None } => f.write_str("process killed by a signal"),
             Failure::Spawn { message } => write!(f, "could not start process: {message}"),

@@ -1,0 +1,603 @@
+//! One remote backend's OAuth credential: its lifecycle as a small state machine
+//! with no knowledge of MCP or HTTP, and the words the engine and its host use
+//! about it.
+//!
+//! The engine never sees a token. The host holds the credential (in memory and in
+//! its store), puts the current access token on every request, and carries out the
+//! steps the engine asks for ([`AuthStep`]): read the store, get a token without a
+//! person, refresh, prepare an interactive login, forget a dead credential. It
+//! reports what happened as a [`CredentialUpdate`]. What to do about a 401, when to
+//! refresh, how many refreshes may run at once (one), when a person must be asked,
+//! and when to try the token endpoint again are decided here, so a trace replays
+//! the same decisions and the rules are tested with simulated time.
+//!
+//! States: `Unknown` (not read from the store yet) · `Missing` (nothing usable) ·
+//! `Valid` (an access token, maybe refreshable) · `Refreshing` (one refresh in
+//! flight; the old token is still used while it lasts) · `Reauth` (a person must
+//! log in; a login may be pending with its URL).
+
+use alloc::string::String;
+use core::fmt;
+use serde::{Deserialize, Serialize};
+
+use crate::policy::Backoff;
+use crate::rng::Rng;
+use crate::time::{Duration, Instant};
+
+/// What a backend said when it refused a token (`WWW-Authenticate: Bearer ...`).
+/// None of it is secret.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Challenge {
+    /// `error` (`invalid_token`, `insufficient_scope`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `scope`: the scopes the resource wants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// `resource_metadata`: where its Protected Resource Metadata is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_metadata: Option<String>,
+}
+
+impl Challenge {
+    /// Whether the token was good but lacks a scope the request needs.
+    pub fn is_insufficient_scope(&self) -> bool {
+        self.error.as_deref() == Some("insufficient_scope")
+    }
+}
+
+/// Work on a backend's credential the engine asks its host to do. Each is
+/// answered with one or more [`CredentialUpdate`]s.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum AuthStep {
+    /// Read the stored credential, no network: answered `Ready` or `Missing`. The
+    /// host puts the token it read on the connection that follows.
+    Load,
+    /// Get a token without a person: discover the authorization server (from the
+    /// challenge), then use a stored refresh token or the configured
+    /// `client_credentials` grant. Answered `Ready`, `LoginRequired` or `Failed`.
+    Obtain {
+        /// What the backend's refusal said.
+        #[serde(default)]
+        challenge: Challenge,
+    },
+    /// Refresh the access token. Across processes sharing the store: under the
+    /// store's lock, adopt a token another process refreshed meanwhile, else use
+    /// the refresh token and persist the answer (a rotated refresh token before it
+    /// is used again). On `invalid_grant`, re-read first: only when the stored
+    /// credential is the one that failed is it `InvalidGrant`.
+    Refresh,
+    /// Prepare an interactive login (authorization code + PKCE, loopback redirect)
+    /// and open the browser if the host may. Answered `LoginPending` with the URL at
+    /// once, then `Ready` when the person finishes or `Failed` when it ends
+    /// otherwise (timed out, refused, mismatched issuer).
+    Login {
+        /// What the backend's refusal said (scope, metadata location).
+        #[serde(default)]
+        challenge: Challenge,
+    },
+    /// The credential is dead (`invalid_grant`, revoked): delete it from memory and
+    /// the store, so it is never presented again. Not answered.
+    Discard,
+}
+
+/// Why getting or refreshing a token failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialFailure {
+    /// The grant is gone (`invalid_grant`: revoked, expired, already rotated by
+    /// someone else): only a new login helps.
+    InvalidGrant,
+    /// The authorization server could not be reached or failed (refused, timeout,
+    /// 5xx): trying again later may help.
+    Unavailable,
+    /// Anything else that a retry will not fix (a metadata or issuer mismatch, an
+    /// unsupported method, a refused registration, a login that timed out).
+    Rejected,
+}
+
+/// What the host reports about a backend's credential.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "credential", rename_all = "snake_case")]
+pub enum CredentialUpdate {
+    /// A usable access token is in the host's hands now (loaded, obtained,
+    /// refreshed, adopted from another process, or from a finished login).
+    Ready {
+        /// Its remaining lifetime, if the server said (`expires_in`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expires_in_ms: Option<u64>,
+        /// Whether a refresh token (or a client credentials grant) can renew it.
+        refreshable: bool,
+        /// The scopes it carries: the token response's `scope`, else the scopes
+        /// that were asked for (a step-up asks for these plus the new ones).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+    },
+    /// Nothing is stored for this backend.
+    Missing,
+    /// A person has to log in (the authorization code grant, nothing refreshable).
+    LoginRequired,
+    /// A login is prepared: this URL starts it in a browser.
+    LoginPending {
+        /// The authorization URL (it carries no secret: `state` and the PKCE
+        /// challenge are public).
+        url: String,
+    },
+    /// The step failed.
+    Failed {
+        /// Why, in a word the engine acts on.
+        reason: CredentialFailure,
+        /// For people (never a token or code).
+        message: String,
+    },
+}
+
+/// Where a credential stands, for status and decisions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum CredentialState {
+    /// Not read from the store yet.
+    Unknown,
+    /// Nothing usable; the next refusal asks the host to obtain one.
+    Missing,
+    /// A token is held.
+    Valid,
+    /// One refresh is in flight.
+    Refreshing,
+    /// A person must log in.
+    Reauth,
+}
+
+/// What the engine should do after a credential event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Ask the host for this step.
+    Step(AuthStep),
+    /// Wait: a step is already in flight (single flight) or a retry is scheduled.
+    Wait,
+    /// Resend what waited, once, with the new token.
+    Resend,
+    /// Give up on the waiting requests: a person must log in (or nothing helps).
+    Reauth,
+    /// Fail the requests waiting for a wider scope; the credential in hand stays good.
+    FailWaiting,
+}
+
+/// One backend's credential lifecycle.
+#[derive(Clone, Debug)]
+pub struct Credential {
+    state: CredentialState,
+    /// Bumped on every `Ready`: a refusal of a request sent under an older epoch
+    /// is answered by resending, not by another refresh.
+    epoch: u64,
+    /// When the current token expires (if the server said).
+    expires_at: Option<Instant>,
+    /// When to refresh ahead of expiry.
+    refresh_at: Option<Instant>,
+    refreshable: bool,
+    scope: Option<String>,
+    /// When to try the token endpoint again after it was unavailable.
+    retry_at: Option<Instant>,
+    /// While a person must log in: when to read the store again (a login from
+    /// another process, `tether auth login`, lands there).
+    recheck_at: Option<Instant>,
+    retry: Backoff,
+    retries: u32,
+    /// A step is in flight (Obtain or Refresh): answer comes as an update.
+    in_flight: bool,
+    /// An interactive login is prepared: its URL.
+    login_url: Option<String>,
+    /// Step-ups done since the last success: bounded so a server that always
+    /// wants more scope cannot loop.
+    step_ups: u32,
+    /// Why the person must log in.
+    reason: Option<String>,
+    /// The backend's last refusal: a login asks for the scope it named.
+    challenge: Challenge,
+}
+
+/// How many times a 403 `insufficient_scope` may send the person to log in again
+/// before the request fails.
+pub const MAX_STEP_UPS: u32 = 2;
+
+/// While a person must log in, the store is read this often for a login done by
+/// another process.
+pub const RECHECK: Duration = Duration::from_millis(3_000);
+
+impl Credential {
+    /// A credential not yet read from the store; retries of an unavailable token
+    /// endpoint follow `retry`.
+    pub fn new(retry: Backoff) -> Self {
+        Credential {
+            state: CredentialState::Unknown,
+            epoch: 0,
+            expires_at: None,
+            refresh_at: None,
+            refreshable: false,
+            scope: None,
+            retry_at: None,
+            recheck_at: None,
+            retry,
+            retries: 0,
+            in_flight: false,
+            login_url: None,
+            step_ups: 0,
+            reason: None,
+            challenge: Challenge::default(),
+        }
+    }
+
+    /// Where it stands.
+    pub fn state(&self) -> &CredentialState {
+        &self.state
+    }
+
+    /// The number of tokens received so far: stamp a request with it when it is sent.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// When the current token expires, if known.
+    pub fn expires_at(&self) -> Option<Instant> {
+        self.expires_at
+    }
+
+    /// Whether it can be renewed without a person.
+    pub fn refreshable(&self) -> bool {
+        self.refreshable
+    }
+
+    /// The granted scopes, if known.
+    pub fn scope(&self) -> Option<&str> {
+        self.scope.as_deref()
+    }
+
+    /// The URL of a prepared login, if any.
+    pub fn login_url(&self) -> Option<&str> {
+        self.login_url.as_deref()
+    }
+
+    /// Why a person must log in, while in `Reauth`.
+    pub fn reauth_reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    /// Whether the store must be read before the first connection.
+    pub fn needs_load(&self) -> bool {
+        self.state == CredentialState::Unknown
+    }
+
+    /// The host was asked to read the store.
+    pub fn loading(&mut self) {
+        if self.state == CredentialState::Unknown {
+            self.state = CredentialState::Missing;
+        }
+    }
+
+    /// The backend refused a request sent under `epoch` with 401 (or 403 without
+    /// `insufficient_scope`... that is [`Credential::on_insufficient_scope`]).
+    pub fn on_unauthorized(&mut self, epoch: u64, challenge: &Challenge) -> Next {
+        if challenge.scope.is_some() || challenge.resource_metadata.is_some() {
+            self.challenge = challenge.clone();
+        }
+        if epoch < self.epoch && matches!(self.state, CredentialState::Valid) {
+            // A newer token arrived after this request left: just resend.
+            return Next::Resend;
+        }
+        match self.state {
+            CredentialState::Reauth => Next::Reauth,
+            CredentialState::Refreshing => Next::Wait,
+            _ if self.in_flight => Next::Wait,
+            CredentialState::Valid if self.refreshable => {
+                self.state = CredentialState::Refreshing;
+                self.in_flight = true;
+                self.refresh_at = None;
+                Next::Step(AuthStep::Refresh)
+            }
+            CredentialState::Unknown | CredentialState::Missing | CredentialState::Valid => {
+                self.in_flight = true;
+                Next::Step(AuthStep::Obtain { challenge: challenge.clone() })
+            }
+        }
+    }
+
+    /// The backend refused a request with 403 `insufficient_scope`: send the person
+    /// to log in again asking for the scopes held plus the ones it named, only when
+    /// it named one not held yet, and at most [`MAX_STEP_UPS`] times per login, so a
+    /// server that always wants more cannot loop.
+    pub fn on_insufficient_scope(&mut self, challenge: &Challenge) -> Next {
+        if self.in_flight || self.login_url.is_some() {
+            return Next::Wait;
+        }
+        let held = self.scope.as_deref().unwrap_or("");
+        let wanted = challenge.scope.as_deref().unwrap_or("");
+        let adds = wanted.split_ascii_whitespace().any(|s| !held.split_ascii_whitespace().any(|h| h == s));
+        if !adds || self.step_ups >= MAX_STEP_UPS {
+            return Next::FailWaiting;
+        }
+        self.step_ups += 1;
+        self.in_flight = true;
+        let mut union = String::from(held.trim());
+        for s in wanted.split_ascii_whitespace() {
+            if !union.split_ascii_whitespace().any(|h| h == s) {
+                if !union.is_empty() {
+                    union.push(' ');
+                }
+                union.push_str(s);
+            }
+        }
+        let mut challenge = challenge.clone();
+        challenge.scope = Some(union);
+        self.challenge = challenge.clone();
+        Next::Step(AuthStep::Login { challenge })
+    }
+
+    /// A call found the backend waiting for a person: prepare a login (and open the
+    /// browser) unless one is pending or under way.
+    pub fn want_login(&mut self) -> Option<AuthStep> {
+        if self.state != CredentialState::Reauth || self.in_flight || self.login_url.is_some() {
+            return None;
+        }
+        self.in_flight = true;
+        Some(AuthStep::Login { challenge: self.challenge.clone() })
+    }
+
+    /// The host reported on the credential.
+    pub fn on_update(&mut self, now: Instant, update: &CredentialUpdate, rng: &mut Rng) -> Next {
+        match update {
+            CredentialUpdate::Ready { expires_in_ms, refreshable, scope } => {
+                self.epoch += 1;
+                self.state = CredentialState::Valid;
+                self.in_flight = false;
+                self.login_url = None;
+                self.reason = None;
+                self.retries = 0;
+                self.retry_at = None;
+                self.recheck_at = None;
+                self.refreshable = *refreshable;
+                self.scope = scope.clone();
+                self.expires_at = expires_in_ms.map(|ms| now + Duration::from_millis(ms));
+                self.refresh_at = match (*refreshable, *expires_in_ms) {
+                    (true, Some(ms)) => Some(now + Duration::from_millis(ms - refresh_margin(ms))),
+                    _ => None,
+                };
+                Next::Resend
+            }
+            CredentialUpdate::Missing => {
+                if self.state == CredentialState::Unknown {
+                    self.state = CredentialState::Missing;
+                }
+                if self.state == CredentialState::Reauth {
+                    self.recheck_at = Some(now + RECHECK);
+                }
+                self.in_flight = false;
+                Next::Wait
+            }
+            CredentialUpdate::LoginRequired => {
+                self.in_flight = false;
+                self.enter_reauth(now, String::from("login required"));
+                if self.login_url.is_some() {
+                    return Next::Reauth;
+                }
+                self.in_flight = true;
+                Next::Step(AuthStep::Login { challenge: self.challenge.clone() })
+            }
+            CredentialUpdate::LoginPending { url } => {
+                self.in_flight = false;
+                self.login_url = Some(url.clone());
+                if self.state == CredentialState::Valid {
+                    // A step-up: the token in hand still serves other requests.
+                    return Next::Wait;
+                }
+                self.enter_reauth(now, String::from("login required"));
+                Next::Reauth
+            }
+            CredentialUpdate::Failed { reason, message } => {
+                self.in_flight = false;
+                match reason {
+                    CredentialFailure::InvalidGrant => {
+                        self.expires_at = None;
+                        self.refresh_at = None;
+                        self.refreshable = false;
+                        self.enter_reauth(now, message.clone());
+                        Next::Step(AuthStep::Discard)
+                    }
+                    CredentialFailure::Unavailable => {
+                        self.retries = self.retries.saturating_add(1);
+                        let delay = self.retry.delay(self.retries, rng);
+                        self.retry_at = Some(now + delay);
+                        if self.state == CredentialState::Refreshing {
+                            self.state = CredentialState::Valid;
+                        }
+                        if self.token_usable(now) {
+                            Next::Wait
+                        } else {
+                            self.reason = Some(message.clone());
+                            Next::Reauth
+                        }
+                    }
+                    CredentialFailure::Rejected => {
+                        self.login_url = None;
+                        if self.state == CredentialState::Valid && self.step_ups > 0 {
+                            // A step-up login failed: the token in hand is still good.
+                            return Next::FailWaiting;
+                        }
+                        self.enter_reauth(now, message.clone());
+                        Next::Reauth
+                    }
+                }
+            }
+        }
+    }
+
+    /// The earliest time [`Credential::on_timer`] has something to do.
+    pub fn deadline(&self) -> Option<Instant> {
+        if self.in_flight {
+            return None;
+        }
+        [self.refresh_at, self.retry_at, self.recheck_at].into_iter().flatten().min()
+    }
+
+    /// Time passed: refresh ahead of expiry, or try an unavailable token endpoint again.
+    pub fn on_timer(&mut self, now: Instant) -> Option<AuthStep> {
+        if self.in_flight {
+            return None;
+        }
+        let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
+        if !(due(self.refresh_at) || due(self.retry_at) || due(self.recheck_at)) {
+            return None;
+        }
+        self.refresh_at = None;
+        self.retry_at = None;
+        self.recheck_at = None;
+        match self.state {
+            CredentialState::Reauth => {
+                self.in_flight = true;
+                Some(AuthStep::Load)
+            }
+            CredentialState::Valid if self.refreshable => {
+                self.state = CredentialState::Refreshing;
+                self.in_flight = true;
+                Some(AuthStep::Refresh)
+            }
+            CredentialState::Valid | CredentialState::Missing => {
+                self.in_flight = true;
+                Some(AuthStep::Obtain { challenge: Challenge::default() })
+            }
+            _ => None,
+        }
+    }
+
+    /// A person logged in elsewhere, or an operator asked to start over: forget the
+    /// reauth state so the next refusal or connection asks the store again.
+    pub fn reset(&mut self) {
+        if self.state == CredentialState::Reauth {
+            self.state = CredentialState::Unknown;
+            self.reason = None;
+            self.step_ups = 0;
+        }
+    }
+
+    fn token_usable(&self, now: Instant) -> bool {
+        self.state == CredentialState::Valid && self.expires_at.map_or(true, |t| t > now)
+    }
+
+    fn enter_reauth(&mut self, now: Instant, reason: String) {
+        self.state = CredentialState::Reauth;
+        self.step_ups = 0;
+        self.reason = Some(reason);
+        self.refresh_at = None;
+        self.retry_at = None;
+        self.recheck_at = Some(now + RECHECK);
+    }
+}
+
+/// How long before expiry a token is refreshed: a fifth of its lifetime, at most a
+/// minute, so a one-hour token is renewed a minute early and a two-second one at
+/// 1.6 s.
+pub fn refresh_margin(lifetime_ms: u64) -> u64 {
+    (lifetime_ms / 5).min(60_000)
+}
+
+impl fmt::Display for AuthStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuthStep::Load => f.write_str("load"),
+            AuthStep::Obtain { challenge } => write!(f, "obtain{challenge}"),
+            AuthStep::Refresh => f.write_str("refresh"),
+            AuthStep::Login { challenge } => write!(f, "login{challenge}"),
+            AuthStep::Discard => f.write_str("discard"),
+        }
+    }
+}
+
+impl fmt::Display for Challenge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(e) = &self.error {
+            write!(f, " error={e}")?;
+        }
+        if let Some(s) = &self.scope {
+            write!(f, " scope={s:?}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for CredentialUpdate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CredentialUpdate::Ready { expires_in_ms, refreshable, .. } => {
+                write!(f, "ready refreshable={refreshable}")?;
+                match expires_in_ms {
+                    Some(ms) => write!(f, " expires_in_ms={ms}"),
+                    None => Ok(()),
+                }
+            }
+            CredentialUpdate::Missing => f.write_str("missing"),
+            CredentialUpdate::LoginRequired => f.write_str("login required"),
+            CredentialUpdate::LoginPending { .. } => f.write_str("login pending"),
+            CredentialUpdate::Failed { reason, message } => write!(f, "failed ({reason:?}): {message}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    fn valid(scope: &str) -> Credential {
+        let backoff = Backoff {
+            initial: Duration::from_millis(1000),
+            multiplier: 2,
+            max: Duration::from_millis(60_000),
+            jitter_percent: 0,
+        };
+        let mut c = Credential::new(backoff);
+        let ready =
+            CredentialUpdate::Ready { expires_in_ms: Some(2_000), refreshable: true, scope: Some(scope.into()) };
+        assert_eq!(c.on_update(t(0), &ready, &mut Rng::new(1)), Next::Resend);
+        c
+    }
+
+    #[test]
+    fn tokens_are_refreshed_a_fifth_of_their_life_early_at_most_a_minute() {
+        assert_eq!(refresh_margin(2_000), 400);
+        assert_eq!(refresh_margin(3_600_000), 60_000);
+        let mut c = valid("a");
+        assert_eq!(c.deadline(), Some(t(1_600)));
+        assert_eq!(c.on_timer(t(1_599)), None);
+        assert_eq!(c.on_timer(t(1_600)), Some(AuthStep::Refresh));
+        assert_eq!(c.deadline(), None, "nothing else while the refresh runs");
+        assert_eq!(c.on_unauthorized(c.epoch(), &Challenge::default()), Next::Wait, "single flight");
+    }
+
+    #[test]
+    fn a_step_up_asks_for_the_union_only_when_the_challenge_adds_a_scope() {
+        let mut c = valid("mcp:basic");
+        let held = Challenge {
+            error: Some("insufficient_scope".into()),
+            scope: Some("mcp:basic".into()),
+            ..Default::default()
+        };
+        assert_eq!(c.on_insufficient_scope(&held), Next::FailWaiting, "nothing new to ask for");
+        let wider = Challenge { scope: Some("mcp:write".into()), ..held };
+        let Next::Step(AuthStep::Login { challenge }) = c.on_insufficient_scope(&wider) else { panic!() };
+        assert_eq!(challenge.scope.as_deref(), Some("mcp:basic mcp:write"));
+    }
+
+    #[test]
+    fn a_dead_grant_is_discarded_and_never_refreshed_again() {
+        let mut c = valid("a");
+        assert_eq!(c.on_unauthorized(c.epoch(), &Challenge::default()), Next::Step(AuthStep::Refresh));
+        let dead = CredentialUpdate::Failed { reason: CredentialFailure::InvalidGrant, message: "revoked".into() };
+        assert_eq!(c.on_update(t(10), &dead, &mut Rng::new(1)), Next::Step(AuthStep::Discard));
+        assert_eq!(c.state(), &CredentialState::Reauth);
+        assert_eq!(c.on_unauthorized(c.epoch(), &Challenge::default()), Next::Reauth);
+        assert_eq!(c.on_timer(t(3_010)), Some(AuthStep::Load), "only the store is read again");
+    }
+}

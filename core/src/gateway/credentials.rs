@@ -1,0 +1,293 @@
+//! Remote backends' OAuth credentials: what a refusal (401, 403) or a report from
+//! the host means for the backend's connection and the calls waiting on it. The
+//! credential's own rules are in [`crate::credential`].
+
+use alloc::format;
+use alloc::string::String;
+
+use super::calls::{CallKind, ClientCall, Queued};
+use super::{Gateway, HostError};
+use crate::credential::{AuthStep, Challenge, CredentialUpdate, Next};
+use crate::io::{Action, Status};
+use crate::metrics::CallOutcome;
+use crate::policy::Failure;
+use crate::protocol::code;
+
+impl Gateway {
+    /// The host reported on a backend's credential.
+    pub(super) fn credential_update(&mut self, server: &str, update: CredentialUpdate) -> Result<(), HostError> {
+        let now = self.now;
+        let next_id = self.next_request_id;
+        let Some(b) = self.backends.get_mut(server) else { return Ok(()) };
+        let Some(credential) = b.credential.as_mut() else { return Ok(()) };
+        let next = credential.on_update(now, &update, &mut self.rng);
+        let reauth = *credential.state() == crate::credential::CredentialState::Reauth;
+        if matches!(update, CredentialUpdate::Ready { .. }) {
+            b.credential_first_id = next_id;
+        }
+        if reauth && b.sup.status() != Status::RequiresReauth && matches!(next, Next::Step(AuthStep::Login { .. })) {
+            // A person is needed: say so before preparing the login.
+            self.credential_next(server, Next::Reauth);
+        }
+        self.credential_next(server, next);
+        Ok(())
+    }
+
+    /// Asks the host for a credential step.
+    pub(super) fn authorize(&mut self, server: &str, step: AuthStep) {
+        let server = self.name(server);
+        self.push(Action::Authorize { server, step });
+    }
+
+    /// A call found the backend waiting for a person: make sure a login is
+    /// prepared, so the error it gets can say where to log in.
+    pub(super) fn login_wanted(&mut self, server: &str) {
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if let Some(step) = b.credential.as_mut().and_then(|c| c.want_login()) {
+            self.authorize(server, step);
+        }
+    }
+
+    /// The backend refused tether's credential (401, or 403) on `request` or on
+    /// the whole connection, and tether manages that credential.
+    pub(super) fn unauthorized(&mut self, server: &str, request: Option<u64>, failure: Failure) {
+        let (status, challenge) = match &failure {
+            Failure::Unauthorized { status, challenge } => (*status, challenge.clone()),
+            Failure::Http { status } => (*status, Challenge::default()),
+            _ => (401, Challenge::default()),
+        };
+        let b = &self.backends[server];
+        let generation = b.sup.generation();
+        let sent_before = request.is_some_and(|id| id < b.credential_first_id);
+        let call = request.and_then(|id| {
+            self.calls.get(&id).filter(|c| &*c.server == server && c.generation == generation).map(|_| id)
+        });
+        let Some(id) = call else {
+            if request.is_some() {
+                // An answer to a request that already ended: nothing waits on it.
+                return;
+            }
+            return self.connection_refused(server, status, &challenge, sent_before);
+        };
+        let call = self.calls.remove(&id).expect("checked above");
+        match call.kind {
+            CallKind::Client(c) => self.client_call_refused(server, c, status, &challenge, sent_before),
+            CallKind::Initialize { .. } | CallKind::Probe { .. } | CallKind::Discover { .. } => {
+                self.calls.insert(id, call);
+                self.connection_refused(server, status, &challenge, sent_before)
+            }
+            CallKind::Listen => {
+                self.listen_ended(server, id, None);
+                self.credential_refused(server, status, &challenge, sent_before);
+            }
+            CallKind::Health => {
+                let b = self.backends.get_mut(server).expect("live");
+                b.sup.schedule_health(self.now, &mut self.rng);
+                self.credential_refused(server, status, &challenge, sent_before);
+            }
+            CallKind::Quiet => self.credential_refused(server, status, &challenge, sent_before),
+        }
+    }
+
+    /// A refusal that no client call waits on: renew the credential if that is
+    /// what it takes.
+    fn credential_refused(&mut self, server: &str, status: u16, challenge: &Challenge, sent_before: bool) {
+        if status == 403 {
+            return;
+        }
+        let b = self.backends.get_mut(server).expect("live");
+        let credential = b.credential.as_mut().expect("managed");
+        let epoch = if sent_before { 0 } else { credential.epoch() };
+        if let Next::Step(step) = credential.on_unauthorized(epoch, challenge) {
+            self.authorize(server, step);
+        }
+    }
+
+    /// A client call was refused: it waits for a new credential and is resent
+    /// once, or fails with what the user must do.
+    fn client_call_refused(
+        &mut self,
+        server: &str,
+        mut call: ClientCall,
+        status: u16,
+        challenge: &Challenge,
+        sent_before: bool,
+    ) {
+        let b = self.backends.get_mut(server).expect("live");
+        let credential = b.credential.as_mut().expect("managed");
+        let epoch = credential.epoch();
+        if call.auth_retried && !sent_before {
+            let msg = format!(
+                "backend '{server}' refused this call again with a new credential (HTTP {status}){}",
+                scope_note(challenge)
+            );
+            return self.fail_refused(server, call, &msg);
+        }
+        let next = if status == 403 && challenge.is_insufficient_scope() {
+            credential.on_insufficient_scope(challenge)
+        } else if status == 403 {
+            let msg = format!("backend '{server}' forbids this call (HTTP 403){}", scope_note(challenge));
+            return self.fail_refused(server, call, &msg);
+        } else {
+            credential.on_unauthorized(if sent_before { 0 } else { epoch }, challenge)
+        };
+        match next {
+            Next::Reauth | Next::FailWaiting => {
+                let msg = if status == 403 {
+                    format!("backend '{server}' needs a scope the login did not grant{}", scope_note(challenge))
+                } else {
+                    self.reauth_message(server)
+                };
+                self.fail_refused(server, call, &msg)
+            }
+            next => {
+                call.auth_retried = true;
+                call.wait_epoch = if matches!(next, Next::Resend) { 0 } else { epoch + 1 };
+                let deadline = self.now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
+                self.requeue(server, Queued { call, not_before: self.now, deadline }, false);
+                self.credential_next(server, next);
+            }
+        }
+    }
+
+    /// The connection itself was refused (its handshake, or the stream): close it
+    /// and connect again once a credential is in hand.
+    fn connection_refused(&mut self, server: &str, status: u16, challenge: &Challenge, sent_before: bool) {
+        let b = self.backends.get_mut(server).expect("live");
+        let credential = b.credential.as_mut().expect("managed");
+        let epoch = if sent_before { 0 } else { credential.epoch() };
+        let next = if status == 403 && challenge.is_insufficient_scope() {
+            credential.on_insufficient_scope(challenge)
+        } else {
+            credential.on_unauthorized(epoch, challenge)
+        };
+        if matches!(next, Next::Reauth | Next::FailWaiting) {
+            return self.credential_next(server, Next::Reauth);
+        }
+        // Calls in flight on the refused connection were refused too: they wait.
+        let in_flight = self.drop_connection(server, "waiting for a credential", false);
+        let b = self.backends.get_mut(server).expect("live");
+        b.sup.on_closed(Status::Connecting, Some(String::from("waiting for a credential")));
+        b.awaiting_credential = true;
+        let deadline = self.now + Self::duration(b.sup.policy().request_timeout_ms);
+        for mut c in in_flight.into_iter().rev() {
+            c.wait_epoch = 0;
+            self.requeue(server, Queued { call: c, not_before: self.now, deadline }, true);
+        }
+        match next {
+            Next::Resend => self.connect(server),
+            next => self.credential_next(server, next),
+        }
+    }
+
+    /// Carries out what the credential's rules decided.
+    fn credential_next(&mut self, server: &str, next: Next) {
+        match next {
+            Next::Step(AuthStep::Discard) => {
+                // The grant is dead: forget it, stop, and prepare a login.
+                self.authorize(server, AuthStep::Discard);
+                self.credential_next(server, Next::Reauth);
+                self.login_wanted(server);
+            }
+            Next::Step(step) => self.authorize(server, step),
+            Next::Wait => self.update_login_message(server),
+            Next::Resend => {
+                let b = &self.backends[server];
+                let status = b.sup.status();
+                if status == Status::RequiresReauth {
+                    self.reconnect_now(server, false);
+                } else if b.awaiting_credential {
+                    self.connect(server);
+                } else {
+                    self.flush_queue(server);
+                }
+            }
+            Next::FailWaiting => {
+                let msg = format!("backend '{server}' needs a wider scope and the login for it did not complete");
+                self.fail_waiting_for_credential(server, &msg);
+            }
+            Next::Reauth => {
+                let b = self.backends.get_mut(server).expect("live");
+                if b.awaiting_credential {
+                    // The refused connection is closed already: rest there, and
+                    // fail what waited for it with the instructions.
+                    b.awaiting_credential = false;
+                    let msg = self.login_instructions(server);
+                    let b = self.backends.get_mut(server).expect("live");
+                    b.sup.on_closed(Status::RequiresReauth, Some(msg));
+                    let waiting: alloc::vec::Vec<Queued> = b.queue.drain(..).collect();
+                    for q in waiting {
+                        self.fail_unavailable(server, q.call);
+                    }
+                } else if b.sup.status() != Status::RequiresReauth {
+                    let failure = Failure::Unauthorized { status: 401, challenge: Challenge::default() };
+                    self.connection_lost(server, failure);
+                }
+                let msg = self.reauth_message(server);
+                self.fail_waiting_for_credential(server, &msg);
+                self.update_login_message(server);
+            }
+        }
+    }
+
+    /// Fails the queued calls that wait for a newer credential.
+    fn fail_waiting_for_credential(&mut self, server: &str, message: &str) {
+        let b = self.backends.get_mut(server).expect("live");
+        let epoch = b.credential_epoch();
+        let (waiting, rest): (alloc::vec::Vec<Queued>, alloc::vec::Vec<Queued>) =
+            b.queue.drain(..).partition(|q| q.call.wait_epoch > epoch);
+        b.queue = rest.into();
+        for q in waiting {
+            self.fail_refused(server, q.call, message);
+        }
+    }
+
+    /// Shows the login instructions as the status message of a backend that waits
+    /// for a person.
+    fn update_login_message(&mut self, server: &str) {
+        let b = &self.backends[server];
+        if b.sup.status() != Status::RequiresReauth {
+            return;
+        }
+        let msg = self.login_instructions(server);
+        let b = self.backends.get_mut(server).expect("live");
+        b.sup.set_status(Status::RequiresReauth, Some(msg));
+    }
+
+    /// What a person must do to bring a backend that refused tether's credential back.
+    pub(super) fn login_instructions(&self, server: &str) -> String {
+        let Some(b) = self.backends.get(server) else { return String::new() };
+        let Some(credential) = b.credential.as_ref() else {
+            let reason = b.sup.message().unwrap_or("credentials rejected");
+            return format!(
+                "{reason}; update the `headers` it is configured with (static keys), or remove its Authorization \
+                 header so tether logs in with OAuth, then reconnect it"
+            );
+        };
+        let reason = credential.reauth_reason().unwrap_or("login required");
+        match credential.login_url() {
+            Some(url) => format!("{reason}: run `tether auth login {server}` or open {url}"),
+            None => format!("{reason}: run `tether auth login {server}`"),
+        }
+    }
+
+    fn fail_refused(&mut self, server: &str, call: ClientCall, message: &str) {
+        if call.probe {
+            if let Some(b) = self.backends.get_mut(server) {
+                b.sup.breaker.probe_abandoned();
+            }
+        }
+        let data = self.unavailable_data(server);
+        self.reply_error(call.session, &call.id, code::REAUTH_REQUIRED, message, Some(&data));
+        self.record_call(server, &call, CallOutcome::Failed);
+        self.release(&call);
+    }
+}
+
+/// " (scope: ...)" when the refusal named the scope it wants.
+fn scope_note(challenge: &Challenge) -> String {
+    match &challenge.scope {
+        Some(scope) => format!(" (scope: {scope})"),
+        None => String::new(),
+    }
+}
