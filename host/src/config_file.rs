@@ -220,7 +220,7 @@ fn present<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
 // ---------------------------------------------------------------------------------
 // One entry
 
-const ENTRY_KEYS: &[&str] = &["type", "command", "args", "env", "cwd", "url", "headers", "disabled", "tether"];
+const ENTRY_KEYS: &[&str] = &["type", "command", "args", "env", "cwd", "url", "headers", "disabled", "oauth", "tether"];
 
 fn server(name: &str, entry: &Value, env: &dyn Fn(&str) -> Option<String>) -> Res<ServerConfig> {
     let path = format!("servers.{name}");
@@ -241,10 +241,68 @@ fn server(name: &str, entry: &Value, env: &dyn Fn(&str) -> Option<String>) -> Re
     if let Some(v) = present(obj, "disabled") {
         server.disabled = boolean(v, &format!("{path}.disabled"))?;
     }
+    server.oauth = manages_oauth(&path, obj, &server.transport)?;
     if let Some(section) = present(obj, "tether") {
         apply_server_section(&mut server, section, &format!("{path}.tether"))?;
     }
     Ok(server)
+}
+
+/// Whether tether logs in to this remote with OAuth: yes unless `"oauth": false`
+/// or the entry sends an `Authorization` header of its own (a static key).
+fn manages_oauth(path: &str, obj: &Map<String, Value>, transport: &Transport) -> Res<bool> {
+    let field = format!("{path}.oauth");
+    let remote_headers = match transport {
+        Transport::Stdio { .. } => {
+            return match present(obj, "oauth") {
+                Some(_) => Err(Invalid::new(field, "applies to remote servers (\"url\") only")),
+                None => Ok(false),
+            }
+        }
+        Transport::Http { headers, .. } | Transport::Sse { headers, .. } => headers,
+    };
+    match present(obj, "oauth") {
+        Some(Value::Bool(on)) => Ok(*on),
+        Some(Value::Object(_)) => Ok(true),
+        Some(_) => Err(Invalid::new(field, "must be true, false or an object of OAuth settings")),
+        None => Ok(!remote_headers.keys().any(|k| k.eq_ignore_ascii_case("authorization"))),
+    }
+}
+
+/// The `oauth` objects of the file's server entries, by server name, with `${VAR}`
+/// expanded in their strings (client secrets and keys usually come from the
+/// environment). Entries with `"oauth": true` or none have no object here.
+pub fn oauth_sections(path: &Path) -> Result<BTreeMap<String, Value>, ConfigFileError> {
+    let origin = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ConfigFileError::Io { origin: origin.clone(), source })?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let root: Value = serde_json::from_str(&strip_jsonc(text)).map_err(|e| syntax_error(&origin, &e))?;
+    let env = |name: &str| std::env::var(name).ok();
+    let root =
+        root.as_object().ok_or_else(|| Invalid::new("", "the top level must be a JSON object").in_file(&origin))?;
+    let mut out = BTreeMap::new();
+    for (name, entry) in server_entries(root).map_err(|e| e.in_file(&origin))?.into_iter().flatten() {
+        if let Some(section @ Value::Object(_)) = entry.get("oauth") {
+            let expanded =
+                expand_strings(section, &format!("servers.{name}.oauth"), &env).map_err(|e| e.in_file(&origin))?;
+            out.insert(name.clone(), expanded);
+        }
+    }
+    Ok(out)
+}
+
+fn expand_strings(value: &Value, path: &str, env: &dyn Fn(&str) -> Option<String>) -> Res<Value> {
+    Ok(match value {
+        Value::String(s) => Value::String(expand(s, path, env)?),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| Ok((k.clone(), expand_strings(v, &format!("{path}.{k}"), env)?)))
+                .collect::<Res<Map<String, Value>>>()?,
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(|v| expand_strings(v, path, env)).collect::<Res<Vec<_>>>()?),
+        other => other.clone(),
+    })
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -46,6 +46,10 @@ const ERROR_BODY_LIMIT: u64 = 64 * 1024;
 /// Where a connection's inputs go: returns `false` once nobody listens any more.
 pub type InputSink = Arc<dyn Fn(Input) -> bool + Send + Sync>;
 
+/// The access token to put on requests now (`None`: no managed credential, or
+/// none yet). Called for every request, so a refreshed token is used at once.
+pub type BearerSource = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// Runs a blocking job (one HTTP exchange or stream) on some thread.
 pub type Spawner = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 
@@ -67,6 +71,8 @@ pub struct HttpTarget {
     pub read_timeout: Duration,
     /// Largest frame accepted.
     pub max_frame: usize,
+    /// The managed credential's access token, when tether manages one.
+    pub bearer: Option<BearerSource>,
 }
 
 impl HttpTarget {
@@ -84,7 +90,7 @@ impl HttpTarget {
         let policy = config.policy_for(&server);
         let read_timeout = Duration::from_millis(policy.request_timeout_max_ms + 10_000);
         let max_frame = config.limits.max_frame_bytes as usize;
-        HttpTarget { server, generation, url, headers, legacy, read_timeout, max_frame }
+        HttpTarget { server, generation, url, headers, legacy, read_timeout, max_frame, bearer: None }
     }
 }
 
@@ -104,6 +110,7 @@ struct Shared {
     /// no read timeout.
     lasting_agent: ureq::Agent,
     max_frame: usize,
+    bearer: Option<BearerSource>,
     inputs: InputSink,
     spawn: Spawner,
     state: Mutex<State>,
@@ -191,6 +198,7 @@ impl HttpBackend {
             agent,
             lasting_agent,
             max_frame: target.max_frame,
+            bearer: target.bearer,
             inputs,
             spawn,
             state: Mutex::new(State::default()),
@@ -272,6 +280,7 @@ impl HttpBackend {
                 for (k, v) in &s.headers {
                     req = req.set(k, v);
                 }
+                req = s.with_bearer(req);
                 let _ = req.call();
             }));
         }
@@ -279,6 +288,18 @@ impl HttpBackend {
 }
 
 impl Shared {
+    /// Puts the managed credential's access token on a request, unless the
+    /// configuration gives an `Authorization` header of its own.
+    fn with_bearer(&self, req: ureq::Request) -> ureq::Request {
+        if self.headers.keys().any(|k| k.eq_ignore_ascii_case("authorization")) {
+            return req;
+        }
+        match self.bearer.as_ref().and_then(|b| b()) {
+            Some(token) => req.set("Authorization", &format!("Bearer {token}")),
+            None => req,
+        }
+    }
+
     fn report(&self, input: Input) {
         if !self.state.lock().unwrap().closed {
             let _ = (self.inputs)(input);
@@ -381,6 +402,7 @@ impl Shared {
         for (k, v) in &self.headers {
             req = req.set(k, v);
         }
+        req = self.with_bearer(req);
         for (k, v) in headers {
             req = req.set(k, v);
         }
@@ -406,6 +428,9 @@ impl Shared {
     /// (a handshake-era server refusing the unknown request, a proxy) stays an HTTP
     /// failure: on a probe, the core reads it as "handshake-era server".
     fn refused(&self, frame: &str, request: Option<u64>, status: u16, response: ureq::Response) {
+        if let Some(failure) = unauthorized(status, &response) {
+            return self.failed(request, failure);
+        }
         if (400..500).contains(&status) {
             let body = error_text(response);
             if error_answering(&body, frame) {
@@ -434,6 +459,7 @@ impl Shared {
         for (k, v) in &self.headers {
             req = req.set(k, v);
         }
+        req = self.with_bearer(req);
         let in_session = {
             let state = self.state.lock().unwrap();
             if let Some(v) = &state.protocol_version {
@@ -452,6 +478,9 @@ impl Shared {
         let response = match response {
             Ok(r) => r,
             Err(ureq::Error::Status(status, r)) => {
+                if let Some(failure) = unauthorized(status, &r) {
+                    return self.failed(request, failure);
+                }
                 let status = if in_session && status == 400 && rejects_session(&error_text(r)) {
                     // The spec answers a request in an unknown session with 404; the
                     // TypeScript SDK's example servers (and servers built from them)
@@ -531,6 +560,7 @@ impl Shared {
         for (k, v) in &self.headers {
             req = req.set(k, v);
         }
+        req = self.with_bearer(req);
         {
             let state = self.state.lock().unwrap();
             if let Some(id) = &state.session_id {
@@ -600,12 +630,15 @@ impl Shared {
         for (k, v) in &self.headers {
             req = req.set(k, v);
         }
+        req = self.with_bearer(req);
         match req.call() {
             Ok(r) => {
                 let _ = self.read_sse(r.into_reader(), true, None, None);
                 self.failed(None, Failure::Reset);
             }
-            Err(ureq::Error::Status(status, _)) => self.failed(None, Failure::Http { status }),
+            Err(ureq::Error::Status(status, r)) => {
+                self.failed(None, unauthorized(status, &r).unwrap_or(Failure::Http { status }))
+            }
             Err(ureq::Error::Transport(t)) => self.failed(None, transport_failure(&t)),
         }
     }
@@ -621,6 +654,16 @@ impl Shared {
 }
 
 /// The start of an error response's body, for telling what it is about.
+/// A 401 or 403 as the failure the core acts on, with what `WWW-Authenticate` said.
+fn unauthorized(status: u16, response: &ureq::Response) -> Option<Failure> {
+    if !matches!(status, 401 | 403) {
+        return None;
+    }
+    let challenge =
+        response.all("WWW-Authenticate").into_iter().find_map(crate::oauth::challenge::parse).unwrap_or_default();
+    Some(Failure::Unauthorized { status, challenge })
+}
+
 fn error_text(response: ureq::Response) -> String {
     let mut text = String::new();
     let _ = response.into_reader().take(ERROR_BODY_LIMIT).read_to_string(&mut text);
@@ -896,6 +939,7 @@ mod tests {
             legacy: false,
             read_timeout,
             max_frame: 1 << 20,
+            bearer: None,
         };
         (HttpBackend::connect(target, sink, spawn), rx)
     }
@@ -1089,6 +1133,48 @@ mod tests {
             "- []",
         ];
         assert_eq!(log.lock().unwrap().clone(), expected);
+    }
+
+    #[test]
+    fn the_managed_token_goes_on_every_request_and_a_refusal_carries_its_challenge() {
+        let (url, _) = serve_seen(|seen, _| {
+            Answer::Reply(match seen.header("Authorization") {
+                Some("Bearer fresh") => handshake(),
+                _ => reply(401, "application/json", "{}").with_header(
+                    "WWW-Authenticate: Bearer error=\"invalid_token\", scope=\"mcp:read\", resource_metadata=\"http://x/prm\""
+                        .parse::<tiny_http::Header>()
+                        .unwrap(),
+                ),
+            })
+        });
+        let token = Arc::new(Mutex::new("stale".to_string()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = Mutex::new(tx);
+        let sink: InputSink = Arc::new(move |input| tx.lock().unwrap().send(input).is_ok());
+        let spawn: Spawner = Arc::new(|job| drop(std::thread::spawn(job)));
+        let source = token.clone();
+        let target = HttpTarget {
+            server: "web".into(),
+            generation: 1,
+            url,
+            headers: BTreeMap::new(),
+            legacy: false,
+            read_timeout: Duration::from_secs(5),
+            max_frame: 1 << 20,
+            bearer: Some(Arc::new(move || Some(source.lock().unwrap().clone()))),
+        };
+        let backend = HttpBackend::connect(target, sink, spawn);
+        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+        backend.send(init.into(), Some(1));
+        let challenge = tether_core::credential::Challenge {
+            error: Some("invalid_token".into()),
+            scope: Some("mcp:read".into()),
+            resource_metadata: Some("http://x/prm".into()),
+        };
+        assert_eq!(next_input(&rx), failed(1, Failure::Unauthorized { status: 401, challenge }));
+        *token.lock().unwrap() = "fresh".into();
+        backend.send(init.into(), Some(1));
+        assert!(frame_of(next_input(&rx)).contains("protocolVersion"), "the refreshed token is used at once");
     }
 
     #[test]

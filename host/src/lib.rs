@@ -7,8 +7,10 @@
 
 pub mod clock;
 pub mod config_file;
+pub mod credentials;
 pub mod flags;
 pub mod http_backend;
 pub mod launch;
 pub mod logging;
+pub mod oauth;
 pub mod recorder;

@@ -63,6 +63,8 @@ struct State {
     clock: Clock,
     record: Option<Recorder>,
     on_event: Option<EventSink>,
+    /// Remote backends' OAuth credentials.
+    credentials: tether_host::credentials::Credentials,
     connections: HashMap<ServerName, (u64, Connection)>,
     clients: HashMap<SessionId, ClientSink>,
     /// The deadline the timer thread sleeps until (`None`: no deadline).
@@ -99,6 +101,7 @@ impl Engine {
         clock: Clock,
         record: Option<Recorder>,
         on_event: Option<EventSink>,
+        credentials: tether_host::credentials::Credentials,
     ) -> std::io::Result<(Arc<Engine>, EngineThreads)> {
         let (spawn_tx, spawn_rx) = sync_channel::<SpawnRequest>(0);
         let engine = Arc::new(Engine {
@@ -107,6 +110,7 @@ impl Engine {
                 clock,
                 record,
                 on_event,
+                credentials,
                 connections: HashMap::new(),
                 clients: HashMap::new(),
                 timer_at: None,
@@ -264,6 +268,9 @@ impl State {
         if let Some(r) = self.record.as_mut() {
             r.record(now, &input, self.gw.redactor());
         }
+        if let Input::ConfigReloaded { config } = &input {
+            self.credentials.reload(config);
+        }
         if let Err(e) = self.gw.handle(now, input) {
             tracing::error!("host contract violation: {e}");
         }
@@ -309,8 +316,9 @@ impl State {
             }
             Action::ConnectHttp { server, generation, url, headers, legacy_sse } => {
                 self.close_connection(&server);
-                let target =
+                let mut target =
                     HttpTarget::for_action(self.gw.config(), server.clone(), generation, url, headers, legacy_sse);
+                target.bearer = self.credentials.bearer(&server);
                 let inputs = InputSender(engine.clone());
                 let sink: InputSink = Arc::new(move |input| inputs.send(input));
                 let spawn: Spawner = Arc::new(|job| {
@@ -330,8 +338,15 @@ impl State {
                 self.clients.remove(&session);
             }
             Action::Authorize { server, step } => {
-                // Managed credentials are not configured by this runtime yet.
-                tracing::debug!(server = %server, "credential step {step} not carried out");
+                tracing::debug!(server = %server, "credential: {step}");
+                let inputs = InputSender(engine.clone());
+                let sink: InputSink = Arc::new(move |input| inputs.send(input));
+                let spawn: Spawner = Arc::new(|job| {
+                    if let Err(e) = std::thread::Builder::new().name("oauth".into()).spawn(job) {
+                        tracing::error!("cannot start an OAuth thread: {e}");
+                    }
+                });
+                self.credentials.execute(server, step, sink, &spawn);
             }
             Action::Emit { event } => {
                 log_event(&event);

@@ -17,9 +17,17 @@ pub struct HostBuilder {
     seed: Option<u64>,
     record: Option<File>,
     on_event: Option<EventSink>,
+    credentials: Option<tether_host::credentials::Credentials>,
 }
 
 impl HostBuilder {
+    /// Keeps remote backends' OAuth credentials in `credentials` (without it, a
+    /// backend that needs a login stays `requires_reauth`).
+    pub fn credentials(mut self, credentials: tether_host::credentials::Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
     /// Seeds the jitter of backoff delays (random when not set).
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
@@ -53,7 +61,10 @@ impl HostBuilder {
                 .map_err(|e| tracing::error!("cannot record the trace: {e}"))
                 .ok()
         });
-        let (engine, threads) = Engine::start(gw, clock, record, self.on_event).expect("the host's threads start");
+        let mut credentials = self.credentials.unwrap_or_else(tether_host::credentials::Credentials::none);
+        credentials.sync(&self.config);
+        let (engine, threads) =
+            Engine::start(gw, clock, record, self.on_event, credentials).expect("the host's threads start");
         Ok(Host { engine, threads: Some(threads), next_session: AtomicU64::new(1) })
     }
 }
@@ -104,7 +115,7 @@ pub struct Host {
 impl Host {
     /// A builder for a host serving `config`.
     pub fn builder(config: Config) -> HostBuilder {
-        HostBuilder { config, seed: None, record: None, on_event: None }
+        HostBuilder { config, seed: None, record: None, on_event: None, credentials: None }
     }
 
     /// Starts a host for `config` with default settings.

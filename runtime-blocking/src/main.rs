@@ -87,7 +87,9 @@ fn serve(cli: &Cli) -> Result<(), String> {
     let config = load_config(cli.config.as_deref(), &cli.policy)?;
     let max_frame = config.limits.max_frame_bytes as usize;
     let backends = config.servers.len();
-    let mut builder = Host::builder(config).seed(cli.policy.seed());
+    let credentials =
+        tether_host::credentials::Credentials::from_config_file(config_path(cli.config.as_deref()).as_deref())?;
+    let mut builder = Host::builder(config).seed(cli.policy.seed()).credentials(credentials);
     if let Some(path) = &cli.record {
         builder = builder.record(std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?);
     }

@@ -30,6 +30,7 @@ pub fn seed(cli: &Cli) -> u64 {
 pub fn host(cli: &Cli, config: &Config) -> Result<Host, String> {
     let seed = seed(cli);
     let mut host = Host::new(config.clone(), seed).map_err(|e| e.to_string())?;
+    host.set_credentials(tether_host::credentials::Credentials::from_config_file(cli_config_path(cli).as_deref())?);
     if let Some(path) = &cli.record {
         let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
         host.record_to(file, config, seed).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -65,6 +65,9 @@ pub enum Command {
     /// every backend is online (or dormant), 1 when one is not, 2 when tether cannot
     /// be reached or refuses the token.
     Status(StatusArgs),
+    /// Log in to remote servers that use OAuth, see where each login stands, log out.
+    #[command(subcommand)]
+    Auth(AuthCommand),
     /// Run a recorded trace through the engine and print the actions.
     Replay {
         /// The trace file.
@@ -79,6 +82,26 @@ pub enum Command {
     /// Run the built-in mock MCP backend (used by the demo and tests).
     #[command(hide = true)]
     MockBackend(crate::mock_backend::MockOptions),
+}
+
+/// `tether auth ...`.
+#[derive(Debug, Subcommand)]
+pub enum AuthCommand {
+    /// Log in to one remote server: prints the URL, opens it in the browser
+    /// ($BROWSER, else the system's opener), waits for the login and stores the
+    /// credential where a running tether picks it up.
+    Login {
+        /// The server's name in the configuration.
+        name: String,
+    },
+    /// Each remote server whose login tether manages: method, scopes, expiry,
+    /// whether it renews itself.
+    Status,
+    /// Revoke the server's tokens where it supports that, and delete the stored credential.
+    Logout {
+        /// The server's name in the configuration.
+        name: String,
+    },
 }
 
 /// How `status` reaches a running tether and what it prints.

@@ -60,6 +60,8 @@ pub struct Host {
     queries: Sender<Query>,
     queries_rx: Receiver<Query>,
     events: Arc<EventLog>,
+    /// Remote backends' OAuth credentials.
+    credentials: tether_host::credentials::Credentials,
 }
 
 /// What the status endpoints need from the host: a way to ask it questions and
@@ -94,7 +96,14 @@ impl Host {
             http: None,
             record: None,
             reports: None,
+            credentials: tether_host::credentials::Credentials::none(),
         })
+    }
+
+    /// Keeps remote backends' OAuth credentials in `credentials` (before the run).
+    pub fn set_credentials(&mut self, mut credentials: tether_host::credentials::Credentials) {
+        credentials.sync(self.gw.config());
+        self.credentials = credentials;
     }
 
     /// Writes every input to `file` as a trace (header first). Secrets are
@@ -218,6 +227,9 @@ impl Host {
         if let Some(r) = self.record.as_mut() {
             r.record(now, &input, self.gw.redactor());
         }
+        if let Input::ConfigReloaded { config } = &input {
+            self.credentials.reload(config);
+        }
         let result = self.gw.handle(now, input);
         self.execute_pending();
         result
@@ -251,8 +263,9 @@ impl Host {
             }
             Action::ConnectHttp { server, generation, url, headers, legacy_sse } => {
                 self.close_connection(&server);
-                let target =
+                let mut target =
                     HttpTarget::for_action(self.gw.config(), server.clone(), generation, url, headers, legacy_sse);
+                target.bearer = self.credentials.bearer(&server);
                 let inputs = self.inputs.clone();
                 let sink: InputSink = Arc::new(move |input| inputs.send_blocking(input).is_ok());
                 let spawn: Spawner = Arc::new(|job| smol::unblock(job).detach());
@@ -287,8 +300,11 @@ impl Host {
                 self.report(Report::ClientClosed(session));
             }
             Action::Authorize { server, step } => {
-                // Managed credentials are not configured by this runtime yet.
-                tracing::debug!(server = %server, "credential step {step} not carried out");
+                tracing::debug!(server = %server, "credential: {step}");
+                let inputs = self.inputs.clone();
+                let sink: InputSink = Arc::new(move |input| inputs.send_blocking(input).is_ok());
+                let spawn: Spawner = Arc::new(|job| smol::unblock(job).detach());
+                self.credentials.execute(server, step, sink, &spawn);
             }
             Action::Emit { event } => {
                 log_event(&event);

@@ -3,6 +3,7 @@
 //! (retries, status, timeouts, MCP semantics) is the core's.
 
 pub mod app;
+pub mod auth_cli;
 pub mod check;
 pub mod cli;
 pub mod client_stdio;

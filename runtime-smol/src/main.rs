@@ -13,6 +13,7 @@ fn main() -> ExitCode {
         None => app::serve(&cli, &ServeArgs::default()),
         Some(Command::Serve(ref args)) => app::serve(&cli, args),
         Some(Command::Check) => check::run(&cli),
+        Some(Command::Auth(ref command)) => tether_smol::auth_cli::run(&cli, command),
         Some(Command::Status(ref args)) => Ok(tether_smol::status_cli::run(args)),
         Some(Command::Replay { ref trace, json }) => app::replay(trace, json),
         Some(Command::Demo) => tether_smol::demo::run(),

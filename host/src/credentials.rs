@@ -1,0 +1,140 @@
+//! The OAuth credentials of a running tether's remote backends: one
+//! [`Authority`] per backend whose credential tether manages, the access token
+//! each of its connections puts on requests, and the execution of the engine's
+//! [`tether_core::Action::Authorize`] steps. Both runtimes use it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tether_core::credential::{AuthStep, CredentialFailure, CredentialUpdate};
+use tether_core::{Config, Input, ServerName, Transport};
+
+use crate::http_backend::{BearerSource, InputSink, Spawner};
+use crate::oauth::{Authority, CredentialStore, FileStore, OAuthSettings};
+
+/// Every managed credential of one tether process.
+pub struct Credentials {
+    /// The configuration file the settings come from, re-read on reload.
+    path: Option<PathBuf>,
+    store: Option<Arc<dyn CredentialStore>>,
+    settings: BTreeMap<String, OAuthSettings>,
+    authorities: BTreeMap<ServerName, (String, Arc<Authority>)>,
+}
+
+impl Credentials {
+    /// Credentials kept in `store`, with the `oauth` settings of each backend.
+    pub fn new(store: Option<Arc<dyn CredentialStore>>, settings: BTreeMap<String, OAuthSettings>) -> Self {
+        Credentials { path: None, store, settings, authorities: BTreeMap::new() }
+    }
+
+    /// Credentials in the user's state directory, with the settings of the
+    /// configuration file at `path` (none without a file).
+    pub fn from_config_file(path: Option<&Path>) -> Result<Self, String> {
+        let settings = match path {
+            Some(path) => settings_of(path)?,
+            None => BTreeMap::new(),
+        };
+        let store: Option<Arc<dyn CredentialStore>> = match FileStore::open_default() {
+            Ok(store) => Some(Arc::new(store)),
+            Err(e) => {
+                tracing::warn!("no credential store ({e}): logins will not be kept");
+                None
+            }
+        };
+        let mut credentials = Credentials::new(store, settings);
+        credentials.path = path.map(Path::to_path_buf);
+        Ok(credentials)
+    }
+
+    /// No store and no settings: every step is answered that nothing can be kept
+    /// (for embedders and tests that manage no credential).
+    pub fn none() -> Self {
+        Credentials::new(None, BTreeMap::new())
+    }
+
+    /// Matches the authorities to a reloaded `config`, re-reading the settings
+    /// from the file first; on a settings error the old ones stay.
+    pub fn reload(&mut self, config: &Config) {
+        if let Some(path) = &self.path {
+            match settings_of(path) {
+                Ok(settings) => self.settings = settings,
+                Err(e) => tracing::error!("OAuth settings not reloaded: {e}"),
+            }
+        }
+        self.sync(config);
+    }
+
+    /// Matches the authorities to `config`: one per backend whose credential is
+    /// managed; a backend whose URL or settings changed gets a fresh one.
+    pub fn sync(&mut self, config: &Config) {
+        let Some(store) = self.store.clone() else { return };
+        let wanted: BTreeMap<&String, &String> = config
+            .servers
+            .iter()
+            .filter(|(_, s)| s.manages_credential())
+            .filter_map(|(name, s)| match &s.transport {
+                Transport::Http { url, .. } | Transport::Sse { url, .. } => Some((name, url)),
+                Transport::Stdio { .. } => None,
+            })
+            .collect();
+        self.authorities.retain(|name, (url, _)| wanted.get(&name.to_string()).is_some_and(|u| *u == url));
+        for (name, url) in wanted {
+            if self.authorities.contains_key(name.as_str()) {
+                continue;
+            }
+            let settings = self.settings.get(name).cloned().unwrap_or_default();
+            let authority = Authority::new(name.as_str().into(), url.clone(), settings, store.clone());
+            self.authorities.insert(name.as_str().into(), (url.clone(), Arc::new(authority)));
+        }
+    }
+
+    /// The authority of one backend, if tether manages its credential.
+    pub fn authority(&self, server: &str) -> Option<&Arc<Authority>> {
+        self.authorities.get(server).map(|(_, a)| a)
+    }
+
+    /// What a connection to `server` calls for its access token.
+    pub fn bearer(&self, server: &str) -> Option<BearerSource> {
+        let authority = self.authority(server)?.clone();
+        Some(Arc::new(move || authority.bearer()))
+    }
+
+    /// Carries out one step for `server`, reporting through `inputs`. Reading and
+    /// forgetting are done at once (the connection that follows needs the token);
+    /// the network steps run on a worker.
+    pub fn execute(&self, server: ServerName, step: AuthStep, inputs: InputSink, spawn: &Spawner) {
+        let report_to = server.clone();
+        let report: Arc<dyn Fn(CredentialUpdate) + Send + Sync> = Arc::new(move |update| {
+            let _ = inputs(Input::Credential { server: report_to.clone(), update });
+        });
+        let Some(authority) = self.authority(&server).cloned() else {
+            // No store (no home directory): nothing is stored, and no login can be kept.
+            match step {
+                AuthStep::Discard => {}
+                AuthStep::Load => report(CredentialUpdate::Missing),
+                _ => report(CredentialUpdate::Failed {
+                    reason: CredentialFailure::Rejected,
+                    message: "no credential store: set TETHER_STATE_DIR or HOME".into(),
+                }),
+            }
+            return;
+        };
+        match step {
+            AuthStep::Load | AuthStep::Discard => authority.execute(step, report),
+            step => spawn(Box::new(move || authority.execute(step, report))),
+        }
+    }
+}
+
+fn settings_of(path: &Path) -> Result<BTreeMap<String, OAuthSettings>, String> {
+    let sections = crate::config_file::oauth_sections(path).map_err(|e| e.to_string())?;
+    sections
+        .into_iter()
+        .map(|(name, value)| {
+            serde_json::from_value(value)
+                .map(|s| (name.clone(), s))
+                .map_err(|e| format!("{}: servers.{name}.oauth: {e}", path.display()))
+        })
+        .collect()
+}

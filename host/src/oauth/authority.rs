@@ -1,0 +1,847 @@
+//! One remote backend's credential, held by the host: the steps the engine asks for
+//! ([`AuthStep`]) carried out against the authorization server and the store, and
+//! the token put on every request.
+//!
+//! The refresh is the heart of it, because a rotating refresh token may be used
+//! once: under the store's lock, a token another process refreshed meanwhile is
+//! adopted (no request at all); otherwise the refresh grant is sent and its answer
+//! written to the store before it is held (so no process ever uses a refresh token
+//! that is not on disk); and an `invalid_grant` is believed only after the store
+//! was read again and still holds the refresh token that failed.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use tether_core::credential::{AuthStep, Challenge, CredentialFailure, CredentialUpdate};
+use tether_core::ServerName;
+
+use super::assertion::SigningKey;
+use super::discovery::{self, Discovery};
+use super::login::{self, AuthorizationRequest, Expected, Loopback};
+use super::pkce::{self, Pkce};
+use super::registration;
+use super::secret::Secret;
+use super::store::{store_key, ClientRecord, ClientSource, CredentialStore, StoredCredential, TokenRecord};
+use super::token::{self, ClientAuth, Granted};
+use super::transport::Http;
+use super::{browser, unix_now, Failure, Grant, OAuthSettings};
+
+/// How long the store's lock is held at most: longer than a token request may take
+/// ([`super::transport::REQUEST_TIMEOUT`]), so a live holder never loses it.
+const LEASE: Duration = Duration::from_secs(45);
+/// A stored token expiring sooner than this is refreshed rather than adopted.
+const ADOPT_MARGIN_SECS: u64 = 10;
+
+/// Reports a step's outcome to the engine (from a worker or a login thread).
+pub type Report = Arc<dyn Fn(CredentialUpdate) + Send + Sync>;
+
+/// What `tether auth status` shows about a backend's credential: no secrets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AuthStatus {
+    /// How tokens are obtained: `oauth (authorization code)` or `client credentials`.
+    pub method: &'static str,
+    /// Whether a usable token is held or stored (fresh, or renewable without a person).
+    pub logged_in: bool,
+    /// The authorization server's issuer, if known.
+    pub issuer: Option<String>,
+    /// The granted scopes, if known.
+    pub scope: Option<String>,
+    /// When the access token expires (unix seconds), if known.
+    pub expires_at: Option<u64>,
+    /// Whether it can be renewed without a person.
+    pub refreshable: bool,
+    /// Whether an interactive login is waiting for the person.
+    pub login_pending: bool,
+}
+
+impl std::fmt::Display for AuthStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.method, if self.logged_in { "logged in" } else { "not logged in" })?;
+        if let Some(issuer) = &self.issuer {
+            write!(f, ", issuer {issuer}")?;
+        }
+        if let Some(scope) = &self.scope {
+            write!(f, ", scope {scope:?}")?;
+        }
+        if let Some(at) = self.expires_at {
+            let now = unix_now();
+            if at > now {
+                write!(f, ", expires in {}s", at - now)?;
+            } else {
+                write!(f, ", expired")?;
+            }
+        }
+        if self.refreshable {
+            write!(f, ", refreshable")?;
+        }
+        if self.login_pending {
+            write!(f, ", login pending")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a finished `tether auth login` got.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LoginSummary {
+    /// The authorization server's issuer.
+    pub issuer: String,
+    /// The granted scopes, if known.
+    pub scope: Option<String>,
+    /// When the access token expires (unix seconds), if said.
+    pub expires_at: Option<u64>,
+    /// Whether it can be renewed without a person.
+    pub refreshable: bool,
+}
+
+/// What this process holds for the backend.
+#[derive(Default)]
+struct Held {
+    /// The credential in use (its access token goes on requests).
+    credential: Option<StoredCredential>,
+    /// The last challenge with anything in it: a login that follows an `Obtain`
+    /// (whose challenge the engine does not repeat) still knows the scope asked for.
+    challenge: Challenge,
+    /// The scopes the last authorization request asked for.
+    requested_scope: Option<String>,
+    /// The refresh token the last `invalid_grant` was about: what `Discard` deletes.
+    dead_refresh: Option<Secret>,
+}
+
+/// A login prepared up to the authorization URL.
+struct Prepared {
+    loopback: Loopback,
+    expected: Expected,
+    url: String,
+    exchange: Exchange,
+}
+
+/// What the code exchange of a prepared login needs.
+struct Exchange {
+    discovery: Discovery,
+    client: ClientRecord,
+    redirect_uri: String,
+    verifier: Secret,
+    scope: Option<String>,
+}
+
+/// One remote backend's OAuth credential and the means to keep it alive. Shared as
+/// `Arc<Authority>` by the backend's connection (which calls [`Authority::bearer`]
+/// per request) and the worker that runs [`Authority::execute`].
+pub struct Authority {
+    server: ServerName,
+    url: String,
+    settings: OAuthSettings,
+    store: Arc<dyn CredentialStore>,
+    key: String,
+    http: Http,
+    signing_key: Option<Result<SigningKey, String>>,
+    held: Mutex<Held>,
+    /// The cancel flag of the login waiting in the background, if any.
+    login: Mutex<Option<Arc<AtomicBool>>>,
+}
+
+impl std::fmt::Debug for Authority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authority")
+            .field("server", &self.server)
+            .field("url", &self.url)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl Authority {
+    /// The credential keeper of backend `server` at `url`, with its settings and the
+    /// store shared by all backends. Nothing is read or sent until a step asks.
+    pub fn new(server: ServerName, url: String, settings: OAuthSettings, store: Arc<dyn CredentialStore>) -> Self {
+        let key = store_key(&url, settings.client_id.as_deref());
+        let signing_key = load_signing_key(&settings);
+        Authority {
+            server,
+            url,
+            settings,
+            store,
+            key,
+            http: Http::new(),
+            signing_key,
+            held: Mutex::new(Held::default()),
+            login: Mutex::new(None),
+        }
+    }
+
+    /// The access token to put on a request now (`Authorization: Bearer ...`), if
+    /// one is held. Cheap: called for every request.
+    pub fn bearer(&self) -> Option<String> {
+        let held = self.held();
+        held.credential.as_ref()?.token.as_ref().map(|t| t.access_token.expose().to_owned())
+    }
+
+    /// Carries out `step` and reports its outcome through `report`. Blocking: run it
+    /// on a worker thread. `Login` returns once the URL is reported
+    /// (`LoginPending`); its outcome is reported later from the login's own thread.
+    /// `Discard` reports nothing.
+    pub fn execute(self: &Arc<Self>, step: AuthStep, report: Report) {
+        tracing::debug!(server = %self.server, "oauth step: {step}");
+        let outcome = match step {
+            AuthStep::Load => Ok(self.load()),
+            AuthStep::Obtain { challenge } => self.obtain(&challenge),
+            AuthStep::Refresh => self.refresh(),
+            AuthStep::Login { challenge } => match self.start_login(&challenge, report.clone()) {
+                Ok(()) => return,
+                Err(f) => Err(f),
+            },
+            AuthStep::Discard => {
+                self.discard();
+                return;
+            }
+        };
+        let update = outcome.unwrap_or_else(Failure::update);
+        tracing::debug!(server = %self.server, "oauth outcome: {update}");
+        report(update);
+    }
+
+    /// The interactive login of `tether auth login NAME`: prints the URL to `out`,
+    /// opens the browser if allowed, waits for the person (at most ten minutes),
+    /// stores the credential. With the client credentials grant, just gets and
+    /// stores a token.
+    pub fn login_blocking(&self, out: &mut dyn Write) -> Result<LoginSummary, String> {
+        if self.settings.grant == Grant::ClientCredentials {
+            let discovery =
+                discovery::discover(&self.http, &self.url, &Challenge::default(), None).map_err(|f| f.message)?;
+            self.client_credentials(&discovery, &Challenge::default()).map_err(|f| f.message)?;
+        } else {
+            let challenge = self.probe_challenge();
+            let prepared = self.prepare_login(&challenge).map_err(|f| f.message)?;
+            let io = |e: std::io::Error| e.to_string();
+            writeln!(out, "To log in to {}, open this URL in a browser:\n\n    {}\n", self.server, prepared.url)
+                .map_err(io)?;
+            if self.settings.open_browser {
+                if let Err(e) = browser::open(&prepared.url) {
+                    writeln!(out, "({e}; open the URL by hand.)").map_err(io)?;
+                }
+            }
+            writeln!(
+                out,
+                "Waiting for the login to finish (at most {} minutes)...",
+                login::LOGIN_TIMEOUT.as_secs() / 60
+            )
+            .map_err(io)?;
+            out.flush().map_err(io)?;
+            let never = AtomicBool::new(false);
+            let code = match prepared.loopback.wait(&prepared.expected, login::LOGIN_TIMEOUT, &never) {
+                Some(Ok(code)) => code,
+                Some(Err(f)) => return Err(f.message),
+                None => return Err("the login was cancelled".into()),
+            };
+            drop(prepared.loopback);
+            self.finish_login(prepared.exchange, &code).map_err(|f| f.message)?;
+        }
+        let held = self.held();
+        let credential = held.credential.as_ref().ok_or("no credential after the login")?;
+        let token = credential.token.as_ref().ok_or("no token after the login")?;
+        Ok(LoginSummary {
+            issuer: credential.issuer.clone(),
+            scope: token.scope.clone(),
+            expires_at: token.expires_at,
+            refreshable: self.refreshable(token),
+        })
+    }
+
+    /// Where the credential stands, from memory or else the store (no network).
+    pub fn status(&self) -> AuthStatus {
+        let method = match self.settings.grant {
+            Grant::AuthorizationCode => "oauth (authorization code)",
+            Grant::ClientCredentials => "client credentials",
+        };
+        let login_pending = self.login.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        let credential = self.held().credential.clone().or_else(|| self.read_store());
+        let token = credential.as_ref().and_then(|c| c.token.as_ref());
+        let refreshable = token.is_some_and(|t| self.refreshable(t));
+        AuthStatus {
+            method,
+            logged_in: token.is_some_and(|t| refreshable || t.fresh_at(unix_now(), 0)),
+            issuer: credential.as_ref().map(|c| c.issuer.clone()),
+            scope: token.and_then(|t| t.scope.clone()),
+            expires_at: token.and_then(|t| t.expires_at),
+            refreshable,
+            login_pending,
+        }
+    }
+
+    /// Logs out: revokes the refresh token, then the access token, where the
+    /// authorization server offers revocation (failures there are logged, not
+    /// fatal), and deletes the stored credential (registration included).
+    pub fn logout(&self) -> Result<(), String> {
+        self.cancel_login();
+        let _guard = self.store.lock(&self.key, LEASE).map_err(|e| format!("locking the credential store: {e}"))?;
+        let credential = self.read_store().or_else(|| self.held().credential.clone());
+        if let Some(c) = &credential {
+            if let (Some(endpoint), Some(t)) = (&c.revocation_endpoint, &c.token) {
+                match self.client_auth(&c.client, &c.issuer, None) {
+                    Ok(auth) => {
+                        let tokens =
+                            [(t.refresh_token.as_ref(), "refresh_token"), (Some(&t.access_token), "access_token")];
+                        for (value, hint) in tokens {
+                            if let Some(value) = value {
+                                if let Err(f) = token::revoke(&self.http, endpoint, &auth, value, hint) {
+                                    tracing::warn!(server = %self.server, "revoking the {hint}: {}", f.message);
+                                }
+                            }
+                        }
+                    }
+                    Err(f) => tracing::warn!(server = %self.server, "cannot revoke: {}", f.message),
+                }
+            }
+        }
+        self.store.delete(&self.key).map_err(|e| format!("deleting the stored credential: {e}"))?;
+        let mut held = self.held();
+        held.credential = None;
+        held.requested_scope = None;
+        Ok(())
+    }
+
+    fn held(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read_store(&self) -> Option<StoredCredential> {
+        match self.store.load(&self.key) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(server = %self.server, "reading the stored credential: {e}");
+                None
+            }
+        }
+    }
+
+    fn lock_store(&self) -> Result<Box<dyn super::store::LeaseGuard>, Failure> {
+        self.store
+            .lock(&self.key, LEASE)
+            .map_err(|e| Failure::unavailable(format!("locking the credential store: {e}")))
+    }
+
+    /// Writes `credential` (the caller holds the store's lock) and then holds it. A
+    /// failed write is logged: the token still works in this process.
+    fn persist_locked(&self, credential: StoredCredential) {
+        if let Err(e) = self.store.save(&self.key, &credential) {
+            tracing::warn!(server = %self.server, "storing the credential failed, it lasts only this process: {e}");
+        }
+        self.held().credential = Some(credential);
+    }
+
+    fn refreshable(&self, token: &TokenRecord) -> bool {
+        token.refresh_token.is_some() || self.settings.grant == Grant::ClientCredentials
+    }
+
+    /// `Ready` for a held token, or `None` when it is expired and cannot be renewed.
+    fn ready(&self, token: &TokenRecord) -> Option<CredentialUpdate> {
+        let refreshable = self.refreshable(token);
+        let expires_in_ms = token.expires_at.map(|at| at.saturating_sub(unix_now()).saturating_mul(1000));
+        if expires_in_ms == Some(0) && !refreshable {
+            return None;
+        }
+        Some(CredentialUpdate::Ready { expires_in_ms, refreshable, scope: token.scope.clone() })
+    }
+
+    /// Holds `credential` (read from the store) and says `Ready`.
+    fn adopt(&self, credential: StoredCredential) -> Result<CredentialUpdate, Failure> {
+        let update = credential.token.as_ref().and_then(|t| self.ready(t));
+        match update {
+            Some(update) => {
+                self.held().credential = Some(credential);
+                Ok(update)
+            }
+            None => Ok(CredentialUpdate::LoginRequired),
+        }
+    }
+
+    /// Remembers a challenge with content; returns the one to act on.
+    fn effective_challenge(&self, challenge: &Challenge) -> Challenge {
+        let mut held = self.held();
+        if *challenge != Challenge::default() {
+            held.challenge = challenge.clone();
+        }
+        held.challenge.clone()
+    }
+
+    /// The issuer of what is held or stored: preferred when a protected resource
+    /// lists several authorization servers.
+    fn known_issuer(&self, stored: Option<&StoredCredential>) -> Option<String> {
+        self.held().credential.as_ref().or(stored).map(|c| c.issuer.clone())
+    }
+
+    // ----- Load
+
+    fn load(&self) -> CredentialUpdate {
+        let Some(credential) = self.read_store() else {
+            return CredentialUpdate::Missing;
+        };
+        match credential.token.as_ref().and_then(|t| self.ready(t)) {
+            Some(update) => {
+                self.held().credential = Some(credential);
+                update
+            }
+            None => CredentialUpdate::Missing,
+        }
+    }
+
+    // ----- Obtain
+
+    fn obtain(&self, challenge: &Challenge) -> Result<CredentialUpdate, Failure> {
+        let challenge = self.effective_challenge(challenge);
+        let stored = self.read_store();
+        let preferred = self.known_issuer(stored.as_ref());
+        let discovery = discovery::discover(&self.http, &self.url, &challenge, preferred.as_deref())?;
+        let issuer = discovery.server.issuer.clone();
+        {
+            // Tokens of another authorization server are never presented again.
+            let mut held = self.held();
+            if held.credential.as_ref().is_some_and(|c| c.issuer != issuer) {
+                held.credential = None;
+            }
+        }
+        if self.settings.grant == Grant::ClientCredentials {
+            return self.client_credentials(&discovery, &challenge);
+        }
+        let Some(stored) = stored.filter(|c| c.issuer == issuer) else {
+            return Ok(CredentialUpdate::LoginRequired);
+        };
+        let Some(token) = &stored.token else {
+            return Ok(CredentialUpdate::LoginRequired);
+        };
+        let held_access =
+            self.held().credential.as_ref().and_then(|c| c.token.as_ref()).map(|t| t.access_token.clone());
+        if held_access.as_ref() != Some(&token.access_token) && token.fresh_at(unix_now(), ADOPT_MARGIN_SECS) {
+            return self.adopt(stored);
+        }
+        if token.refresh_token.is_some() {
+            return self.refresh();
+        }
+        Ok(CredentialUpdate::LoginRequired)
+    }
+
+    /// The client credentials grant with the configured client.
+    fn client_credentials(&self, discovery: &Discovery, challenge: &Challenge) -> Result<CredentialUpdate, Failure> {
+        let _guard = self.lock_store()?;
+        self.client_credentials_locked(discovery, challenge)
+    }
+
+    fn client_credentials_locked(
+        &self,
+        discovery: &Discovery,
+        challenge: &Challenge,
+    ) -> Result<CredentialUpdate, Failure> {
+        let client_id = self
+            .settings
+            .client_id
+            .clone()
+            .ok_or_else(|| Failure::rejected("the client_credentials grant needs a configured client_id"))?;
+        let mut client = ClientRecord {
+            client_id,
+            client_secret: None,
+            source: ClientSource::Configured,
+            redirect_uri: None,
+            auth_method: None,
+        };
+        let server = &discovery.server;
+        registration::check_configured_issuer(&self.settings, &server.issuer)?;
+        if let (Some(Ok(key)), Some(algs)) =
+            (&self.signing_key, &server.token_endpoint_auth_signing_alg_values_supported)
+        {
+            if !algs.iter().any(|a| a == key.alg()) {
+                tracing::warn!(server = %self.server, "the authorization server does not list {} for private_key_jwt; trying it anyway", key.alg());
+            }
+        }
+        let auth =
+            self.client_auth(&client, &server.issuer, server.token_endpoint_auth_methods_supported.as_deref())?;
+        if matches!(auth, ClientAuth::None { .. }) {
+            return Err(Failure::rejected("the client_credentials grant needs a client_secret or a private_key"));
+        }
+        let scope = self
+            .settings
+            .scope
+            .clone()
+            .or_else(|| challenge.scope.clone())
+            .or_else(|| discovery.resource_scopes.as_ref().filter(|s| !s.is_empty()).map(|s| s.join(" ")));
+        let endpoint = server.token_endpoint()?;
+        let granted = token::client_credentials(&self.http, endpoint, &auth, &discovery.resource, scope.as_deref())?;
+        client.auth_method = Some(auth.method().to_owned());
+        let token = token_record(granted, None, scope);
+        let update = self.ready(&token).unwrap_or(CredentialUpdate::Ready {
+            expires_in_ms: None,
+            refreshable: true,
+            scope: None,
+        });
+        self.persist_locked(StoredCredential {
+            server_url: self.url.clone(),
+            issuer: server.issuer.clone(),
+            resource: discovery.resource.clone(),
+            token_endpoint: endpoint.to_owned(),
+            revocation_endpoint: server.revocation_endpoint.clone(),
+            client,
+            token: Some(token),
+            updated_at: unix_now(),
+        });
+        Ok(update)
+    }
+
+    // ----- Refresh
+
+    fn refresh(&self) -> Result<CredentialUpdate, Failure> {
+        let _guard = self.lock_store()?;
+        let stored = self.read_store();
+        let held = self.held().credential.clone();
+        let held_access = held.as_ref().and_then(|c| c.token.as_ref()).map(|t| t.access_token.clone());
+        // Another process refreshed (or logged in) since this one read the store.
+        if let Some(s) = &stored {
+            if let Some(t) = &s.token {
+                if held_access.as_ref() != Some(&t.access_token) && t.fresh_at(unix_now(), ADOPT_MARGIN_SECS) {
+                    tracing::debug!(server = %self.server, "adopting the token another process stored");
+                    return self.adopt(s.clone());
+                }
+            }
+        }
+        let base = stored.filter(|c| c.token.is_some()).or(held);
+        if self.settings.grant == Grant::ClientCredentials {
+            let discovery = match &base {
+                Some(c) => stored_discovery(c),
+                None => {
+                    discovery::discover(&self.http, &self.url, &self.effective_challenge(&Challenge::default()), None)?
+                }
+            };
+            // The same scope as the token it renews.
+            let scope = base.as_ref().and_then(|c| c.token.as_ref()).and_then(|t| t.scope.clone());
+            return self.client_credentials_locked(&discovery, &Challenge { scope, ..Challenge::default() });
+        }
+        let Some(base) = base else {
+            return Ok(CredentialUpdate::LoginRequired);
+        };
+        let Some(old) = base.token.as_ref().and_then(|t| t.refresh_token.clone()) else {
+            return Ok(CredentialUpdate::LoginRequired);
+        };
+        let auth = self.client_auth(&base.client, &base.issuer, None)?;
+        match token::refresh(&self.http, &base.token_endpoint, &auth, &old, &base.resource) {
+            Ok(granted) => {
+                let previous_scope = base.token.as_ref().and_then(|t| t.scope.clone());
+                let token = token_record(granted, Some(old), previous_scope);
+                let update = self.ready(&token).unwrap_or(CredentialUpdate::LoginRequired);
+                // Written before it is held: a rotated refresh token is on disk
+                // before anything can use it.
+                self.persist_locked(StoredCredential { token: Some(token), updated_at: unix_now(), ..base });
+                Ok(update)
+            }
+            Err(f) if f.reason == CredentialFailure::InvalidGrant => {
+                let now_stored = self.read_store();
+                let rotated = now_stored
+                    .as_ref()
+                    .and_then(|c| c.token.as_ref())
+                    .is_some_and(|t| t.refresh_token.as_ref() != Some(&old));
+                if rotated {
+                    tracing::debug!(server = %self.server, "refresh token was rotated by another process: adopting its credential");
+                    return self.adopt(now_stored.expect("checked above"));
+                }
+                self.held().dead_refresh = Some(old);
+                Err(f)
+            }
+            Err(f) => Err(f),
+        }
+    }
+
+    /// How the client authenticates at the token endpoint: a signed assertion for a
+    /// configured client with a private key; else its secret (the configured one,
+    /// or the one its registration issued) by the method its registration or the
+    /// server names; else as a public client.
+    fn client_auth(
+        &self,
+        client: &ClientRecord,
+        issuer: &str,
+        supported: Option<&[String]>,
+    ) -> Result<ClientAuth, Failure> {
+        if client.source == ClientSource::Configured {
+            if let Some(key) = &self.signing_key {
+                let key = key.as_ref().map_err(|e| Failure::rejected(format!("private_key: {e}")))?;
+                let assertion =
+                    key.client_assertion(&client.client_id, issuer, unix_now()).map_err(Failure::rejected)?;
+                return Ok(ClientAuth::Jwt { assertion: Secret::new(assertion) });
+            }
+        }
+        let secret = match client.source {
+            ClientSource::Configured => self.settings.client_secret.clone(),
+            _ => client.client_secret.clone(),
+        };
+        let method = token::choose_method(secret.is_some(), client.auth_method.as_deref(), supported);
+        Ok(ClientAuth::for_method(method, &client.client_id, secret.as_ref()))
+    }
+
+    // ----- Login
+
+    fn start_login(self: &Arc<Self>, challenge: &Challenge, report: Report) -> Result<(), Failure> {
+        // A new login replaces one still waiting (its listener closes).
+        self.cancel_login();
+        let prepared = self.prepare_login(challenge)?;
+        let cancel = Arc::new(AtomicBool::new(false));
+        *self.login.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel.clone());
+        let url = prepared.url.clone();
+        report(CredentialUpdate::LoginPending { url: url.clone() });
+        let this = Arc::clone(self);
+        let flag = cancel.clone();
+        let spawned = std::thread::Builder::new().name(format!("tether-login-{}", self.server)).spawn(move || {
+            let Prepared { loopback, expected, exchange, .. } = prepared;
+            let Some(outcome) = loopback.wait(&expected, login::LOGIN_TIMEOUT, &flag) else {
+                return; // replaced by a newer login, or logged out
+            };
+            drop(loopback);
+            let update = match outcome.and_then(|code| this.finish_login(exchange, &code)) {
+                Ok(update) => update,
+                Err(f) => {
+                    tracing::warn!(server = %this.server, "login failed: {}", f.message);
+                    f.update()
+                }
+            };
+            if this.finish_waiting(&flag) {
+                report(update);
+            }
+        });
+        if let Err(e) = spawned {
+            self.cancel_login();
+            return Err(Failure::rejected(format!("cannot wait for the login: {e}")));
+        }
+        if self.settings.open_browser {
+            if let Err(e) = browser::open(&url) {
+                tracing::info!(server = %self.server, "{e}; the login URL is reported instead");
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancels the login waiting in the background, if any.
+    fn cancel_login(&self) {
+        if let Some(flag) = self.login.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The login with `flag` ended: forgets it unless a newer one replaced it.
+    /// True if it was still the current one (its outcome is worth reporting).
+    fn finish_waiting(&self, flag: &Arc<AtomicBool>) -> bool {
+        let mut current = self.login.lock().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, flag)) {
+            *current = None;
+            return true;
+        }
+        false
+    }
+
+    /// Provokes the backend's challenge (for the CLI, which has none at hand).
+    fn probe_challenge(&self) -> Challenge {
+        match self.http.probe(&self.url) {
+            Ok((401 | 403, Some(header))) => super::challenge::parse(&header).unwrap_or_default(),
+            _ => Challenge::default(),
+        }
+    }
+
+    fn prepare_login(&self, challenge: &Challenge) -> Result<Prepared, Failure> {
+        if self.settings.grant == Grant::ClientCredentials {
+            return Err(Failure::rejected("this backend uses the client_credentials grant: no person logs in"));
+        }
+        let challenge = self.effective_challenge(challenge);
+        let stored = self.read_store();
+        let preferred = self.known_issuer(stored.as_ref());
+        let discovery = discovery::discover(&self.http, &self.url, &challenge, preferred.as_deref())?;
+        let server = &discovery.server;
+        if !server.supports_s256() {
+            return Err(Failure::rejected(format!(
+                "the authorization server {} does not list PKCE S256 in code_challenge_methods_supported: refusing to log in",
+                server.issuer
+            )));
+        }
+        let endpoint = server.authorization_endpoint.clone().ok_or_else(|| {
+            Failure::rejected(format!("the authorization server {} has no authorization endpoint", server.issuer))
+        })?;
+        // Only this issuer's registration may be reused (never another's).
+        let kept = stored.as_ref().filter(|c| c.issuer == server.issuer).map(|c| c.client.clone());
+        let loopback = self.listen(kept.as_ref()).map_err(Failure::rejected)?;
+        tracing::debug!(server = %self.server, "the login redirect listens on 127.0.0.1:{}", loopback.port());
+        let redirect_uri = loopback.redirect_uri();
+        let client = registration::identify(&self.http, &self.settings, server, kept.as_ref(), &redirect_uri)?;
+        let prior: Vec<String> = {
+            let held = self.held();
+            let granted = held.credential.as_ref().and_then(|c| c.token.as_ref()).and_then(|t| t.scope.clone());
+            granted.into_iter().chain(held.requested_scope.clone()).collect()
+        };
+        let prior: Vec<&str> = prior.iter().map(String::as_str).collect();
+        let scope = login::select_scope(
+            challenge.scope.as_deref(),
+            &prior,
+            self.settings.scope.as_deref(),
+            discovery.resource_scopes.as_deref(),
+            server,
+        );
+        let pkce = Pkce::new();
+        let state = pkce::state();
+        let url = AuthorizationRequest {
+            endpoint: &endpoint,
+            client_id: &client.client_id,
+            redirect_uri: &redirect_uri,
+            code_challenge: &pkce.challenge,
+            state: &state,
+            resource: &discovery.resource,
+            scope: scope.as_deref(),
+        }
+        .url()?;
+        self.held().requested_scope = scope.clone();
+        let expected = Expected {
+            state,
+            issuer: server.issuer.clone(),
+            iss_required: server.authorization_response_iss_parameter_supported,
+        };
+        Ok(Prepared {
+            loopback,
+            expected,
+            url,
+            exchange: Exchange { discovery, client, redirect_uri, verifier: pkce.verifier, scope },
+        })
+    }
+
+    /// The loopback listener: on the configured port; else on the port of the
+    /// stored registration (so its redirect URI still matches), falling back to any
+    /// free port (and so to a new registration) when that one is taken.
+    fn listen(&self, kept: Option<&ClientRecord>) -> Result<Loopback, String> {
+        if let Some(port) = self.settings.redirect_port {
+            return Loopback::bind(port);
+        }
+        let kept_port = kept
+            .filter(|c| c.source == ClientSource::Registered)
+            .and_then(|c| c.redirect_uri.as_deref())
+            .and_then(|u| url::Url::parse(u).ok())
+            .and_then(|u| u.port());
+        if let Some(port) = kept_port {
+            // The listener of a login that just ended may take a moment to close.
+            for attempt in 0..3 {
+                if let Ok(loopback) = Loopback::bind(port) {
+                    return Ok(loopback);
+                }
+                if attempt < 2 {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            tracing::debug!(server = %self.server, "port {port} of the stored registration is taken: registering anew");
+        }
+        Loopback::bind(0)
+    }
+
+    /// Exchanges the code and stores the credential (the registration with it).
+    fn finish_login(&self, exchange: Exchange, code: &Secret) -> Result<CredentialUpdate, Failure> {
+        let Exchange { discovery, mut client, redirect_uri, verifier, scope } = exchange;
+        let server = &discovery.server;
+        let endpoint = server.token_endpoint()?;
+        let auth =
+            self.client_auth(&client, &server.issuer, server.token_endpoint_auth_methods_supported.as_deref())?;
+        let granted =
+            token::exchange_code(&self.http, endpoint, &auth, code, &redirect_uri, &verifier, &discovery.resource)?;
+        client.auth_method = Some(auth.method().to_owned());
+        let token = token_record(granted, None, scope);
+        let update = self
+            .ready(&token)
+            .ok_or_else(|| Failure::rejected("the token endpoint granted an access token that had already expired"))?;
+        let _guard = self.lock_store()?;
+        self.persist_locked(StoredCredential {
+            server_url: self.url.clone(),
+            issuer: server.issuer.clone(),
+            resource: discovery.resource.clone(),
+            token_endpoint: endpoint.to_owned(),
+            revocation_endpoint: server.revocation_endpoint.clone(),
+            client,
+            token: Some(token),
+            updated_at: unix_now(),
+        });
+        tracing::info!(server = %self.server, issuer = %server.issuer, "logged in");
+        Ok(update)
+    }
+
+    // ----- Discard
+
+    /// Forgets the dead credential: in memory always; in the store only if the
+    /// store still holds the dead one (another process may have logged in since).
+    /// Does not wait for the store's lock.
+    /// A dynamic registration is kept (it is not a grant), so the next login reuses it.
+    fn discard(&self) {
+        let (held, dead) = {
+            let mut held = self.held();
+            (held.credential.take(), held.dead_refresh.take())
+        };
+        // Never waits (the engine may run this inline): a process holding the lock
+        // is refreshing or storing this credential, and what it writes replaces the
+        // dead one anyway.
+        let _guard = match self.store.try_lock(&self.key, LEASE) {
+            Ok(Some(g)) => g,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(server = %self.server, "discard: locking the credential store: {e}");
+                return;
+            }
+        };
+        let Some(mut stored) = self.read_store() else { return };
+        let Some(token) = &stored.token else { return };
+        let same_refresh = dead.is_some() && token.refresh_token == dead;
+        let same_access =
+            held.as_ref().and_then(|c| c.token.as_ref()).is_some_and(|t| t.access_token == token.access_token);
+        if !(same_refresh || same_access) {
+            return;
+        }
+        let result = if stored.client.source == ClientSource::Registered {
+            stored.token = None;
+            stored.updated_at = unix_now();
+            self.store.save(&self.key, &stored)
+        } else {
+            self.store.delete(&self.key)
+        };
+        if let Err(e) = result {
+            tracing::warn!(server = %self.server, "discarding the stored credential: {e}");
+        }
+    }
+}
+
+/// What a refresh needs to know of the authorization server, from a stored
+/// credential (no network).
+fn stored_discovery(c: &StoredCredential) -> Discovery {
+    Discovery {
+        resource: c.resource.clone(),
+        resource_scopes: None,
+        server: discovery::ServerMetadata {
+            issuer: c.issuer.clone(),
+            token_endpoint: Some(c.token_endpoint.clone()),
+            revocation_endpoint: c.revocation_endpoint.clone(),
+            documented: true,
+            ..discovery::ServerMetadata::default()
+        },
+    }
+}
+
+/// The stored form of a grant: a refresh token not rotated keeps the old one, a
+/// scope not stated is the one asked for (or held before).
+fn token_record(granted: Granted, previous_refresh: Option<Secret>, scope: Option<String>) -> TokenRecord {
+    TokenRecord {
+        access_token: granted.access_token,
+        refresh_token: granted.refresh_token.or(previous_refresh),
+        expires_at: granted.expires_in.map(|s| unix_now().saturating_add(s)),
+        scope: granted.scope.or(scope),
+        token_type: granted.token_type,
+    }
+}
+
+fn load_signing_key(settings: &OAuthSettings) -> Option<Result<SigningKey, String>> {
+    let pem = match (&settings.private_key, &settings.private_key_file) {
+        (Some(key), _) => key.expose().to_owned(),
+        (None, Some(path)) => match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) => return Some(Err(format!("reading {}: {e}", path.display()))),
+        },
+        (None, None) => return None,
+    };
+    Some(SigningKey::from_pem(&pem, settings.signing_alg.as_deref()))
+}

@@ -1,0 +1,326 @@
+//! The token endpoint (OAuth 2.1 §3.2, RFC 6749 §§4–6) and revocation (RFC 7009):
+//! the three grants tether uses, client authentication, and what the answers mean
+//! for the engine.
+//!
+//! Every request carries `resource` (RFC 8707) so the token is bound to the MCP
+//! server. A refresh sends no `scope`: the grant keeps the scope it had. Failures:
+//! `invalid_grant` is [`CredentialFailure::InvalidGrant`] (only a new login helps);
+//! a 5xx, a 429, a refused connection or a timeout is `Unavailable`; anything else
+//! is `Rejected`.
+//!
+//! [`CredentialFailure::InvalidGrant`]: tether_core::credential::CredentialFailure::InvalidGrant
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use serde_json::Value;
+use url::form_urlencoded;
+
+use super::secret::Secret;
+use super::transport::{Answer, Http};
+use super::Failure;
+
+/// `none`: a public client, identified by `client_id` in the body.
+pub const NONE: &str = "none";
+/// `client_secret_basic`: HTTP Basic with the form-encoded id and secret.
+pub const BASIC: &str = "client_secret_basic";
+/// `client_secret_post`: id and secret in the body.
+pub const POST: &str = "client_secret_post";
+/// `private_key_jwt`: a signed JWT assertion in the body (RFC 7523).
+pub const PRIVATE_KEY_JWT: &str = "private_key_jwt";
+
+/// How tether proves who it is to the token endpoint for one request.
+#[derive(Debug, Clone)]
+pub enum ClientAuth {
+    /// A public client.
+    None {
+        /// Its `client_id`.
+        client_id: String,
+    },
+    /// HTTP Basic.
+    Basic {
+        /// `client_id`.
+        client_id: String,
+        /// `client_secret`.
+        secret: Secret,
+    },
+    /// Secret in the body.
+    Post {
+        /// `client_id`.
+        client_id: String,
+        /// `client_secret`.
+        secret: Secret,
+    },
+    /// A signed JWT assertion.
+    Jwt {
+        /// The assertion (it authenticates: a secret for its short life).
+        assertion: Secret,
+    },
+}
+
+impl ClientAuth {
+    /// Builds the authentication for `method` (one of the constants here, except
+    /// `private_key_jwt`, which needs an assertion: see [`ClientAuth::Jwt`]).
+    pub fn for_method(method: &str, client_id: &str, secret: Option<&Secret>) -> ClientAuth {
+        let client_id = client_id.to_owned();
+        match (method, secret) {
+            (BASIC, Some(s)) => ClientAuth::Basic { client_id, secret: s.clone() },
+            (POST, Some(s)) => ClientAuth::Post { client_id, secret: s.clone() },
+            _ => ClientAuth::None { client_id },
+        }
+    }
+
+    /// The method's name in metadata.
+    pub fn method(&self) -> &'static str {
+        match self {
+            ClientAuth::None { .. } => NONE,
+            ClientAuth::Basic { .. } => BASIC,
+            ClientAuth::Post { .. } => POST,
+            ClientAuth::Jwt { .. } => PRIVATE_KEY_JWT,
+        }
+    }
+
+    /// Adds its body parameters to `form` and returns the `Authorization` header
+    /// value it needs, if any.
+    fn apply(&self, form: &mut Vec<(&'static str, String)>) -> Option<String> {
+        match self {
+            ClientAuth::None { client_id } => {
+                form.push(("client_id", client_id.clone()));
+                None
+            }
+            ClientAuth::Basic { client_id, secret } => Some(basic_authorization(client_id, secret.expose())),
+            ClientAuth::Post { client_id, secret } => {
+                form.push(("client_id", client_id.clone()));
+                form.push(("client_secret", secret.expose().to_owned()));
+                None
+            }
+            ClientAuth::Jwt { assertion } => {
+                form.push(("client_assertion_type", super::assertion::ASSERTION_TYPE.to_owned()));
+                form.push(("client_assertion", assertion.expose().to_owned()));
+                None
+            }
+        }
+    }
+}
+
+/// `Basic base64(urlencode(id) ":" urlencode(secret))`, the encoding RFC 6749 §2.3.1
+/// asks for (so a `:` in the id cannot be misread).
+pub fn basic_authorization(client_id: &str, secret: &str) -> String {
+    let encode = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    format!("Basic {}", STANDARD.encode(format!("{}:{}", encode(client_id), encode(secret))))
+}
+
+/// Chooses how a client holding a secret (or not) authenticates, given the method
+/// its registration named and the methods the server lists (absent means
+/// `client_secret_basic`, RFC 8414 §2). Without a secret, always `none`.
+pub fn choose_method(has_secret: bool, registered: Option<&str>, supported: Option<&[String]>) -> &'static str {
+    if !has_secret {
+        return NONE;
+    }
+    let listed = |m: &str| supported.map_or(m == BASIC, |s| s.iter().any(|x| x == m));
+    if let Some(m) = [BASIC, POST, NONE].into_iter().find(|m| Some(*m) == registered) {
+        if supported.is_none() || listed(m) {
+            return m;
+        }
+    }
+    [BASIC, POST, NONE].into_iter().find(|m| listed(m)).unwrap_or(BASIC)
+}
+
+/// What the token endpoint granted.
+#[derive(Debug, Clone)]
+pub struct Granted {
+    /// The access token.
+    pub access_token: Secret,
+    /// A refresh token, if one was issued (or rotated).
+    pub refresh_token: Option<Secret>,
+    /// Seconds until the access token expires, if said.
+    pub expires_in: Option<u64>,
+    /// The granted scope, if said (else it is the requested one).
+    pub scope: Option<String>,
+    /// `token_type` (always Bearer, case aside: others are refused).
+    pub token_type: String,
+}
+
+/// Exchanges an authorization code (with its PKCE verifier).
+pub fn exchange_code(
+    http: &Http,
+    endpoint: &str,
+    auth: &ClientAuth,
+    code: &Secret,
+    redirect_uri: &str,
+    verifier: &Secret,
+    resource: &str,
+) -> Result<Granted, Failure> {
+    let form = vec![
+        ("grant_type", "authorization_code".to_owned()),
+        ("code", code.expose().to_owned()),
+        ("redirect_uri", redirect_uri.to_owned()),
+        ("code_verifier", verifier.expose().to_owned()),
+        ("resource", resource.to_owned()),
+    ];
+    grant(http, endpoint, auth, form)
+}
+
+/// Uses a refresh token.
+pub fn refresh(
+    http: &Http,
+    endpoint: &str,
+    auth: &ClientAuth,
+    refresh_token: &Secret,
+    resource: &str,
+) -> Result<Granted, Failure> {
+    let form = vec![
+        ("grant_type", "refresh_token".to_owned()),
+        ("refresh_token", refresh_token.expose().to_owned()),
+        ("resource", resource.to_owned()),
+    ];
+    grant(http, endpoint, auth, form)
+}
+
+/// The client credentials grant (no person, no refresh token).
+pub fn client_credentials(
+    http: &Http,
+    endpoint: &str,
+    auth: &ClientAuth,
+    resource: &str,
+    scope: Option<&str>,
+) -> Result<Granted, Failure> {
+    let mut form = vec![("grant_type", "client_credentials".to_owned()), ("resource", resource.to_owned())];
+    if let Some(scope) = scope {
+        form.push(("scope", scope.to_owned()));
+    }
+    grant(http, endpoint, auth, form)
+}
+
+/// Revokes a token (RFC 7009); `hint` is `refresh_token` or `access_token`.
+pub fn revoke(http: &Http, endpoint: &str, auth: &ClientAuth, token: &Secret, hint: &str) -> Result<(), Failure> {
+    let mut form = vec![("token", token.expose().to_owned()), ("token_type_hint", hint.to_owned())];
+    let authorization = auth.apply(&mut form);
+    let answer = post(http, endpoint, &form, authorization.as_deref())?;
+    match answer.status {
+        200..=299 => Ok(()),
+        _ if answer.server_failed() => Err(Failure::unavailable(format!("revocation: {}", answer.oauth_error().1))),
+        _ => Err(Failure::rejected(format!("revocation: {}", answer.oauth_error().1))),
+    }
+}
+
+fn post(
+    http: &Http,
+    endpoint: &str,
+    form: &[(&'static str, String)],
+    authorization: Option<&str>,
+) -> Result<Answer, Failure> {
+    let pairs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    http.post_form(endpoint, &pairs, authorization)
+}
+
+fn grant(
+    http: &Http,
+    endpoint: &str,
+    auth: &ClientAuth,
+    mut form: Vec<(&'static str, String)>,
+) -> Result<Granted, Failure> {
+    let authorization = auth.apply(&mut form);
+    let answer = post(http, endpoint, &form, authorization.as_deref())?;
+    if answer.server_failed() {
+        return Err(Failure::unavailable(format!("token endpoint: {}", answer.oauth_error().1)));
+    }
+    if answer.status != 200 {
+        let (error, text) = answer.oauth_error();
+        let message = format!("token endpoint: {text}");
+        return Err(match error.as_deref() {
+            Some("invalid_grant") => Failure::invalid_grant(message),
+            _ => Failure::rejected(message),
+        });
+    }
+    parse_granted(&answer)
+}
+
+fn parse_granted(answer: &Answer) -> Result<Granted, Failure> {
+    let malformed = |what: &str| Failure::rejected(format!("token endpoint: the answer {what}"));
+    let obj = answer.object().ok_or_else(|| malformed("is not a JSON object"))?;
+    let text = |k: &str| obj.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let access_token = text("access_token").ok_or_else(|| malformed("has no access_token"))?;
+    let token_type = text("token_type").unwrap_or("Bearer");
+    if !token_type.eq_ignore_ascii_case("bearer") {
+        return Err(Failure::rejected(format!(
+            "token endpoint: token type {:?} is not supported (only Bearer)",
+            super::transport::printable(token_type)
+        )));
+    }
+    let expires_in = match obj.get("expires_in") {
+        Some(Value::Number(n)) => n.as_u64().or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
+        Some(Value::String(s)) => s.trim().parse().ok(),
+        _ => None,
+    };
+    Ok(Granted {
+        access_token: Secret::new(access_token),
+        refresh_token: text("refresh_token").map(Secret::new),
+        expires_in,
+        scope: text("scope").map(str::to_owned),
+        token_type: token_type.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tether_core::credential::CredentialFailure;
+
+    fn list(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn basic_encodes_the_parts_first() {
+        assert_eq!(basic_authorization("id", "secret"), format!("Basic {}", STANDARD.encode("id:secret")));
+        assert_eq!(basic_authorization("a:b", "c d/é"), format!("Basic {}", STANDARD.encode("a%3Ab:c+d%2F%C3%A9")));
+    }
+
+    #[test]
+    fn method_choice() {
+        assert_eq!(choose_method(false, Some(BASIC), None), NONE);
+        assert_eq!(choose_method(true, None, None), BASIC);
+        assert_eq!(choose_method(true, Some(POST), None), POST);
+        assert_eq!(choose_method(true, Some(POST), Some(&list(&[BASIC]))), BASIC);
+        assert_eq!(choose_method(true, None, Some(&list(&[POST]))), POST);
+        assert_eq!(choose_method(true, None, Some(&list(&[NONE]))), NONE);
+        assert_eq!(choose_method(true, Some(BASIC), Some(&list(&[POST, BASIC]))), BASIC);
+        assert_eq!(choose_method(true, None, Some(&list(&[PRIVATE_KEY_JWT]))), BASIC);
+    }
+
+    #[test]
+    fn auth_goes_where_the_method_says() {
+        let secret = Secret::new("s");
+        let mut form = Vec::new();
+        assert!(ClientAuth::for_method(POST, "id", Some(&secret)).apply(&mut form).is_none());
+        assert_eq!(form, vec![("client_id", "id".to_owned()), ("client_secret", "s".to_owned())]);
+        let mut form = Vec::new();
+        assert!(ClientAuth::for_method(BASIC, "id", Some(&secret)).apply(&mut form).is_some());
+        assert!(form.is_empty());
+        let mut form = Vec::new();
+        assert_eq!(ClientAuth::for_method(BASIC, "id", None).method(), NONE);
+        ClientAuth::for_method(NONE, "id", Some(&secret)).apply(&mut form);
+        assert_eq!(form, vec![("client_id", "id".to_owned())]);
+        assert!(!format!("{:?}", ClientAuth::for_method(POST, "id", Some(&secret))).contains("\"s\""));
+    }
+
+    #[test]
+    fn answers() {
+        let ok = |body| Answer { status: 200, json: Some(body) };
+        let g = parse_granted(&ok(json!({"access_token": "a", "token_type": "bearer", "expires_in": "60", "refresh_token": "r", "scope": "x y"}))).unwrap();
+        assert_eq!((g.access_token.expose(), g.expires_in, g.scope.as_deref()), ("a", Some(60), Some("x y")));
+        assert_eq!(g.refresh_token.unwrap().expose(), "r");
+        let g = parse_granted(&ok(json!({"access_token": "a", "expires_in": 3600}))).unwrap();
+        assert_eq!((g.expires_in, g.refresh_token.is_none(), g.token_type.as_str()), (Some(3600), true, "Bearer"));
+        assert_eq!(
+            parse_granted(&ok(json!({"access_token": "a", "token_type": "DPoP"}))).unwrap_err().reason,
+            CredentialFailure::Rejected
+        );
+        assert_eq!(
+            parse_granted(&ok(json!({"token_type": "Bearer"}))).unwrap_err().reason,
+            CredentialFailure::Rejected
+        );
+        assert_eq!(parse_granted(&Answer { status: 200, json: None }).unwrap_err().reason, CredentialFailure::Rejected);
+    }
+}

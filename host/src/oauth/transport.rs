@@ -1,0 +1,170 @@
+//! The HTTP exchanges with authorization servers and metadata hosts, bounded: a
+//! connect timeout, a deadline for the whole request including its body, and a cap
+//! on every body read, so a slow or hostile server can neither hang a worker thread
+//! nor fill memory.
+
+use std::io::Read;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::Failure;
+
+/// How long a TCP (and TLS) connect may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a whole request may take, its answer's body included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most of an answer's body that is read.
+pub const BODY_LIMIT: u64 = 64 * 1024;
+
+/// An answer of any status, its body read (within [`BODY_LIMIT`]).
+#[derive(Debug)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: u16,
+    /// The body as JSON, when it is JSON.
+    pub json: Option<Value>,
+}
+
+impl Answer {
+    /// Whether the server failed in a way that may pass (5xx, 429): the caller
+    /// should report `Unavailable`.
+    pub fn server_failed(&self) -> bool {
+        self.status >= 500 || self.status == 429
+    }
+
+    /// The body as a JSON object, if it is one.
+    pub fn object(&self) -> Option<&serde_json::Map<String, Value>> {
+        self.json.as_ref().and_then(Value::as_object)
+    }
+
+    /// `error` and `error_description` of an OAuth error answer (RFC 6749 §5.2), for
+    /// people: short and printable.
+    pub fn oauth_error(&self) -> (Option<String>, String) {
+        let obj = self.object();
+        let field = |k: &str| obj.and_then(|o| o.get(k)).and_then(Value::as_str).map(printable);
+        let error = field("error");
+        let text = match (&error, field("error_description")) {
+            (Some(e), Some(d)) => format!("HTTP {}: {e}: {d}", self.status),
+            (Some(e), None) => format!("HTTP {}: {e}", self.status),
+            (None, _) => format!("HTTP {}", self.status),
+        };
+        (error, text)
+    }
+}
+
+/// Cuts text a server chose down to something safe to show: at most 200
+/// characters, control characters dropped.
+pub fn printable(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(200).collect()
+}
+
+/// The client for OAuth exchanges. Cheap to clone (the agents share their pools).
+#[derive(Clone)]
+pub struct Http {
+    /// For metadata GETs: follows a few redirects.
+    fetch: ureq::Agent,
+    /// For POSTs (token, registration, revocation): never follows a redirect, so a
+    /// secret in a body is never sent anywhere but where it was addressed.
+    post: ureq::Agent,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http::new()
+    }
+}
+
+impl std::fmt::Debug for Http {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Http")
+    }
+}
+
+impl Http {
+    /// A client with the bounds above.
+    pub fn new() -> Self {
+        let builder = || {
+            ureq::AgentBuilder::new()
+                .timeout_connect(CONNECT_TIMEOUT)
+                .timeout(REQUEST_TIMEOUT)
+                .user_agent(concat!("tether/", env!("CARGO_PKG_VERSION")))
+        };
+        Http { fetch: builder().redirects(3).build(), post: builder().redirects(0).build() }
+    }
+
+    /// GET a JSON document.
+    pub fn get_json(&self, url: &str) -> Result<Answer, Failure> {
+        answer(self.fetch.get(url).set("Accept", "application/json").call())
+    }
+
+    /// GET any URL and return the status and the `WWW-Authenticate` header: used to
+    /// provoke a protected resource's challenge.
+    pub fn probe(&self, url: &str) -> Result<(u16, Option<String>), Failure> {
+        let result = self.fetch.get(url).set("Accept", "application/json, text/event-stream").call();
+        match result {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => Ok((r.status(), r.header("WWW-Authenticate").map(str::to_owned))),
+            Err(ureq::Error::Transport(t)) => Err(Failure::unavailable(format!("{url}: {t}"))),
+        }
+    }
+
+    /// POST a form (`application/x-www-form-urlencoded`), with an `Authorization`
+    /// header when given.
+    pub fn post_form(&self, url: &str, form: &[(&str, &str)], authorization: Option<&str>) -> Result<Answer, Failure> {
+        let mut request = self.post.post(url).set("Accept", "application/json");
+        if let Some(value) = authorization {
+            request = request.set("Authorization", value);
+        }
+        answer(request.send_form(form))
+    }
+
+    /// POST a JSON document.
+    pub fn post_json(&self, url: &str, body: &Value) -> Result<Answer, Failure> {
+        let request = self.post.post(url).set("Accept", "application/json").set("Content-Type", "application/json");
+        answer(request.send_string(&body.to_string()))
+    }
+}
+
+fn answer(result: Result<ureq::Response, ureq::Error>) -> Result<Answer, Failure> {
+    let response = match result {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(ureq::Error::Transport(t)) => return Err(Failure::unavailable(t.to_string())),
+    };
+    let status = response.status();
+    let url = response.get_url().to_owned();
+    let mut body = Vec::new();
+    if let Err(e) = response.into_reader().take(BODY_LIMIT + 1).read_to_end(&mut body) {
+        return Err(Failure::unavailable(format!("{url}: reading the answer: {e}")));
+    }
+    if body.len() as u64 > BODY_LIMIT {
+        return Err(Failure::rejected(format!("{url}: the answer is larger than {} KiB", BODY_LIMIT / 1024)));
+    }
+    Ok(Answer { status, json: serde_json::from_slice(&body).ok() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn oauth_errors_are_short_and_printable() {
+        let a =
+            Answer { status: 400, json: Some(json!({"error": "invalid_grant", "error_description": "gone\n\u{7}"})) };
+        assert_eq!(a.oauth_error(), (Some("invalid_grant".into()), "HTTP 400: invalid_grant: gone".into()));
+        let a = Answer { status: 503, json: None };
+        assert!(a.server_failed());
+        assert_eq!(a.oauth_error(), (None, "HTTP 503".into()));
+        assert_eq!(printable(&"x".repeat(500)).len(), 200);
+    }
+
+    #[test]
+    fn refused_connections_are_unavailable() {
+        // A loopback port that was just free: nothing listens there now.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let err = Http::new().get_json(&format!("http://127.0.0.1:{port}/x")).unwrap_err();
+        assert_eq!(err.reason, tether_core::credential::CredentialFailure::Unavailable);
+    }
+}
