@@ -6,7 +6,6 @@
 
 mod support;
 
-use serde_json::Value;
 use support::*;
 use tether_core::credential::{AuthStep, Challenge, CredentialFailure, CredentialUpdate};
 use tether_core::{Action, Config, Failure, Input, ServerConfig, Status};
@@ -60,12 +59,6 @@ fn unauthorized() -> Failure {
 
 fn connects(sim: &Sim) -> usize {
     sim.actions.iter().filter(|(_, a)| matches!(a, Action::ConnectHttp { .. })).count()
-}
-
-fn error_of(sim: &Sim, id: u64) -> Value {
-    let r = sim.response(id);
-    assert!(r.get("error").is_some(), "response to {id} is not an error: {r}\n{}", sim.log);
-    r["error"].clone()
 }
 
 /// `web` online with a one-hour refreshable token loaded from the store.

@@ -72,13 +72,6 @@ fn assert_jittered(attempt: u32, wait: u64) {
     assert!(wait <= 198_000, "attempt {attempt}: wait {wait} ms above the 180 s cap plus jitter");
 }
 
-/// The error object of the one response to `id`.
-fn error_of(sim: &Sim, id: u64) -> Value {
-    let r = sim.response(id);
-    assert!(r.get("error").is_some(), "response to {id} is not an error: {r}\n{}", sim.log);
-    r["error"].clone()
-}
-
 /// `web` online with tool `search` (no annotations: not safe to retry once
 /// delivered), and a ready client.
 fn web_online() -> Sim {

@@ -927,6 +927,14 @@ mod tests {
     }
 
     fn connect_with(url: String, read_timeout: Duration) -> (HttpBackend, std::sync::mpsc::Receiver<Input>) {
+        connect_bearing(url, read_timeout, None)
+    }
+
+    fn connect_bearing(
+        url: String,
+        read_timeout: Duration,
+        bearer: Option<BearerSource>,
+    ) -> (HttpBackend, std::sync::mpsc::Receiver<Input>) {
         let (tx, rx) = std::sync::mpsc::channel();
         let tx = Mutex::new(tx);
         let sink: InputSink = Arc::new(move |input| tx.lock().unwrap().send(input).is_ok());
@@ -939,7 +947,7 @@ mod tests {
             legacy: false,
             read_timeout,
             max_frame: 1 << 20,
-            bearer: None,
+            bearer,
         };
         (HttpBackend::connect(target, sink, spawn), rx)
     }
@@ -1148,22 +1156,9 @@ mod tests {
             })
         });
         let token = Arc::new(Mutex::new("stale".to_string()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let tx = Mutex::new(tx);
-        let sink: InputSink = Arc::new(move |input| tx.lock().unwrap().send(input).is_ok());
-        let spawn: Spawner = Arc::new(|job| drop(std::thread::spawn(job)));
         let source = token.clone();
-        let target = HttpTarget {
-            server: "web".into(),
-            generation: 1,
-            url,
-            headers: BTreeMap::new(),
-            legacy: false,
-            read_timeout: Duration::from_secs(5),
-            max_frame: 1 << 20,
-            bearer: Some(Arc::new(move || Some(source.lock().unwrap().clone()))),
-        };
-        let backend = HttpBackend::connect(target, sink, spawn);
+        let bearer: BearerSource = Arc::new(move || Some(source.lock().unwrap().clone()));
+        let (backend, rx) = connect_bearing(url, Duration::from_secs(5), Some(bearer));
         let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
         backend.send(init.into(), Some(1));
         let challenge = tether_core::credential::Challenge {

@@ -286,6 +286,13 @@ pub fn one_http() -> Config {
 
 // ----- queries over a run, shared by the scenario suites -----
 
+/// The error object of the one response to `id` (panics unless it is an error).
+pub fn error_of(sim: &Sim, id: u64) -> Value {
+    let r = sim.response(id);
+    assert!(r.get("error").is_some(), "response to {id} is not an error: {r}\n{}", sim.log);
+    r["error"].clone()
+}
+
 /// Every event emitted so far, with its time.
 pub fn events(sim: &Sim) -> Vec<(u64, Event)> {
     sim.actions

@@ -324,6 +324,27 @@ impl Authority {
             .map_err(|e| Failure::unavailable(format!("locking the credential store: {e}")))
     }
 
+    /// What a newly granted token is stored as: tied to the issuer, resource and
+    /// token endpoint it came from, so it is only ever refreshed there.
+    fn fresh_credential(
+        &self,
+        discovery: &Discovery,
+        token_endpoint: &str,
+        client: ClientRecord,
+        token: TokenRecord,
+    ) -> StoredCredential {
+        StoredCredential {
+            server_url: self.url.clone(),
+            issuer: discovery.server.issuer.clone(),
+            resource: discovery.resource.clone(),
+            token_endpoint: token_endpoint.to_owned(),
+            revocation_endpoint: discovery.server.revocation_endpoint.clone(),
+            client,
+            token: Some(token),
+            updated_at: unix_now(),
+        }
+    }
+
     /// Writes `credential` (the caller holds the store's lock) and then holds it. A
     /// failed write is logged: the token still works in this process.
     fn persist_locked(&self, credential: StoredCredential) {
@@ -476,16 +497,7 @@ impl Authority {
             refreshable: true,
             scope: None,
         });
-        self.persist_locked(StoredCredential {
-            server_url: self.url.clone(),
-            issuer: server.issuer.clone(),
-            resource: discovery.resource.clone(),
-            token_endpoint: endpoint.to_owned(),
-            revocation_endpoint: server.revocation_endpoint.clone(),
-            client,
-            token: Some(token),
-            updated_at: unix_now(),
-        });
+        self.persist_locked(self.fresh_credential(discovery, endpoint, client, token));
         Ok(update)
     }
 
@@ -749,16 +761,7 @@ impl Authority {
             .ready(&token)
             .ok_or_else(|| Failure::rejected("the token endpoint granted an access token that had already expired"))?;
         let _guard = self.lock_store()?;
-        self.persist_locked(StoredCredential {
-            server_url: self.url.clone(),
-            issuer: server.issuer.clone(),
-            resource: discovery.resource.clone(),
-            token_endpoint: endpoint.to_owned(),
-            revocation_endpoint: server.revocation_endpoint.clone(),
-            client,
-            token: Some(token),
-            updated_at: unix_now(),
-        });
+        self.persist_locked(self.fresh_credential(&discovery, endpoint, client, token));
         tracing::info!(server = %self.server, issuer = %server.issuer, "logged in");
         Ok(update)
     }
