@@ -33,6 +33,10 @@ pub mod code {
     pub const OVERLOADED: i64 = -32003;
     /// The backend needs the user to authenticate again.
     pub const REAUTH_REQUIRED: i64 = -32004;
+    /// The request needs the user to visit a URL first (MCP 2025-11-25
+    /// `URLElicitationRequiredError`): sent instead of [`REAUTH_REQUIRED`] to
+    /// clients that can open a URL elicitation, with the login in `data`.
+    pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 }
 
 #[derive(Deserialize)]

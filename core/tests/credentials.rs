@@ -6,9 +6,10 @@
 
 mod support;
 
+use serde_json::{json, Value};
 use support::*;
 use tether_core::credential::{AuthStep, Challenge, CredentialFailure, CredentialUpdate};
-use tether_core::{Action, Config, Failure, Input, ServerConfig, Status};
+use tether_core::{Action, Config, Failure, Input, ServerConfig, SessionId, Status};
 
 const HOUR: u64 = 3_600_000;
 
@@ -301,4 +302,62 @@ fn a_login_done_by_another_process_is_picked_up_from_the_store() {
     report(&mut sim, ready(HOUR));
     sim.boot("web", &["search"]);
     assert_eq!(sim.status("web"), Status::Online);
+}
+
+#[test]
+fn a_client_that_opens_urls_is_asked_to_open_the_login_and_told_when_it_is_done() {
+    let mut sim = web_with_token();
+    let opener = SessionId(2);
+    sim.session(opener, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{"form":{},"url":{}}},"clientInfo":{"name":"desk","version":"1"}}}));
+    sim.session(opener, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    sim.note("the grant is revoked; the login is prepared");
+    sim.call(1, "web__search");
+    sim.fail("web", Some(sim.last_request("web", "tools/call")), unauthorized());
+    report(&mut sim, CredentialUpdate::Failed { reason: CredentialFailure::InvalidGrant, message: "revoked".into() });
+    report(&mut sim, CredentialUpdate::LoginPending { url: "https://as.example/authorize?x=1".into() });
+    sim.note("a call from the client that opens URLs: a URL elicitation carrying the login");
+    sim.session(
+        opener,
+        json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"web__search","arguments":{}}}),
+    );
+    let answer = sim.frames_to(opener).into_iter().find(|f| f["id"] == 7).expect("answered");
+    let err = &answer["error"];
+    assert_eq!(err["code"], -32042, "{answer}");
+    let elicitation = &err["data"]["elicitations"][0];
+    assert_eq!(elicitation["mode"], "url");
+    assert_eq!(elicitation["url"], "https://as.example/authorize?x=1");
+    assert!(elicitation["message"].as_str().unwrap().contains("tether auth login web"), "{elicitation}");
+    assert_eq!(err["data"]["status"], "requires_reauth", "the usual status data is there too: {err}");
+    let id = elicitation["elicitationId"].as_str().unwrap().to_string();
+    sim.note("a second call from it is the same login");
+    sim.session(
+        opener,
+        json!({"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"web__search","arguments":{}}}),
+    );
+    let again = sim.frames_to(opener).into_iter().find(|f| f["id"] == 8).expect("answered");
+    assert_eq!(again["error"]["data"]["elicitations"][0]["elicitationId"], id.as_str());
+    sim.note("a client without URL elicitation gets the instructions");
+    sim.call(2, "web__search");
+    assert_eq!(error_of(&sim, 2)["code"], -32004);
+    sim.note("the person logs in: the client that was asked hears the login is done");
+    report(&mut sim, ready(HOUR));
+    let done: Vec<Value> =
+        sim.frames_to(opener).into_iter().filter(|f| f["method"] == "notifications/elicitation/complete").collect();
+    assert_eq!(
+        done,
+        [json!({"jsonrpc":"2.0","method":"notifications/elicitation/complete","params":{"elicitationId":id}})]
+    );
+    assert!(
+        sim.client_frames().iter().all(|f| f["method"] != "notifications/elicitation/complete"),
+        "only clients that were asked hear of it"
+    );
+    sim.boot("web", &["search"]);
+    sim.session(
+        opener,
+        json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"web__search","arguments":{}}}),
+    );
+    let last = sim.last_request("web", "tools/call");
+    reply(&mut sim, "web", last, text_result("ok"));
+    let ok = sim.frames_to(opener).into_iter().find(|f| f["id"] == 9).expect("answered");
+    assert_eq!(ok["result"], text_result("ok"), "the retry after the login succeeds");
 }

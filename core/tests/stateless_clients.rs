@@ -237,20 +237,11 @@ fn over_http_each_stateless_request_is_its_own_session_and_a_call_waiting_for_in
     let closes = |sim: &Sim, session: SessionId| {
         sim.actions.iter().filter(|(_, a)| matches!(a, Action::CloseClient { session: s } if *s == session)).count()
     };
-    let frames_to = |sim: &Sim, session: SessionId| -> Vec<Value> {
-        sim.actions
-            .iter()
-            .filter_map(|(_, a)| match a {
-                Action::SendToClient { session: s, frame, .. } if *s == session => serde_json::from_str(frame).ok(),
-                _ => None,
-            })
-            .collect()
-    };
     sim.note("POST 1: a discover, in a session of its own, closed with its answer");
     let (p1, p2, p3) = (SessionId(11), SessionId(12), SessionId(13));
     sim.input(Input::ClientConnected { session: p1, expires: true });
     sim.session(p1, json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": stateless_meta()}}));
-    assert_eq!(frames_to(&sim, p1)[0]["result"]["resultType"], "complete");
+    assert_eq!(sim.frames_to(p1)[0]["result"]["resultType"], "complete");
     assert_eq!(closes(&sim, p1), 1);
 
     sim.note("POST 2: a call; fs asks for roots; the answer is input_required and the session closes");
@@ -258,7 +249,7 @@ fn over_http_each_stateless_request_is_its_own_session_and_a_call_waiting_for_in
     sim.session(p2, json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": call_params(json!({"roots":{}}))}));
     let call = sim.last_request("fs", "tools/call");
     sim.backend("fs", json!({"jsonrpc":"2.0","id":"r1","method":"roots/list"}));
-    let answer = frames_to(&sim, p2)[0]["result"].clone();
+    let answer = sim.frames_to(p2)[0]["result"].clone();
     assert_eq!(answer["resultType"], "input_required");
     assert_eq!(closes(&sim, p2), 1);
     assert!(!sim.log.contains(r#""requestId":"#), "the waiting call is not cancelled:\n{}", sim.log);
@@ -272,10 +263,10 @@ fn over_http_each_stateless_request_is_its_own_session_and_a_call_waiting_for_in
     sim.session(p3, json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params": retry}));
     assert!(sim.log.contains(r#"fs#1 <- {"jsonrpc":"2.0","id":"r1","result":{"roots":[{"uri":"file:///w"}]}}"#));
     reply(&mut sim, "fs", call, text_result("listed"));
-    let result = frames_to(&sim, p3)[0]["result"].clone();
+    let result = sim.frames_to(p3)[0]["result"].clone();
     assert_eq!(result["content"][0]["text"], "listed");
     assert_eq!(closes(&sim, p3), 1);
-    assert_eq!(frames_to(&sim, p2).len(), 1, "nothing more for the closed POST");
+    assert_eq!(sim.frames_to(p2).len(), 1, "nothing more for the closed POST");
 }
 
 /// `names` as stateless backends whose tool lists say `ttlMs`/`cacheScope`.

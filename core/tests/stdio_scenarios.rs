@@ -444,17 +444,6 @@ fn progress_cannot_keep_a_call_alive_beyond_the_10_minute_maximum() {
 
 // ----- 5. backend disconnect with a call and a sampling request pending -----
 
-/// Frames sent to client `session` so far, parsed.
-fn frames_to_session(sim: &Sim, session: SessionId) -> Vec<Value> {
-    sim.actions
-        .iter()
-        .filter_map(|(_, a)| match a {
-            Action::SendToClient { session: s, frame, .. } if *s == session => serde_json::from_str(frame).ok(),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn disconnect_fails_the_call_and_cancels_the_sampling_request_it_caused() {
     const SECOND: SessionId = SessionId(2);
@@ -473,11 +462,11 @@ fn disconnect_fails_the_call_and_cancels_the_sampling_request_it_caused() {
         "fs",
         json!({"jsonrpc":"2.0","id":"s-1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":10}}),
     );
-    let to_second = frames_to_session(&sim, SECOND);
+    let to_second = sim.frames_to(SECOND);
     let sampling = to_second.iter().find(|f| f["method"] == "sampling/createMessage").expect("routed to session 2");
     let sampling_id = sampling["id"].clone();
     assert!(
-        frames_to_session(&sim, CLIENT).iter().all(|f| f["method"] != "sampling/createMessage"),
+        sim.frames_to(CLIENT).iter().all(|f| f["method"] != "sampling/createMessage"),
         "not sent to the session that did not make the call"
     );
 
@@ -485,7 +474,7 @@ fn disconnect_fails_the_call_and_cancels_the_sampling_request_it_caused() {
     sim.note("the process crashes");
     sim.stderr("fs", "out of memory");
     sim.exit("fs", Some(137));
-    let to_second = frames_to_session(&sim, SECOND);
+    let to_second = sim.frames_to(SECOND);
     let answer: Vec<_> = to_second.iter().filter(|f| f["id"] == "c1").collect();
     assert_eq!(answer.len(), 1);
     let text = answer[0]["error"]["message"].as_str().unwrap();
@@ -497,7 +486,7 @@ fn disconnect_fails_the_call_and_cancels_the_sampling_request_it_caused() {
     assert_eq!(cancelled.len(), 1);
     assert_eq!(cancelled[0]["params"]["requestId"], sampling_id);
     assert!(cancelled[0]["params"]["reason"].as_str().unwrap().contains("disconnected"));
-    assert!(frames_to_session(&sim, CLIENT).iter().all(|f| f["method"] != "notifications/cancelled"));
+    assert!(sim.frames_to(CLIENT).iter().all(|f| f["method"] != "notifications/cancelled"));
 
     sim.note("restarted after 1 s; session 2 answers the sampling request late: dropped");
     sim.advance(1_000);

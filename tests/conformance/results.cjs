@@ -1,31 +1,34 @@
 #!/usr/bin/env node
 // Reads what the MCP conformance suite wrote, for tests/conformance/run.sh.
 //
-//   node results.cjs scenarios DEPS REVISION
-//       The server scenarios `conformance server --requirements REVISION` runs (the
-//       required ones, then the not-scored ones), one per line, from the suite's
-//       own requirements/REVISION.yaml.
-//   node results.cjs verdicts OUTDIR SCENARIOS_FILE
+//   node results.cjs scenarios DEPS REVISION [server|client]
+//       The scenarios of one leg (default server) that `conformance server|client
+//       --requirements REVISION` runs (the required ones, then the not-scored ones),
+//       one per line, from the suite's own requirements/REVISION.yaml.
+//   node results.cjs verdicts OUTDIR SCENARIOS_FILE [server|client]
 //       One line per scenario of SCENARIOS_FILE: NAME<TAB>pass|fail<TAB>reason.
-//       OUTDIR is the suite's --output-dir: one directory per scenario,
-//       `server-<scenario>-<ISO timestamp>`, holding checks.json (an array of checks
-//       with `status` SUCCESS, FAILURE, WARNING, INFO or SKIPPED). A scenario fails
-//       when any check is FAILURE, as the suite itself counts it; WARNING does not
-//       fail. A scenario without a directory failed (the suite never ran it).
+//       OUTDIR is the suite's --output-dir: one directory per scenario holding
+//       checks.json (an array of checks with `status` SUCCESS, FAILURE, WARNING,
+//       INFO or SKIPPED), named `server-<scenario>-<ISO timestamp>` for the server
+//       leg and `<scenario>-<ISO timestamp>` for the client leg (where `auth/x`
+//       nests as `auth/x-<timestamp>`). A scenario fails when any check is FAILURE,
+//       as the suite itself counts it; WARNING does not fail (a passing scenario's
+//       reason then counts its warnings). A scenario without a directory failed
+//       (the suite never ran it).
 'use strict';
 
 const fs = require('fs');
 const path = require('path');
 
-function scenarios(deps, revision) {
+function scenarios(deps, revision, leg) {
   const pkg = path.join(deps, 'node_modules', '@modelcontextprotocol', 'conformance');
   const yaml = require(path.join(deps, 'node_modules', 'yaml'));
   const set = yaml.parse(fs.readFileSync(path.join(pkg, 'requirements', `${revision}.yaml`), 'utf8'));
-  const names = [...(set.server || [])];
+  const names = [...(set[leg] || [])];
   for (const entry of set.not_scored || []) {
-    if (entry.leg === 'server') names.push(entry.scenario);
+    if (entry.leg === leg) names.push(entry.scenario);
   }
-  if (names.length === 0) throw new Error(`requirements/${revision}.yaml lists no server scenario`);
+  if (names.length === 0) throw new Error(`requirements/${revision}.yaml lists no ${leg} scenario`);
   return names;
 }
 
@@ -36,14 +39,32 @@ function oneLine(text) {
   return flat.length > 240 ? `${flat.slice(0, 237)}...` : flat;
 }
 
-function verdicts(outDir, scenarioFile) {
+// The result directories under outDir (one level of nesting: `auth/x-<ts>`), as
+// [scenario name, directory] pairs.
+function resultDirs(outDir, leg) {
+  const found = [];
+  const prefix = leg === 'server' ? 'server-' : '';
+  const walk = (dir, group, depth) => {
+    for (const entry of fs.existsSync(dir) ? fs.readdirSync(dir, { withFileTypes: true }) : []) {
+      if (!entry.isDirectory()) continue;
+      const full = path.join(dir, entry.name);
+      if (TIMESTAMP.test(entry.name) && entry.name.startsWith(prefix)) {
+        found.push([group + entry.name.slice(prefix.length).replace(TIMESTAMP, ''), full]);
+      } else if (depth === 0 && leg === 'client') {
+        walk(full, `${entry.name}/`, 1);
+      }
+    }
+  };
+  walk(outDir, '', 0);
+  return found;
+}
+
+function verdicts(outDir, scenarioFile, leg) {
   const wanted = fs.readFileSync(scenarioFile, 'utf8').split('\n').filter(Boolean);
   const checks = new Map();
-  for (const entry of fs.existsSync(outDir) ? fs.readdirSync(outDir) : []) {
-    if (!entry.startsWith('server-') || !TIMESTAMP.test(entry)) continue;
-    const file = path.join(outDir, entry, 'checks.json');
+  for (const [name, dir] of resultDirs(outDir, leg)) {
+    const file = path.join(dir, 'checks.json');
     if (!fs.existsSync(file)) continue;
-    const name = entry.slice('server-'.length).replace(TIMESTAMP, '');
     const list = JSON.parse(fs.readFileSync(file, 'utf8'));
     checks.set(name, [...(checks.get(name) || []), ...(Array.isArray(list) ? list : [])]);
   }
@@ -56,7 +77,8 @@ function verdicts(outDir, scenarioFile) {
     }
     const failed = list.filter((c) => c.status === 'FAILURE');
     if (failed.length === 0) {
-      lines.push(`${name}\tpass\t`);
+      const warned = list.filter((c) => c.status === 'WARNING').map((c) => c.id);
+      lines.push(`${name}\tpass\t${warned.length ? oneLine(`warnings: ${warned.join(', ')}`) : ''}`);
     } else {
       const first = failed[0];
       const more = failed.length > 1 ? ` (+${failed.length - 1} more failed checks)` : '';
@@ -66,12 +88,13 @@ function verdicts(outDir, scenarioFile) {
   return lines;
 }
 
-const [command, a, b] = process.argv.slice(2);
+const [command, a, b, leg = 'server'] = process.argv.slice(2);
 try {
-  if (command === 'scenarios' && a && b) console.log(scenarios(a, b).join('\n'));
-  else if (command === 'verdicts' && a && b) console.log(verdicts(a, b).join('\n'));
+  if (leg !== 'server' && leg !== 'client') throw new Error(`leg must be server or client, not ${leg}`);
+  if (command === 'scenarios' && a && b) console.log(scenarios(a, b, leg).join('\n'));
+  else if (command === 'verdicts' && a && b) console.log(verdicts(a, b, leg).join('\n'));
   else {
-    console.error('usage: results.cjs scenarios DEPS REVISION | verdicts OUTDIR SCENARIOS_FILE');
+    console.error('usage: results.cjs scenarios DEPS REVISION [server|client] | verdicts OUTDIR SCENARIOS_FILE [server|client]');
     process.exit(2);
   }
 } catch (e) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MCP conformance: runs the server scenarios of the official suite
-# (@modelcontextprotocol/conformance) five times:
+# (@modelcontextprotocol/conformance) five times, then its client scenarios twice:
 #
 #   a. baseline: against @modelcontextprotocol/server-everything served directly over
 #      Streamable HTTP (the 2025-11-25 requirement set);
@@ -11,13 +11,19 @@
 #   d. as c, with `modern_clients` on, under the 2026-07-28 requirement set: stateless
 #      clients in front, the handshake-era fixture behind;
 #   e. as d, with the fixture started as `conformance-fixture --stateless` (a
-#      2026-07-28-only backend): stateless clients in front and behind.
+#      2026-07-28-only backend): stateless clients in front and behind;
+#   f. tether as the client under test of the client scenarios (2025-11-25): each
+#      scenario server is tether's only remote backend, and client_driver.py plays
+#      the MCP client in front of tether and the person at the login page;
+#   g. as f, under the 2026-07-28 requirement set (tether speaks the stateless
+#      revision to the scenario servers).
 #
 # It prints each run's passed and failed scenarios, then what a passes and b fails,
 # and exits non-zero if b fails a scenario a passes (unless expected-differences.txt
-# lists it), or c, d or e fails a scenario that its allow-list does not list
+# lists it), or c, d, e, f or g fails a scenario that its allow-list does not list
 # (expected-failures.txt, expected-failures-2026-07-28.txt,
-# expected-failures-2026-07-28-stateless.txt). Each file holds one
+# expected-failures-2026-07-28-stateless.txt, expected-failures-client-2025-11-25.txt,
+# expected-failures-client-2026-07-28.txt). Each file holds one
 # `scenario-name  # reason` per line.
 #
 # Installs pinned Node 22, the suite and server-everything under tests/conformance/.deps
@@ -26,7 +32,7 @@
 # kept with CONFORMANCE_KEEP=1. CONFORMANCE_TETHER=PATH tests another tether binary.
 #
 # Needs: the Rust toolchain, node + npm (any version that runs npm: the suite itself
-# runs on the pinned Node 22), the npm registry.
+# runs on the pinned Node 22), the npm registry, python3 (the client driver).
 #
 #   bash tests/conformance/run.sh
 set -euo pipefail
@@ -131,6 +137,7 @@ wait_for_port() {
 need node "node and npm install the pinned tooling"
 need npm "node and npm install the pinned tooling"
 need cargo "the Rust toolchain is required"
+need python3 "the client scenarios' driver is a Python script"
 
 installed_version() {
     node -e 'try { console.log(require(process.argv[1]).version) } catch (e) { console.log("") }' "$1"
@@ -198,8 +205,13 @@ run_suite() {
     local passed
     passed=$(grep -c $'\tpass\t' "$WORK/$id.verdicts" || true)
     echo "run $id: $passed/$total scenarios passed"
-    awk -F'\t' '$2 == "pass" { print "  pass  " $1 }' "$WORK/$id.verdicts"
-    awk -F'\t' '$2 == "fail" { print "  FAIL  " $1 "  -- " $3 }' "$WORK/$id.verdicts"
+    print_verdicts "$id"
+}
+
+# Prints the verdicts of run $1, passes first (with their warnings, if any).
+print_verdicts() {
+    awk -F'\t' '$2 == "pass" { print "  pass  " $1 ($3 == "" ? "" : "  (" $3 ")") }' "$WORK/$1.verdicts"
+    awk -F'\t' '$2 == "fail" { print "  FAIL  " $1 "  -- " $3 }' "$WORK/$1.verdicts"
 }
 
 # The scenarios of run $1 with verdict $2, sorted.
@@ -311,6 +323,43 @@ echo "== conformance: run e failures against expected-failures-$SPEC_REVISION-st
 with_verdict e fail > "$WORK/e.fail"
 against_allowlist e "$WORK/e.fail" "$HERE/expected-failures-$SPEC_REVISION-stateless.txt" \
     "not listed in expected-failures-$SPEC_REVISION-stateless.txt"
+
+# ---- f and g: tether as the client under test ---------------------------------------------
+# run_client ID REVISION: the suite's client scenarios of REVISION, each scenario server
+# tether's only remote backend (client_driver.py starts tether per scenario, logs in
+# through tether's loopback redirect, calls the scenario's tools); then the failures
+# against expected-failures-client-REVISION.txt.
+run_client() {
+    local id=$1 revision=$2 status=0
+    local out="$WORK/$id-results" log="$WORK/$id-suite.log"
+    local scenarios="$WORK/client-scenarios-$revision.txt" allowlist="$HERE/expected-failures-client-$revision.txt"
+    "$NODE22" "$HERE/results.cjs" scenarios "$DEPS" "$revision" client > "$scenarios" \
+        || fail "cannot read the suite's $revision client requirement set"
+    [ -f "$allowlist" ] || fail "$allowlist is missing"
+    listed "$allowlist" | while read -r name; do
+        grep -qxF "$name" "$scenarios" || echo "conformance: warning: $(basename "$allowlist") lists '$name', not a client scenario of the $revision set" >&2
+    done
+    echo "== conformance: run $id: tether as the client under test, the $revision client scenarios"
+    # The scenarios run concurrently, each with its own tether; the driver keeps
+    # every tether's log in $WORK/$id-tether-logs.
+    TETHER_BIN="$TETHER_BIN" CONFORMANCE_DRIVER_LOG="$WORK/$id-tether-logs" \
+        timeout --kill-after=10 600 "$NODE22" "$SUITE_CLI" client --command "python3 $HERE/client_driver.py" \
+        --requirements "$revision" --output-dir "$out" < /dev/null > "$log" 2>&1 || status=$?
+    if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+        fail "run $id: the suite did not finish within 600 s (log: $log)"
+    fi
+    [ "$status" -le 1 ] || echo "conformance: warning: run $id: the suite exited with status $status" >&2
+    "$NODE22" "$HERE/results.cjs" verdicts "$out" "$scenarios" client > "$WORK/$id.verdicts" \
+        || fail "run $id: cannot read the suite's results in $out"
+    echo "run $id: $(grep -c $'\tpass\t' "$WORK/$id.verdicts" || true)/$(wc -l < "$scenarios") scenarios passed"
+    print_verdicts "$id"
+    echo "== conformance: run $id failures against $(basename "$allowlist")"
+    with_verdict "$id" fail > "$WORK/$id.fail"
+    against_allowlist "$id" "$WORK/$id.fail" "$allowlist" "not listed in $(basename "$allowlist")"
+}
+case "$HERE" in *" "*) fail "the client driver's path may not contain spaces (the suite splits --command on spaces): $HERE" ;; esac
+run_client f 2025-11-25
+run_client g 2026-07-28
 
 if [ "${#problems[@]}" -gt 0 ]; then
     printf '  - %s\n' "${problems[@]}" >&2

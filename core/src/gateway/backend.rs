@@ -83,6 +83,9 @@ pub(super) struct Backend {
     /// The connection was refused for its credential: connect again when a new
     /// one arrives.
     pub awaiting_credential: bool,
+    /// The login clients were asked to open (URL elicitation), to tell them when
+    /// it is done.
+    pub login_elicitation: Option<super::credentials::LoginElicitation>,
 }
 
 /// A discovery in progress: lists accumulate here until every page is in.
@@ -126,6 +129,7 @@ impl Backend {
             credential: None,
             credential_first_id: 0,
             awaiting_credential: false,
+            login_elicitation: None,
         }
     }
 
@@ -1075,12 +1079,14 @@ impl Gateway {
             } else {
                 let class = failure.classify();
                 self.count_failure(server, class.counts_for_breaker, c.probe);
-                let (code, msg) = match after {
-                    AfterLoss::Reauth => (code::REAUTH_REQUIRED, self.reauth_message(server)),
-                    _ => (code::BACKEND_UNAVAILABLE, format!("backend '{server}' disconnected: {message}")),
-                };
+                if matches!(after, AfterLoss::Reauth) {
+                    let msg = self.reauth_message(server);
+                    self.fail_reauth(server, c, &msg);
+                    continue;
+                }
+                let msg = format!("backend '{server}' disconnected: {message}");
                 let data = self.unavailable_data(server);
-                self.reply_error(c.session, &c.id, code, &msg, Some(&data));
+                self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
                 self.record_call(server, &c, CallOutcome::Failed);
                 self.release(&c);
             }
@@ -1441,15 +1447,13 @@ impl Gateway {
                 b.sup.breaker.probe_abandoned();
             }
         }
-        let data = self.unavailable_data(server);
         let b = &self.backends[server];
         let status = b.sup.status();
         if status == Status::RequiresReauth {
             let msg = self.reauth_message(server);
-            self.reply_error(call.session, &call.id, code::REAUTH_REQUIRED, &msg, Some(&data));
-            self.record_call(server, &call, CallOutcome::Failed);
-            return self.release(&call);
+            return self.fail_reauth(server, call, &msg);
         }
+        let data = self.unavailable_data(server);
         let detail = b.sup.message().map(|m| format!(": {m}")).unwrap_or_default();
         let msg = format!("backend '{server}' is {status}{detail}");
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));

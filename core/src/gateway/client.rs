@@ -933,10 +933,7 @@ impl Gateway {
         match b.sup.status() {
             Status::RequiresReauth => {
                 let msg = self.reauth_message(server);
-                let data = self.unavailable_data(server);
-                self.reply_error(session, &call.id, code::REAUTH_REQUIRED, &msg, Some(&data));
-                self.record_call(server, &call, CallOutcome::Failed);
-                return self.release(&call);
+                return self.fail_reauth(server, call, &msg);
             }
             Status::PermanentlyFailed => {
                 let p = b.sup.policy();

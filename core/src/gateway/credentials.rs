@@ -3,15 +3,25 @@
 //! credential's own rules are in [`crate::credential`].
 
 use alloc::format;
-use alloc::string::String;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+
+use serde_json::{Map, Value};
 
 use super::calls::{CallKind, ClientCall, Queued};
 use super::{Gateway, HostError};
 use crate::credential::{AuthStep, Challenge, CredentialUpdate, Next};
-use crate::io::{Action, Status};
+use crate::io::{Action, SessionId, Status};
 use crate::metrics::CallOutcome;
 use crate::policy::Failure;
-use crate::protocol::code;
+use crate::protocol::{self, code};
+
+/// A login that clients were asked to open (an MCP URL elicitation): its id, and
+/// the sessions to tell (`notifications/elicitation/complete`) once it is done.
+pub(crate) struct LoginElicitation {
+    id: String,
+    sessions: Vec<SessionId>,
+}
 
 impl Gateway {
     /// The host reported on a backend's credential.
@@ -25,6 +35,10 @@ impl Gateway {
         if matches!(update, CredentialUpdate::Ready { .. }) {
             b.credential_first_id = next_id;
         }
+        if matches!(update, CredentialUpdate::Ready { .. }) {
+            self.login_done(server);
+        }
+        let b = &self.backends[server];
         if reauth && b.sup.status() != Status::RequiresReauth && matches!(next, Next::Step(AuthStep::Login { .. })) {
             // A person is needed: say so before preparing the login.
             self.credential_next(server, Next::Reauth);
@@ -277,10 +291,70 @@ impl Gateway {
                 b.sup.breaker.probe_abandoned();
             }
         }
+        self.fail_reauth(server, call, message);
+    }
+
+    /// Fails a client call because its backend waits for a person: with the login
+    /// as a URL elicitation (-32042) when the backend has one prepared and the
+    /// client can open URLs, else with the instructions (-32004).
+    pub(super) fn fail_reauth(&mut self, server: &str, call: ClientCall, message: &str) {
         let data = self.unavailable_data(server);
-        self.reply_error(call.session, &call.id, code::REAUTH_REQUIRED, message, Some(&data));
+        match self.login_elicitation(server, &call, message) {
+            Some(elicitation) => {
+                let mut data: Map<String, Value> = serde_json::from_str(&data).unwrap_or_default();
+                data.insert("elicitations".into(), Value::Array(alloc::vec![elicitation]));
+                let data = Value::Object(data).to_string();
+                self.reply_error(call.session, &call.id, code::URL_ELICITATION_REQUIRED, message, Some(&data));
+            }
+            None => self.reply_error(call.session, &call.id, code::REAUTH_REQUIRED, message, Some(&data)),
+        }
         self.record_call(server, &call, CallOutcome::Failed);
         self.release(&call);
+    }
+
+    /// The URL elicitation that asks the person behind `call` to log in to
+    /// `server`, if the client declared URL elicitations and a login is prepared;
+    /// remembers the session, to tell it when the login is done.
+    fn login_elicitation(&mut self, server: &str, call: &ClientCall, message: &str) -> Option<Value> {
+        let url = self.backends.get(server)?.credential.as_ref()?.login_url()?.to_string();
+        let session = self.sessions.get(&call.session);
+        let declared = match &call.caps {
+            Some(caps) => caps,
+            None => &session?.capabilities,
+        };
+        let opens_urls = declared.get("elicitation").and_then(|e| e.get("url")).is_some_and(|v| !v.is_null());
+        if !opens_urls {
+            return None;
+        }
+        // A per-request (stateless) session is gone before the login is done.
+        let lasting = session.is_some_and(|s| !s.per_request());
+        let live: Vec<SessionId> = match &self.backends[server].login_elicitation {
+            Some(e) => e.sessions.iter().copied().filter(|s| self.sessions.contains_key(s)).collect(),
+            None => Vec::new(),
+        };
+        let b = self.backends.get_mut(server)?;
+        let epoch = b.credential_epoch();
+        let e = b
+            .login_elicitation
+            .get_or_insert_with(|| LoginElicitation { id: format!("tether-login-{server}-{epoch}"), sessions: Vec::new() });
+        e.sessions = live;
+        if lasting && !e.sessions.contains(&call.session) {
+            e.sessions.push(call.session);
+        }
+        Some(serde_json::json!({"mode": "url", "elicitationId": e.id, "url": url, "message": message}))
+    }
+
+    /// A new credential arrived: the clients asked to open the login hear that it
+    /// is done (they may retry).
+    fn login_done(&mut self, server: &str) {
+        let Some(e) = self.backends.get_mut(server).and_then(|b| b.login_elicitation.take()) else { return };
+        let params = serde_json::json!({"elicitationId": e.id}).to_string();
+        let frame = protocol::notification("notifications/elicitation/complete", Some(&params));
+        for session in e.sessions {
+            if self.sessions.contains_key(&session) {
+                self.to_client(session, frame.clone());
+            }
+        }
     }
 }
 

@@ -243,10 +243,15 @@ impl Sim {
 
     /// Frames sent to client session 1 so far, parsed.
     pub fn client_frames(&self) -> Vec<Value> {
+        self.frames_to(CLIENT)
+    }
+
+    /// Frames sent to client `session` so far, parsed.
+    pub fn frames_to(&self, session: SessionId) -> Vec<Value> {
         self.actions
             .iter()
             .filter_map(|(_, a)| match a {
-                Action::SendToClient { session, frame, .. } if *session == CLIENT => serde_json::from_str(frame).ok(),
+                Action::SendToClient { session: s, frame, .. } if *s == session => serde_json::from_str(frame).ok(),
                 _ => None,
             })
             .collect()
