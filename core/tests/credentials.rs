@@ -315,6 +315,8 @@ fn a_client_that_opens_urls_is_asked_to_open_the_login_and_told_when_it_is_done(
     sim.fail("web", Some(sim.last_request("web", "tools/call")), unauthorized());
     report(&mut sim, CredentialUpdate::Failed { reason: CredentialFailure::InvalidGrant, message: "revoked".into() });
     report(&mut sim, CredentialUpdate::LoginPending { url: "https://as.example/authorize?x=1".into() });
+    let login = sim.gw.status("web").unwrap().login_url;
+    assert_eq!(login.as_deref(), Some("https://as.example/authorize?x=1"), "status displays link the login");
     sim.note("a call from the client that opens URLs: a URL elicitation carrying the login");
     sim.session(
         opener,
@@ -352,6 +354,7 @@ fn a_client_that_opens_urls_is_asked_to_open_the_login_and_told_when_it_is_done(
         "only clients that were asked hear of it"
     );
     sim.boot("web", &["search"]);
+    assert_eq!(sim.gw.status("web").unwrap().login_url, None, "no link once logged in");
     sim.session(
         opener,
         json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"web__search","arguments":{}}}),

@@ -123,6 +123,9 @@ pub struct BackendStatus {
     pub era: Era,
     /// How long it has been online without a break (ms); `None` when not online.
     pub uptime_ms: Option<u64>,
+    /// Where a person logs in, while the backend waits for one (`requires_reauth`
+    /// with a login prepared): status displays show it as a link.
+    pub login_url: Option<String>,
 }
 
 impl BackendStatus {
@@ -144,6 +147,7 @@ impl BackendStatus {
             "last_error": self.last_error,
             "uptime_ms": self.uptime_ms,
             "era": self.era.revision(),
+            "login_url": self.login_url,
         })
     }
 }
@@ -345,6 +349,9 @@ impl Gateway {
             generation: b.sup.generation(),
             era: b.era,
             uptime_ms: b.online_since.map(|at| self.now.saturating_since(at).as_millis()),
+            login_url: (b.sup.status() == Status::RequiresReauth)
+                .then(|| b.credential.as_ref().and_then(|c| c.login_url()).map(ToString::to_string))
+                .flatten(),
         }
     }
 

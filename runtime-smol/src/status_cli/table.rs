@@ -66,6 +66,8 @@ pub struct Backend {
     pub era: String,
     /// Client calls by outcome.
     pub calls: Calls,
+    /// Where to log in, while it waits for a person.
+    pub login_url: Option<String>,
 }
 
 /// Client calls by outcome.
@@ -218,6 +220,13 @@ pub fn render(report: &Report, view: &View) -> String {
             tones
         };
         push_line(&mut out, &row.cells, &tones, &widths, &truncate(&row.error, error_chars));
+    }
+    // Logins in full, under the table: the error column cuts long URLs.
+    for b in &report.backends {
+        if let Some(url) = &b.login_url {
+            let name = clean(&b.server);
+            let _ = writeln!(out, "log in to {name}: tether auth login {name}, or open {}", clean(url));
+        }
     }
     out
 }
@@ -442,7 +451,13 @@ mod tests {
                     {"server": "remote", "transport": "http", "status": "error", "breaker": "open",
                      "reconnect_attempt": 7, "next_retry_ms": null, "health": "ok", "crashes_in_window": 0,
                      "tools": 12, "estimated_tokens": 4321, "last_error": "connection refused",
-                     "uptime_ms": null, "era": "2026-07-28", "calls": {"ok": 0, "error": 0, "failed": 0}}
+                     "uptime_ms": null, "era": "2026-07-28", "calls": {"ok": 0, "error": 0, "failed": 0}},
+                    {"server": "linear", "transport": "http", "status": "requires_reauth", "breaker": "closed",
+                     "reconnect_attempt": 0, "next_retry_ms": null, "health": "ok", "crashes_in_window": 0,
+                     "tools": 9, "estimated_tokens": 900,
+                     "last_error": "refresh token revoked: run `tether auth login linear` or open https://auth.example/authorize?client_id=tether&state=abc",
+                     "uptime_ms": null, "era": "2025-11-25", "calls": {"ok": 0, "error": 0, "failed": 1},
+                     "login_url": "https://auth.example/authorize?client_id=tether&state=abc"}
                 ]
             })
             .to_string(),
