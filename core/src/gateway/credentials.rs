@@ -334,9 +334,10 @@ impl Gateway {
         };
         let b = self.backends.get_mut(server)?;
         let epoch = b.credential_epoch();
-        let e = b
-            .login_elicitation
-            .get_or_insert_with(|| LoginElicitation { id: format!("tether-login-{server}-{epoch}"), sessions: Vec::new() });
+        let e = b.login_elicitation.get_or_insert_with(|| LoginElicitation {
+            id: format!("tether-login-{server}-{epoch}"),
+            sessions: Vec::new(),
+        });
         e.sessions = live;
         if lasting && !e.sessions.contains(&call.session) {
             e.sessions.push(call.session);
