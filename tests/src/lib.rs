@@ -4,7 +4,9 @@
 //! by a small blocking MCP client.
 
 pub mod bench;
+pub mod oauth_backend;
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -168,6 +170,44 @@ fn build_bin(runtime: Runtime) -> Result<(), String> {
     }
 }
 
+/// One MCP POST over Streamable HTTP: the status, the `Mcp-Session-Id` header,
+/// and the body (JSON, or the data of an SSE stream's last event). HTTP error
+/// statuses are answers; only transport failures are `Err`.
+pub fn mcp_post(
+    agent: &ureq::Agent,
+    url: &str,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: &Value,
+) -> Result<(u16, Option<String>, String), String> {
+    let mut req =
+        agent.post(url).set("Content-Type", "application/json").set("Accept", "application/json, text/event-stream");
+    if let Some(token) = token {
+        req = req.set("Authorization", &format!("Bearer {token}"));
+    }
+    if let Some(session) = session {
+        req = req.set("Mcp-Session-Id", session).set("MCP-Protocol-Version", "2025-11-25");
+    }
+    let response = match req.send_string(&body.to_string()) {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => return Err(format!("POST {url}: {e}")),
+    };
+    let status = response.status();
+    let session = response.header("mcp-session-id").map(str::to_string);
+    let sse = response.content_type() == "text/event-stream";
+    let mut text = response.into_string().map_err(|e| format!("reading the answer: {e}"))?;
+    if sse {
+        text = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim)
+            .rfind(|d| !d.is_empty())
+            .unwrap_or("")
+            .to_string();
+    }
+    Ok((status, session, text))
+}
+
 /// The mock backend binary.
 pub fn mock_bin() -> PathBuf {
     bin_dir().join("mock-mcp")
@@ -203,11 +243,18 @@ impl Tether {
 
     /// Starts `runtime`'s binary with `--config <file with config>` plus `args`.
     pub fn start_with(runtime: Runtime, config: Value, args: &[&str]) -> Tether {
+        Tether::start_with_env(runtime, config, args, &[])
+    }
+
+    /// [`Tether::start_with`] with extra environment variables (say
+    /// `TETHER_STATE_DIR`, so credentials stay in the test's directory).
+    pub fn start_with_env(runtime: Runtime, config: Value, args: &[&str], env: &[(&str, &OsStr)]) -> Tether {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.json");
         std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
         let bin = runtime.bin();
         let mut child = Command::new(&bin)
+            .envs(env.iter().copied())
             .arg("--config")
             .arg(&path)
             .arg("--log-level")

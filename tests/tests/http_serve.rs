@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tether_tests::{mock_server, Tether};
+use tether_tests::{mcp_post, mock_server, Tether};
 
 const TOKEN: &str = "tok-listener-0123456789abcdef";
 
@@ -16,32 +16,7 @@ fn listening(t: &Tether) -> String {
 /// One POST; returns status, session header and body (JSON, or the data of an SSE stream's last event).
 fn post(url: &str, token: Option<&str>, session: Option<&str>, body: &Value) -> (u16, Option<String>, String) {
     let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(20)).build();
-    let mut req =
-        agent.post(url).set("Content-Type", "application/json").set("Accept", "application/json, text/event-stream");
-    if let Some(token) = token {
-        req = req.set("Authorization", &format!("Bearer {token}"));
-    }
-    if let Some(session) = session {
-        req = req.set("Mcp-Session-Id", session).set("MCP-Protocol-Version", "2025-11-25");
-    }
-    let response = match req.send_string(&body.to_string()) {
-        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("POST {url}: {e}"),
-    };
-    let status = response.status();
-    let session = response.header("mcp-session-id").map(str::to_string);
-    let sse = response.content_type() == "text/event-stream";
-    let mut text = response.into_string().unwrap();
-    if sse {
-        text = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(str::trim)
-            .rfind(|d| !d.is_empty())
-            .unwrap_or("")
-            .to_string();
-    }
-    (status, session, text)
+    mcp_post(&agent, url, token, session, body).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn initialize() -> Value {

@@ -404,6 +404,10 @@ impl Authority {
         match credential.token.as_ref().and_then(|t| self.ready(t)) {
             Some(update) => {
                 self.held().credential = Some(credential);
+                // A login finished elsewhere (`tether auth login`, another process):
+                // the one this process prepared waits for nobody now, and its
+                // listener would hold the registration's redirect port.
+                self.cancel_login();
                 update
             }
             None => CredentialUpdate::Missing,

@@ -808,6 +808,33 @@ fn a_new_login_replaces_a_waiting_one() {
     assert_eq!(first.all().len(), 1, "the replaced login reported: {:?}", first.all());
 }
 
+/// A login finished elsewhere (`tether auth login`, another process) lands in the
+/// store: the `Load` that finds it ends the login waiting here, whose listener
+/// would otherwise hold its port for ten minutes, and which reports nothing.
+#[test]
+fn a_login_made_elsewhere_ends_the_one_waiting_here() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let a = authority(&fake, dir.path(), OAuthSettings::default());
+    let reports = Reports::default();
+    a.execute(AuthStep::Login { challenge: Challenge::default() }, reports.sink());
+    let url = pending_url(&reports.nth(0));
+    assert!(a.status().login_pending);
+    let redirect = url::Url::parse(&query(&url)["redirect_uri"]).unwrap();
+    let port = redirect.port().unwrap();
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(), "the login listens");
+
+    seed(&fake, dir.path(), "at-seed", "rt-seed", Some(unix_now() + 3600));
+    ready(&run(&a, AuthStep::Load));
+    assert!(!a.status().login_pending);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "the abandoned login still listens on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(reports.all().len(), 1, "the abandoned login reported: {:?}", reports.all());
+}
+
 /// The CLI's blocking login: the URL is printed, the test opens it as the person
 /// would, the credential is stored.
 #[test]
