@@ -39,6 +39,13 @@ pub mod code {
     pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 }
 
+/// Just a message's id, when the rest does not make a JSON-RPC message.
+#[derive(Deserialize)]
+struct IdOnly<'a> {
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+}
+
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(default, borrow)]
@@ -140,36 +147,38 @@ pub struct FrameError {
 
 /// Parses one frame into a [`Message`].
 pub fn parse(frame: &str) -> Result<Message<'_>, FrameError> {
+    // An error about a message that has an id carries that id as the client wrote
+    // it, whatever its type: the client (and an HTTP transport waiting to answer
+    // the POST) match the answer by it.
+    let invalid = |message: String, id: Option<&RawValue>| FrameError {
+        code: code::INVALID_REQUEST,
+        message,
+        id: id.map(|id| String::from(id.get().trim())),
+    };
     let env: Envelope<'_> = match serde_json::from_str(frame) {
         Ok(env) => env,
         Err(e) => {
-            let is_json = serde_json::from_str::<IgnoredAny>(frame).is_ok();
-            return Err(if is_json {
-                FrameError { code: code::INVALID_REQUEST, message: format!("invalid JSON-RPC message: {e}"), id: None }
-            } else {
-                FrameError { code: code::PARSE_ERROR, message: format!("parse error: {e}"), id: None }
-            });
+            if serde_json::from_str::<IgnoredAny>(frame).is_err() {
+                return Err(FrameError { code: code::PARSE_ERROR, message: format!("parse error: {e}"), id: None });
+            }
+            let id = serde_json::from_str::<IdOnly<'_>>(frame).ok().and_then(|m| m.id);
+            return Err(invalid(format!("invalid JSON-RPC message: {e}"), id));
         }
     };
-    let invalid = |message: &str, id: Option<&RawValue>| FrameError {
-        code: code::INVALID_REQUEST,
-        message: message.into(),
-        id: id.filter(|id| valid_id(id)).map(|id| String::from(id.get())),
-    };
     if env.jsonrpc.as_deref() != Some("2.0") {
-        return Err(invalid("jsonrpc must be \"2.0\"", env.id));
+        return Err(invalid("jsonrpc must be \"2.0\"".into(), env.id));
     }
     match (env.id, env.method.map(|m| m.0), env.result, env.error) {
         (Some(id), Some(method), None, None) => {
             if !valid_id(id) {
-                return Err(invalid("id must be a string or an integer", None));
+                return Err(invalid("id must be a string or an integer".into(), Some(id)));
             }
             Ok(Message::Request { id, method, params: env.params })
         }
         (None, Some(method), None, None) => Ok(Message::Notification { method, params: env.params }),
         (Some(id), None, Some(result), None) => Ok(Message::Response { id, result }),
         (id, None, None, Some(error)) => Ok(Message::Error { id, error }),
-        (id, _, _, _) => Err(invalid("not a request, notification or response", id)),
+        (id, _, _, _) => Err(invalid("not a request, notification or response".into(), id)),
     }
 }
 
@@ -726,10 +735,18 @@ mod tests {
         assert_eq!(parse("{nope").unwrap_err().code, code::PARSE_ERROR);
         assert_eq!(parse("[1,2]").unwrap_err().code, code::INVALID_REQUEST);
         assert_eq!(parse(r#"{"id":1,"method":"x"}"#).unwrap_err().code, code::INVALID_REQUEST);
-        let e = parse(r#"{"jsonrpc":"2.0","id":{"a":1},"method":"x"}"#).unwrap_err();
-        assert_eq!((e.code, e.id), (code::INVALID_REQUEST, None));
         let e = parse(r#"{"jsonrpc":"1.0","id":7,"method":"x"}"#).unwrap_err();
         assert_eq!(e.id.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn an_id_tether_cannot_use_is_refused_carrying_it_as_written() {
+        for id in [r#"{"a":1}"#, "1.5", "18446744073709551616", "-9223372036854775809", "true", "[1]"] {
+            let e = parse(&format!(r#"{{"jsonrpc":"2.0","id": {id} ,"method":"x"}}"#)).unwrap_err();
+            assert_eq!((e.code, e.id.as_deref()), (code::INVALID_REQUEST, Some(id)), "{id}");
+        }
+        let e = parse(r#"{"jsonrpc":"2.0","id":1.5,"method":7}"#).unwrap_err();
+        assert_eq!(e.id.as_deref(), Some("1.5"), "a message that is not JSON-RPC still has its id: {}", e.message);
     }
 
     #[test]

@@ -25,6 +25,9 @@ fn client_garbage_gets_the_right_error_once_each() {
         (r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#, -32600),
         (r#"{"id":1,"method":"ping"}"#, -32600),
         (r#"{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"ping"}"#, -32600),
+        (r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#, -32600),
         (r#"{"jsonrpc":"2.0","id":1,"method":7}"#, -32600),
         (r#"{"jsonrpc":"2.0","id":2,"method":"no/such"}"#, -32601),
         (r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":[1]}"#, -32602),
@@ -39,6 +42,10 @@ fn client_garbage_gets_the_right_error_once_each() {
         sim.client_raw(frame);
         assert_eq!(sim.client_frames().len(), before + 1, "exactly one answer to {frame:?}");
         assert_eq!(code_of(&sim), *code, "{frame:?}");
+        if let Some(id) = serde_json::from_str::<serde_json::Value>(frame).ok().and_then(|f| f.get("id").cloned()) {
+            let answer = sim.client_frames().pop().unwrap();
+            assert_eq!(answer["id"], id, "the answer carries the id as written: {frame:?}");
+        }
     }
     insta::assert_snapshot!(sim.log);
 }

@@ -442,3 +442,34 @@ fn status_listen_serves_the_status_endpoints_beside_stdio_without_mcp() {
     let (status, _, _) = post(&format!("{base}/mcp"), None, None, &initialize());
     assert_eq!(status, 404, "no MCP endpoint there");
 }
+
+#[test]
+fn every_request_is_answered_with_its_id_as_written_and_odd_ids_hold_no_session() {
+    let config = json!({"mcpServers": {"fs": mock_server(&[])}});
+    let t = Tether::start(config, &["serve", "--listen", "127.0.0.1:0", "--auth-token", TOKEN]);
+    let url = listening(&t);
+    // More than the 64 sessions tether serves at once: a refused one must not keep one.
+    for (n, id) in
+        ["1.5", "18446744073709551616", "-1e3", "true", "[1]", "{\"a\":1}"].iter().cycle().take(70).enumerate()
+    {
+        let body: Value = serde_json::from_str(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"odd","version":"1"}}}}}}"#
+        ))
+        .unwrap();
+        let (status, _, text) = post(&url, Some(TOKEN), None, &body);
+        assert!(status == 200 || status == 400, "POST {n} (id {id}): HTTP {status}: {text}");
+        let answer: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("POST {n} (id {id}): {e}: {text}"));
+        assert!(answer["error"]["code"].is_i64(), "{answer}");
+        if status == 200 {
+            assert_eq!(answer["id"], body["id"], "the answer carries the id as written: {answer}");
+        }
+    }
+    let (status, session, body) = post(&url, Some(TOKEN), None, &initialize());
+    assert_eq!(status, 200, "a real client still gets a session: {body}");
+    let session = session.expect("a session id");
+    let odd = json!({"jsonrpc":"2.0","id":2.5,"method":"tools/list"});
+    let (status, _, body) = post(&url, Some(TOKEN), Some(&session), &odd);
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((status, &answer["id"]), (200, &json!(2.5)), "{body}");
+    assert_eq!(answer["error"]["code"], -32600, "{body}");
+}
