@@ -49,13 +49,28 @@ impl Redactor {
         r
     }
 
-    /// Adds one secret (ignored when shorter than [`MIN_SECRET_LEN`]).
+    /// Adds one secret (ignored when shorter than [`MIN_SECRET_LEN`]), with the
+    /// spellings it takes inside JSON text serialised once and twice (a secret
+    /// holding `"` is `\"` in a frame and `\\\"` in a trace line of that frame),
+    /// so text is clean however often it was encoded.
     pub fn add(&mut self, secret: &str) {
-        if secret.len() < MIN_SECRET_LEN || self.secrets.iter().any(|s| s == secret) {
+        if secret.len() < MIN_SECRET_LEN {
+            return;
+        }
+        let once = json_escaped(secret);
+        let twice = json_escaped(&once);
+        for spelling in [secret.to_string(), once, twice] {
+            self.insert(spelling);
+        }
+    }
+
+    /// Keeps `secret` once, longest first.
+    fn insert(&mut self, secret: String) {
+        if self.secrets.contains(&secret) {
             return;
         }
         let at = self.secrets.iter().position(|s| s.len() < secret.len()).unwrap_or(self.secrets.len());
-        self.secrets.insert(at, secret.to_string());
+        self.secrets.insert(at, secret);
     }
 
     /// Whether there is nothing to hide.
@@ -93,6 +108,12 @@ impl Redactor {
             _ => {}
         }
     }
+}
+
+/// `text` as it appears inside a JSON string (without the quotes).
+fn json_escaped(text: &str) -> String {
+    let quoted = serde_json::to_string(text).unwrap_or_default();
+    quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or_default().to_string()
 }
 
 /// Password and query values of a URL (`https://user:pw@host/p?token=abc`).
@@ -162,5 +183,19 @@ mod tests {
             assert!(!json.contains(secret), "{json}");
         }
         assert!(json.contains("h.example/mcp"), "{json}");
+    }
+
+    #[test]
+    fn secrets_are_removed_in_their_json_spellings_too() {
+        let mut r = Redactor::default();
+        let secret = r#"pa"ss\word"#;
+        r.add(secret);
+        let frame = serde_json::json!({"params": {"key": secret}}).to_string();
+        let line = serde_json::json!({"frame": frame}).to_string();
+        for text in [secret.to_string(), frame, line] {
+            let clean = r.redact(&text);
+            assert!(!clean.contains("word"), "no part of the secret is left: {clean}");
+            assert!(clean.contains(REDACTED), "{clean}");
+        }
     }
 }

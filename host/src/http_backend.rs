@@ -288,6 +288,18 @@ impl HttpBackend {
 }
 
 impl Shared {
+    /// A 401 or 403 as the failure the core acts on ([`unauthorized`]), without the
+    /// managed token if the server quoted it back.
+    fn unauthorized(&self, status: u16, response: &ureq::Response) -> Option<Failure> {
+        let mut failure = unauthorized(status, response)?;
+        if let (Failure::Unauthorized { challenge, .. }, Some(token)) =
+            (&mut failure, self.bearer.as_ref().and_then(|b| b()))
+        {
+            hide_in_challenge(challenge, &token);
+        }
+        Some(failure)
+    }
+
     /// Puts the managed credential's access token on a request, unless the
     /// configuration gives an `Authorization` header of its own.
     fn with_bearer(&self, req: ureq::Request) -> ureq::Request {
@@ -428,7 +440,7 @@ impl Shared {
     /// (a handshake-era server refusing the unknown request, a proxy) stays an HTTP
     /// failure: on a probe, the core reads it as "handshake-era server".
     fn refused(&self, frame: &str, request: Option<u64>, status: u16, response: ureq::Response) {
-        if let Some(failure) = unauthorized(status, &response) {
+        if let Some(failure) = self.unauthorized(status, &response) {
             return self.failed(request, failure);
         }
         if (400..500).contains(&status) {
@@ -478,7 +490,7 @@ impl Shared {
         let response = match response {
             Ok(r) => r,
             Err(ureq::Error::Status(status, r)) => {
-                if let Some(failure) = unauthorized(status, &r) {
+                if let Some(failure) = self.unauthorized(status, &r) {
                     return self.failed(request, failure);
                 }
                 let status = if in_session && status == 400 && rejects_session(&error_text(r)) {
@@ -577,7 +589,9 @@ impl Shared {
                 self.read_sse(r.into_reader(), false, None, None);
             }
             Ok(_) | Err(ureq::Error::Status(..)) => {}
-            Err(ureq::Error::Transport(t)) => tracing::debug!(server = %self.server, "GET stream: {t}"),
+            Err(ureq::Error::Transport(t)) => {
+                tracing::debug!(server = %self.server, "GET stream: {}", transport_text(&t))
+            }
         }
     }
 
@@ -637,7 +651,7 @@ impl Shared {
                 self.failed(None, Failure::Reset);
             }
             Err(ureq::Error::Status(status, r)) => {
-                self.failed(None, unauthorized(status, &r).unwrap_or(Failure::Http { status }))
+                self.failed(None, self.unauthorized(status, &r).unwrap_or(Failure::Http { status }))
             }
             Err(ureq::Error::Transport(t)) => self.failed(None, transport_failure(&t)),
         }
@@ -662,6 +676,15 @@ fn unauthorized(status: u16, response: &ureq::Response) -> Option<Failure> {
     let challenge =
         response.all("WWW-Authenticate").into_iter().find_map(crate::oauth::challenge::parse).unwrap_or_default();
     Some(Failure::Unauthorized { status, challenge })
+}
+
+/// `challenge` with `token` hidden from every field: a server may quote the token
+/// it refused, and the challenge goes into status, traces and the next login.
+fn hide_in_challenge(challenge: &mut tether_core::credential::Challenge, token: &str) {
+    let fields = [&mut challenge.error, &mut challenge.scope, &mut challenge.resource_metadata];
+    for field in fields.into_iter().flatten() {
+        *field = crate::oauth::hide(field, &[token]);
+    }
 }
 
 fn error_text(response: ureq::Response) -> String {
@@ -755,15 +778,30 @@ fn transport_failure(t: &ureq::Transport) -> Failure {
         ureq::ErrorKind::Dns => Failure::Dns,
         ureq::ErrorKind::ConnectionFailed => Failure::Refused,
         ureq::ErrorKind::Io => {
-            let text = t.to_string();
+            let text = transport_text(t);
             if text.contains("timed out") || text.contains("timeout") {
                 Failure::Timeout
             } else {
                 Failure::Reset
             }
         }
-        _ => Failure::Other { message: t.to_string() },
+        _ => Failure::Other { message: transport_text(t) },
     }
+}
+
+/// What went wrong, without the URL (ureq's own text names it, and a URL may hold
+/// a key in its query or credentials before its host).
+fn transport_text(t: &ureq::Transport) -> String {
+    let mut text = t.kind().to_string();
+    if let Some(message) = t.message() {
+        text.push_str(": ");
+        text.push_str(message);
+    }
+    if let Some(source) = std::error::Error::source(t) {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+    }
+    text
 }
 
 /// Resolves the legacy transport's endpoint (often a path) against the stream URL.
@@ -783,6 +821,16 @@ fn resolve(base: &str, endpoint: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn transport_errors_never_carry_the_url() {
+        let url = "http://user:pw-planted-1@127.0.0.1:1/mcp?key=q-planted-2";
+        let Err(ureq::Error::Transport(t)) = ureq::get(url).call() else { panic!("port 1 answered") };
+        assert!(t.to_string().contains("q-planted-2"), "ureq's own text names the URL: {t}");
+        for failure in [transport_text(&t), format!("{:?}", transport_failure(&t))] {
+            assert!(!failure.contains("planted"), "{failure}");
+        }
+    }
 
     #[test]
     fn a_stream_is_answered_only_by_the_response_to_its_request() {
