@@ -51,8 +51,10 @@ impl Challenge {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "snake_case")]
 pub enum AuthStep {
-    /// Read the stored credential, no network: answered `Ready` or `Missing`. The
-    /// host puts the token it read on the connection that follows.
+    /// Read the stored credential, no network: answered `Ready` or `Missing`, at
+    /// once (before anything the connection that follows reports: an update does
+    /// not say which step it answers). The host puts the token it read on that
+    /// connection.
     Load,
     /// Get a token without a person: discover the authorization server (from the
     /// challenge), then use a stored refresh token or the configured
@@ -394,6 +396,7 @@ impl Credential {
                 Next::Reauth
             }
             CredentialUpdate::Failed { reason, message } => {
+                let asked_token = self.in_flight;
                 self.in_flight = false;
                 match reason {
                     CredentialFailure::InvalidGrant => {
@@ -422,6 +425,14 @@ impl Credential {
                         if self.state == CredentialState::Valid && self.step_ups > 0 {
                             // A step-up login failed: the token in hand is still good.
                             return Next::FailWaiting;
+                        }
+                        if !asked_token && self.token_usable(now) {
+                            // Nothing was asked of the token endpoint: this is the late
+                            // end of a login that a token from elsewhere (the store, after
+                            // `tether auth login` in a terminal) made moot; the host ends
+                            // such a login, but its end may already be on its way. Keep
+                            // the token.
+                            return Next::Wait;
                         }
                         self.enter_reauth(now, message.clone());
                         Next::Reauth
@@ -588,6 +599,34 @@ mod tests {
         let wider = Challenge { scope: Some("mcp:write".into()), ..held };
         let Next::Step(AuthStep::Login { challenge }) = c.on_insufficient_scope(&wider) else { panic!() };
         assert_eq!(challenge.scope.as_deref(), Some("mcp:basic mcp:write"));
+    }
+
+    #[test]
+    fn a_login_left_open_when_a_token_came_from_the_store_does_not_end_it_when_it_fails() {
+        let mut c = valid("a");
+        let dead = CredentialUpdate::Failed { reason: CredentialFailure::InvalidGrant, message: "revoked".into() };
+        c.on_unauthorized(c.epoch(), &Challenge::default());
+        assert_eq!(c.on_update(t(10), &dead, &mut Rng::new(1)), Next::Step(AuthStep::Discard));
+        assert!(c.want_login().is_some());
+        let pending = CredentialUpdate::LoginPending { url: "https://as.example/authorize".into() };
+        assert_eq!(c.on_update(t(20), &pending, &mut Rng::new(1)), Next::Reauth);
+        assert_eq!(c.on_timer(t(3_020)), Some(AuthStep::Load), "the store is read again");
+        let stored = CredentialUpdate::Ready { expires_in_ms: Some(3_600_000), refreshable: true, scope: None };
+        assert_eq!(c.on_update(t(3_030), &stored, &mut Rng::new(1)), Next::Resend, "logged in from a terminal");
+        let timed_out = CredentialUpdate::Failed {
+            reason: CredentialFailure::Rejected,
+            message: "the login was not finished within 10 minutes".into(),
+        };
+        assert_eq!(c.on_update(t(600_020), &timed_out, &mut Rng::new(1)), Next::Wait, "the browser login timed out");
+        assert_eq!(c.state(), &CredentialState::Valid);
+        assert_eq!(c.on_unauthorized(c.epoch(), &Challenge::default()), Next::Step(AuthStep::Refresh));
+        let rejected =
+            CredentialUpdate::Failed { reason: CredentialFailure::Rejected, message: "invalid_client".into() };
+        assert_eq!(
+            c.on_update(t(600_030), &rejected, &mut Rng::new(1)),
+            Next::Reauth,
+            "a refused refresh still ends it"
+        );
     }
 
     #[test]

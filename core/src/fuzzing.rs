@@ -10,9 +10,18 @@
 //!   within their bounds;
 //! - actions only name the newest connection of a backend;
 //! - a backend that went `permanently_failed` or `requires_reauth` is not started
-//!   again without an admin command or a config reload;
+//!   again without an admin command or a config reload, or (an OAuth-managed one)
+//!   a new credential; one whose connection was refused for its credential is not
+//!   connected again before a credential arrives;
 //! - once every timer has fired, every client request was answered exactly once
 //!   (unless its client cancelled it or went away).
+//!
+//! When the seed byte's high bit is set, backend `web` is OAuth-managed and the
+//! driver plays its host faithfully: it answers the credential steps the engine
+//! asks for (in any order, with any outcome), and refuses requests with 401 or
+//! 403 `insufficient_scope`. Then also checked: at most one refresh (or obtain) in
+//! flight per backend; after `invalid_grant` a discard before anything else is
+//! sent, and no refresh until a new token arrives.
 
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
@@ -22,6 +31,7 @@ use serde_json::{json, Value};
 
 use crate::codec::{LineDecoder, SseDecoder};
 use crate::config::{Config, ServerConfig};
+use crate::credential::{AuthStep, Challenge, CredentialFailure, CredentialUpdate};
 use crate::gateway::Gateway;
 use crate::io::{Action, AdminCommand, ClientRoute, Event, Input, SessionId, Status};
 use crate::policy::Failure;
@@ -114,6 +124,14 @@ pub fn driver_config(variant: u8) -> Config {
     config
 }
 
+/// `config` with backend `web` OAuth-managed, or not.
+pub fn oauth_config(mut config: Config, oauth: bool) -> Config {
+    if let Some(web) = config.servers.get_mut("web") {
+        web.oauth = oauth;
+    }
+    config
+}
+
 /// A gateway under test plus what the checks need to remember.
 pub struct Harness {
     /// The engine.
@@ -138,12 +156,54 @@ pub struct Harness {
     /// Backend `a` answers as a server of the stateless revision (variant bit 32).
     stateless_a: bool,
     next_id: u64,
+    /// Backend `web` is OAuth-managed (the seed byte's high bit).
+    oauth: bool,
+    /// Credential steps asked for and not answered yet, oldest first. A `Login`
+    /// answered with `LoginPending` stays, waiting for the person.
+    steps: Vec<(crate::io::ServerName, Step)>,
+    /// Store reads asked for in the last input: answered at once, before anything
+    /// else happens, as hosts do (the connection that follows needs the token).
+    loads: Vec<crate::io::ServerName>,
+    /// Store reads answered so far (they cycle through the possible answers).
+    loads_answered: u64,
+    /// Backends whose grant the engine was told is dead, with no token since.
+    dead: BTreeSet<crate::io::ServerName>,
+    /// Set while an `invalid_grant` is being handled: the discard must come
+    /// before anything is sent to the backend.
+    discard_due: Option<crate::io::ServerName>,
+    /// Backends whose connection the harness last saw open.
+    connected: BTreeSet<crate::io::ServerName>,
+    /// Backends whose connection was refused for their credential and which may
+    /// not connect again until a credential arrives (or an admin or a reload says so).
+    awaiting: BTreeSet<crate::io::ServerName>,
+}
+
+/// A credential step waiting for the driver's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// A refresh or an obtain: a request to the token endpoint.
+    Token,
+    /// A token request the engine may have lost track of: another step was
+    /// answered while it was out, and an update does not say which step it
+    /// answers. Answered, not counted.
+    Untracked,
+    /// A login asked for: its URL not reported yet.
+    Login,
+    /// A login whose URL was reported: the person has not finished.
+    LoginPending,
 }
 
 impl Harness {
     /// A fresh gateway with [`driver_config`]`(variant)`.
     pub fn new(variant: u8, seed: u64) -> Result<Harness, Violation> {
-        let gw = Gateway::new(driver_config(variant), seed, Instant::ZERO).map_err(|e| format!("config: {e}"))?;
+        Harness::with_oauth(variant, seed, false)
+    }
+
+    /// A fresh gateway with [`driver_config`]`(variant)`, its backend `web`
+    /// OAuth-managed when `oauth` is set.
+    pub fn with_oauth(variant: u8, seed: u64, oauth: bool) -> Result<Harness, Violation> {
+        let config = oauth_config(driver_config(variant), oauth);
+        let gw = Gateway::new(config, seed, Instant::ZERO).map_err(|e| format!("config: {e}"))?;
         let mut h = Harness {
             gw,
             now: 0,
@@ -157,6 +217,14 @@ impl Harness {
             input_rounds: Vec::new(),
             stateless_a: variant & 32 == 32,
             next_id: 1,
+            oauth,
+            steps: Vec::new(),
+            loads: Vec::new(),
+            loads_answered: 0,
+            dead: BTreeSet::new(),
+            discard_due: None,
+            connected: BTreeSet::new(),
+            awaiting: BTreeSet::new(),
         };
         h.drain()?;
         Ok(h)
@@ -174,6 +242,7 @@ impl Harness {
                     if v["method"] == "tools/call" && v["params"]["name"] == "reconnect_server" {
                         if let Some(server) = v["params"]["arguments"]["server"].as_str() {
                             self.stopped.remove(server);
+                            self.awaiting.remove(server);
                         }
                     }
                 }
@@ -184,14 +253,78 @@ impl Harness {
                 | AdminCommand::Restart { server }
                 | AdminCommand::Remove { server }) = command;
                 self.stopped.remove(&**server);
+                self.awaiting.remove(&**server);
+                if matches!(command, AdminCommand::Remove { .. }) {
+                    // The host drops the backend's credential keeper with it.
+                    self.forget_credential(server);
+                }
             }
-            Input::ConfigReloaded { .. } => self.stopped.clear(),
+            Input::ConfigReloaded { .. } => {
+                self.stopped.clear();
+                self.awaiting.clear();
+            }
+            Input::Credential { server, update } if self.manages_credential(server) => {
+                if matches!(update, CredentialUpdate::Ready { .. }) {
+                    // A new token: a backend waiting for one may start again.
+                    self.stopped.remove(&**server);
+                    self.awaiting.remove(&**server);
+                    self.dead.remove(&**server);
+                }
+                if let CredentialUpdate::Failed { reason: CredentialFailure::InvalidGrant, .. } = update {
+                    self.dead.insert(server.clone());
+                    self.discard_due = Some(server.clone());
+                }
+            }
             _ => {}
         }
         if let Err(e) = self.gw.handle(Instant::from_millis(self.now), input) {
             return Err(format!("host contract error from a valid input: {e}"));
         }
-        self.drain()
+        self.drain()?;
+        if let Some(server) = self.discard_due.take() {
+            return Err(format!("{server}: invalid_grant at {} ms and the credential was not discarded", self.now));
+        }
+        self.note_awaiting();
+        while let Some(server) = self.loads.pop() {
+            self.loads_answered += 1;
+            let update = match self.loads_answered % 5 {
+                0 => CredentialUpdate::Missing,
+                n => CredentialUpdate::Ready {
+                    expires_in_ms: [None, Some(0), Some(1_000), Some(3_600_000)][n as usize - 1],
+                    refreshable: n != 4,
+                    scope: None,
+                },
+            };
+            self.input(Input::Credential { server, update })?;
+        }
+        Ok(())
+    }
+
+    /// Whether the engine manages `server`'s credential now.
+    fn manages_credential(&self, server: &str) -> bool {
+        self.gw.config().servers.get(server).is_some_and(ServerConfig::manages_credential)
+    }
+
+    fn forget_credential(&mut self, server: &str) {
+        self.steps.retain(|(s, _)| &**s != server);
+        self.loads.retain(|s| &**s != server);
+        self.dead.remove(server);
+    }
+
+    /// Notes the backends whose connection was refused for their credential: the
+    /// engine closed it and waits for a credential before connecting again.
+    fn note_awaiting(&mut self) {
+        for server in SERVERS {
+            let waiting = !self.connected.contains(server)
+                && self.gw.status(server).is_some_and(|s| {
+                    s.status == Status::Connecting && s.last_error.as_deref() == Some("waiting for a credential")
+                });
+            if waiting {
+                self.awaiting.insert(server.into());
+            } else {
+                self.awaiting.remove(server);
+            }
+        }
     }
 
     fn note_client_frame(&mut self, session: u64, frame: &str) {
@@ -262,16 +395,23 @@ impl Harness {
                 if self.stopped.contains(&**server) {
                     return Err(format!("{server} was started again after it gave up or needed reauth"));
                 }
+                if self.awaiting.contains(&**server) {
+                    return Err(format!("{server} was connected again before a credential arrived"));
+                }
+                self.connected.insert(server.clone());
                 if self.gens.get(server).is_some_and(|g| g >= generation) {
                     return Err(format!("{server}: generation {generation} is not newer"));
                 }
                 self.gens.insert(server.clone(), *generation);
                 self.open.insert(server.clone(), Vec::new());
             }
-            Action::Authorize { .. } => {}
+            Action::Authorize { server, step } => self.check_step(server, step)?,
             Action::SendToBackend { server, generation, frame, .. } => {
                 if self.gens.get(server) != Some(generation) {
                     return Err(format!("frame sent to {server}#{generation}, not its newest connection"));
+                }
+                if self.discard_due.as_ref() == Some(server) {
+                    return Err(format!("{server}: a frame sent with a credential the engine knew was dead"));
                 }
                 let v: Value = serde_json::from_str(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
                 if let (Some(id), Some(method)) = (v.get("id").and_then(Value::as_u64), v.get("method")) {
@@ -283,6 +423,7 @@ impl Harness {
                 if self.gens.get(server) != Some(generation) {
                     return Err(format!("close of {server}#{generation}, not its newest connection"));
                 }
+                self.connected.remove(server);
             }
             Action::SendToClient { session, frame, route } => {
                 let v: Value = serde_json::from_str(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
@@ -323,6 +464,96 @@ impl Harness {
             }
         }
         Ok(())
+    }
+
+    /// A credential step the engine asked for: single flight, and nothing dead renewed.
+    fn check_step(&mut self, server: &crate::io::ServerName, step: &AuthStep) -> Result<(), Violation> {
+        if !self.manages_credential(server) {
+            return Err(format!("{server}: credential step {step} for a backend without a managed credential"));
+        }
+        let kind = match step {
+            AuthStep::Load => {
+                self.loads.push(server.clone());
+                return Ok(());
+            }
+            AuthStep::Obtain { .. } | AuthStep::Refresh => Step::Token,
+            AuthStep::Login { .. } => Step::Login,
+            AuthStep::Discard => {
+                if self.discard_due.as_ref() == Some(server) {
+                    self.discard_due = None;
+                }
+                return Ok(());
+            }
+        };
+        if kind == Step::Token {
+            if self.steps.iter().any(|(s, k)| s == server && *k == Step::Token) {
+                return Err(format!("{server}: {step} while another token request is in flight (single flight)"));
+            }
+            if matches!(step, AuthStep::Refresh) && self.dead.contains(&**server) {
+                return Err(format!("{server}: refresh of a grant the engine was told is dead"));
+            }
+        }
+        self.steps.push((server.clone(), kind));
+        Ok(())
+    }
+
+    /// Answers one credential step, as the host would (any outcome), or, when
+    /// nothing is asked of that backend, reports something unasked.
+    fn credential_step(&mut self, c: &mut Choices<'_>) -> Result<(), Violation> {
+        let server: crate::io::ServerName = "web".into();
+        let expires = [None, Some(0), Some(1_000), Some(60_000), Some(3_600_000)][c.below(5)];
+        let ready = CredentialUpdate::Ready {
+            expires_in_ms: expires,
+            refreshable: c.below(4) != 0,
+            scope: [None, Some("mcp"), Some("mcp write")][c.below(3)].map(String::from),
+        };
+        let failed = |reason| CredentialUpdate::Failed { reason, message: "token endpoint: HTTP 400".into() };
+        let mine: Vec<usize> = (0..self.steps.len()).filter(|i| self.steps[*i].0 == server).collect();
+        let update = if mine.is_empty() {
+            match c.below(4) {
+                0 => ready,
+                1 => CredentialUpdate::Missing,
+                2 => CredentialUpdate::LoginRequired,
+                _ => failed(CredentialFailure::Unavailable),
+            }
+        } else {
+            let at = mine[c.below(mine.len())];
+            let kind = self.steps[at].1;
+            let update = match kind {
+                Step::Token | Step::Untracked => match c.below(5) {
+                    0 | 1 => ready,
+                    2 => CredentialUpdate::LoginRequired,
+                    3 => failed(CredentialFailure::Unavailable),
+                    _ => failed([CredentialFailure::InvalidGrant, CredentialFailure::Rejected][c.below(2)]),
+                },
+                Step::Login => match c.below(4) {
+                    0 => failed(CredentialFailure::Rejected),
+                    _ => CredentialUpdate::LoginPending { url: "https://as.example/authorize?state=s".into() },
+                },
+                Step::LoginPending => match c.below(3) {
+                    0 => failed(CredentialFailure::Rejected),
+                    _ => ready,
+                },
+            };
+            if matches!(update, CredentialUpdate::LoginPending { .. }) {
+                self.steps[at].1 = Step::LoginPending;
+            } else {
+                self.steps.remove(at);
+            }
+            // An update does not say which step it answers: unless it is the answer
+            // to the one token request in flight, the engine may take it for another.
+            let ambiguous = kind != Step::Token
+                || self.steps.iter().any(|(s, k)| *s == server && matches!(k, Step::Login | Step::Untracked));
+            if ambiguous {
+                for (s, k) in self.steps.iter_mut() {
+                    if *s == server && *k == Step::Token {
+                        *k = Step::Untracked;
+                    }
+                }
+            }
+            update
+        };
+        self.input(Input::Credential { server, update })
     }
 
     /// After everything settled: each request answered exactly once.
@@ -418,7 +649,8 @@ impl Harness {
     pub fn step(&mut self, c: &mut Choices<'_>) -> Result<(), Violation> {
         let session = SessionId(1 + c.below(3) as u64);
         let server = SERVERS[c.below(SERVERS.len())];
-        match c.below(18) {
+        // One more kind of step when `web` is OAuth-managed (so other runs decode as before).
+        match c.below(if self.oauth { 19 } else { 18 }) {
             0..=3 => {
                 let id = if c.below(8) == 0 { self.next_id } else { self.fresh_id() };
                 let config = self.gw.config();
@@ -529,6 +761,14 @@ impl Harness {
                 self.input(Input::BackendExited { server: server.into(), generation, code })
             }
             10 => {
+                let refused = |status: u16, error: &str, scope: Option<&str>| Failure::Unauthorized {
+                    status,
+                    challenge: Challenge {
+                        error: Some(error.into()),
+                        scope: scope.map(String::from),
+                        resource_metadata: None,
+                    },
+                };
                 let failure = [
                     Failure::Refused,
                     Failure::Timeout,
@@ -537,7 +777,10 @@ impl Harness {
                     Failure::Http { status: 404 },
                     Failure::Http { status: 401 },
                     Failure::Spawn { message: "x".into() },
-                ][c.below(7)]
+                    // Only when `web` is OAuth-managed (so other runs decode as before).
+                    refused(401, "invalid_token", None),
+                    refused(403, "insufficient_scope", Some("mcp write")),
+                ][c.below(if self.oauth { 9 } else { 7 })]
                 .clone();
                 let open = self.open.get(server).cloned().unwrap_or_default();
                 let request = match c.below(3) {
@@ -582,13 +825,14 @@ impl Harness {
                 self.input(Input::Admin { command })
             }
             15 => {
-                let config = driver_config(c.byte());
+                let config = oauth_config(driver_config(c.byte()), self.oauth);
                 self.input(Input::ConfigReloaded { config })
             }
             16 => match c.below(2) {
                 0 => self.input(Input::ClientClosed { session }),
                 _ => self.input(Input::ClientConnected { session, expires: false }),
             },
+            18 => self.credential_step(c),
             _ => {
                 // Stale and raw inputs.
                 let generation = self.generation(server).saturating_sub(1 + c.below(2) as u64);
@@ -607,8 +851,8 @@ impl Harness {
 pub fn gateway(data: &[u8]) -> Result<(), Violation> {
     let mut c = Choices::new(data);
     let variant = c.byte();
-    let seed = u64::from(c.byte());
-    let mut h = Harness::new(variant, seed)?;
+    let seed = c.byte();
+    let mut h = Harness::with_oauth(variant, u64::from(seed), seed & 0x80 != 0)?;
     if variant & 16 == 16 {
         // A third session whose era its first request decides (stateless or not).
         h.input(Input::ClientConnected { session: SessionId(3), expires: false })?;

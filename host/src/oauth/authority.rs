@@ -199,9 +199,45 @@ impl Authority {
                 return;
             }
         };
-        let update = outcome.unwrap_or_else(Failure::update);
+        let update = self.hidden(outcome.unwrap_or_else(Failure::update));
         tracing::debug!(server = %self.server, "oauth outcome: {update}");
         report(update);
+    }
+
+    /// Every secret this backend's credential holds or is configured with: tokens,
+    /// the client's secret, its private key.
+    fn known_secrets(&self) -> Vec<String> {
+        let held = self.held();
+        let mut secrets: Vec<String> = Vec::new();
+        if let Some(c) = &held.credential {
+            if let Some(t) = &c.token {
+                secrets.push(t.access_token.expose().to_owned());
+                secrets.extend(t.refresh_token.as_ref().map(|r| r.expose().to_owned()));
+            }
+            secrets.extend(c.client.client_secret.as_ref().map(|s| s.expose().to_owned()));
+        }
+        secrets.extend(held.dead_refresh.as_ref().map(|r| r.expose().to_owned()));
+        secrets.extend(self.settings.client_secret.as_ref().map(|s| s.expose().to_owned()));
+        secrets.extend(self.settings.private_key.as_ref().map(|s| s.expose().to_owned()));
+        secrets
+    }
+
+    /// `text` (from a server, say) with every secret this authority knows hidden.
+    fn hide(&self, text: &str) -> String {
+        let secrets = self.known_secrets();
+        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+        super::secret::hide(text, &secrets)
+    }
+
+    /// `update` as the engine (and the log) may see it: a failure's message, which
+    /// may quote what a server said, with every secret this authority knows hidden.
+    fn hidden(&self, update: CredentialUpdate) -> CredentialUpdate {
+        match update {
+            CredentialUpdate::Failed { reason, message } => {
+                CredentialUpdate::Failed { reason, message: self.hide(&message) }
+            }
+            other => other,
+        }
     }
 
     /// The interactive login of `tether auth login NAME`: prints the URL to `out`,
@@ -288,12 +324,12 @@ impl Authority {
                         for (value, hint) in tokens {
                             if let Some(value) = value {
                                 if let Err(f) = token::revoke(&self.http, endpoint, &auth, value, hint) {
-                                    tracing::warn!(server = %self.server, "revoking the {hint}: {}", f.message);
+                                    tracing::warn!(server = %self.server, "revoking the {hint}: {}", self.hide(&f.message));
                                 }
                             }
                         }
                     }
-                    Err(f) => tracing::warn!(server = %self.server, "cannot revoke: {}", f.message),
+                    Err(f) => tracing::warn!(server = %self.server, "cannot revoke: {}", self.hide(&f.message)),
                 }
             }
         }
@@ -614,8 +650,11 @@ impl Authority {
             let update = match outcome.and_then(|code| this.finish_login(exchange, &code)) {
                 Ok(update) => update,
                 Err(f) => {
-                    tracing::warn!(server = %this.server, "login failed: {}", f.message);
-                    f.update()
+                    let update = this.hidden(f.update());
+                    if let CredentialUpdate::Failed { message, .. } = &update {
+                        tracing::warn!(server = %this.server, "login failed: {message}");
+                    }
+                    update
                 }
             };
             if this.finish_waiting(&flag) {
@@ -757,8 +796,14 @@ impl Authority {
         let endpoint = server.token_endpoint()?;
         let auth =
             self.client_auth(&client, &server.issuer, server.token_endpoint_auth_methods_supported.as_deref())?;
+        // A refused code (expired, used, for another redirect) is a failed login, not
+        // a dead grant: the credential in hand, if any (a step-up), stays.
         let granted =
-            token::exchange_code(&self.http, endpoint, &auth, code, &redirect_uri, &verifier, &discovery.resource)?;
+            token::exchange_code(&self.http, endpoint, &auth, code, &redirect_uri, &verifier, &discovery.resource)
+                .map_err(|f| match f.reason {
+                    CredentialFailure::InvalidGrant => Failure::rejected(f.message),
+                    _ => f,
+                })?;
         client.auth_method = Some(auth.method().to_owned());
         let token = token_record(granted, None, scope);
         let update = self

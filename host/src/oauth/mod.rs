@@ -41,7 +41,7 @@ use serde::Deserialize;
 use tether_core::credential::{CredentialFailure, CredentialUpdate};
 
 pub use authority::{AuthStatus, Authority, LoginSummary, Report};
-pub use secret::Secret;
+pub use secret::{hide, Secret};
 pub use store::{CredentialStore, FileStore, StoredCredential};
 
 /// Which grant gets this backend its tokens.

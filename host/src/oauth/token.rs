@@ -196,11 +196,25 @@ pub fn revoke(http: &Http, endpoint: &str, auth: &ClientAuth, token: &Secret, hi
     let mut form = vec![("token", token.expose().to_owned()), ("token_type_hint", hint.to_owned())];
     let authorization = auth.apply(&mut form);
     let answer = post(http, endpoint, &form, authorization.as_deref())?;
+    let text = answer.oauth_error_hiding(&sent_secrets(&form, authorization.as_deref())).1;
     match answer.status {
         200..=299 => Ok(()),
-        _ if answer.server_failed() => Err(Failure::unavailable(format!("revocation: {}", answer.oauth_error().1))),
-        _ => Err(Failure::rejected(format!("revocation: {}", answer.oauth_error().1))),
+        _ if answer.server_failed() => Err(Failure::unavailable(format!("revocation: {text}"))),
+        _ => Err(Failure::rejected(format!("revocation: {text}"))),
     }
+}
+
+/// The form fields that carry secrets: tokens, codes, verifiers, client secrets
+/// and assertions.
+const SECRET_FIELDS: &[&str] =
+    &["token", "refresh_token", "code", "code_verifier", "client_secret", "client_assertion"];
+
+/// The secrets a token endpoint request carried (its secret fields and its
+/// `Authorization` header), to hide from what the server says back.
+fn sent_secrets<'a>(form: &'a [(&'static str, String)], authorization: Option<&'a str>) -> Vec<&'a str> {
+    let fields = form.iter().filter(|(k, _)| SECRET_FIELDS.contains(k)).map(|(_, v)| v.as_str());
+    let header = authorization.into_iter().flat_map(|a| [a, a.split_once(' ').map_or(a, |(_, v)| v)]);
+    fields.chain(header).collect()
 }
 
 fn post(
@@ -221,18 +235,20 @@ fn grant(
 ) -> Result<Granted, Failure> {
     let authorization = auth.apply(&mut form);
     let answer = post(http, endpoint, &form, authorization.as_deref())?;
+    // A server may quote what it was sent: none of that goes further.
+    let secrets = sent_secrets(&form, authorization.as_deref());
     if answer.server_failed() {
-        return Err(Failure::unavailable(format!("token endpoint: {}", answer.oauth_error().1)));
+        return Err(Failure::unavailable(format!("token endpoint: {}", answer.oauth_error_hiding(&secrets).1)));
     }
     if answer.status != 200 {
-        let (error, text) = answer.oauth_error();
+        let (error, text) = answer.oauth_error_hiding(&secrets);
         let message = format!("token endpoint: {text}");
         return Err(match error.as_deref() {
             Some("invalid_grant") => Failure::invalid_grant(message),
             _ => Failure::rejected(message),
         });
     }
-    parse_granted(&answer)
+    parse_granted(&answer).map_err(|f| Failure { message: super::secret::hide(&f.message, &secrets), ..f })
 }
 
 fn parse_granted(answer: &Answer) -> Result<Granted, Failure> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::secret::hide;
 use super::Failure;
 
 /// How long a TCP (and TLS) connect may take.
@@ -41,8 +42,14 @@ impl Answer {
     /// `error` and `error_description` of an OAuth error answer (RFC 6749 §5.2), for
     /// people: short and printable.
     pub fn oauth_error(&self) -> (Option<String>, String) {
+        self.oauth_error_hiding(&[])
+    }
+
+    /// [`Answer::oauth_error`] with `secrets` (what the request carried) hidden
+    /// from what the server wrote, before it is cut short: a server may quote them.
+    pub fn oauth_error_hiding(&self, secrets: &[&str]) -> (Option<String>, String) {
         let obj = self.object();
-        let field = |k: &str| obj.and_then(|o| o.get(k)).and_then(Value::as_str).map(printable);
+        let field = |k: &str| obj.and_then(|o| o.get(k)).and_then(Value::as_str).map(|v| printable(&hide(v, secrets)));
         let error = field("error");
         let text = match (&error, field("error_description")) {
             (Some(e), Some(d)) => format!("HTTP {}: {e}: {d}", self.status),
@@ -156,6 +163,16 @@ mod tests {
         assert!(a.server_failed());
         assert_eq!(a.oauth_error(), (None, "HTTP 503".into()));
         assert_eq!(printable(&"x".repeat(500)).len(), 200);
+    }
+
+    #[test]
+    fn oauth_errors_hide_what_the_request_carried_even_when_cut_short() {
+        // Cut at 200 characters, the quote would keep 15 characters of the token.
+        let quoted = format!("{} refresh token rt-0123456789abcdef is gone", "x".repeat(170));
+        let a = Answer { status: 400, json: Some(json!({"error": "invalid_grant", "error_description": quoted})) };
+        let (error, text) = a.oauth_error_hiding(&["rt-0123456789abcdef"]);
+        assert_eq!(error.as_deref(), Some("invalid_grant"));
+        assert!(text.contains("refresh token [redacted]") && !text.contains("rt-0123"), "{text}");
     }
 
     #[test]
