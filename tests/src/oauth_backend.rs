@@ -581,7 +581,7 @@ mod tests {
     fn the_pkce_challenge_is_rfc_7636s_example() {
         assert_eq!(
             pkce_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
-            "E9Melhoa2OwvFrEMTJguCHaoeK9t8PSTTvp6XuJYJ3M"
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
         );
     }
 }
