@@ -5,6 +5,7 @@
 //!
 //! Nothing here decides anything about backends: that is the core's job.
 
+pub mod backlog;
 pub mod clock;
 pub mod config_file;
 pub mod credentials;
@@ -13,4 +14,5 @@ pub mod http_backend;
 pub mod launch;
 pub mod logging;
 pub mod oauth;
+pub mod process_tree;
 pub mod recorder;

@@ -1,6 +1,30 @@
-//! Logging to stderr (stdout is the protocol), and how core events are logged.
+//! Logging to stderr (stdout is the protocol), how core events are logged, and
+//! the rate limit on what backends write to stderr.
+//!
+//! A backend's stderr is its log, and a backend can write it far faster than
+//! anyone reads logs: each backend's lines go through a token bucket
+//! ([`STDERR_BURST`] lines at once, [`STDERR_PER_SECOND`] a second after that), and
+//! when lines were dropped, a summary line says how many before logging resumes.
+//! Protocol violations (a backend writing garbage on stdout) are limited the same
+//! way, per backend.
 
-use tether_core::Event;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use tether_core::redact::Redactor;
+use tether_core::{Event, ServerName};
+
+/// How many stderr lines of one backend are logged in a burst.
+pub const STDERR_BURST: u32 = 50;
+
+/// How many stderr lines of one backend are logged per second after a burst.
+pub const STDERR_PER_SECOND: u32 = 10;
+
+/// How many of a backend's last stderr lines are kept to hand to the core at the
+/// end of the stream, when the rate limit kept the latest ones from it (the core
+/// keeps as many as its crash message shows).
+pub const STDERR_KEPT: usize = 8;
 
 /// Logs to stderr only, at `level` (a level name or a tracing filter).
 pub fn init_logging(level: &str) {
@@ -16,7 +40,20 @@ pub fn init_logging(level: &str) {
 }
 
 /// Logs one core event: recoveries and discoveries at info, trouble at warn.
+/// Protocol violations are rate-limited per backend like stderr lines.
 pub fn log_event(event: &Event) {
+    if let Event::ProtocolViolation { server, .. } = event {
+        static BUCKETS: Mutex<Option<HashMap<ServerName, LineBudget>>> = Mutex::new(None);
+        let mut buckets = BUCKETS.lock().unwrap_or_else(|p| p.into_inner());
+        let budget = buckets.get_or_insert_with(HashMap::new).entry(server.clone()).or_default();
+        match budget.admit(Instant::now()) {
+            Admit::Drop => return,
+            Admit::Log { dropped: 0 } => {}
+            Admit::Log { dropped } => {
+                tracing::warn!(server = %server, "{dropped} protocol violations not logged (rate limit)")
+            }
+        }
+    }
     match event {
         Event::ServerStatusChanged { .. }
         | Event::ServerReconnected { .. }
@@ -25,5 +62,151 @@ pub fn log_event(event: &Event) {
         | Event::ToolsDiscovered { .. } => tracing::info!("{event}"),
         Event::ServerDisconnected { intentional: true, .. } => tracing::info!("{event}"),
         _ => tracing::warn!("{event}"),
+    }
+}
+
+/// Whether a line may be logged now, and how many were dropped before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// Log it, after a summary of the `dropped` lines before it (if any).
+    Log {
+        /// Lines dropped since the last one logged.
+        dropped: u64,
+    },
+    /// Over the rate: drop it (it is counted).
+    Drop,
+}
+
+/// A token bucket of log lines: [`STDERR_BURST`] at once, refilled at
+/// [`STDERR_PER_SECOND`], counting what it drops.
+#[derive(Debug)]
+pub struct LineBudget {
+    tokens: f64,
+    last: Instant,
+    dropped: u64,
+}
+
+impl LineBudget {
+    /// A full bucket.
+    pub fn new() -> LineBudget {
+        LineBudget { tokens: f64::from(STDERR_BURST), last: Instant::now(), dropped: 0 }
+    }
+
+    /// Takes a token for one line at `now`, if there is one.
+    pub fn admit(&mut self, now: Instant) -> Admit {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * f64::from(STDERR_PER_SECOND)).min(f64::from(STDERR_BURST));
+        if self.tokens < 1.0 {
+            self.dropped += 1;
+            return Admit::Drop;
+        }
+        self.tokens -= 1.0;
+        Admit::Log { dropped: std::mem::take(&mut self.dropped) }
+    }
+
+    /// Lines dropped since the last one logged (and forgets them).
+    pub fn take_dropped(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped)
+    }
+}
+
+impl Default for LineBudget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One backend process's stderr on its way to the log and to the core: lines
+/// within the rate are logged (redacted) and handed on; the others are counted,
+/// and the last few kept, so the core still sees how the stream ended.
+#[derive(Debug)]
+pub struct StderrLog {
+    server: ServerName,
+    redactor: Redactor,
+    budget: LineBudget,
+    /// The last lines seen, whether handed on or not.
+    recent: VecDeque<String>,
+    /// Some of `recent` were dropped by the rate limit.
+    withheld: bool,
+}
+
+impl StderrLog {
+    /// The stderr of one process of backend `server`; `redactor` blanks the
+    /// config's secrets in logged lines.
+    pub fn new(server: ServerName, redactor: Redactor) -> StderrLog {
+        StderrLog { server, redactor, budget: LineBudget::new(), recent: VecDeque::new(), withheld: false }
+    }
+
+    /// One line: logged if within the rate (after a summary of what was dropped);
+    /// whether to hand it to the core too.
+    pub fn line(&mut self, line: &str) -> bool {
+        if self.recent.len() == STDERR_KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(line.to_string());
+        match self.budget.admit(Instant::now()) {
+            Admit::Drop => {
+                self.withheld = true;
+                false
+            }
+            Admit::Log { dropped } => {
+                if dropped > 0 {
+                    self.summary(dropped);
+                }
+                tracing::info!(target: "backend", server = %self.server, "{}", self.redactor.redact(line));
+                self.withheld = false;
+                true
+            }
+        }
+    }
+
+    /// The stream ended: logs how many lines were dropped since the last one
+    /// logged, and returns the last lines to hand to the core if the rate limit
+    /// kept some of them from it (empty otherwise).
+    pub fn finish(&mut self) -> Vec<String> {
+        let dropped = self.budget.take_dropped();
+        if dropped > 0 {
+            self.summary(dropped);
+        }
+        if !std::mem::take(&mut self.withheld) {
+            return Vec::new();
+        }
+        self.recent.drain(..).collect()
+    }
+
+    fn summary(&self, dropped: u64) {
+        tracing::warn!(
+            target: "backend",
+            server = %self.server,
+            "{dropped} stderr lines not logged (over {STDERR_PER_SECOND} lines/s)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{Admit, LineBudget, STDERR_BURST, STDERR_PER_SECOND};
+
+    #[test]
+    fn a_burst_then_the_steady_rate_and_a_count_of_what_was_dropped() {
+        let mut budget = LineBudget::new();
+        let start = Instant::now();
+        for _ in 0..STDERR_BURST {
+            assert_eq!(budget.admit(start), Admit::Log { dropped: 0 });
+        }
+        for _ in 0..1000 {
+            assert_eq!(budget.admit(start), Admit::Drop);
+        }
+        // One second later: the steady rate's worth, the first with the summary.
+        let later = start + Duration::from_secs(1);
+        assert_eq!(budget.admit(later), Admit::Log { dropped: 1000 });
+        for _ in 1..STDERR_PER_SECOND {
+            assert_eq!(budget.admit(later), Admit::Log { dropped: 0 });
+        }
+        assert_eq!(budget.admit(later), Admit::Drop);
+        assert_eq!(budget.take_dropped(), 1);
     }
 }

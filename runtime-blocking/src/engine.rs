@@ -14,19 +14,20 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::process::Child;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tether_core::{Action, BackendStatus, ClientRoute, Event, Gateway, Input, ServerName, SessionId};
+use tether_host::backlog::Backlog;
 use tether_host::clock::Clock;
 use tether_host::http_backend::{HttpBackend, HttpTarget, InputSink, Spawner};
 use tether_host::logging::log_event;
+use tether_host::process_tree::Signal;
 use tether_host::recorder::Recorder;
 
-use crate::stdio_backend::{start_process, Launch, StdioBackend};
+use crate::stdio_backend::{start_process, Launch, Started, StdioBackend};
 
 /// Where one client session's frames go. Called with the engine locked, on
 /// whichever thread fed the input: hand the frame on, never call back into the host.
@@ -46,7 +47,7 @@ thread_local! {
 }
 
 /// A process to start, and where to send it (or the error).
-type SpawnRequest = (Box<dyn FnOnce() -> std::io::Result<Child> + Send>, SyncSender<std::io::Result<Child>>);
+type SpawnRequest = (Box<dyn FnOnce() -> std::io::Result<Started> + Send>, SyncSender<std::io::Result<Started>>);
 
 /// The engine and everything it drives.
 pub(crate) struct Engine {
@@ -56,6 +57,9 @@ pub(crate) struct Engine {
     /// Inputs raised by the thread holding the lock, fed before it lets go.
     raised: Mutex<Vec<Input>>,
     spawner: Mutex<Option<SyncSender<SpawnRequest>>>,
+    /// The output backlogs of bounded clients: backend readers wait for room in
+    /// each before handing on a frame.
+    outflows: Mutex<HashMap<SessionId, Arc<Backlog>>>,
 }
 
 struct State {
@@ -85,6 +89,18 @@ impl InputSender {
     /// Feeds an input; `false` once the host has stopped.
     pub fn send(&self, input: Input) -> bool {
         self.0.feed(input)
+    }
+
+    /// Waits until every bounded client's output backlog has room (never call
+    /// it with the engine locked).
+    pub fn wait_room(&self) {
+        let full: Vec<Arc<Backlog>> = {
+            let outflows = self.0.outflows.lock().unwrap_or_else(|p| p.into_inner());
+            outflows.values().filter(|o| o.is_full()).cloned().collect()
+        };
+        for outflow in full {
+            outflow.wait_room();
+        }
     }
 }
 
@@ -119,6 +135,7 @@ impl Engine {
             timer: Condvar::new(),
             raised: Mutex::new(Vec::new()),
             spawner: Mutex::new(Some(spawn_tx)),
+            outflows: Mutex::new(HashMap::new()),
         });
         let spawner = std::thread::Builder::new().name("tether-spawn".into()).spawn(move || spawn_loop(spawn_rx))?;
         let e = engine.clone();
@@ -145,8 +162,13 @@ impl Engine {
         fed
     }
 
-    /// Opens a client session whose frames go to `sink`.
-    pub fn attach(self: &Arc<Self>, session: SessionId, sink: ClientSink) {
+    /// Opens a client session whose frames go to `sink`; with an `outflow`
+    /// (the bytes `sink` has queued and not yet delivered), backend readers wait
+    /// while it is full.
+    pub fn attach(self: &Arc<Self>, session: SessionId, sink: ClientSink, outflow: Option<Arc<Backlog>>) {
+        if let Some(outflow) = outflow {
+            self.outflows.lock().unwrap_or_else(|p| p.into_inner()).insert(session, outflow);
+        }
         self.with_state(|state| {
             state.clients.insert(session, sink);
             state.feed(Input::ClientConnected { session, expires: false });
@@ -210,21 +232,20 @@ impl Engine {
     }
 
     /// Starts a process on the spawner thread and waits for it.
-    fn start_process(&self, launch: &Launch<'_>) -> std::io::Result<Child> {
+    fn start_process(&self, launch: &Launch<'_>) -> std::io::Result<Started> {
         let spawner = self.spawner.lock().expect("spawner").clone();
         let Some(spawner) = spawner else { return Err(std::io::Error::other("the host is stopping")) };
-        let (command, args, env, cwd) =
-            (launch.command.to_string(), launch.args.to_vec(), launch.env.clone(), launch.cwd.map(String::from));
-        let job = Box::new(move || start_process(&command, &args, &env, cwd.as_deref()));
+        let (command, lineage) = launch.command();
+        let job = Box::new(move || start_process(command, lineage));
         let (tx, rx) = sync_channel(1);
         spawner.send((job, tx)).map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
         rx.recv().map_err(|_| std::io::Error::other("the spawner thread is gone"))?
     }
 
     /// Stops every backend: stdin closed, then SIGTERM, then SIGKILL to each
-    /// process group, waiting up to a second after each; HTTP sessions are
-    /// deleted. Joins the timer and spawner threads and the readers of every
-    /// process that is gone.
+    /// process tree, waiting up to a second after each, then whatever is left
+    /// of the trees; HTTP sessions are deleted. Joins the timer and spawner
+    /// threads and the waiters of every process that is gone.
     pub fn shutdown(self: &Arc<Self>, threads: EngineThreads) {
         let connections: Vec<Connection> = {
             let mut state = self.lock();
@@ -244,7 +265,7 @@ impl Engine {
                 Connection::Http(b) => b.close(),
             }
         }
-        for signal in [None, Some(libc::SIGTERM), Some(libc::SIGKILL)] {
+        for signal in [None, Some(Signal::Terminate), Some(Signal::Kill)] {
             if let Some(signal) = signal {
                 processes.iter().for_each(|b| b.signal(signal));
             }
@@ -252,6 +273,9 @@ impl Engine {
                 break;
             }
         }
+        // What exited processes left running, and what escaped their trees.
+        processes.iter().for_each(|b| b.signal(Signal::Kill));
+        tether_host::process_tree::kill_adopted_leftovers();
         for b in processes {
             if b.has_exited() {
                 b.join();
@@ -320,7 +344,14 @@ impl State {
                     HttpTarget::for_action(self.gw.config(), server.clone(), generation, url, headers, legacy_sse);
                 target.bearer = self.credentials.bearer(&server);
                 let inputs = InputSender(engine.clone());
-                let sink: InputSink = Arc::new(move |input| inputs.send(input));
+                // Called on the backend's own threads: a frame waits there while a
+                // client's output backlog is full.
+                let sink: InputSink = Arc::new(move |input| {
+                    if matches!(input, Input::BackendFrame { .. }) {
+                        inputs.wait_room();
+                    }
+                    inputs.send(input)
+                });
                 let spawn: Spawner = Arc::new(|job| {
                     if let Err(e) = std::thread::Builder::new().name("http".into()).spawn(job) {
                         tracing::error!("cannot start an HTTP thread: {e}");
@@ -336,6 +367,7 @@ impl State {
             }
             Action::CloseClient { session } => {
                 self.clients.remove(&session);
+                engine.outflows.lock().unwrap_or_else(|p| p.into_inner()).remove(&session);
             }
             Action::Authorize { server, step } => {
                 tracing::debug!(server = %server, "credential: {step}");
@@ -358,13 +390,13 @@ impl State {
     }
 
     /// Ends a connection without waiting: stdin closed, then SIGTERM and SIGKILL
-    /// to the process group on a helper thread unless it exits first.
+    /// to the process tree on a helper thread unless it exits first.
     fn close_connection(&mut self, server: &str) {
         match self.connections.remove(server) {
             Some((_, Connection::Stdio(mut b))) => {
                 b.close_stdin();
                 let retire = move || {
-                    for signal in [libc::SIGTERM, libc::SIGKILL] {
+                    for signal in [Signal::Terminate, Signal::Kill] {
                         if wait_for_exit(std::slice::from_ref(&b), GRACE) {
                             break;
                         }

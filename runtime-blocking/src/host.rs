@@ -130,7 +130,22 @@ impl Host {
     pub fn attach(&self, sink: impl FnMut(String, &ClientRoute) + Send + 'static) -> SessionId {
         let session = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
         let sink: ClientSink = Box::new(sink);
-        self.engine.attach(session, sink);
+        self.engine.attach(session, sink, None);
+        session
+    }
+
+    /// [`Host::attach`] for a sink that queues what it cannot deliver at once
+    /// and counts it in `outflow` (a [`crate::PipeWriter`]'s backlog, say):
+    /// backend readers wait while `outflow` is full, so a client that reads
+    /// slowly slows the backends that flood it instead of growing the queue.
+    pub fn attach_bounded(
+        &self,
+        sink: impl FnMut(String, &ClientRoute) + Send + 'static,
+        outflow: std::sync::Arc<tether_host::backlog::Backlog>,
+    ) -> SessionId {
+        let session = SessionId(self.next_session.fetch_add(1, Ordering::Relaxed));
+        let sink: ClientSink = Box::new(sink);
+        self.engine.attach(session, sink, Some(outflow));
         session
     }
 

@@ -35,3 +35,4 @@ pub use pipe_writer::PipeWriter;
 pub(crate) use engine::InputSender;
 pub use line_reader::LineReader;
 pub use tether_core::{AdminCommand, BackendStatus, ClientRoute, Config, Event, SessionId, Status};
+pub use tether_host::backlog::Backlog;

@@ -71,6 +71,8 @@ enum Stop {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tether_host::logging::init_logging(&cli.log_level);
+    // Whatever a backend leaves behind is reparented to tether, which kills it.
+    tether_host::process_tree::become_subreaper();
     match serve(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -103,13 +105,17 @@ fn serve(cli: &Cli) -> Result<(), String> {
         PipeWriter::new("stdout", stdout)
     };
     let writer = writer.map_err(|e| format!("stdout: {e}"))?;
+    let outflow = writer.backlog().clone();
     let writer = Arc::new(Mutex::new(Some(writer)));
     let sink = writer.clone();
-    let session = host.attach(move |frame, _| {
-        if let Some(w) = sink.lock().expect("stdout writer").as_mut() {
-            w.send(&frame);
-        }
-    });
+    let session = host.attach_bounded(
+        move |frame, _| {
+            if let Some(w) = sink.lock().expect("stdout writer").as_mut() {
+                w.send(&frame);
+            }
+        },
+        outflow.clone(),
+    );
     tracing::info!("tether {} serving {backends} backend(s) over stdio (blocking runtime)", env!("CARGO_PKG_VERSION"));
 
     let (stop, stopped) = channel();
@@ -118,6 +124,8 @@ fn serve(cli: &Cli) -> Result<(), String> {
         .name("stdin".into())
         .spawn(move || {
             for line in LineReader::new(std::io::stdin(), max_frame, 64 * 1024) {
+                // The answers must be read before more questions are taken.
+                outflow.wait_room();
                 // The core answers an unreadable frame with the right JSON-RPC error.
                 handle.send(session, line.unwrap_or_else(|e| format!("<{e}>")));
             }

@@ -10,15 +10,23 @@
 //! reading, a large frame on a shared descriptor — goes to this writer's own
 //! thread, which may wait as long as it likes. Order is kept: once something is
 //! queued, every later frame queues behind it.
+//!
+//! What is queued is counted in bytes ([`PipeWriter::backlog`]): whoever produces
+//! frames for this pipe waits for room there (the bound is [`WRITE_BACKLOG`]), so
+//! a peer that reads slowly slows its producers instead of growing the queue.
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use tether_core::codec::encode_line;
+use tether_host::backlog::Backlog;
+
+/// How many bytes may wait for the writer's thread before producers that watch
+/// [`PipeWriter::backlog`] wait.
+pub const WRITE_BACKLOG: usize = 1024 * 1024;
 
 /// Largest write a pipe performs atomically and, with room signalled by poll(2),
 /// without blocking (POSIX `PIPE_BUF`; 4096 on Linux).
@@ -28,8 +36,8 @@ const ATOMIC_WRITE: usize = 4096;
 pub struct PipeWriter {
     fd: RawFd,
     queue: Option<Sender<Vec<u8>>>,
-    /// Buffers handed to the thread and not yet fully written.
-    queued: Arc<AtomicUsize>,
+    /// Bytes handed to the thread and not yet written.
+    backlog: Arc<Backlog>,
     thread: Option<JoinHandle<()>>,
     /// Reused for every frame written directly.
     buf: Vec<u8>,
@@ -64,22 +72,24 @@ impl PipeWriter {
     fn start<W: Write + AsRawFd + Send + 'static>(name: &str, mut out: W, nonblocking: bool) -> std::io::Result<Self> {
         let fd = out.as_raw_fd();
         let (queue, rx) = channel::<Vec<u8>>();
-        let queued = Arc::new(AtomicUsize::new(0));
-        let done = queued.clone();
+        let backlog = Arc::new(Backlog::new(WRITE_BACKLOG));
+        let done = backlog.clone();
         let thread = std::thread::Builder::new().name(format!("write {name}")).spawn(move || {
             let mut ok = true;
             while let Ok(buf) = rx.recv() {
                 if ok {
                     ok = write_all_waiting(&mut out, &buf).is_ok();
                 }
-                done.fetch_sub(1, Ordering::AcqRel);
+                done.sub(buf.len());
             }
+            // Nothing more will be written: producers must not wait for it.
+            done.close();
             // Dropping `out` closes the pipe: the peer sees end of file.
         })?;
         Ok(PipeWriter {
             fd,
             queue: Some(queue),
-            queued,
+            backlog,
             thread: Some(thread),
             buf: Vec::new(),
             broken: false,
@@ -95,7 +105,7 @@ impl PipeWriter {
         self.buf.clear();
         encode_line(frame, &mut self.buf);
         let direct = self.nonblocking || (self.buf.len() <= ATOMIC_WRITE && self.has_room());
-        if self.queued.load(Ordering::Acquire) == 0 && direct {
+        if self.backlog.bytes() == 0 && direct {
             // SAFETY: `fd` stays open while the writer thread holds `out`, which
             // lives until `close` joins it; the buffer is valid for its length.
             let n = unsafe { libc::write(self.fd, self.buf.as_ptr().cast(), self.buf.len()) };
@@ -111,10 +121,16 @@ impl PipeWriter {
             self.buf.drain(..written);
         }
         let Some(queue) = &self.queue else { return };
-        self.queued.fetch_add(1, Ordering::AcqRel);
+        let len = self.buf.len();
+        self.backlog.add(len);
         if queue.send(std::mem::take(&mut self.buf)).is_err() {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.backlog.sub(len);
         }
+    }
+
+    /// The bytes waiting for the writer's thread: producers wait for room there.
+    pub fn backlog(&self) -> &Arc<Backlog> {
+        &self.backlog
     }
 
     /// Whether a write of up to [`ATOMIC_WRITE`] bytes would not block now.
@@ -137,11 +153,11 @@ impl PipeWriter {
     pub fn close_within(mut self, limit: std::time::Duration) {
         self.queue.take();
         let deadline = std::time::Instant::now() + limit;
-        while self.queued.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+        while self.backlog.bytes() > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         if let Some(t) = self.thread.take() {
-            if self.queued.load(Ordering::Acquire) == 0 {
+            if self.backlog.bytes() == 0 {
                 let _ = t.join();
             }
         }

@@ -1,21 +1,32 @@
 //! A local backend: one child process speaking newline-delimited JSON-RPC on
-//! stdin/stdout, on plain threads.
+//! stdin/stdout, on plain threads, with its process tree (see
+//! [`tether_host::process_tree`]).
 //!
 //! Threads per process: one reads stdout (frames), one reads stderr (log lines,
-//! kept by the core as the crash message), and the [`PipeWriter`]'s, which only
-//! works when a write could block. The stdout reader reaps the process and
-//! reports the exit after its last stderr lines.
+//! rate-limited, kept by the core as the crash message), one waits for the
+//! process to exit, and the [`PipeWriter`]'s, which only works when a write
+//! could block.
+//!
+//! Nothing grows without bound: the stdout reader waits, before each frame, until
+//! the clients' output backlogs have room (so a flooding backend is read no
+//! faster than tether forwards); a backend that leaves [`STDIN_LIMIT`] bytes
+//! unread on its stdin is reported as a failed connection.
+//!
+//! The exit is awaited on its own thread, whatever the pipes do: when the process
+//! exits, the rest of its tree is killed and the exit reported after the last of
+//! its output. When stdout closes while the process keeps running, it gets
+//! [`STDOUT_CLOSED_GRACE`] to exit, then its tree is killed and the connection
+//! reported as failed.
 
-use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tether_core::{Failure, Input};
+use tether_core::{Failure, Input, ServerName};
+use tether_host::logging::StderrLog;
+use tether_host::process_tree::{self, Lineage, ProcessTree, Signal};
 
 use crate::line_reader::LineReader;
 use crate::pipe_writer::PipeWriter;
@@ -24,56 +35,97 @@ use crate::InputSender;
 /// How long an exit report waits for the rest of the process's stderr.
 const STDERR_DRAIN: Duration = Duration::from_millis(500);
 
+/// How long an exit report waits for the rest of the process's stdout (frames it
+/// wrote before exiting are reported before the exit).
+const STDOUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// How long a process whose stdout closed may keep running before it is taken
+/// for a lost connection (it may be exiting).
+pub const STDOUT_CLOSED_GRACE: Duration = Duration::from_secs(1);
+
+/// How many bytes may wait for one backend's stdin before the backend is taken
+/// for one that stopped reading.
+pub const STDIN_LIMIT: usize = 16 * 1024 * 1024;
+
 pub use tether_host::launch::Launch;
 
 /// One running process (one generation).
 pub struct StdioBackend {
+    server: ServerName,
+    generation: u64,
     stdin: Option<PipeWriter>,
-    pid: u32,
+    tree: ProcessTree,
     exited: Arc<AtomicBool>,
-    reader: Option<JoinHandle<()>>,
+    waiter: Option<JoinHandle<()>>,
+    /// Set once stdin overflowed and that was reported.
+    overflowed: bool,
+    inputs: InputSender,
 }
 
-/// Starts `command` (stdin, stdout and stderr piped, its own process group,
-/// killed if the thread that started it dies).
+/// A started process and the lineage its tree is marked with.
+pub type Started = (Child, Lineage);
+
+/// Starts the backend `launch` describes (stdin, stdout and stderr piped, its own
+/// process group and lineage, killed if the thread that started it dies).
 ///
 /// Call it on a thread that lives as long as the host: on Linux the child's
 /// parent-death signal fires when the *thread* that forked it exits.
-pub fn start_process(
-    command: &str,
-    args: &[String],
-    env: &BTreeMap<String, String>,
-    cwd: Option<&str>,
-) -> std::io::Result<Child> {
-    let mut cmd = Command::new(command);
-    cmd.args(args).envs(env).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.process_group(0);
-    if let Some(cwd) = cwd {
-        cmd.current_dir(cwd);
+pub fn start_process(mut cmd: std::process::Command, lineage: Lineage) -> std::io::Result<Started> {
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = process_tree::spawn_owned(|| cmd.spawn(), Child::id)?;
+    Ok((child, lineage))
+}
+
+/// How the streams and the process of one backend ended, as far as known.
+#[derive(Default)]
+struct Ends {
+    state: Mutex<EndState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct EndState {
+    /// The exit code, once the process was reaped (`Some(None)`: killed by a signal).
+    exit: Option<Option<i32>>,
+    stdout_closed: bool,
+    stderr_closed: bool,
+}
+
+impl Ends {
+    fn update(&self, f: impl FnOnce(&mut EndState)) {
+        f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
+        self.changed.notify_all();
     }
-    #[cfg(target_os = "linux")]
-    // SAFETY: prctl is async-signal-safe; it only sets this child's parent-death signal.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
+
+    /// Waits at most `limit` for `cond`; whether it holds.
+    fn wait(&self, limit: Duration, cond: impl Fn(&EndState) -> bool) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if cond(&state) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self.changed.wait_timeout(state, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
     }
-    cmd.spawn()
 }
 
 impl StdioBackend {
-    /// Takes over a started process (or the error starting it): starts its reader
-    /// threads and reports it. A process that could not be started is reported as
-    /// [`Failure::Spawn`].
-    pub fn attach(launch: Launch<'_>, started: std::io::Result<Child>, inputs: &InputSender) -> Option<StdioBackend> {
+    /// Takes over a started process (or the error starting it): starts its
+    /// threads and reports it. A process that could not be started is reported
+    /// as [`Failure::Spawn`].
+    pub fn attach(launch: Launch<'_>, started: std::io::Result<Started>, inputs: &InputSender) -> Option<StdioBackend> {
         let server = launch.server.clone();
         let generation = launch.generation;
-        let started = started.and_then(|mut child| {
+        let started = started.and_then(|(mut child, lineage)| {
             let stdin = PipeWriter::new_nonblocking(&server, child.stdin.take().expect("piped"))?;
-            Ok((child, stdin))
+            Ok((child, lineage, stdin))
         });
-        let (mut child, stdin) = match started {
+        let (mut child, lineage, stdin) = match started {
             Ok(started) => started,
             Err(e) => {
                 tracing::warn!(server = %server, "cannot start {}: {e}", launch.command);
@@ -83,64 +135,122 @@ impl StdioBackend {
             }
         };
         let pid = child.id();
+        let tree = ProcessTree::new(pid, lineage);
         tracing::info!(server = %server, generation, pid, "started {}", launch.command);
         inputs.send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
 
-        // Closed (dropped) when stderr reaches end of file.
-        let (stderr_open, stderr_closed) = sync_channel::<()>(0);
+        let ends = Arc::new(Ends::default());
+        // One report per process: its exit, or the loss of its stdout.
+        let reported = Arc::new(AtomicBool::new(false));
+        let exited = Arc::new(AtomicBool::new(false));
+
         let stderr = child.stderr.take().expect("piped");
-        let (name, to_core, redactor) = (server.clone(), inputs.clone(), launch.redactor);
-        let spawned = std::thread::Builder::new().name(format!("stderr {server}")).spawn(move || {
+        let mut log = StderrLog::new(server.clone(), launch.redactor);
+        let (name, to_core, stderr_ends) = (server.clone(), inputs.clone(), ends.clone());
+        spawn_named(format!("stderr {server}"), move || {
             for line in LineReader::new(stderr, 16 * 1024, 8 * 1024) {
                 let line = line.unwrap_or_else(|e| format!("<{e}>"));
-                tracing::info!(target: "backend", server = %name, "{}", redactor.redact(&line));
+                if log.line(&line) {
+                    to_core.send(Input::BackendStderr { server: name.clone(), generation, line });
+                }
+            }
+            for line in log.finish() {
                 to_core.send(Input::BackendStderr { server: name.clone(), generation, line });
             }
-            drop(stderr_open);
+            stderr_ends.update(|e| e.stderr_closed = true);
         });
-        if let Err(e) = spawned {
-            tracing::warn!(server = %server, "cannot start a stderr reader: {e}");
-        }
 
-        let exited = Arc::new(AtomicBool::new(false));
         let stdout = child.stdout.take().expect("piped");
-        let (done, to_core, max_frame) = (exited.clone(), inputs.clone(), launch.max_frame);
-        let reader = std::thread::Builder::new().name(format!("stdout {server}")).spawn(move || {
+        let (to_core, max_frame) = (inputs.clone(), launch.max_frame);
+        let (name, stdout_ends, stdout_tree) = (server.clone(), ends.clone(), tree.clone());
+        let (stdout_reported, stdout_exited) = (reported.clone(), exited.clone());
+        spawn_named(format!("stdout {server}"), move || {
             for line in LineReader::new(stdout, max_frame, 64 * 1024) {
                 match line {
                     Ok(frame) => {
-                        if !to_core.send(Input::BackendFrame { server: server.clone(), generation, frame }) {
+                        // The clients' output backlogs first: read no faster than they take.
+                        to_core.wait_room();
+                        if !to_core.send(Input::BackendFrame { server: name.clone(), generation, frame }) {
                             break;
                         }
                     }
-                    Err(e) => tracing::warn!(server = %server, "dropped a frame from stdout: {e}"),
+                    Err(e) => tracing::warn!(server = %name, "dropped a frame from stdout: {e}"),
                 }
             }
-            let code = reap(&mut child);
-            // What the process wrote to stderr before it died is its crash message:
-            // report those lines before the exit. Bounded, since a process it left
-            // behind may hold stderr open.
-            if let Err(RecvTimeoutError::Timeout) = stderr_closed.recv_timeout(STDERR_DRAIN) {
-                tracing::debug!(server = %server, "stderr still open after the exit");
+            stdout_ends.update(|e| e.stdout_closed = true);
+            if stdout_ends.wait(STDOUT_CLOSED_GRACE, |e| e.exit.is_some())
+                || stdout_reported.swap(true, Ordering::SeqCst)
+            {
+                return;
+            }
+            // Stdout closed and the process kept running: it cannot answer any more.
+            tracing::warn!(server = %name, generation, "stdout closed but the process kept running: killing it");
+            stdout_tree.signal(Signal::Kill);
+            stdout_ends.wait(Duration::from_secs(5), |e| e.exit.is_some());
+            stdout_exited.store(true, Ordering::SeqCst);
+            let failure = Failure::Other { message: "the process closed its stdout and kept running".into() };
+            to_core.send(Input::BackendFailed { server: name, generation, request: None, failure });
+        });
+
+        let (to_core, done) = (inputs.clone(), exited.clone());
+        let (name, reaped) = (server.clone(), tree.clone());
+        let waiter = spawn_named(format!("wait {server}"), move || {
+            let code = child.wait().ok().and_then(|status| status.code());
+            reaped.leader_reaped();
+            ends.update(|e| e.exit = Some(code));
+            if reported.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            // Whatever the process left running goes with it: nothing it started
+            // outlives it or meets its successor.
+            let leftovers = reaped.signal(Signal::Kill);
+            if leftovers > 0 {
+                tracing::info!(server = %name, generation, leftovers, "killed what the process left running");
+            }
+            // Frames written before the exit are reported before it, and what it
+            // wrote to stderr is its crash message. Bounded: a reader may be waiting
+            // for a slow client, and a process outside the tree may hold a pipe.
+            if !ends.wait(STDOUT_DRAIN, |e| e.stdout_closed) {
+                tracing::debug!(server = %name, "stdout still open after the exit");
+            }
+            if !ends.wait(STDERR_DRAIN, |e| e.stderr_closed) {
+                tracing::debug!(server = %name, "stderr still open after the exit");
             }
             done.store(true, Ordering::SeqCst);
-            tracing::info!(server = %server, generation, ?code, "process exited");
-            to_core.send(Input::BackendExited { server, generation, code });
+            tracing::info!(server = %name, generation, ?code, "process exited");
+            to_core.send(Input::BackendExited { server: name, generation, code });
         });
-        let reader = match reader {
-            Ok(reader) => Some(reader),
-            Err(e) => {
-                tracing::warn!("cannot start a stdout reader: {e}");
-                None
-            }
-        };
-        Some(StdioBackend { stdin: Some(stdin), pid, exited, reader })
+        Some(StdioBackend {
+            server,
+            generation,
+            stdin: Some(stdin),
+            tree,
+            exited,
+            waiter,
+            overflowed: false,
+            inputs: inputs.clone(),
+        })
     }
 
-    /// Writes one frame to the process's stdin.
+    /// Writes one frame to the process's stdin. A backend with [`STDIN_LIMIT`]
+    /// bytes already waiting is not reading: its connection is reported as
+    /// failed (once) and the frame is dropped.
     pub fn send(&mut self, frame: &str) {
-        if let Some(stdin) = &mut self.stdin {
+        let Some(stdin) = &mut self.stdin else { return };
+        let queued = stdin.backlog().bytes();
+        if queued < STDIN_LIMIT {
             stdin.send(frame);
+            return;
+        }
+        if !std::mem::replace(&mut self.overflowed, true) {
+            tracing::warn!(server = %self.server, queued, "not reading its stdin: connection failed");
+            let message = format!("the process is not reading its input ({queued} bytes waiting)");
+            self.inputs.send(Input::BackendFailed {
+                server: self.server.clone(),
+                generation: self.generation,
+                request: None,
+                failure: Failure::Other { message },
+            });
         }
     }
 
@@ -151,29 +261,31 @@ impl StdioBackend {
         }
     }
 
-    /// Sends `signal` to the process group unless the process has exited.
-    pub fn signal(&self, signal: i32) {
-        if !self.has_exited() {
-            // SAFETY: kill(2) on our own child's process group; no memory is touched.
-            unsafe {
-                libc::kill(-(self.pid as i32), signal);
-            }
-        }
+    /// Sends `signal` to the process tree, including what is left of it after
+    /// the process itself exited.
+    pub fn signal(&self, signal: Signal) {
+        self.tree.signal(signal);
     }
 
-    /// Whether the process has exited and been reaped.
+    /// Whether the process has exited and been reaped (and its end reported).
     pub fn has_exited(&self) -> bool {
         self.exited.load(Ordering::SeqCst)
     }
 
-    /// Waits for the stdout reader (which reaps the process) to finish.
+    /// Waits for the thread that reaps the process to finish.
     pub fn join(mut self) {
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
+        if let Some(waiter) = self.waiter.take() {
+            let _ = waiter.join();
         }
     }
 }
 
-fn reap(child: &mut Child) -> Option<i32> {
-    child.wait().ok().and_then(|status| status.code())
+fn spawn_named(name: String, f: impl FnOnce() + Send + 'static) -> Option<JoinHandle<()>> {
+    match std::thread::Builder::new().name(name.clone()).spawn(f) {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            tracing::warn!("cannot start thread {name}: {e}");
+            None
+        }
+    }
 }

@@ -44,11 +44,13 @@ pub fn host(cli: &Cli, config: &Config) -> Result<Host, String> {
 pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     let config = load_config(cli)?;
     let options = match &args.listen {
-        Some(addr) => Some(ServerOptions { stateless_clients: config.modern_clients, ..listen_options(addr, args)? }),
+        Some(addr) => {
+            Some(ServerOptions { stateless_clients: config.modern_clients, ..listen_options("--listen", addr, args)? })
+        }
         None => None,
     };
     let status_options = match &args.status_listen {
-        Some(addr) => Some(ServerOptions { mcp: false, ..listen_options(addr, args)? }),
+        Some(addr) => Some(ServerOptions { mcp: false, ..listen_options("--status-listen", addr, args)? }),
         None => None,
     };
     let stdio = options.is_none() || args.stdio;
@@ -94,10 +96,9 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
         };
         tracing::info!("tether {} serving {backends} backend(s) over {transports}", env!("CARGO_PKG_VERSION"));
         let writer = stdio.then(|| {
-            let (frames, frames_rx) = async_channel::unbounded();
-            host.attach_client(STDIO_SESSION, frames);
-            smol::spawn(read_stdin(inputs.clone(), max_frame)).detach();
-            smol::spawn(write_stdout(frames_rx))
+            let frames = host.attach_client(STDIO_SESSION);
+            smol::spawn(read_stdin(inputs.clone(), max_frame, frames.backlog().clone())).detach();
+            smol::spawn(write_stdout(frames))
         });
         smol::spawn(handle_signals(config_path, flags, inputs)).detach();
         host.run(|_, input| matches!(input, Input::ClientClosed { session } if *session == STDIO_SESSION)).await;
@@ -114,19 +115,27 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The listener's options from the flags. `ADDR` is `host:port`, or a bare port
-/// (loopback). A non-loopback address without a token is allowed but warned about.
-fn listen_options(addr: &str, args: &ServeArgs) -> Result<ServerOptions, String> {
+/// The listener's options from the flags; `flag` names the one that gave `addr`.
+/// `ADDR` is `host:port`, or a bare port (loopback). A non-loopback address
+/// without a token is refused unless `--allow-unauthenticated` says it is meant.
+fn listen_options(flag: &str, addr: &str, args: &ServeArgs) -> Result<ServerOptions, String> {
     use std::net::ToSocketAddrs;
     let listen = if let Ok(port) = addr.parse::<u16>() {
         std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port))
     } else {
         addr.to_socket_addrs()
-            .map_err(|e| format!("--listen {addr}: {e}"))?
+            .map_err(|e| format!("{flag} {addr}: {e}"))?
             .next()
-            .ok_or_else(|| format!("--listen {addr}: no address"))?
+            .ok_or_else(|| format!("{flag} {addr}: no address"))?
     };
     if !listen.ip().is_loopback() && args.auth_token.is_none() {
+        if !args.allow_unauthenticated {
+            return Err(format!(
+                "{flag} {addr} is reachable from other machines and no --auth-token is set: anyone who can \
+                 reach it could use every backend. Set --auth-token (or TETHER_AUTH_TOKEN), listen on \
+                 127.0.0.1, or pass --allow-unauthenticated if every machine that can reach it is trusted"
+            ));
+        }
         tracing::warn!("listening on {listen} without --auth-token: anyone who can reach it can use every backend");
     }
     if args.auth_token.as_deref().is_some_and(|t| t.len() < 16) {
@@ -138,6 +147,8 @@ fn listen_options(addr: &str, args: &ServeArgs) -> Result<ServerOptions, String>
         auth_token: args.auth_token.clone(),
         max_body_bytes: args.max_body_bytes,
         get_stream: !args.no_get_stream,
+        max_connections: args.max_connections,
+        max_connections_per_peer: args.max_connections_per_peer,
         ..ServerOptions::default()
     })
 }
@@ -191,4 +202,41 @@ pub fn replay(path: &Path, json: bool) -> Result<ExitCode, String> {
         print!("{}", tether_core::trace::render(&actions));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve_args(extra: &[&str]) -> ServeArgs {
+        use clap::Parser;
+        let cli = Cli::parse_from(["tether", "serve"].iter().chain(extra));
+        match cli.command {
+            Some(crate::cli::Command::Serve(args)) => args,
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_listener_other_machines_can_reach_needs_a_token_or_an_explicit_flag() {
+        let refused = listen_options("--listen", "0.0.0.0:0", &serve_args(&[])).unwrap_err();
+        assert!(refused.contains("--auth-token") && refused.contains("--allow-unauthenticated"), "{refused}");
+        let status = listen_options("--status-listen", "0.0.0.0:0", &serve_args(&[])).unwrap_err();
+        assert!(status.starts_with("--status-listen 0.0.0.0:0"), "{status}");
+        let token = ["--auth-token", "0123456789abcdef0123"];
+        assert!(listen_options("--listen", "0.0.0.0:0", &serve_args(&token)).is_ok());
+        assert!(listen_options("--listen", "0.0.0.0:0", &serve_args(&["--allow-unauthenticated"])).is_ok());
+        for loopback in ["127.0.0.1:0", "[::1]:0", "8080", "localhost:0"] {
+            assert!(listen_options("--listen", loopback, &serve_args(&[])).is_ok(), "{loopback}");
+        }
+    }
+
+    #[test]
+    fn connection_caps_come_from_the_flags() {
+        let args = serve_args(&["--max-connections", "10", "--max-connections-per-peer", "3"]);
+        let options = listen_options("--listen", "127.0.0.1:0", &args).unwrap();
+        assert_eq!((options.max_connections, options.max_connections_per_peer), (10, 3));
+        let defaults = listen_options("--listen", "127.0.0.1:0", &serve_args(&[])).unwrap();
+        assert_eq!((defaults.max_connections, defaults.max_connections_per_peer), (512, 128));
+    }
 }

@@ -48,6 +48,17 @@ pub struct ServeArgs {
     /// Largest HTTP request body, in bytes (larger: 413).
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub max_body_bytes: usize,
+    /// Listen on an address other machines can reach without `--auth-token`
+    /// (refused otherwise: anyone who can reach it could use every backend).
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
+    /// HTTP connections open at once; more are answered 503 and closed.
+    #[arg(long, value_name = "N", default_value_t = 512)]
+    pub max_connections: usize,
+    /// HTTP connections open at once from one IP address (behind a reverse
+    /// proxy every client has the proxy's: raise it to --max-connections).
+    #[arg(long, value_name = "N", default_value_t = 128)]
+    pub max_connections_per_peer: usize,
     /// Answer GET with 405 instead of opening the server-to-client stream.
     #[arg(long)]
     pub no_get_stream: bool,

@@ -26,8 +26,7 @@ pub fn run() -> Result<ExitCode, String> {
     let config = demo_config(&exe, port);
     let mut host = Host::new(config, 7).map_err(|e| e.to_string())?;
     let reports = host.reports();
-    let (frames, frames_rx) = async_channel::unbounded();
-    host.attach_client(CLIENT, frames);
+    let frames_rx = host.attach_client(CLIENT);
     let inputs = host.inputs();
     let mut script =
         Script { inputs, frames: frames_rx, reports, view: View::default(), next_id: 1, start: Instant::now() };
@@ -123,7 +122,7 @@ impl View {
 
 struct Script {
     inputs: Sender<Input>,
-    frames: Receiver<String>,
+    frames: crate::client_stdio::ClientFrames,
     reports: Receiver<Report>,
     view: View,
     next_id: u64,
@@ -217,7 +216,7 @@ impl Script {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let frame = future::or(async { self.frames.recv().await.ok() }, async {
+            let frame = future::or(async { self.frames.recv().await }, async {
                 async_io::Timer::after(left).await;
                 None
             })

@@ -31,8 +31,8 @@ enum Next {
     Query(Query),
 }
 
-/// Where frames for one client session go.
-pub type ClientSink = Sender<String>;
+/// Where frames for one client session go (counted in the host's client backlog).
+pub use crate::client_stdio::ClientSink;
 
 /// What the host reports to whoever runs it (the CLI, `check`, the demo).
 #[derive(Clone, Debug)]
@@ -53,6 +53,9 @@ pub struct Host {
     inputs_rx: Receiver<Input>,
     connections: HashMap<tether_core::ServerName, (u64, Connection)>,
     clients: HashMap<SessionId, ClientSink>,
+    /// Bytes waiting for the attached clients' writers; stdio backends' readers
+    /// wait while it is full.
+    outflow: Arc<tether_host::backlog::Backlog>,
     /// The Streamable HTTP listener: every session not in `clients` is its.
     http: Option<HttpServer>,
     record: Option<Recorder>,
@@ -93,6 +96,7 @@ impl Host {
             inputs_rx,
             connections: HashMap::new(),
             clients: HashMap::new(),
+            outflow: Arc::new(tether_host::backlog::Backlog::new(crate::client_stdio::CLIENT_BACKLOG)),
             http: None,
             record: None,
             reports: None,
@@ -126,10 +130,13 @@ impl Host {
         self.inputs.clone()
     }
 
-    /// Registers where frames for `session` go; the session is announced to the core.
-    pub fn attach_client(&mut self, session: SessionId, sink: ClientSink) {
+    /// Opens a client session whose frames queue for the returned receiver (in
+    /// the host's client backlog); the session is announced to the core.
+    pub fn attach_client(&mut self, session: SessionId) -> crate::client_stdio::ClientFrames {
+        let (sink, frames) = crate::client_stdio::client_queue(self.outflow.clone());
         self.clients.insert(session, sink);
         let _ = self.inputs.try_send(Input::ClientConnected { session, expires: false });
+        frames
     }
 
     /// Serves HTTP sessions through `server` (it announces its sessions itself).
@@ -187,6 +194,14 @@ impl Host {
                 }
                 Some(Next::Input(input)) => input,
             };
+            if let Input::BackendFrame { server, generation, frame } = &input {
+                // Taken off the queue: the backend's reader may read that much more.
+                if let Some((g, Connection::Stdio(b))) = self.connections.get(server) {
+                    if g == generation {
+                        b.taken(frame.len());
+                    }
+                }
+            }
             if let Err(e) = self.feed(input.clone()) {
                 tracing::error!("host contract violation: {e}");
             }
@@ -257,7 +272,7 @@ impl Host {
                     max_frame,
                     redactor: self.gw.redactor().clone(),
                 };
-                if let Some(b) = StdioBackend::spawn(launch, self.inputs.clone()) {
+                if let Some(b) = StdioBackend::spawn(launch, self.inputs.clone(), self.outflow.clone()) {
                     self.connections.insert(server, (generation, Connection::Stdio(b)));
                 }
             }
@@ -266,8 +281,15 @@ impl Host {
                 let mut target =
                     HttpTarget::for_action(self.gw.config(), server.clone(), generation, url, headers, legacy_sse);
                 target.bearer = self.credentials.bearer(&server);
-                let inputs = self.inputs.clone();
-                let sink: InputSink = Arc::new(move |input| inputs.send_blocking(input).is_ok());
+                let (inputs, outflow) = (self.inputs.clone(), self.outflow.clone());
+                // Called on the blocking pool: a frame waits there while the
+                // clients' output backlog is full.
+                let sink: InputSink = Arc::new(move |input| {
+                    if matches!(input, Input::BackendFrame { .. }) {
+                        outflow.wait_room();
+                    }
+                    inputs.send_blocking(input).is_ok()
+                });
                 let spawn: Spawner = Arc::new(|job| smol::unblock(job).detach());
                 let b = HttpBackend::connect(target, sink, spawn);
                 self.connections.insert(server, (generation, Connection::Http(b)));
@@ -286,7 +308,7 @@ impl Host {
             }
             Action::SendToClient { session, frame, route } => {
                 if let Some(sink) = self.clients.get(&session) {
-                    let _ = sink.try_send(frame);
+                    sink.send(frame);
                 } else if let Some(http) = &self.http {
                     http.deliver(session, route, frame);
                 }
@@ -329,7 +351,7 @@ impl Host {
     }
 
     /// Stops every backend: stdin closed, then SIGTERM, then SIGKILL to each
-    /// process group; HTTP sessions are deleted.
+    /// process tree, then whatever is left of the trees; HTTP sessions are deleted.
     pub async fn shutdown(&mut self) {
         if let Some(http) = self.http.take() {
             http.shutdown();
@@ -344,16 +366,20 @@ impl Host {
                 Connection::Http(b) => b.close(),
             }
         }
-        for signal in [None, Some(libc::SIGTERM), Some(libc::SIGKILL)] {
+        use tether_host::process_tree::{kill_adopted_leftovers, Signal};
+        'stop: for signal in [None, Some(Signal::Terminate), Some(Signal::Kill)] {
             if let Some(signal) = signal {
                 processes.iter().for_each(|b| b.signal(signal));
             }
             for _ in 0..20 {
                 if processes.iter().all(StdioBackend::has_exited) {
-                    return;
+                    break 'stop;
                 }
                 async_io::Timer::after(Duration::from_millis(50)).await;
             }
         }
+        // What exited processes left running, and what escaped their trees.
+        processes.iter().for_each(|b| b.signal(Signal::Kill));
+        kill_adopted_leftovers();
     }
 }

@@ -1,5 +1,9 @@
 //! Newline-delimited frames from any async byte stream: the core's sans-IO
 //! [`LineDecoder`] fed from a reader, shared by the stdio client and backends.
+//!
+//! A reader whose stream always has data would never give the executor back
+//! (a read that can be served at once does not wait): it yields after every
+//! chunk it reads, so one flooding pipe cannot starve the other tasks.
 
 use futures_lite::{AsyncRead, AsyncReadExt};
 use tether_core::codec::{LineDecoder, LineError};
@@ -30,7 +34,10 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
             }
             match self.reader.read(&mut self.chunk).await {
                 Ok(0) | Err(_) => self.eof = true,
-                Ok(n) => self.decoder.push(&self.chunk[..n]),
+                Ok(n) => {
+                    self.decoder.push(&self.chunk[..n]);
+                    futures_lite::future::yield_now().await;
+                }
             }
         }
     }
@@ -51,6 +58,23 @@ mod tests {
             }
             assert_eq!(out, ["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]);
         });
+    }
+
+    /// A stream that always has data: the reader still lets the task beside
+    /// it run (it would spin forever otherwise).
+    #[test]
+    fn a_reader_whose_stream_never_waits_still_yields() {
+        let endless = futures_lite::io::repeat(b'\n');
+        let mut lines = LineReader::new(endless, 16, 4096);
+        let other_ran = smol::block_on(futures_lite::future::or(
+            async {
+                loop {
+                    lines.next().await;
+                }
+            },
+            async { true },
+        ));
+        assert!(other_ran);
     }
 
     #[test]

@@ -9,6 +9,10 @@ use tether_smol::{app, check};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     app::init_logging(&cli.log_level);
+    if matches!(cli.command, None | Some(Command::Serve(_) | Command::Check | Command::Demo)) {
+        // Whatever a backend leaves behind is reparented to tether, which kills it.
+        tether_host::process_tree::become_subreaper();
+    }
     let result = match cli.command {
         None => app::serve(&cli, &ServeArgs::default()),
         Some(Command::Serve(ref args)) => app::serve(&cli, args),

@@ -12,6 +12,12 @@
 //! resource template (`mock://item/{id}`) and one prompt (`greet`); completions,
 //! resource subscriptions and `logging/setLevel` work too.
 //!
+//! Hostile modes, for the tests that tether survives misbehaving backends:
+//! `--flood-stdout` and `--flood-stderr` write as fast as they can,
+//! `--close-stdout-after-ms` closes stdout and keeps running, `--spawn-grandchild`
+//! leaves a process behind (in the group, or in a session of its own), and
+//! `--print-env` shows what the backend inherited.
+//!
 //! With `--stateless` the mock is instead a modern-only server of the stateless
 //! revision 2026-07-28, over either transport, and the other flags keep working:
 //!
@@ -125,6 +131,46 @@ pub struct MockOptions {
     /// only, without sessions, with MCP-Protocol-Version and Mcp-Method checked.
     #[arg(long)]
     pub stateless: bool,
+
+    /// Once initialized, write `notifications/message` lines (about 1 KiB each) to
+    /// stdout as fast as possible, forever: a backend flooding its output.
+    #[arg(long)]
+    pub flood_stdout: bool,
+
+    /// From the start, write lines to stderr as fast as possible, forever.
+    #[arg(long)]
+    pub flood_stderr: bool,
+
+    /// Close stdout MS milliseconds after starting, then keep running (even past
+    /// EOF on stdin) until killed.
+    #[arg(long, value_name = "MS")]
+    pub close_stdout_after_ms: Option<u64>,
+
+    /// At start, leave a process behind (`sleep 3600`, holding the mock's stdout
+    /// and stderr): in the mock's process group, or in a session of its own (as
+    /// with setsid). Its pid is printed on stderr (`grandchild pid N`) and
+    /// appended to --grandchild-pid-file. With --exit-on-start the mock then dies.
+    #[arg(long, value_name = "WHERE", value_enum)]
+    pub spawn_grandchild: Option<Grandchild>,
+
+    /// Append the pid of the --spawn-grandchild process to PATH, one per line.
+    #[arg(long, value_name = "PATH")]
+    pub grandchild_pid_file: Option<PathBuf>,
+
+    /// Print the environment on stderr at start, as one line: `environment: `
+    /// and a JSON object of every variable.
+    #[arg(long)]
+    pub print_env: bool,
+}
+
+/// Where `--spawn-grandchild` puts the process it leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Grandchild {
+    /// In the mock's process group (a group kill reaches it).
+    SameGroup,
+    /// In a new session and process group (only its ancestry and inheritance tie
+    /// it to the mock).
+    NewSession,
 }
 
 impl Default for MockOptions {
@@ -143,6 +189,12 @@ impl Default for MockOptions {
             http_status: None,
             state_file: None,
             stateless: false,
+            flood_stdout: false,
+            flood_stderr: false,
+            close_stdout_after_ms: None,
+            spawn_grandchild: None,
+            grandchild_pid_file: None,
+            print_env: false,
         }
     }
 }
@@ -171,16 +223,116 @@ impl MockOptions {
 /// process from inside. Errors are an unknown name in `--tools`, an address that
 /// cannot be bound, or a failure to read stdin.
 pub fn run(options: MockOptions) -> io::Result<()> {
+    if options.print_env {
+        let vars: Map<String, Value> = std::env::vars_os()
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), Value::String(v.to_string_lossy().into_owned())))
+            .collect();
+        eprintln!("environment: {}", Value::Object(vars));
+    }
     if let Some(text) = &options.stderr {
         eprintln!("{text}");
+    }
+    if let Some(place) = options.spawn_grandchild {
+        spawn_grandchild(place, options.grandchild_pid_file.as_deref())?;
     }
     if let Some(code) = options.exit_on_start {
         process::exit(code);
     }
+    if options.flood_stderr {
+        thread::spawn(flood_stderr);
+    }
+    if let Some(ms) = options.close_stdout_after_ms {
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(ms));
+            close_stdout();
+        });
+    }
     let mock = Arc::new(Mock::new(options)?);
-    match mock.options.http.clone() {
-        Some(addr) => serve_http(mock, &addr),
-        None => serve_stdio(mock, io::stdin().lock(), io::stdout()),
+    let result = match mock.options.http.clone() {
+        Some(addr) => serve_http(mock.clone(), &addr),
+        None => serve_stdio(mock.clone(), io::stdin().lock(), io::stdout()),
+    };
+    if mock.options.close_stdout_after_ms.is_some() {
+        // Still running, deaf and mute, until killed.
+        loop {
+            thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    result
+}
+
+// ---------------------------------------------------------------------------
+// Hostile modes
+// ---------------------------------------------------------------------------
+
+/// Starts `sleep 3600` holding our stdout and stderr, where `place` says.
+fn spawn_grandchild(place: Grandchild, pid_file: Option<&std::path::Path>) -> io::Result<()> {
+    let mut sleep = process::Command::new("sleep");
+    sleep.arg("3600").stdin(process::Stdio::null());
+    #[cfg(unix)]
+    if place == Grandchild::NewSession {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid is async-signal-safe and touches only the new process.
+        unsafe {
+            sleep.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+    }
+    let child = sleep.spawn()?;
+    let pid = child.id();
+    // Not waited for: it is meant to be left behind.
+    std::mem::forget(child);
+    eprintln!("grandchild pid {pid}");
+    if let Some(path) = pid_file {
+        let mut file = fs::OpenOptions::new().create(true).append(true).open(path)?;
+        writeln!(file, "{pid}")?;
+    }
+    Ok(())
+}
+
+/// Writes numbered lines to stderr as fast as the pipe takes them, forever.
+fn flood_stderr() {
+    let mut stderr = io::stderr().lock();
+    let mut buf = String::new();
+    let mut n: u64 = 0;
+    loop {
+        buf.clear();
+        while buf.len() < 64 * 1024 {
+            n += 1;
+            buf.push_str(&format!("flood {n}: the quick brown fox jumps over the lazy dog\n"));
+        }
+        if stderr.write_all(buf.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes `notifications/message` to `outlet` as fast as it takes them, forever.
+fn flood_stdout(outlet: Arc<dyn Outlet>) {
+    let padding = "x".repeat(1000);
+    for n in 0u64.. {
+        outlet.send(&notification(
+            "notifications/message",
+            json!({"level": "info", "logger": "flood", "data": format!("{n} {padding}")}),
+        ));
+    }
+}
+
+/// Points stdout at /dev/null: the pipe to the client closes, and later writes
+/// go nowhere (rather than into whatever file would reuse descriptor 1).
+fn close_stdout() {
+    let _ = io::stdout().flush();
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        if let Ok(null) = fs::OpenOptions::new().write(true).open("/dev/null") {
+            // SAFETY: dup2 onto descriptor 1, which stays valid (now /dev/null).
+            unsafe {
+                libc::dup2(null.as_raw_fd(), 1);
+            }
+        }
     }
 }
 
@@ -1702,6 +1854,17 @@ const EOF_GRACE: Duration = Duration::from_secs(1);
 fn serve_stdio<R: BufRead, W: Write + Send + 'static>(mock: Arc<Mock>, mut input: R, output: W) -> io::Result<()> {
     let outlet: Arc<dyn Outlet> = Arc::new(LineOutlet { output: Mutex::new(output) });
     let session = Arc::new(Session::new());
+    if mock.options.flood_stdout {
+        let (flood, initialized) = (outlet.clone(), session.clone());
+        thread::spawn(move || {
+            while !initialized.initialized.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(5));
+            }
+            // The answer to initialize goes first.
+            thread::sleep(Duration::from_millis(50));
+            flood_stdout(flood);
+        });
+    }
     let mut frame = Vec::new();
     loop {
         frame.clear();

@@ -18,8 +18,15 @@ use serde_json::{json, Value};
 use tether_core::metrics::{BackendMetrics, LATENCY_BUCKETS_MS};
 use tether_core::{AdminCommand, BackendStatus, Event, Gateway, Status};
 
+use crate::http_server::queue;
+
 /// Events kept for a new `/events` stream (and `Last-Event-ID`).
 const KEPT_EVENTS: usize = 64;
+
+/// Bytes queued for one `/events` subscriber before it counts as too slow: its
+/// connection is closed (it may come back with `Last-Event-ID`). A new
+/// subscriber's replay of the kept events takes half of it at most.
+pub const EVENTS_QUEUE_BYTES: usize = 256 * 1024;
 
 /// A question for the host loop, answered from the engine's state then.
 pub enum Query {
@@ -34,7 +41,7 @@ pub enum Query {
 }
 
 /// The event log `/events` serves: the last events with their sequence
-/// numbers, and the streams waiting for new ones.
+/// numbers, and the streams waiting for new ones (each bounded in bytes).
 #[derive(Default)]
 pub struct EventLog {
     inner: Mutex<LogInner>,
@@ -44,12 +51,13 @@ pub struct EventLog {
 struct LogInner {
     next_seq: u64,
     kept: VecDeque<(u64, Bytes)>,
-    streams: Vec<Sender<Bytes>>,
+    streams: Vec<queue::Sender>,
 }
 
 impl EventLog {
     /// Logs `event` (already redacted by the core) at `at_ms`, and sends it to
-    /// every open stream; streams whose client left are dropped.
+    /// every open stream; streams whose client left, or fell too far behind
+    /// (and is disconnected), are dropped.
     pub fn push(&self, at_ms: u64, event: &Event) {
         let mut log = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let seq = log.next_seq;
@@ -64,18 +72,26 @@ impl EventLog {
             log.kept.pop_front();
         }
         log.kept.push_back((seq, text.clone()));
-        log.streams.retain(|s| s.try_send(text.clone()).is_ok());
+        log.streams.retain(|s| s.push(text.clone()).is_ok());
     }
 
-    /// A new stream: the kept events after `last_seen` (all when `None`), then
-    /// every new one.
-    pub fn subscribe(&self, last_seen: Option<u64>) -> async_channel::Receiver<Bytes> {
-        let (tx, rx) = async_channel::bounded(1024);
+    /// A new stream: `first`, the kept events after `last_seen` (all when
+    /// `None`, the newest that fill half its queue at most), then every new one.
+    pub(crate) fn subscribe(&self, last_seen: Option<u64>, first: Bytes) -> queue::Receiver {
+        let (tx, rx) = queue::channel(EVENTS_QUEUE_BYTES);
+        let _ = tx.push(first);
         let mut log = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        for (seq, text) in &log.kept {
-            if last_seen.map_or(true, |last| *seq > last) {
-                let _ = tx.try_send(text.clone());
+        let mut room = EVENTS_QUEUE_BYTES / 2;
+        let mut replay = Vec::new();
+        for (seq, text) in log.kept.iter().rev() {
+            if last_seen.is_some_and(|last| *seq <= last) || text.len() > room {
+                break;
             }
+            room -= text.len();
+            replay.push(text.clone());
+        }
+        for text in replay.into_iter().rev() {
+            let _ = tx.push(text);
         }
         log.streams.push(tx);
         rx
@@ -243,4 +259,62 @@ pub fn metrics_text(gw: &Gateway) -> String {
         tracing::error!("the metrics could not be encoded");
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(n: usize) -> Event {
+        Event::ServerDisconnected { server: format!("backend-{n}").as_str().into(), intentional: n % 2 == 0 }
+    }
+
+    #[test]
+    fn a_subscriber_gets_the_kept_events_then_new_ones() {
+        let log = EventLog::default();
+        log.push(1, &event(0));
+        let rx = log.subscribe(None, Bytes::from_static(b": hi\n\n"));
+        log.push(2, &event(1));
+        let got: Vec<Bytes> = std::iter::from_fn(|| rx.try_next()).collect();
+        assert_eq!(got.len(), 3);
+        assert!(got[1].starts_with(b"id: 0\n") && got[2].starts_with(b"id: 1\n"));
+        let later = log.subscribe(Some(0), Bytes::new());
+        assert_eq!(std::iter::from_fn(|| later.try_next()).count(), 2, "after Last-Event-ID 0: the priming and 1");
+    }
+
+    #[test]
+    fn a_new_subscriber_gets_only_the_newest_kept_events_that_fit_its_queue() {
+        let log = EventLog::default();
+        let big =
+            |n: usize| Event::ServerDisconnected { server: "b".repeat(8000 + n).as_str().into(), intentional: false };
+        for n in 0..KEPT_EVENTS {
+            log.push(n as u64, &big(n));
+        }
+        let (closer, closed) = queue::Closer::new();
+        let rx = log.subscribe(None, Bytes::new());
+        rx.bind(closer);
+        assert!(!closed.is_closed(), "subscribing never overflows");
+        let got: Vec<Bytes> = std::iter::from_fn(|| rx.try_next()).skip(1).collect();
+        assert!(!got.is_empty() && got.len() < KEPT_EVENTS, "{} replayed", got.len());
+        assert!(got.last().unwrap().starts_with(format!("id: {}\n", KEPT_EVENTS - 1).as_bytes()), "the newest last");
+    }
+
+    #[test]
+    fn a_subscriber_that_does_not_read_is_disconnected_and_forgotten() {
+        let log = EventLog::default();
+        let (closer, closed) = queue::Closer::new();
+        let stalled = log.subscribe(None, Bytes::new());
+        stalled.bind(closer);
+        let reader = log.subscribe(None, Bytes::new());
+        let mut read = 0;
+        for n in 0..EVENTS_QUEUE_BYTES / 50 {
+            log.push(n as u64, &event(n));
+            read += std::iter::from_fn(|| reader.try_next()).count();
+        }
+        assert!(closed.is_closed(), "its connection is told to close");
+        assert!(stalled.is_closed(), "its stream failed");
+        assert!(stalled.try_next().is_none(), "nothing stays queued for it");
+        assert_eq!(log.inner.lock().unwrap().streams.len(), 1, "only the reader is still sent events");
+        assert_eq!(read, 1 + EVENTS_QUEUE_BYTES / 50, "the reader got its first bytes and every event");
+    }
 }

@@ -1,19 +1,39 @@
-//! A stdio backend: one process in its own process group, frames over
-//! stdin/stdout, stderr captured line by line.
+//! A stdio backend: one process tree (see [`tether_host::process_tree`]), frames
+//! over stdin/stdout, stderr logged under a rate limit and handed to the core.
 //!
-//! The process is killed as a group: stdin closed first, then SIGTERM, then
-//! SIGKILL. On Linux it also dies with tether (parent-death signal).
+//! Every queue is bounded in bytes and pushes back instead of growing:
+//!
+//! - frames read from stdout wait for room in this backend's share of the
+//!   engine's input queue ([`UNREAD_LIMIT`] bytes, a small frame counting as
+//!   4 KiB; released as the host loop takes them) and in the clients' output
+//!   queue, so a flooding backend is read no faster than tether forwards, and the
+//!   others keep their turn;
+//! - frames for stdin are counted ([`STDIN_LIMIT`]); a backend that stops reading
+//!   its input until that fills is reported as a failed connection;
+//! - readers yield to the executor regularly even while their pipe has data.
+//!
+//! The process's exit is awaited on its own, whatever its pipes do. When it
+//! exits, the rest of its tree is killed and the exit is reported after the last
+//! of its output. When its stdout closes while it keeps running, it is given
+//! [`STDOUT_CLOSED_GRACE`] to exit, then its tree is killed and the connection
+//! reported as failed: the core's restart policy applies either way.
+//!
+//! Closing is polite first: stdin closed, then SIGTERM, then SIGKILL to the tree.
 
-use std::os::unix::process::CommandExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tether_core::redact::Redactor;
+
+use async_channel::{Receiver, Sender};
+use futures_lite::{future, AsyncWriteExt};
+use tether_core::{Failure, Input, ServerName};
+use tether_host::backlog::Backlog;
+use tether_host::logging::StderrLog;
+use tether_host::process_tree::{self, ProcessTree, Signal};
 
 use crate::line_reader::LineReader;
-use async_channel::{Receiver, Sender};
-use futures_lite::AsyncWriteExt;
-use tether_core::{Failure, Input};
+
+pub use tether_host::launch::Launch;
 
 /// Grace period after closing stdin before SIGTERM, and after SIGTERM before SIGKILL.
 const GRACE: Duration = Duration::from_millis(1500);
@@ -21,39 +41,56 @@ const GRACE: Duration = Duration::from_millis(1500);
 /// How long an exit report waits for the rest of the process's stderr.
 const STDERR_DRAIN: Duration = Duration::from_millis(500);
 
-/// A running stdio backend process.
-pub struct StdioBackend {
-    frames: Sender<String>,
-    pid: u32,
-    exited: Arc<AtomicBool>,
+/// How long an exit report waits for the rest of the process's stdout (frames it
+/// wrote before exiting are reported before the exit).
+const STDOUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// How long a process whose stdout closed may keep running before it is taken
+/// for a lost connection (it may be exiting).
+pub const STDOUT_CLOSED_GRACE: Duration = Duration::from_secs(1);
+
+/// How many bytes of one backend's frames may wait in the engine's input queue.
+pub const UNREAD_LIMIT: usize = 1024 * 1024;
+
+/// What a frame counts for in [`UNREAD_LIMIT`] at least: a flood of tiny frames
+/// (each with its cost in the engine) queues at most 256 of them ahead of another
+/// backend's answer.
+const FRAME_COST_FLOOR: usize = 4096;
+
+/// What a frame of `len` bytes counts for in a backend's unread backlog.
+fn frame_cost(len: usize) -> usize {
+    len.max(FRAME_COST_FLOOR)
 }
 
-pub use tether_host::launch::Launch;
+/// How many bytes of frames may wait for one backend's stdin before the backend
+/// is taken for one that stopped reading.
+pub const STDIN_LIMIT: usize = 16 * 1024 * 1024;
+
+/// A running stdio backend process.
+pub struct StdioBackend {
+    server: ServerName,
+    generation: u64,
+    frames: Sender<String>,
+    /// Bytes queued for stdin and not yet written.
+    stdin_backlog: Arc<Backlog>,
+    /// Bytes of frames read from stdout that the host loop has not taken yet.
+    unread: Arc<Backlog>,
+    tree: ProcessTree,
+    exited: Arc<AtomicBool>,
+    /// Set once stdin overflowed and that was reported.
+    overflowed: AtomicBool,
+    inputs: Sender<Input>,
+}
 
 impl StdioBackend {
-    /// Starts the process and its reader/writer tasks. A process that cannot be
-    /// started is reported as [`Failure::Spawn`] through `inputs`.
-    pub fn spawn(launch: Launch<'_>, inputs: Sender<Input>) -> Option<StdioBackend> {
+    /// Starts the process and its tasks. A process that cannot be started is
+    /// reported as [`Failure::Spawn`] through `inputs`. Frames read from stdout
+    /// wait for room in `outflow` (the clients' output queue) before they are
+    /// handed on; the host reports each one it takes with [`StdioBackend::taken`].
+    pub fn spawn(launch: Launch<'_>, inputs: Sender<Input>, outflow: Arc<Backlog>) -> Option<StdioBackend> {
         let server = launch.server.clone();
         let generation = launch.generation;
-        let mut cmd = std::process::Command::new(launch.command);
-        cmd.args(launch.args)
-            .envs(launch.env)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .process_group(0);
-        if let Some(cwd) = launch.cwd {
-            cmd.current_dir(cwd);
-        }
-        #[cfg(target_os = "linux")]
-        // SAFETY: prctl is async-signal-safe; it only sets this child's parent-death signal.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        let (cmd, lineage) = launch.command();
         let mut command = async_process::Command::from(cmd);
         // The conversion keeps program, arguments, environment and pre-exec hooks,
         // but stdio must be set on the async command to get async pipes.
@@ -61,7 +98,7 @@ impl StdioBackend {
             .stdin(async_process::Stdio::piped())
             .stdout(async_process::Stdio::piped())
             .stderr(async_process::Stdio::piped());
-        let mut child = match command.spawn() {
+        let mut child = match process_tree::spawn_owned(|| command.spawn(), async_process::Child::id) {
             Ok(child) => child,
             Err(e) => {
                 tracing::warn!(server = %server, "cannot start {}: {e}", launch.command);
@@ -71,68 +108,122 @@ impl StdioBackend {
             }
         };
         let pid = child.id();
+        let tree = ProcessTree::new(pid, lineage);
         tracing::info!(server = %server, generation, pid, "started {}", launch.command);
         let _ = inputs.try_send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
-        let exited = Arc::new(AtomicBool::new(false));
-        let (frames, frames_rx) = async_channel::unbounded::<String>();
 
+        let (frames, frames_rx) = async_channel::unbounded::<String>();
+        let stdin_backlog = Arc::new(Backlog::new(STDIN_LIMIT));
         let stdin = child.stdin.take().expect("piped");
-        smol::spawn(write_frames(stdin, frames_rx)).detach();
+        smol::spawn(write_frames(stdin, frames_rx, stdin_backlog.clone())).detach();
+
+        // Each of these is closed when its stream ends.
+        let (stderr_open, stderr_closed) = async_channel::bounded::<()>(1);
+        let (stdout_open, stdout_closed) = async_channel::bounded::<()>(1);
+        let (exit_tx, exit_rx) = async_channel::bounded::<Option<i32>>(1);
 
         let stderr = child.stderr.take().expect("piped");
-        // Closed when stderr reaches EOF.
-        let (stderr_open, stderr_closed) = async_channel::bounded::<()>(1);
-        let (name, stderr_inputs, redactor) = (server.clone(), inputs.clone(), launch.redactor);
+        let log = StderrLog::new(server.clone(), launch.redactor);
+        let (name, stderr_inputs) = (server.clone(), inputs.clone());
         smol::spawn(async move {
-            read_stderr(stderr, name, generation, stderr_inputs, redactor).await;
+            read_stderr(stderr, log, name, generation, stderr_inputs).await;
             drop(stderr_open);
         })
         .detach();
 
+        let unread = Arc::new(Backlog::new(UNREAD_LIMIT));
         let stdout = child.stdout.take().expect("piped");
-        let max_frame = launch.max_frame;
-        let done = exited.clone();
+        let reader = FrameReader {
+            server: server.clone(),
+            generation,
+            max_frame: launch.max_frame,
+            inputs: inputs.clone(),
+            unread: unread.clone(),
+            outflow,
+        };
         smol::spawn(async move {
-            read_frames(stdout, &server, generation, max_frame, &inputs).await;
-            let code = match child.status().await {
-                Ok(status) => status.code(),
-                Err(_) => None,
-            };
-            // What the process wrote to stderr before it died is its crash message:
-            // report those lines before the exit. Bounded, since a process it left
-            // behind may hold stderr open.
-            futures_lite::future::or(async { while stderr_closed.recv().await.is_ok() {} }, async {
-                async_io::Timer::after(STDERR_DRAIN).await;
-            })
-            .await;
-            done.store(true, Ordering::SeqCst);
-            tracing::info!(server = %server, generation, ?code, "process exited");
-            let _ = inputs.send(Input::BackendExited { server, generation, code }).await;
+            reader.run(stdout).await;
+            drop(stdout_open);
         })
         .detach();
-        Some(StdioBackend { frames, pid, exited })
+
+        let reaped = tree.clone();
+        smol::spawn(async move {
+            let code = child.status().await.ok().and_then(|status| status.code());
+            reaped.leader_reaped();
+            let _ = exit_tx.send(code).await;
+        })
+        .detach();
+
+        let exited = Arc::new(AtomicBool::new(false));
+        let watch = Watch {
+            server: server.clone(),
+            generation,
+            tree: tree.clone(),
+            inputs: inputs.clone(),
+            exited: exited.clone(),
+            exit: exit_rx,
+            stdout_closed,
+            stderr_closed,
+        };
+        smol::spawn(watch.run()).detach();
+        Some(StdioBackend {
+            server,
+            generation,
+            frames,
+            stdin_backlog,
+            unread,
+            tree,
+            exited,
+            overflowed: AtomicBool::new(false),
+            inputs,
+        })
     }
 
-    /// Queues one frame for the process's stdin.
+    /// Queues one frame for the process's stdin. A backend with [`STDIN_LIMIT`]
+    /// bytes already waiting is not reading: its connection is reported as
+    /// failed (once) and the frame is dropped.
     pub fn send(&self, frame: String) {
-        let _ = self.frames.try_send(frame);
+        if self.stdin_backlog.is_full() {
+            if !self.overflowed.swap(true, Ordering::SeqCst) {
+                let queued = self.stdin_backlog.bytes();
+                tracing::warn!(server = %self.server, queued, "not reading its stdin: connection failed");
+                let message = format!("the process is not reading its input ({queued} bytes waiting)");
+                let _ = self.inputs.try_send(Input::BackendFailed {
+                    server: self.server.clone(),
+                    generation: self.generation,
+                    request: None,
+                    failure: Failure::Other { message },
+                });
+            }
+            return;
+        }
+        let len = frame.len();
+        self.stdin_backlog.add(len);
+        if self.frames.try_send(frame).is_err() {
+            self.stdin_backlog.sub(len);
+        }
     }
 
-    /// Closes stdin, then signals the whole process group until it is gone.
+    /// The host loop took a frame of `bytes` read from this backend's stdout off
+    /// the input queue: the reader may read that much more.
+    pub fn taken(&self, bytes: usize) {
+        self.unread.sub(frame_cost(bytes));
+    }
+
+    /// Closes stdin, then signals the whole process tree until the process is gone.
     pub fn close(self) {
         self.frames.close();
-        let pid = self.pid as i32;
-        let exited = self.exited;
+        // Nothing read from now on is wanted: the reader discards it.
+        self.unread.close();
+        let (tree, exited) = (self.tree.clone(), self.exited.clone());
         smol::spawn(async move {
-            for signal in [libc::SIGTERM, libc::SIGKILL] {
+            for signal in [Signal::Terminate, Signal::Kill] {
                 async_io::Timer::after(GRACE).await;
                 if exited.load(Ordering::SeqCst) {
                     return;
                 }
-                // SAFETY: kill(2) on our own child's process group; no memory is touched.
-                unsafe {
-                    libc::kill(-pid, signal);
-                }
+                tree.signal(signal);
             }
         })
         .detach();
@@ -143,14 +234,10 @@ impl StdioBackend {
         self.frames.close();
     }
 
-    /// Sends `signal` to the process group unless the process has exited.
-    pub fn signal(&self, signal: i32) {
-        if !self.has_exited() {
-            // SAFETY: kill(2) on our own child's process group; no memory is touched.
-            unsafe {
-                libc::kill(-(self.pid as i32), signal);
-            }
-        }
+    /// Sends `signal` to the process tree, including what is left of it after
+    /// the process itself exited.
+    pub fn signal(&self, signal: Signal) {
+        self.tree.signal(signal);
     }
 
     /// Whether the process has exited and been reaped.
@@ -159,54 +246,165 @@ impl StdioBackend {
     }
 }
 
-async fn write_frames(mut stdin: async_process::ChildStdin, frames: Receiver<String>) {
+impl Drop for StdioBackend {
+    fn drop(&mut self) {
+        self.unread.close();
+    }
+}
+
+/// Watches one process: its exit, its stdout, and reports the end to the core.
+struct Watch {
+    server: ServerName,
+    generation: u64,
+    tree: ProcessTree,
+    inputs: Sender<Input>,
+    exited: Arc<AtomicBool>,
+    exit: Receiver<Option<i32>>,
+    stdout_closed: Receiver<()>,
+    stderr_closed: Receiver<()>,
+}
+
+impl Watch {
+    async fn run(self) {
+        let (server, generation) = (self.server.clone(), self.generation);
+        // The process exits, or its stdout closes: whichever comes first.
+        let first = future::or(async { Some(self.exit.recv().await.ok().flatten()) }, async {
+            while self.stdout_closed.recv().await.is_ok() {}
+            None
+        })
+        .await;
+        let code = match first {
+            Some(code) => code,
+            None => match within(STDOUT_CLOSED_GRACE, self.exit.recv()).await {
+                Some(code) => code.ok().flatten(),
+                None => return self.stdout_lost().await,
+            },
+        };
+        // Whatever the process left running goes with it: nothing it started
+        // outlives it or meets its successor.
+        let leftovers = self.tree.signal(Signal::Kill);
+        if leftovers > 0 {
+            tracing::info!(server = %server, generation, leftovers, "killed what the process left running");
+        }
+        // Frames written before the exit are reported before it, and what it
+        // wrote to stderr is its crash message. Bounded: a reader may be waiting
+        // for a slow client, and a process outside the tree may hold a pipe.
+        future::zip(
+            within(STDOUT_DRAIN, async { while self.stdout_closed.recv().await.is_ok() {} }),
+            within(STDERR_DRAIN, async { while self.stderr_closed.recv().await.is_ok() {} }),
+        )
+        .await;
+        self.exited.store(true, Ordering::SeqCst);
+        tracing::info!(server = %server, generation, ?code, "process exited");
+        let _ = self.inputs.send(Input::BackendExited { server, generation, code }).await;
+    }
+
+    /// Stdout closed and the process kept running: it cannot answer any more.
+    async fn stdout_lost(self) {
+        let (server, generation) = (self.server, self.generation);
+        tracing::warn!(server = %server, generation, "stdout closed but the process kept running: killing it");
+        self.tree.signal(Signal::Kill);
+        let _ = within(Duration::from_secs(5), self.exit.recv()).await;
+        self.exited.store(true, Ordering::SeqCst);
+        let failure = Failure::Other { message: "the process closed its stdout and kept running".into() };
+        let _ = self.inputs.send(Input::BackendFailed { server, generation, request: None, failure }).await;
+    }
+}
+
+/// `fut`'s output, or `None` after `limit`.
+async fn within<T>(limit: Duration, fut: impl std::future::Future<Output = T>) -> Option<T> {
+    future::or(async { Some(fut.await) }, async {
+        async_io::Timer::after(limit).await;
+        None
+    })
+    .await
+}
+
+async fn write_frames(mut stdin: async_process::ChildStdin, frames: Receiver<String>, backlog: Arc<Backlog>) {
+    /// Frames already queued are written together, up to this many bytes.
+    const BATCH: usize = 256 * 1024;
     let mut buf = Vec::new();
     while let Ok(frame) = frames.recv().await {
         buf.clear();
+        let mut taken = frame.len();
         tether_core::codec::encode_line(&frame, &mut buf);
-        // Write everything already queued in one go.
-        while let Ok(more) = frames.try_recv() {
+        while buf.len() < BATCH {
+            let Ok(more) = frames.try_recv() else { break };
+            taken += more.len();
             tether_core::codec::encode_line(&more, &mut buf);
         }
-        if stdin.write_all(&buf).await.is_err() || stdin.flush().await.is_err() {
+        let written = stdin.write_all(&buf).await.is_ok() && stdin.flush().await.is_ok();
+        backlog.sub(taken);
+        if !written {
             break;
         }
+    }
+    // Whatever is still queued will never be written.
+    frames.close();
+    while let Ok(frame) = frames.try_recv() {
+        backlog.sub(frame.len());
     }
     // Dropping stdin closes it: the backend sees EOF.
 }
 
-async fn read_frames(
-    stdout: async_process::ChildStdout,
-    server: &tether_core::ServerName,
+/// Reads frames from a backend's stdout and hands them to the engine, no faster
+/// than the engine and the clients take them.
+struct FrameReader {
+    server: ServerName,
     generation: u64,
     max_frame: usize,
-    inputs: &Sender<Input>,
-) {
-    let mut lines = LineReader::new(stdout, max_frame, 64 * 1024);
-    while let Some(line) = lines.next().await {
-        match line {
-            Ok(frame) => {
-                let input = Input::BackendFrame { server: server.clone(), generation, frame };
-                if inputs.send(input).await.is_err() {
-                    return;
+    inputs: Sender<Input>,
+    /// This backend's frames in the engine's input queue.
+    unread: Arc<Backlog>,
+    /// The clients' output queue.
+    outflow: Arc<Backlog>,
+}
+
+impl FrameReader {
+    async fn run(self, stdout: async_process::ChildStdout) {
+        let mut lines = LineReader::new(stdout, self.max_frame, 64 * 1024);
+        // Once the connection is closed, the rest is read and discarded.
+        let mut forwarding = true;
+        while let Some(line) = lines.next().await {
+            let frame = match line {
+                Ok(frame) => frame,
+                Err(e) => {
+                    tracing::warn!(server = %self.server, "dropped a frame from stdout: {e}");
+                    continue;
                 }
+            };
+            if forwarding {
+                // A closed outflow has no client left to wait for.
+                self.outflow.room().await;
+                forwarding = self.unread.room().await;
             }
-            Err(e) => tracing::warn!(server = %server, "dropped a frame from stdout: {e}"),
+            if !forwarding {
+                continue;
+            }
+            self.unread.add(frame_cost(frame.len()));
+            let input = Input::BackendFrame { server: self.server.clone(), generation: self.generation, frame };
+            if self.inputs.send(input).await.is_err() {
+                return;
+            }
         }
     }
 }
 
 async fn read_stderr(
     stderr: async_process::ChildStderr,
-    server: tether_core::ServerName,
+    mut log: StderrLog,
+    server: ServerName,
     generation: u64,
     inputs: Sender<Input>,
-    redactor: Redactor,
 ) {
     let mut lines = LineReader::new(stderr, 16 * 1024, 8 * 1024);
     while let Some(line) = lines.next().await {
         let line = line.unwrap_or_else(|e| format!("<{e}>"));
-        tracing::info!(target: "backend", server = %server, "{}", redactor.redact(&line));
+        if log.line(&line) {
+            let _ = inputs.send(Input::BackendStderr { server: server.clone(), generation, line }).await;
+        }
+    }
+    for line in log.finish() {
         let _ = inputs.send(Input::BackendStderr { server: server.clone(), generation, line }).await;
     }
 }

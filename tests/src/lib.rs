@@ -357,6 +357,17 @@ impl Tether {
         }
     }
 
+    /// Drops every frame received so far (from `inbox`, the channel and
+    /// `stdout_lines`); how many frames were received since the last call. For a
+    /// test whose backend floods the client: memory stays bounded.
+    pub fn forget_output(&mut self) -> usize {
+        while let Ok(frame) = self.frames.try_recv() {
+            self.inbox.push(frame);
+        }
+        self.inbox.clear();
+        std::mem::take(&mut *self.stdout_lines.lock().unwrap()).len()
+    }
+
     /// How many times `needle` occurs in the stderr log so far.
     pub fn log_count(&self, needle: &str) -> usize {
         self.stderr_text().matches(needle).count()
@@ -581,4 +592,76 @@ impl Drop for HttpMock {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// `on_both_runtimes!(scenario);` turns `fn scenario(rt: Runtime)` into two tests,
+/// `scenario::smol` and `scenario::blocking`.
+#[macro_export]
+macro_rules! on_both_runtimes {
+    ($scenario:ident) => {
+        mod $scenario {
+            use $crate::Runtime;
+
+            #[test]
+            fn smol() {
+                super::$scenario(Runtime::Smol);
+            }
+
+            #[test]
+            fn blocking() {
+                super::$scenario(Runtime::Blocking);
+            }
+        }
+    };
+}
+
+/// A process's resident set in KiB (VmRSS; `None` off Linux or once it is gone).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Samples a process's RSS every 10 ms until dropped, keeping the peak: what
+/// the hostile tests bound.
+pub struct RssSampler {
+    peak: Arc<std::sync::atomic::AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RssSampler {
+    /// Starts sampling `pid`.
+    pub fn start(pid: u32) -> RssSampler {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let (peak, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        let (p, s) = (peak.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                if let Some(kib) = rss_kib(pid) {
+                    p.fetch_max(kib, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        RssSampler { peak, stop }
+    }
+
+    /// The peak so far, in KiB (`None` where RSS cannot be read).
+    pub fn peak(&self) -> Option<u64> {
+        Some(self.peak.load(std::sync::atomic::Ordering::SeqCst)).filter(|k| *k > 0)
+    }
+}
+
+impl Drop for RssSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The latency below which a share `p` (0..=1) of `latencies` stayed (zero for none).
+pub fn percentile(latencies: &[Duration], p: f64) -> Duration {
+    let mut sorted = latencies.to_vec();
+    sorted.sort();
+    let Some(last) = sorted.len().checked_sub(1) else { return Duration::ZERO };
+    sorted[((last as f64) * p).round() as usize]
 }

@@ -28,28 +28,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tether_tests::{
-    free_port, mock_server, process_exists, process_running, state_lines, wait_until, HttpMock, Runtime, Tether,
+    free_port, mock_server, on_both_runtimes, process_exists, process_running, state_lines, wait_until, HttpMock,
+    Runtime, Tether,
 };
-
-/// `on_both_runtimes!(scenario);` turns `fn scenario(rt: Runtime)` into two tests,
-/// `scenario::smol` and `scenario::blocking`.
-macro_rules! on_both_runtimes {
-    ($scenario:ident) => {
-        mod $scenario {
-            use tether_tests::Runtime;
-
-            #[test]
-            fn smol() {
-                super::$scenario(Runtime::Smol);
-            }
-
-            #[test]
-            fn blocking() {
-                super::$scenario(Runtime::Blocking);
-            }
-        }
-    };
-}
 
 /// Long enough for anything that should happen "soon" on a loaded machine.
 const SOON: Duration = Duration::from_secs(10);

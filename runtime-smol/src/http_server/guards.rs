@@ -137,11 +137,19 @@ pub(super) fn accepts(headers: &HeaderMap, media: &str) -> bool {
     })
 }
 
+/// The media type of `Content-Type` (`type/subtype`, lowercased, parameters
+/// such as `charset` left out); `None` without one or when it is not text.
+pub(super) fn media_type(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(CONTENT_TYPE)?.to_str().ok()?;
+    Some(value.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+}
+
 /// A `Content-Type` that is absent or JSON (`application/json`, `…+json`).
 pub(super) fn json_body(headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(CONTENT_TYPE) else { return true };
-    let Ok(value) = value.to_str() else { return false };
-    let media = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if headers.get(CONTENT_TYPE).is_none() {
+        return true;
+    }
+    let Some(media) = media_type(headers) else { return false };
     media == JSON || (media.starts_with("application/") && media.ends_with("+json"))
 }
 
@@ -234,6 +242,19 @@ mod tests {
         let refused = headers(&[("accept", "application/json, text/event-stream;q=0")]);
         assert!(!accepts(&refused, SSE));
         assert!(accepts(&HeaderMap::new(), SSE));
+    }
+
+    #[test]
+    fn media_types_match_exactly_with_parameters_left_out() {
+        let media = |v: &str| media_type(&headers(&[("content-type", v)]));
+        assert_eq!(media("application/json").as_deref(), Some(JSON));
+        assert_eq!(media(" Application/JSON ; charset=utf-8").as_deref(), Some(JSON));
+        assert_ne!(media("application/jsonx").as_deref(), Some(JSON));
+        assert_ne!(media("application/json-patch+json").as_deref(), Some(JSON));
+        assert_ne!(media("text/plain; application/json").as_deref(), Some(JSON));
+        assert_eq!(media_type(&HeaderMap::new()), None);
+        assert!(!json_body(&headers(&[("content-type", "application/jsonx")])));
+        assert!(json_body(&headers(&[("content-type", "application/merge-patch+json")])));
     }
 
     #[test]

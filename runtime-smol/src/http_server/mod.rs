@@ -11,8 +11,11 @@
 //! ([`Route`]).
 //!
 //! Files, one job each:
-//! - `listener.rs`: accepting TCP connections and serving them with hyper (HTTP/1.1);
+//! - `listener.rs`: accepting TCP connections (capped in all and per peer) and
+//!   serving them with hyper (HTTP/1.1);
 //! - `service.rs`: one HTTP request: guards, then POST, GET or DELETE;
+//! - `body.rs`: reading a request body (size bound, deadline, pace, shared budget);
+//! - `queue.rs`: the byte-bounded queue feeding one SSE response;
 //! - `guards.rs`: Host, Origin, bearer token, `Accept`, `MCP-Protocol-Version`;
 //! - `message.rs`: the shape of a JSON-RPC message, request id keys, error bodies;
 //! - `reply.rs`: building responses (JSON, SSE, empty, errors);
@@ -33,9 +36,20 @@
 //! - Each stream keeps its last [`ServerOptions::replay_events`] delivered events for
 //!   resumption, plus up to 1024 events that no connection took yet (frames for
 //!   a stream whose client is away, including standalone-stream frames before the
-//!   first GET); beyond that the oldest undelivered one is dropped with a warning.
-//!   Finished POST streams stay resumable until 16 newer ones finished. A client
-//!   that reads too slowly (4096 events queued) loses its connection and resumes.
+//!   first GET), all within [`ServerOptions::replay_bytes`] (the newest event is
+//!   kept whatever its size); beyond that delivered events go first, then the
+//!   oldest undelivered one is dropped with a warning. Finished POST streams stay
+//!   resumable until 16 newer ones finished. A client that reads too slowly
+//!   ([`ServerOptions::sse_queue_bytes`] queued for its connection) has its TCP
+//!   connection reset and what was queued for it dropped; it may resume.
+//! - Request bodies: at most [`ServerOptions::max_body_bytes`] (413), complete
+//!   within [`ServerOptions::body_timeout`] and at the pace of
+//!   [`ServerOptions::body_min_rate`] after [`ServerOptions::body_grace`] (408,
+//!   and the connection closes); the bodies being received at once hold at most
+//!   [`ServerOptions::body_budget_bytes`] together (503 beyond).
+//! - Connections beyond [`ServerOptions::max_connections`], or beyond
+//!   [`ServerOptions::max_connections_per_peer`] from one IP address, are
+//!   answered 503 at once and closed, before a byte of theirs is parsed.
 //! - A client disconnecting is never a cancellation. A JSON-answered request whose
 //!   client left before the answer has nothing to resume: its answer is dropped.
 //! - Without GET streams, frames routed to [`Route::Session`] are dropped; so are
@@ -53,9 +67,11 @@
 //!   Host (403), Origin (403), bearer token (401), path (404), method (405),
 //!   `MCP-Protocol-Version` (400), then the method's own checks.
 
+mod body;
 mod guards;
 mod listener;
 mod message;
+pub(crate) mod queue;
 mod reply;
 mod service;
 mod sessions;
@@ -67,6 +83,7 @@ mod tests;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use async_channel::Sender;
 use tether_core::{Input, SessionId};
@@ -88,12 +105,32 @@ pub struct ServerOptions {
     pub auth_token: Option<String>,
     /// Largest POST body; larger ones get 413. Default 4 MiB.
     pub max_body_bytes: usize,
+    /// A body must be complete this long after its headers (408 after). Default 30 s.
+    pub body_timeout: Duration,
+    /// Time a body gets before [`ServerOptions::body_min_rate`] counts. Default 5 s.
+    pub body_grace: Duration,
+    /// Bytes per second a body must average after its grace (a trickled body is
+    /// refused with 408 as soon as it falls behind); 0: no pace. Default 1024.
+    pub body_min_rate: u64,
+    /// Bytes all bodies being received at once may hold together (503 beyond). Default 64 MiB.
+    pub body_budget_bytes: usize,
+    /// Connections open at once; more are answered 503 and closed. Default 512.
+    pub max_connections: usize,
+    /// Connections open at once from one IP address. Default 128.
+    pub max_connections_per_peer: usize,
     /// Offer the standalone GET stream; `false`: GET answers 405. Default `true`.
     pub get_stream: bool,
     /// Session numbers are allocated from here upward. Default 2 (1 is stdio's).
     pub first_session: u64,
     /// Delivered events kept per stream for `Last-Event-ID` resumption. Default 256.
     pub replay_events: usize,
+    /// Bytes of events kept per stream, delivered or not (at most
+    /// [`ServerOptions::sse_queue_bytes`], so a replay fits). Default 256 KiB.
+    pub replay_bytes: usize,
+    /// Bytes queued for one SSE connection (a session stream, a POST answered as a
+    /// stream, `/events`) before its client counts as too slow and is disconnected
+    /// (the kernel's socket buffers hold more before this one fills). Default 256 KiB.
+    pub sse_queue_bytes: usize,
     /// Serve requests without `Mcp-Session-Id` (other than `initialize`) as
     /// stateless-era requests, each in an engine session of its own (the core
     /// checks their `_meta` and closes the session with the answer). Follows the
@@ -101,7 +138,7 @@ pub struct ServerOptions {
     pub stateless_clients: bool,
     /// How often a stateless-era request's idle SSE stream gets a comment, so a
     /// client that left is noticed (its request then ends). Default 15 s.
-    pub sse_keep_alive: std::time::Duration,
+    pub sse_keep_alive: Duration,
     /// Serve the MCP endpoint; `false` for `--status-listen` (the status
     /// endpoints alone). Default `true`.
     pub mcp: bool,
@@ -115,9 +152,17 @@ impl std::fmt::Debug for ServerOptions {
             .field("allowed_origins", &self.allowed_origins)
             .field("auth_token", &self.auth_token.as_ref().map(|_| "<redacted>"))
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("body_timeout", &self.body_timeout)
+            .field("body_grace", &self.body_grace)
+            .field("body_min_rate", &self.body_min_rate)
+            .field("body_budget_bytes", &self.body_budget_bytes)
+            .field("max_connections", &self.max_connections)
+            .field("max_connections_per_peer", &self.max_connections_per_peer)
             .field("get_stream", &self.get_stream)
             .field("first_session", &self.first_session)
             .field("replay_events", &self.replay_events)
+            .field("replay_bytes", &self.replay_bytes)
+            .field("sse_queue_bytes", &self.sse_queue_bytes)
             .field("stateless_clients", &self.stateless_clients)
             .field("sse_keep_alive", &self.sse_keep_alive)
             .field("mcp", &self.mcp)
@@ -133,11 +178,19 @@ impl Default for ServerOptions {
             allowed_origins: Vec::new(),
             auth_token: None,
             max_body_bytes: 4 * 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
+            body_grace: Duration::from_secs(5),
+            body_min_rate: 1024,
+            body_budget_bytes: 64 * 1024 * 1024,
+            max_connections: 512,
+            max_connections_per_peer: 128,
             get_stream: true,
             first_session: 2,
             replay_events: 256,
+            replay_bytes: 256 * 1024,
+            sse_queue_bytes: 256 * 1024,
             stateless_clients: false,
-            sse_keep_alive: std::time::Duration::from_secs(15),
+            sse_keep_alive: Duration::from_secs(15),
             mcp: true,
         }
     }
@@ -160,6 +213,10 @@ struct Shared {
     inputs: Sender<Input>,
     local_addr: SocketAddr,
     table: Mutex<Table>,
+    /// The connections open now (for the caps).
+    census: Mutex<listener::Census>,
+    /// Bytes the request bodies being received may still take.
+    budget: body::Budget,
     /// Closed by [`HttpServer::shutdown`]: the accept loop and every connection watch it.
     stop: async_channel::Sender<()>,
     stop_rx: async_channel::Receiver<()>,
@@ -171,6 +228,21 @@ impl Shared {
     fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    fn census(&self) -> MutexGuard<'_, listener::Census> {
+        self.census.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The limits on one request body.
+    fn body_limits(&self) -> body::BodyLimits {
+        let o = &self.options;
+        body::BodyLimits {
+            max_bytes: o.max_body_bytes,
+            timeout: o.body_timeout,
+            grace: o.body_grace,
+            min_rate: o.body_min_rate,
+        }
+    }
 }
 
 impl HttpServer {
@@ -179,13 +251,19 @@ impl HttpServer {
     pub fn bind(options: ServerOptions, inputs: Sender<Input>) -> std::io::Result<HttpServer> {
         let listener = async_io::Async::<std::net::TcpListener>::bind(options.listen)?;
         let local_addr = listener.get_ref().local_addr()?;
-        let table = Table::new(options.first_session, options.replay_events, options.get_stream);
+        // A resumed connection gets the log replayed: it must fit its queue.
+        let keep_bytes = options.replay_bytes.min(options.sse_queue_bytes);
+        let keep = stream::LogLimits { keep_events: options.replay_events, keep_bytes };
+        let table = Table::new(options.first_session, keep, options.sse_queue_bytes, options.get_stream);
         let (stop, stop_rx) = async_channel::bounded(1);
+        let budget = body::Budget::new(options.body_budget_bytes);
         let shared = Arc::new(Shared {
             options,
             inputs,
             local_addr,
             table: Mutex::new(table),
+            census: Mutex::default(),
+            budget,
             stop,
             stop_rx,
             status: std::sync::OnceLock::new(),

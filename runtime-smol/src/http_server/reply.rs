@@ -5,19 +5,27 @@ use std::convert::Infallible;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Bytes;
-use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{
+    HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_SECURITY_POLICY, CONTENT_TYPE, WWW_AUTHENTICATE,
+    X_FRAME_OPTIONS,
+};
 use hyper::{Response, StatusCode};
 
 use super::guards::{JSON, SSE};
 use super::message::{error_body, TRANSPORT_ERROR};
-use super::stream;
+use super::queue::{self, Closer, TooSlow};
+use super::stream::SseBody;
 
-/// Every response body.
-pub(super) type Body = UnsyncBoxBody<Bytes, Infallible>;
+/// Every response body. Only an event stream fails: when its client is too slow.
+pub(super) type Body = UnsyncBoxBody<Bytes, TooSlow>;
+
+fn never(never: Infallible) -> TooSlow {
+    match never {}
+}
 
 /// A JSON body.
 pub(super) fn json(status: StatusCode, text: String) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
+    let mut response = Response::new(Full::new(Bytes::from(text)).map_err(never).boxed_unsync());
     *response.status_mut() = status;
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
     response
@@ -59,28 +67,43 @@ pub(super) fn sessionless_method_not_allowed() -> Response<Body> {
 
 /// No body (202, 204).
 pub(super) fn empty(status: StatusCode) -> Response<Body> {
-    let mut response = Response::new(Empty::new().boxed_unsync());
+    let mut response = Response::new(Empty::new().map_err(never).boxed_unsync());
     *response.status_mut() = status;
     response
 }
 
-/// A 200 SSE stream fed by `rx`.
-pub(super) fn sse(rx: async_channel::Receiver<Bytes>) -> Response<Body> {
-    sse_body(stream::body(rx).boxed_unsync())
+/// The response ends its connection: its request body was not read whole.
+pub(super) fn closing(mut response: Response<Body>) -> Response<Body> {
+    response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
-/// A 200 SSE stream of a stateless-era request: kept alive, and `on_drop` runs
-/// when the client leaves it (see [`stream::Watched`]).
+/// The response may not be shown inside another site's frame (clickjacking).
+pub(super) fn unframed(mut response: Response<Body>) -> Response<Body> {
+    let headers = response.headers_mut();
+    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static("frame-ancestors 'none'"));
+    response
+}
+
+/// A 200 SSE stream fed by `rx`, on the connection `closer` ends if it overflows.
+pub(super) fn sse(rx: queue::Receiver, closer: Closer) -> Response<Body> {
+    sse_response(SseBody::new(rx, closer))
+}
+
+/// A 200 SSE stream that is kept alive with a comment every `keep_alive`, and
+/// whose `on_drop` runs when the client leaves it (see [`SseBody`]).
 pub(super) fn watched_sse(
-    rx: async_channel::Receiver<Bytes>,
+    rx: queue::Receiver,
+    closer: Closer,
     keep_alive: std::time::Duration,
     on_drop: Box<dyn FnOnce() + Send>,
 ) -> Response<Body> {
-    let watched = stream::Watched::new(rx, keep_alive, on_drop);
-    sse_body(http_body_util::StreamBody::new(watched).boxed_unsync())
+    sse_response(SseBody::new(rx, closer).keep_alive(keep_alive).on_drop(on_drop))
 }
 
-fn sse_body(body: Body) -> Response<Body> {
+fn sse_response(body: SseBody) -> Response<Body> {
+    let body = body.boxed_unsync();
     let mut response = Response::new(body);
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(SSE));

@@ -4,14 +4,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use http_body_util::{BodyExt, Limited};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH};
 use hyper::{Method, Request, Response, StatusCode};
 use tether_core::{Input, SessionId};
 
+use super::body::{self, BodyError};
 use super::guards::{self, Refusal, JSON, SSE};
+use super::listener::Connection;
 use super::message::{classify, Shape, INVALID_REQUEST, PARSE_ERROR};
+use super::queue;
 use super::reply::{self, Body};
 use super::sessions::{First, Refused};
 use super::status_routes;
@@ -20,8 +22,8 @@ use super::Shared;
 /// The session header, in requests and in the initialize response.
 const SESSION_HEADER: &str = "mcp-session-id";
 
-/// Answers one request.
-pub(super) async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+/// Answers one request arriving on `connection`.
+pub(super) async fn handle(shared: Arc<Shared>, connection: &Connection, request: Request<Incoming>) -> Response<Body> {
     let options = &shared.options;
     let status_path = shared.status.get().is_some() && status_routes::is_status_path(request.uri().path());
     match guards::admit(options, request.headers()) {
@@ -31,11 +33,13 @@ pub(super) async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> R
         }
         Err(Refusal::Origin) => return reply::error(StatusCode::FORBIDDEN, "forbidden: Origin not allowed"),
         // The page shows nothing by itself: it asks for the token.
-        Err(Refusal::Unauthorized) if status_path && request.uri().path() == "/" => return status_routes::page(),
+        Err(Refusal::Unauthorized) if status_path && request.uri().path() == "/" => {
+            return reply::unframed(status_routes::page())
+        }
         Err(Refusal::Unauthorized) => return reply::unauthorized(),
     }
     if status_path {
-        return status_routes::handle(&shared, request).await;
+        return status_routes::handle(&shared, connection, request).await;
     }
     if !options.mcp || request.uri().path() != options.path {
         return reply::error(StatusCode::NOT_FOUND, "not found: no MCP endpoint at this path");
@@ -52,8 +56,8 @@ pub(super) async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> R
         return reply::error(StatusCode::BAD_REQUEST, "bad request: unsupported MCP-Protocol-Version");
     }
     match method {
-        Method::POST => post(&shared, request).await,
-        Method::GET => get(&shared, request.headers()),
+        Method::POST => post(&shared, connection, request).await,
+        Method::GET => get(&shared, connection, request.headers()),
         _ => delete(&shared, request.headers()).await,
     }
 }
@@ -87,7 +91,7 @@ fn gone(shared: &Shared) -> Response<Body> {
     }
 }
 
-async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+async fn post(shared: &Arc<Shared>, connection: &Connection, request: Request<Incoming>) -> Response<Body> {
     let headers = request.headers();
     if !guards::accepts(headers, JSON) || !guards::accepts(headers, SSE) {
         return reply::error(
@@ -103,11 +107,11 @@ async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body
     let [version_header, method_header, name_header] = ["mcp-protocol-version", "mcp-method", "mcp-name"]
         .map(|name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string));
     let param_headers = param_headers(headers);
-    let body = match read_body(request, shared.options.max_body_bytes).await {
+    let body = match read_body(shared, connection, request).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    let Ok(text) = String::from_utf8(body.to_vec()) else {
+    let Ok(text) = String::from_utf8(body) else {
         return reply::error_code(StatusCode::BAD_REQUEST, PARSE_ERROR, "parse error: the body is not UTF-8");
     };
     let shape = match classify(&text) {
@@ -150,7 +154,8 @@ async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body
             };
             let Some(session) = shared.table().open(key) else { return host_gone() };
             let Shape::Request { id, .. } = shape else { unreachable!("matched above") };
-            return self::request(shared, session, Opened::PerRequest, id, text, Some(param_headers)).await;
+            let per_request = Opened::PerRequest;
+            return self::request(shared, connection, session, per_request, id, text, Some(param_headers)).await;
         }
         None => return missing_session(),
     };
@@ -159,7 +164,7 @@ async fn post(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body
         None => Opened::Existing,
     };
     match shape {
-        Shape::Request { id, .. } => self::request(shared, session, opened, id, text, None).await,
+        Shape::Request { id, .. } => self::request(shared, connection, session, opened, id, text, None).await,
         Shape::Notification | Shape::Response => {
             if shared.inputs.send(Input::ClientFrame { session, frame: text, param_headers: None }).await.is_err() {
                 return host_gone();
@@ -221,6 +226,7 @@ impl Drop for Abandon {
 /// `param_headers` for a stateless-era POST (see [`param_headers`]).
 async fn request(
     shared: &Arc<Shared>,
+    connection: &Connection,
     session: SessionId,
     opened: Opened,
     id: String,
@@ -278,6 +284,7 @@ async fn request(
             let keep_alive = shared.options.sse_keep_alive;
             return reply::watched_sse(
                 rx,
+                connection.closer.clone(),
                 keep_alive,
                 Box::new(move || {
                     if shared.table().close(session) {
@@ -286,7 +293,7 @@ async fn request(
                 }),
             );
         }
-        Ok(First::Stream(rx)) => reply::sse(rx),
+        Ok(First::Stream(rx)) => reply::sse(rx, connection.closer.clone()),
         Err(_) => return gone(shared),
     };
     let new_key = match opened {
@@ -299,19 +306,41 @@ async fn request(
     response
 }
 
-/// The body, at most `max` bytes (413 beyond).
-async fn read_body(request: Request<Incoming>, max: usize) -> Result<Bytes, Response<Body>> {
-    let too_large =
-        || reply::error(StatusCode::PAYLOAD_TOO_LARGE, &format!("payload too large: the body exceeds {max} bytes"));
+/// The body, under the server's limits (see [`body::read`]). A refusal closes
+/// the connection: the rest of the body is never read.
+async fn read_body(
+    shared: &Shared,
+    connection: &Connection,
+    request: Request<Incoming>,
+) -> Result<Vec<u8>, Response<Body>> {
+    let limits = shared.body_limits();
     let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > max as u64) {
-        return Err(too_large());
+    let error = match body::read(request.into_body(), declared, &limits, &shared.budget).await {
+        Ok(body) => return Ok(body),
+        Err(error) => error,
+    };
+    let (status, message) = match error {
+        BodyError::TooLarge => {
+            (StatusCode::PAYLOAD_TOO_LARGE, format!("payload too large: the body exceeds {} bytes", limits.max_bytes))
+        }
+        BodyError::TimedOut => (
+            StatusCode::REQUEST_TIMEOUT,
+            format!("request timeout: the body did not arrive within {} s", limits.timeout.as_secs()),
+        ),
+        BodyError::TooSlow => (
+            StatusCode::REQUEST_TIMEOUT,
+            format!("request timeout: the body arrived slower than {} bytes per second", limits.min_rate),
+        ),
+        BodyError::Busy => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service unavailable: too many request bodies are being received; retry".to_string(),
+        ),
+        BodyError::Broken => (StatusCode::BAD_REQUEST, "bad request: the body could not be read".to_string()),
+    };
+    if error != BodyError::Broken {
+        tracing::debug!(peer = %connection.peer, "HTTP request body refused: {message}");
     }
-    match Limited::new(request.into_body(), max).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
-        Err(_) => Err(reply::error(StatusCode::BAD_REQUEST, "bad request: the body could not be read")),
-    }
+    Err(reply::closing(reply::error(status, &message)))
 }
 
 /// 128 bits from the operating system, as 32 hex digits.
@@ -322,7 +351,7 @@ fn new_session_key() -> Option<String> {
 }
 
 /// GET: resume the stream `Last-Event-ID` names, or open the standalone stream.
-fn get(shared: &Shared, headers: &HeaderMap) -> Response<Body> {
+fn get(shared: &Shared, connection: &Connection, headers: &HeaderMap) -> Response<Body> {
     if shared.options.stateless_clients && session_key(headers).is_none() {
         return reply::sessionless_method_not_allowed();
     }
@@ -337,10 +366,11 @@ fn get(shared: &Shared, headers: &HeaderMap) -> Response<Body> {
     let Some(key) = session_key(headers) else { return missing_session() };
     let mut table = shared.table();
     let Some(session) = table.find(key) else { return unknown_session() };
-    let (conn, rx) = async_channel::unbounded();
+    let (conn, rx) = queue::channel(shared.options.sse_queue_bytes);
+    let closer = connection.closer.clone();
     let conn = match last_event_id {
         Some(last) => match table.resume(session, last, conn) {
-            Ok(()) => return reply::sse(rx),
+            Ok(()) => return reply::sse(rx, closer),
             Err(conn) => {
                 tracing::debug!(session = session.0, "Last-Event-ID names no kept stream: served as a plain GET");
                 conn
@@ -352,7 +382,7 @@ fn get(shared: &Shared, headers: &HeaderMap) -> Response<Body> {
         return reply::method_not_allowed(false);
     }
     table.listen(session, conn);
-    reply::sse(rx)
+    reply::sse(rx, closer)
 }
 
 /// DELETE: the client ends its session.

@@ -5,11 +5,11 @@
 use std::collections::{HashMap, VecDeque};
 
 use async_channel::{Receiver, Sender};
-use hyper::body::Bytes;
 use tether_core::SessionId;
 
 use super::message::id_key;
-use super::stream::{Conn, Stream};
+use super::queue;
+use super::stream::{Conn, LogLimits, Stream};
 use super::Route;
 
 /// The standalone (GET) stream's number; POST streams count from 1.
@@ -22,7 +22,7 @@ pub(super) enum First {
     /// The response came first: one JSON body.
     Reply(String),
     /// A related message came first: an SSE stream, already primed and fed.
-    Stream(Receiver<Bytes>),
+    Stream(queue::Receiver),
 }
 
 /// A request the transport routes answers to.
@@ -66,21 +66,25 @@ pub(super) struct Table {
     keys: HashMap<String, SessionId>,
     next_session: u64,
     next_token: u64,
-    /// Sent events kept per stream.
-    keep: usize,
+    /// What each stream's log keeps.
+    keep: LogLimits,
+    /// Bytes queued for one connection before its client counts as too slow.
+    queue_bytes: usize,
     get_stream: bool,
     closed: bool,
 }
 
 impl Table {
-    /// An empty table numbering sessions from `first_session`.
-    pub(super) fn new(first_session: u64, keep: usize, get_stream: bool) -> Table {
+    /// An empty table numbering sessions from `first_session`; streams keep
+    /// `keep` for replay, and queue `queue_bytes` for a connection at most.
+    pub(super) fn new(first_session: u64, keep: LogLimits, queue_bytes: usize, get_stream: bool) -> Table {
         Table {
             sessions: HashMap::new(),
             keys: HashMap::new(),
             next_session: first_session,
             next_token: 0,
             keep,
+            queue_bytes,
             get_stream,
             closed: false,
         }
@@ -143,14 +147,14 @@ impl Table {
 
     /// Routes one frame from the core.
     pub(super) fn deliver(&mut self, session: SessionId, route: Route, frame: String) {
-        let (keep, get_stream) = (self.keep, self.get_stream);
+        let (keep, get_stream, queue_bytes) = (self.keep, self.get_stream, self.queue_bytes);
         let Some(state) = self.sessions.get_mut(&session) else {
             tracing::debug!(session = session.0, "frame for a closed HTTP session dropped");
             return;
         };
         match route {
             Route::Reply(id) => state.reply(session, &id_key(&id), frame),
-            Route::Related(id) => state.related(session, &id_key(&id), frame, keep, get_stream),
+            Route::Related(id) => state.related(session, &id_key(&id), frame, keep, queue_bytes, get_stream),
             Route::Session => state.standalone(session, &frame, keep, get_stream),
         }
     }
@@ -224,7 +228,15 @@ impl Session {
         }
     }
 
-    fn related(&mut self, session: SessionId, id: &str, frame: String, keep: usize, get_stream: bool) {
+    fn related(
+        &mut self,
+        session: SessionId,
+        id: &str,
+        frame: String,
+        keep: LogLimits,
+        queue_bytes: usize,
+        get_stream: bool,
+    ) {
         match self.requests.get_mut(id) {
             Some(Pending::Streaming(number)) => {
                 if let Some(stream) = self.streams.get_mut(number) {
@@ -235,7 +247,7 @@ impl Session {
                 let number = self.next_stream;
                 self.next_stream += 1;
                 let mut stream = Stream::new(prefix(session, number), keep);
-                let (conn, rx) = async_channel::unbounded();
+                let (conn, rx) = queue::channel(queue_bytes);
                 stream.attach(conn, None);
                 stream.push(&frame);
                 if let Pending::Waiting { first, .. } = pending {
@@ -249,7 +261,7 @@ impl Session {
         }
     }
 
-    fn standalone(&mut self, session: SessionId, frame: &str, keep: usize, get_stream: bool) {
+    fn standalone(&mut self, session: SessionId, frame: &str, keep: LogLimits, get_stream: bool) {
         if !get_stream {
             tracing::debug!(session = session.0, "frame for the standalone stream dropped: GET streams are off");
             return;
@@ -276,8 +288,12 @@ fn parse_event_id(id: &str) -> Option<(u64, u64, u64)> {
 mod tests {
     use super::*;
 
-    fn drain(rx: &Receiver<Bytes>) -> String {
-        std::iter::from_fn(|| rx.try_recv().ok()).map(|b| String::from_utf8(b.to_vec()).unwrap()).collect()
+    fn drain(rx: &queue::Receiver) -> String {
+        std::iter::from_fn(|| rx.try_next()).map(|b| String::from_utf8(b.to_vec()).unwrap()).collect()
+    }
+
+    fn table(first_session: u64, get_stream: bool) -> Table {
+        Table::new(first_session, LogLimits { keep_events: 8, keep_bytes: 1 << 20 }, 1 << 20, get_stream)
     }
 
     #[test]
@@ -291,7 +307,7 @@ mod tests {
 
     #[test]
     fn a_reply_first_answers_with_json_and_a_related_frame_first_opens_a_stream() {
-        let mut table = Table::new(2, 8, true);
+        let mut table = table(2, true);
         let s = table.open("k".into()).unwrap();
         let json = table.expect(s, "1").unwrap();
         let streamed = table.expect(s, r#""x""#).unwrap();
@@ -309,7 +325,7 @@ mod tests {
 
     #[test]
     fn an_abandoned_wait_frees_its_id_but_not_a_later_one() {
-        let mut table = Table::new(2, 8, true);
+        let mut table = table(2, true);
         let s = table.open("k".into()).unwrap();
         let first = table.expect(s, "1").unwrap();
         table.abandon(s, "1", first.token);
@@ -321,12 +337,12 @@ mod tests {
 
     #[test]
     fn resumption_stays_within_the_named_stream_and_session() {
-        let mut table = Table::new(2, 8, true);
+        let mut table = table(2, true);
         let a = table.open("a".into()).unwrap();
         let b = table.open("b".into()).unwrap();
         table.deliver(a, Route::Session, "for a".into());
         table.deliver(b, Route::Session, "for b".into());
-        let (tx, rx) = async_channel::unbounded();
+        let (tx, rx) = queue::channel(1 << 20);
         // Session b's id, presented in session a: not resumed.
         let tx = table.resume(a, "3-0-0", tx).unwrap_err();
         let tx = table.resume(a, "2-0-9", tx).unwrap_err(); // never issued
@@ -337,11 +353,11 @@ mod tests {
 
     #[test]
     fn closing_a_session_ends_its_streams_fails_its_waiters_and_forgets_its_key() {
-        let mut table = Table::new(5, 8, true);
+        let mut table = table(5, true);
         let s = table.open("k".into()).unwrap();
         assert_eq!(s, SessionId(5));
         let waiter = table.expect(s, "1").unwrap();
-        let (tx, rx) = async_channel::unbounded();
+        let (tx, rx) = queue::channel(1 << 20);
         table.listen(s, tx);
         assert!(table.close(s));
         assert!(rx.is_closed());
@@ -354,10 +370,10 @@ mod tests {
 
     #[test]
     fn without_get_streams_session_frames_are_dropped() {
-        let mut table = Table::new(2, 8, false);
+        let mut table = table(2, false);
         let s = table.open("k".into()).unwrap();
         table.deliver(s, Route::Session, "lost".into());
-        let (tx, _rx) = async_channel::unbounded();
+        let (tx, _rx) = queue::channel(1 << 20);
         assert!(table.resume(s, "2-0-0", tx).is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! The operator endpoints beside `/mcp`: `/healthz`, `/readyz`, `/status`,
 //! `/metrics`, `/events` (SSE), the admin actions, and the status page at `/`.
 //! Answers come from the host loop ([`crate::status::Query`]); nothing here
-//! decides anything but the HTTP shape.
+//! decides anything but the HTTP shape. Every answer refuses to be framed by
+//! another site (`X-Frame-Options`, CSP `frame-ancestors`).
 
 use std::sync::Arc;
 
@@ -11,6 +12,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::json;
 use tether_core::AdminCommand;
 
+use super::guards::{self, JSON};
+use super::listener::Connection;
 use super::reply::{self, Body};
 use super::Shared;
 use crate::host::StatusHandle;
@@ -33,7 +36,15 @@ pub(super) fn page() -> Response<Body> {
 }
 
 /// Answers a request for one of the endpoints (guards already passed).
-pub(super) async fn handle(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
+pub(super) async fn handle(
+    shared: &Arc<Shared>,
+    connection: &Connection,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    reply::unframed(answer(shared, connection, request).await)
+}
+
+async fn answer(shared: &Arc<Shared>, connection: &Connection, request: Request<Incoming>) -> Response<Body> {
     let Some(status) = shared.status.get() else {
         return reply::error(StatusCode::NOT_FOUND, "not found: status endpoints are not served here");
     };
@@ -73,7 +84,7 @@ pub(super) async fn handle(shared: &Arc<Shared>, request: Request<Incoming>) -> 
             }
             None => gone(),
         },
-        _ => events(status, &request),
+        _ => events(status, connection, &request),
     }
 }
 
@@ -88,33 +99,19 @@ fn gone() -> Response<Body> {
     reply::error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable: tether is shutting down")
 }
 
-/// `/events`: the kept events (after `Last-Event-ID`), then live ones.
-fn events(status: &StatusHandle, request: &Request<Incoming>) -> Response<Body> {
+/// `/events`: the kept events (after `Last-Event-ID`), then live ones. A
+/// subscriber that falls [`crate::status::EVENTS_QUEUE_BYTES`] behind is disconnected.
+fn events(status: &StatusHandle, connection: &Connection, request: &Request<Incoming>) -> Response<Body> {
     let last = request.headers().get("last-event-id").and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
-    let rx = status.events.subscribe(last);
     // Primed with a comment so clients see the stream open at once.
-    let (tx, primed) = async_channel::unbounded::<Bytes>();
-    let _ = tx.try_send(Bytes::from_static(b": tether events\n\n"));
-    smol::spawn(async move {
-        while let Ok(bytes) = rx.recv().await {
-            if tx.send(bytes).await.is_err() {
-                return;
-            }
-        }
-    })
-    .detach();
-    reply::watched_sse(primed, std::time::Duration::from_secs(15), Box::new(|| {}))
+    let rx = status.events.subscribe(last, Bytes::from_static(b": tether events\n\n"));
+    reply::watched_sse(rx, connection.closer.clone(), std::time::Duration::from_secs(15), Box::new(|| {}))
 }
 
 /// `POST /admin/{restart|reconnect}/{server}`. A JSON content type is required:
 /// a cross-site form cannot send one without a preflight tether never allows.
 async fn admin(status: &StatusHandle, rest: &str, request: &Request<Incoming>) -> Response<Body> {
-    let json_body = request
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().to_ascii_lowercase().starts_with("application/json"));
-    if !json_body {
+    if guards::media_type(request.headers()).as_deref() != Some(JSON) {
         return reply::error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported media type: send Content-Type: application/json",

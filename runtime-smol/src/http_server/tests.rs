@@ -767,3 +767,312 @@ fn a_stateless_requests_stream_is_kept_alive_and_leaving_it_ends_the_request() {
     // The client left: its per-request session ends, which is the revision's cancel.
     h.wait_for_input(&Input::ClientClosed { session: SessionId(2) });
 }
+
+// ---------------------------------------------------------------------------
+// Hostile clients: slow bodies, floods of connections, readers that stall.
+// ---------------------------------------------------------------------------
+
+/// A POST head for `len` body bytes in an existing session (no `Connection: close`).
+fn post_head(session: &str, len: usize) -> String {
+    format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {ACCEPT}\r\nContent-Type: application/json\r\n\
+         Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {VERSION}\r\nContent-Length: {len}\r\n\r\n"
+    )
+}
+
+/// Reads the answer on `stream` until the server closes it; its status and text.
+fn read_answer(stream: &mut TcpStream, wait: Duration) -> (u16, String) {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status: {text:?}"));
+    (status, text)
+}
+
+/// Options with a short grace and a pace of 1000 bytes per second.
+fn paced() -> ServerOptions {
+    ServerOptions { body_grace: Duration::from_millis(300), body_min_rate: 1000, ..options() }
+}
+
+#[test]
+fn a_body_that_stops_coming_is_408_and_the_connection_closes() {
+    let h = start(paced());
+    let session = h.initialize();
+    let mut stream = TcpStream::connect(h.server.local_addr()).unwrap();
+    stream.write_all(post_head(&session, 100).as_bytes()).unwrap();
+    stream.write_all(b"{\"jsonrpc\":").unwrap();
+    let started = Instant::now();
+    let (status, text) = read_answer(&mut stream, Duration::from_secs(10));
+    assert_eq!(status, 408, "{text}");
+    assert!(text.to_ascii_lowercase().contains("connection: close"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_trickled_body_is_408_once_behind_the_pace() {
+    let h = start(paced());
+    let session = h.initialize();
+    let mut stream = TcpStream::connect(h.server.local_addr()).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream.write_all(post_head(&session, 400).as_bytes()).unwrap();
+    let started = Instant::now();
+    // 20 bytes a second: the body would need 20 s.
+    for _ in 0..400 {
+        if stream.write_all(b" ").is_err() || started.elapsed() > Duration::from_secs(5) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut probe = [0u8; 1];
+        stream.set_nonblocking(true).unwrap();
+        let answered = !matches!(stream.peek(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        stream.set_nonblocking(false).unwrap();
+        if answered {
+            break;
+        }
+    }
+    let (status, text) = read_answer(&mut stream, Duration::from_secs(10));
+    assert_eq!(status, 408, "{text}");
+    assert!(text.contains("slower than 1000 bytes per second"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(3), "refused after {:?}", started.elapsed());
+}
+
+#[test]
+fn a_body_that_keeps_the_pace_still_has_a_deadline() {
+    let h = start(ServerOptions { body_timeout: Duration::from_millis(500), body_min_rate: 1, ..options() });
+    let session = h.initialize();
+    let mut stream = TcpStream::connect(h.server.local_addr()).unwrap();
+    stream.write_all(post_head(&session, 100).as_bytes()).unwrap();
+    stream.write_all(b"{").unwrap();
+    let (status, text) = read_answer(&mut stream, Duration::from_secs(10));
+    assert_eq!(status, 408, "{text}");
+    assert!(text.contains("within 0 s") || text.contains("did not arrive"), "{text}");
+}
+
+#[test]
+fn a_chunked_body_of_one_byte_chunks_is_forwarded_whole() {
+    let h = start(options());
+    let session = h.initialize();
+    let body =
+        json!({"jsonrpc": "2.0", "method": "notifications/pad", "params": {"p": "c".repeat(200_000)}}).to_string();
+    let mut wire = Vec::with_capacity(body.len() * 6);
+    for byte in body.bytes() {
+        wire.extend_from_slice(b"1\r\n");
+        wire.push(byte);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(b"0\r\n\r\n");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {ACCEPT}\r\nContent-Type: application/json\r\n\
+         Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {VERSION}\r\nTransfer-Encoding: chunked\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let (status, text) = raw(h.server.local_addr(), &head, &wire);
+    assert_eq!(status, 202, "{text}");
+    h.wait_for_frame("ccccc");
+    assert!(h.frames().contains(&body));
+}
+
+#[test]
+fn connections_over_the_caps_are_refused_at_once() {
+    let h = start(ServerOptions { max_connections: 3, max_connections_per_peer: 2, ..options() });
+    let addr = h.server.local_addr();
+    let held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let mut extra = TcpStream::connect(addr).unwrap();
+    let started = Instant::now();
+    let (status, text) = read_answer(&mut extra, Duration::from_secs(5));
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("too many connections"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    // A connection that ends gives its place back.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, _) = raw(addr, "GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", b"");
+        if status == 404 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused after the connections closed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_total_cap_counts_every_peer() {
+    // One peer here, so a per-peer cap above the total shows the total at work.
+    let h = start(ServerOptions { max_connections: 1, max_connections_per_peer: 10, ..options() });
+    let addr = h.server.local_addr();
+    let _held = TcpStream::connect(addr).unwrap();
+    let mut extra = TcpStream::connect(addr).unwrap();
+    assert_eq!(read_answer(&mut extra, Duration::from_secs(5)).0, 503);
+}
+
+/// Reads `stream` until the server ends it; how many bytes came, and whether it ended.
+fn drain_until_closed(stream: &mut TcpStream, wait: Duration) -> (usize, bool) {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0;
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (total, true),
+            Ok(n) => total += n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return (total, false)
+            }
+            Err(_) => return (total, true), // reset
+        }
+    }
+}
+
+#[test]
+fn a_session_stream_client_that_does_not_read_is_disconnected() {
+    let h = start(ServerOptions { sse_queue_bytes: 64 * 1024, replay_bytes: 64 * 1024, ..options() });
+    let session = h.initialize();
+    let id = SessionId(2);
+    let mut stream = TcpStream::connect(h.server.local_addr()).unwrap();
+    let get = format!(
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n\
+         MCP-Protocol-Version: {VERSION}\r\n\r\n"
+    );
+    stream.write_all(get.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // 64 MiB for a client that reads nothing: more than the kernel's buffers hold.
+    let frame = json!({"jsonrpc": "2.0", "method": "notifications/flood", "params": {"p": "f".repeat(64 * 1024)}});
+    let frame = frame.to_string();
+    for _ in 0..1024 {
+        h.server.deliver(id, Route::Session, frame.clone());
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let (received, closed) = drain_until_closed(&mut stream, Duration::from_secs(5));
+    assert!(closed, "the connection of a client that stopped reading stays open");
+    assert!(received < 32 * 1024 * 1024, "{received} bytes were sent to it");
+    // The session lives on: the client may come back and resume.
+    assert_eq!(h.post(Some(&session), &request(5, "tools/list")).status, 200);
+}
+
+#[test]
+fn a_post_stream_client_that_does_not_read_is_disconnected() {
+    let h = start(ServerOptions { sse_queue_bytes: 64 * 1024, replay_bytes: 64 * 1024, ..options() });
+    let session = h.initialize();
+    let id = SessionId(2);
+    let mut stream = TcpStream::connect(h.server.local_addr()).unwrap();
+    let body = request(9, "slow/held");
+    stream.write_all(post_head(&session, body.len()).as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    h.wait_for_frame("slow/held");
+    let frame = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"p": "q".repeat(64 * 1024)}});
+    let frame = frame.to_string();
+    for _ in 0..1024 {
+        h.server.deliver(id, Route::Related("9".into()), frame.clone());
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let (received, closed) = drain_until_closed(&mut stream, Duration::from_secs(5));
+    assert!(closed, "the connection of a client that stopped reading stays open");
+    assert!(received < 32 * 1024 * 1024, "{received} bytes were sent to it");
+}
+
+/// A status handle whose host answers every admin action with `Ok`.
+fn status_handle() -> (crate::host::StatusHandle, Arc<crate::status::EventLog>) {
+    let (queries, rx) = async_channel::unbounded();
+    smol::spawn(async move {
+        while let Ok(query) = rx.recv().await {
+            match query {
+                crate::status::Query::Admin(_, tx) => {
+                    let _ = tx.send(Ok(())).await;
+                }
+                crate::status::Query::Status(tx) => {
+                    let _ = tx.send("{}".to_string()).await;
+                }
+                _ => {}
+            }
+        }
+    })
+    .detach();
+    let events = Arc::new(crate::status::EventLog::default());
+    (crate::host::StatusHandle { queries, events: events.clone() }, events)
+}
+
+#[test]
+fn the_status_page_and_endpoints_refuse_to_be_framed() {
+    let h = start(options());
+    h.server.serve_status(status_handle().0);
+    let base = h.url.trim_end_matches("/mcp").to_string();
+    let page = outcome(h.agent.get(&format!("{base}/")).call());
+    let status = outcome(h.agent.get(&format!("{base}/status")).call());
+    let admin = outcome(
+        h.agent.post(&format!("{base}/admin/restart/fs")).set("Content-Type", "application/json").send_string(""),
+    );
+    let refused = outcome(h.agent.post(&format!("{base}/admin/restart/fs")).send_string(""));
+    for (what, response) in [("page", page), ("status", status), ("admin", admin), ("refused admin", refused)] {
+        assert_eq!(response.header("x-frame-options"), Some("DENY"), "{what}");
+        assert_eq!(response.header("content-security-policy"), Some("frame-ancestors 'none'"), "{what}");
+    }
+    // Without the token, the page is still served (it asks for one), unframed too.
+    let h = start(ServerOptions { auth_token: Some(TOKEN.into()), ..options() });
+    h.server.serve_status(status_handle().0);
+    let page = outcome(h.agent.get(&h.url.replace("/mcp", "/")).call());
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.header("x-frame-options"), Some("DENY"));
+}
+
+#[test]
+fn admin_actions_need_exactly_the_json_media_type() {
+    let h = start(options());
+    h.server.serve_status(status_handle().0);
+    let url = h.url.replace("/mcp", "/admin/restart/fs");
+    let post = |content_type: Option<&str>| {
+        let mut req = h.agent.post(&url);
+        if let Some(content_type) = content_type {
+            req = req.set("Content-Type", content_type);
+        }
+        outcome(req.send_string("{}")).status()
+    };
+    assert_eq!(post(Some("application/json")), 202);
+    assert_eq!(post(Some("Application/JSON; charset=utf-8")), 202);
+    for refused in [
+        Some("application/jsonx"),
+        Some("application/json-seq"),
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        None,
+    ] {
+        assert_eq!(post(refused), 415, "{refused:?}");
+    }
+}
+
+#[test]
+fn an_events_subscriber_that_does_not_read_is_disconnected() {
+    let h = start(options());
+    let (handle, events) = status_handle();
+    h.server.serve_status(handle);
+    let mut stalled = TcpStream::connect(h.server.local_addr()).unwrap();
+    stalled.write_all(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n").unwrap();
+    let reader = h.agent.get(&h.url.replace("/mcp", "/events")).call().unwrap();
+    let reading = std::thread::spawn(move || {
+        // Reads every event, as a live status page does.
+        let mut lines = BufReader::new(reader.into_reader()).lines();
+        let mut count = 0;
+        while let Some(Ok(line)) = lines.next() {
+            if line.starts_with("id: ") {
+                count += 1;
+                if count == 100_000 {
+                    break;
+                }
+            }
+        }
+        count
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    // Events of about 150 bytes: 15 MB in all, more than the kernel holds for a stalled client.
+    for n in 0..100_000u64 {
+        let server = format!("backend-{n:08}");
+        events.push(n, &tether_core::Event::ServerDisconnected { server: server.as_str().into(), intentional: false });
+        if n % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(1)); // a pace the reader keeps up with
+        }
+    }
+    let (received, closed) = drain_until_closed(&mut stalled, Duration::from_secs(5));
+    assert!(closed, "the stalled subscriber's connection stays open");
+    assert!(received < 12 * 1024 * 1024, "{received} bytes were sent to it");
+    assert_eq!(reading.join().unwrap(), 100_000, "the subscriber that reads got every event");
+}

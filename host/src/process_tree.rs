@@ -1,0 +1,395 @@
+//! The process trees of stdio backends: the one place that knows how the
+//! operating system keeps them, so that nothing a backend starts outlives it.
+//!
+//! - A backend runs in its own process group and, on Linux, dies with the thread
+//!   that started it (parent-death signal). Its environment carries a lineage mark
+//!   ([`LINEAGE_VAR`]) that its descendants inherit.
+//! - On Linux tether is a child subreaper ([`become_subreaper`]): a process whose
+//!   parent dies is reparented to tether instead of to init, so leftovers stay
+//!   findable, and a reaper thread collects the ones that exit (no zombies).
+//! - [`ProcessTree::signal`] reaches the whole tree: every process in the group
+//!   (even after the leader exited), every descendant found by parent pid under
+//!   `/proc`, and every process tether adopted that carries the backend's lineage
+//!   (a grandchild that left the group with `setsid` and whose parent died).
+//!
+//! Elsewhere on unix only the process group is reached. Nothing here decides when
+//! to signal: the runtimes do what the core asked, plus the mechanics of a
+//! process that is already gone.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The environment variable marking a backend's processes with their lineage:
+/// `<tether pid>.<serial>`, unique per started process.
+pub const LINEAGE_VAR: &str = "TETHER_LINEAGE";
+
+/// The prefix of environment variables that configure tether itself (and may hold
+/// its secrets, such as `TETHER_AUTH_TOKEN`): backends do not inherit them unless
+/// their config's `env` sets them explicitly.
+pub const TETHER_ENV_PREFIX: &str = "TETHER_";
+
+/// How hard to ask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGTERM: please stop.
+    Terminate,
+    /// SIGKILL: stop now.
+    Kill,
+}
+
+/// Which started process a tree descends from (the value of [`LINEAGE_VAR`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lineage(String);
+
+impl Lineage {
+    /// A lineage no other process started by this tether has.
+    pub fn next() -> Lineage {
+        static SERIAL: AtomicU64 = AtomicU64::new(1);
+        Lineage(format!("{}.{}", std::process::id(), SERIAL.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// The mark as it appears in the environment.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Sets up `cmd` to run as a backend: its own process group, killed with the
+/// thread that starts it (Linux), marked with `lineage`, and without tether's own
+/// `TETHER_*` variables unless `explicit_env` (the backend's configured `env`,
+/// applied by the caller) names them.
+pub fn prepare(cmd: &mut Command, lineage: &Lineage, explicit_env: &BTreeMap<String, String>) {
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with(TETHER_ENV_PREFIX) && !explicit_env.contains_key(name) {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.env(LINEAGE_VAR, lineage.as_str());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl is async-signal-safe; it only sets this child's parent-death signal.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+/// Makes this process the reaper of its orphaned descendants (Linux; elsewhere a
+/// no-op returning `false`) and starts the thread that collects the ones that
+/// exit. Call once, early, from a binary: a library should not change who reaps
+/// its host's orphans.
+pub fn become_subreaper() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with integer arguments; changes only this process's flags.
+        let ok = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0;
+        if ok {
+            let reaper = std::thread::Builder::new().name("tether-reaper".into()).spawn(|| loop {
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                reap_orphans();
+            });
+            if let Err(e) = reaper {
+                tracing::warn!("cannot start the orphan reaper: {e}");
+            }
+        } else {
+            tracing::warn!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
+        }
+        ok
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// Starts a child with `spawn` and registers its pid (read by `pid`) as one whose
+/// owner reaps it, so [`reap_orphans`] never takes its exit status. Call
+/// [`released`] once the owner has reaped it.
+pub fn spawn_owned<T>(spawn: impl FnOnce() -> std::io::Result<T>, pid: impl FnOnce(&T) -> u32) -> std::io::Result<T> {
+    let mut owned = owned();
+    let child = spawn()?;
+    owned.insert(pid(&child));
+    Ok(child)
+}
+
+/// The owner of `pid` (from [`spawn_owned`]) has reaped it.
+pub fn released(pid: u32) {
+    owned().remove(&pid);
+}
+
+fn owned() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<u32>> {
+    static OWNED: std::sync::Mutex<std::collections::BTreeSet<u32>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    OWNED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A started backend process and everything it starts.
+#[derive(Clone, Debug)]
+pub struct ProcessTree {
+    leader: u32,
+    lineage: Lineage,
+    /// The leader's exit status was collected: its pid may belong to someone else now.
+    leader_reaped: Arc<AtomicBool>,
+}
+
+impl ProcessTree {
+    /// The tree of the process `leader`, started with `lineage` (see [`prepare`]).
+    pub fn new(leader: u32, lineage: Lineage) -> ProcessTree {
+        ProcessTree { leader, lineage, leader_reaped: Arc::default() }
+    }
+
+    /// The leader's process id.
+    pub fn leader(&self) -> u32 {
+        self.leader
+    }
+
+    /// Records that the leader's exit status was collected (and releases it from
+    /// [`spawn_owned`]'s registry).
+    pub fn leader_reaped(&self) {
+        self.leader_reaped.store(true, Ordering::SeqCst);
+        released(self.leader);
+    }
+
+    /// Sends `signal` to every process of the tree (see the module docs); how many
+    /// were signalled. With [`Signal::Kill`] the tree is searched again until no
+    /// process is left (a few rounds at most), which also catches processes forked
+    /// while it was being killed.
+    pub fn signal(&self, signal: Signal) -> usize {
+        let reaped = self.leader_reaped.load(Ordering::SeqCst);
+        #[cfg(target_os = "linux")]
+        {
+            let rounds = if signal == Signal::Kill { 4 } else { 1 };
+            let mut total = 0;
+            for _ in 0..rounds {
+                let members = linux::members(self.leader, reaped, &self.lineage);
+                if members.is_empty() {
+                    break;
+                }
+                total += members.len();
+                for pid in members {
+                    send(pid as i32, signal);
+                }
+            }
+            reap_orphans();
+            total
+        }
+        #[cfg(all(unix, not(target_os = "linux")))]
+        {
+            let _ = reaped;
+            send(-(self.leader as i32), signal);
+            1
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (reaped, signal);
+            0
+        }
+    }
+
+    /// The pids in the tree now (Linux; elsewhere empty), for tests and logs.
+    pub fn members(&self) -> Vec<u32> {
+        #[cfg(target_os = "linux")]
+        {
+            linux::members(self.leader, self.leader_reaped.load(Ordering::SeqCst), &self.lineage)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(unix)]
+fn send(pid: i32, signal: Signal) {
+    let signal = match signal {
+        Signal::Terminate => libc::SIGTERM,
+        Signal::Kill => libc::SIGKILL,
+    };
+    // SAFETY: kill(2) touches no memory; the pid comes from our own tree.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// Collects the exit status of every exited process this process adopted as a
+/// subreaper (never one registered by [`spawn_owned`]); how many. Linux only.
+pub fn reap_orphans() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        let owned = owned();
+        let mut reaped = 0;
+        for p in linux::children() {
+            if p.zombie && !owned.contains(&p.pid) {
+                let mut status = 0;
+                // SAFETY: waitpid on one exited child of ours; WNOHANG never blocks.
+                if unsafe { libc::waitpid(p.pid as i32, &mut status, libc::WNOHANG) } > 0 {
+                    reaped += 1;
+                }
+            }
+        }
+        reaped
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+/// Kills every process this tether adopted that descends from one of its
+/// backends (by lineage), with its descendants, and reaps them: the last sweep
+/// at shutdown, for leftovers of processes already gone. Linux only.
+pub fn kill_adopted_leftovers() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        let prefix = format!("{}.", std::process::id());
+        let mut total = 0;
+        for _ in 0..4 {
+            let leftovers = linux::adopted_leftovers(&prefix);
+            if leftovers.is_empty() {
+                break;
+            }
+            total += leftovers.len();
+            for pid in leftovers {
+                send(pid as i32, Signal::Kill);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        reap_orphans();
+        total
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    //! `/proc`: who is whose child, in which group, with which lineage.
+
+    use std::collections::{BTreeSet, HashMap};
+
+    use super::{owned, Lineage, LINEAGE_VAR};
+
+    /// One line of `/proc/<pid>/stat`, the fields we use.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct Proc {
+        pub pid: u32,
+        pub ppid: u32,
+        pub pgrp: u32,
+        pub zombie: bool,
+    }
+
+    fn stat(pid: u32) -> Option<Proc> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+        let (_, rest) = text.rsplit_once(')')?;
+        let mut fields = rest.split_whitespace();
+        let state = fields.next()?;
+        let ppid = fields.next()?.parse().ok()?;
+        let pgrp = fields.next()?.parse().ok()?;
+        Some(Proc { pid, ppid, pgrp, zombie: matches!(state, "Z" | "X") })
+    }
+
+    /// Every process visible now.
+    fn all() -> Vec<Proc> {
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter_map(stat).collect()
+    }
+
+    /// This process's children (its threads' `children` lists, else a scan).
+    pub(super) fn children() -> Vec<Proc> {
+        let me = std::process::id();
+        let mut pids = BTreeSet::new();
+        let mut listed = false;
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{me}/task")) {
+            for task in tasks.flatten() {
+                let Ok(text) = std::fs::read_to_string(task.path().join("children")) else { continue };
+                listed = true;
+                pids.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            }
+        }
+        if !listed {
+            return all().into_iter().filter(|p| p.ppid == me).collect();
+        }
+        pids.into_iter().filter_map(stat).filter(|p| p.ppid == me).collect()
+    }
+
+    /// The lineage mark in a process's environment, if readable.
+    fn lineage_of(pid: u32) -> Option<String> {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let key = format!("{LINEAGE_VAR}=");
+        environ
+            .split(|b| *b == 0)
+            .find_map(|var| var.strip_prefix(key.as_bytes()))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// `seeds` and all their descendants among `procs`, zombies left out.
+    fn with_descendants(procs: &[Proc], seeds: BTreeSet<u32>) -> Vec<u32> {
+        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+        for p in procs {
+            children.entry(p.ppid).or_default().push(p.pid);
+        }
+        let mut found = seeds.clone();
+        let mut stack: Vec<u32> = seeds.into_iter().collect();
+        while let Some(pid) = stack.pop() {
+            for &child in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
+                if found.insert(child) {
+                    stack.push(child);
+                }
+            }
+        }
+        let me = std::process::id();
+        let live: HashMap<u32, bool> = procs.iter().map(|p| (p.pid, p.zombie)).collect();
+        found.into_iter().filter(|pid| *pid != me && live.get(pid) == Some(&false)).collect()
+    }
+
+    /// The live processes of the tree of `leader` (see the module docs).
+    pub(super) fn members(leader: u32, leader_reaped: bool, lineage: &Lineage) -> Vec<u32> {
+        let me = std::process::id();
+        let procs = all();
+        let leader_pid_taken = procs.iter().any(|p| p.pid == leader);
+        let mut seeds = BTreeSet::new();
+        if !leader_reaped {
+            seeds.insert(leader);
+        }
+        // The group outlives its leader; once the leader is reaped, a process
+        // holding its pid is someone else, and so is a group of that number.
+        if !leader_reaped || !leader_pid_taken {
+            seeds.extend(procs.iter().filter(|p| p.pgrp == leader).map(|p| p.pid));
+        }
+        let owned = owned().clone();
+        for p in procs.iter().filter(|p| p.ppid == me && !owned.contains(&p.pid) && !p.zombie) {
+            if lineage_of(p.pid).as_deref() == Some(lineage.as_str()) {
+                seeds.insert(p.pid);
+            }
+        }
+        with_descendants(&procs, seeds)
+    }
+
+    /// Adopted processes (not started by us) marked with a lineage of ours, with
+    /// their descendants.
+    pub(super) fn adopted_leftovers(prefix: &str) -> Vec<u32> {
+        let me = std::process::id();
+        let procs = all();
+        let owned = owned().clone();
+        let seeds = procs
+            .iter()
+            .filter(|p| p.ppid == me && !owned.contains(&p.pid) && !p.zombie)
+            .filter(|p| lineage_of(p.pid).is_some_and(|l| l.starts_with(prefix)))
+            .map(|p| p.pid)
+            .collect();
+        with_descendants(&procs, seeds)
+    }
+}
