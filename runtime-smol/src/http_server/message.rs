@@ -3,6 +3,7 @@
 //! else is interpreted.
 
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// JSON-RPC "parse error": not JSON.
@@ -35,8 +36,10 @@ pub(super) enum Invalid {
     Parse,
     /// A JSON array: batches left MCP in 2025-06-18.
     Batch,
-    /// JSON, but not a JSON-RPC 2.0 request, notification or response.
-    NotJsonRpc,
+    /// JSON, but not a JSON-RPC 2.0 request, notification or response (or a
+    /// request whose id is neither a string nor a number). The id, as written,
+    /// when it has one: the error answer carries it.
+    NotJsonRpc(Option<String>),
 }
 
 impl Invalid {
@@ -47,11 +50,34 @@ impl Invalid {
             Invalid::Batch => {
                 (INVALID_REQUEST, "invalid request: batches are not supported; send one message per POST")
             }
-            Invalid::NotJsonRpc => {
+            Invalid::NotJsonRpc(_) => {
                 (INVALID_REQUEST, "invalid request: not a JSON-RPC 2.0 request, notification or response")
             }
         }
     }
+
+    /// The id the error answer carries: the message's own, as written, or null.
+    pub(super) fn id(&self) -> Option<&str> {
+        match self {
+            Invalid::NotJsonRpc(id) => id.as_deref(),
+            Invalid::Parse | Invalid::Batch => None,
+        }
+    }
+}
+
+/// Just a message's id (when the rest does not make a JSON-RPC message).
+#[derive(Deserialize)]
+struct IdOnly {
+    #[serde(default)]
+    id: Option<Box<RawValue>>,
+}
+
+/// The id of a JSON object that is not a valid message, as written, unless
+/// absent or null.
+fn id_of(body: &str) -> Option<String> {
+    let id = serde_json::from_str::<IdOnly>(body).ok()?.id?;
+    let id = id.get().trim();
+    (id != "null").then(|| id.to_string())
 }
 
 /// A member that may be absent (`None`) or present, even as `null` (`Some(Null)`).
@@ -83,15 +109,15 @@ pub(super) fn classify(body: &str) -> Result<Shape, Invalid> {
     let message: Message = match serde_json::from_str(body) {
         Ok(m) => m,
         Err(_) => {
-            return Err(match serde_json::from_str::<Value>(body) {
-                Ok(Value::Array(_)) => Invalid::Batch,
-                Ok(_) => Invalid::NotJsonRpc,
+            return Err(match serde_json::from_str::<&RawValue>(body).map(|v| v.get().trim_start().as_bytes()[0]) {
+                Ok(b'[') => Invalid::Batch,
+                Ok(_) => Invalid::NotJsonRpc(id_of(body)),
                 Err(_) => Invalid::Parse,
-            })
+            });
         }
     };
     if message.jsonrpc.as_deref() != Some("2.0") {
-        return Err(Invalid::NotJsonRpc);
+        return Err(Invalid::NotJsonRpc(id_of(body)));
     }
     match (message.method, message.id) {
         (Some(_), None) => Ok(Shape::Notification),
@@ -99,7 +125,7 @@ pub(super) fn classify(body: &str) -> Result<Shape, Invalid> {
             Ok(Shape::Request { id: canonical(&id), initialize: method == "initialize" })
         }
         (None, Some(_)) if message.result != message.error => Ok(Shape::Response),
-        _ => Err(Invalid::NotJsonRpc),
+        _ => Err(Invalid::NotJsonRpc(id_of(body))),
     }
 }
 
@@ -120,7 +146,13 @@ pub fn id_key(raw: &str) -> String {
 /// A JSON-RPC error body without an id, as the transport page suggests for errors
 /// that are not answers to a request.
 pub(super) fn error_body(code: i64, message: &str) -> String {
-    serde_json::json!({ "jsonrpc": "2.0", "id": null, "error": { "code": code, "message": message } }).to_string()
+    error_body_for(None, code, message)
+}
+
+/// A JSON-RPC error body answering the message whose id is `id` (null without one).
+pub(super) fn error_body_for(id: Option<&str>, code: i64, message: &str) -> String {
+    let error = serde_json::json!({ "code": code, "message": message });
+    format!(r#"{{"jsonrpc":"2.0","id":{},"error":{error}}}"#, id.unwrap_or("null"))
 }
 
 #[cfg(test)]
@@ -143,13 +175,16 @@ mod tests {
         assert_eq!(classify("not json"), Err(Invalid::Parse));
         assert_eq!(classify(r#"{"jsonrpc":"2.0","id":1,"#), Err(Invalid::Parse));
         assert_eq!(classify(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#), Err(Invalid::Batch));
-        assert_eq!(classify(r#"{"id":1,"method":"ping"}"#), Err(Invalid::NotJsonRpc));
-        assert_eq!(classify(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#), Err(Invalid::NotJsonRpc));
-        assert_eq!(classify(r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#), Err(Invalid::NotJsonRpc));
-        assert_eq!(classify(r#"{"jsonrpc":"2.0","method":5}"#), Err(Invalid::NotJsonRpc));
-        assert_eq!(classify(r#"{"jsonrpc":"2.0","id":1}"#), Err(Invalid::NotJsonRpc));
-        assert_eq!(classify(r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{}}"#), Err(Invalid::NotJsonRpc));
-        assert_eq!(classify("42"), Err(Invalid::NotJsonRpc));
+        let with_id = |id: &str| Err(Invalid::NotJsonRpc(Some(id.to_string())));
+        assert_eq!(classify(r#"{"id":1,"method":"ping"}"#), with_id("1"));
+        assert_eq!(classify(r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#), Err(Invalid::NotJsonRpc(None)));
+        assert_eq!(classify(r#"{"jsonrpc":"2.0","id": {"a" : 1} ,"method":"ping"}"#), with_id(r#"{"a" : 1}"#));
+        assert_eq!(classify(r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#), with_id("true"));
+        assert_eq!(classify(r#"{"jsonrpc":"2.0","method":5}"#), Err(Invalid::NotJsonRpc(None)));
+        assert_eq!(classify(r#"{"jsonrpc":"2.0","id":7,"method":5}"#), with_id("7"));
+        assert_eq!(classify(r#"{"jsonrpc":"2.0","id":1}"#), with_id("1"));
+        assert_eq!(classify(r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{}}"#), with_id("1"));
+        assert_eq!(classify("42"), Err(Invalid::NotJsonRpc(None)));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use hyper::header::{
 use hyper::{Response, StatusCode};
 
 use super::guards::{JSON, SSE};
-use super::message::{error_body, TRANSPORT_ERROR};
+use super::message::{error_body, error_body_for, TRANSPORT_ERROR};
 use super::queue::{self, Closer, TooSlow};
 use super::stream::SseBody;
 
@@ -39,6 +39,11 @@ pub(super) fn error(status: StatusCode, message: &str) -> Response<Body> {
 /// Like [`error`], with a specific JSON-RPC code (-32700, -32600).
 pub(super) fn error_code(status: StatusCode, code: i64, message: &str) -> Response<Body> {
     json(status, error_body(code, message))
+}
+
+/// Like [`error_code`], answering the message whose id is `id`, as written.
+pub(super) fn error_for(status: StatusCode, id: Option<&str>, code: i64, message: &str) -> Response<Body> {
+    json(status, error_body_for(id, code, message))
 }
 
 /// 401 with the challenge.

@@ -118,7 +118,7 @@ async fn post(shared: &Arc<Shared>, connection: &Connection, request: Request<In
         Ok(shape) => shape,
         Err(invalid) => {
             let (code, message) = invalid.error();
-            return reply::error_code(StatusCode::BAD_REQUEST, code, message);
+            return reply::error_for(StatusCode::BAD_REQUEST, invalid.id(), code, message);
         }
     };
     let (session, new_key) = match key {
