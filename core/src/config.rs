@@ -74,6 +74,10 @@ policy_fields! {
     reconnect_max_ms: u64 = 180_000,
     /// Jitter applied to reconnect waits, in percent either way.
     reconnect_jitter_percent: u8 = 10,
+    /// Resumptions in a row of a Streamable HTTP backend's SSE stream that bring
+    /// nothing before the request it carries fails under the retry rules (the
+    /// standalone stream is then left closed until the next connection).
+    stream_resume_attempts: u32 = 5,
     /// Interval between health checks of an online backend.
     health_interval_ms: u64 = 120_000,
     /// Jitter applied to the health interval, in percent either way.

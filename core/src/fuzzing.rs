@@ -419,6 +419,11 @@ impl Harness {
                     self.open.entry(server.clone()).or_default().push((id, method));
                 }
             }
+            Action::ResumeStream { server, generation, .. } => {
+                if self.gens.get(server) != Some(generation) {
+                    return Err(format!("stream of {server}#{generation} resumed, not its newest connection"));
+                }
+            }
             Action::CloseBackend { server, generation } => {
                 if self.gens.get(server) != Some(generation) {
                     return Err(format!("close of {server}#{generation}, not its newest connection"));

@@ -83,6 +83,43 @@ pub enum Input {
         /// The frame text.
         frame: String,
     },
+    /// One SSE event that carried an id, from a Streamable HTTP stream: the core
+    /// remembers the ids it has seen on the connection and drops replays.
+    BackendEvent {
+        /// Backend name.
+        server: ServerName,
+        /// Connection it came from.
+        generation: Generation,
+        /// The stream it came on.
+        stream: StreamRef,
+        /// The event's `id`.
+        event_id: String,
+        /// The frame text (the event's data).
+        frame: String,
+    },
+    /// An SSE stream of a Streamable HTTP backend ended: a POST's response stream
+    /// before it carried its response, or the standalone GET stream (also when
+    /// opening it failed). The core decides whether and when to resume it.
+    StreamEnded {
+        /// Backend name.
+        server: ServerName,
+        /// Connection it belonged to.
+        generation: Generation,
+        /// Which stream.
+        stream: StreamRef,
+        /// The last event id the stream carried, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_event_id: Option<String>,
+        /// The server's latest `retry` hint on it, in ms.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_ms: Option<u64>,
+        /// Messages it delivered before it ended.
+        #[serde(default)]
+        events: u32,
+        /// Why it ended: `None` when the server ended it cleanly.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<Failure>,
+    },
     /// One line a stdio backend wrote to stderr (kept as a short tail for crash messages).
     BackendStderr {
         /// Backend name.
@@ -218,6 +255,20 @@ pub enum Action {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         headers: Vec<(String, String)>,
     },
+    /// Open a GET on a Streamable HTTP backend that resumes `stream` (with
+    /// `Last-Event-ID` when known) and read it as an SSE stream; report its
+    /// events and its end ([`Input::StreamEnded`]) under the same `stream`.
+    ResumeStream {
+        /// Backend name.
+        server: ServerName,
+        /// Connection number; do nothing if that connection is gone.
+        generation: Generation,
+        /// The stream to resume.
+        stream: StreamRef,
+        /// The `Last-Event-ID` to send, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_event_id: Option<String>,
+    },
     /// Close a backend connection (stdio: close stdin, SIGTERM, SIGKILL the group).
     CloseBackend {
         /// Backend name.
@@ -246,6 +297,36 @@ pub enum Action {
         /// What happened.
         event: Event,
     },
+}
+
+/// One SSE stream of a Streamable HTTP backend connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamRef {
+    /// The response stream of the POST of the request with this gateway id (and
+    /// the GETs that resume it).
+    Request(u64),
+    /// The standalone GET stream of server-to-client messages.
+    Standalone,
+}
+
+impl StreamRef {
+    /// The request whose response the stream carries, if it is a request's.
+    pub fn request(self) -> Option<u64> {
+        match self {
+            StreamRef::Request(id) => Some(id),
+            StreamRef::Standalone => None,
+        }
+    }
+}
+
+impl fmt::Display for StreamRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamRef::Request(id) => write!(f, "stream of request {id}"),
+            StreamRef::Standalone => f.write_str("standalone stream"),
+        }
+    }
 }
 
 /// Where a frame for a client belongs. stdio has one stream and ignores it; the
@@ -461,6 +542,23 @@ impl fmt::Display for Input {
             Input::BackendFrame { server, generation, frame } => {
                 write!(f, "{server}#{generation} -> {}", short(frame))
             }
+            Input::BackendEvent { server, generation, stream, event_id, frame } => {
+                write!(f, "{server}#{generation} -> [{stream}, event {}] {}", short(event_id), short(frame))
+            }
+            Input::StreamEnded { server, generation, stream, last_event_id, retry_ms, events, failure } => {
+                write!(f, "{server}#{generation} {stream} ended after {events} messages")?;
+                match failure {
+                    Some(failure) => write!(f, " ({failure})")?,
+                    None => f.write_str(" (cleanly)")?,
+                }
+                if let Some(id) = last_event_id {
+                    write!(f, ", last event {}", short(id))?;
+                }
+                match retry_ms {
+                    Some(ms) => write!(f, ", retry {ms} ms"),
+                    None => Ok(()),
+                }
+            }
             Input::BackendStderr { server, generation, line } => {
                 write!(f, "{server}#{generation} stderr: {}", short(line))
             }
@@ -509,6 +607,13 @@ impl fmt::Display for Action {
             }
             Action::SendToBackend { server, generation, frame, .. } => {
                 write!(f, "{server}#{generation} <- {}", short(frame))
+            }
+            Action::ResumeStream { server, generation, stream, last_event_id } => {
+                write!(f, "resume {server}#{generation} {stream}")?;
+                match last_event_id {
+                    Some(id) => write!(f, " after event {}", short(id)),
+                    None => Ok(()),
+                }
             }
             Action::CloseBackend { server, generation } => write!(f, "close {server}#{generation}"),
             Action::SendToClient { session, frame, .. } => write!(f, "client {} <- {}", session.0, short(frame)),

@@ -32,7 +32,9 @@ pub mod trace;
 
 pub use config::{Config, ConfigError, ServerConfig, Transport};
 pub use gateway::{BackendStatus, Gateway, HostError};
-pub use io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, RawId, ServerName, SessionId, Status};
+pub use io::{
+    Action, AdminCommand, ClientRoute, Event, Generation, Input, RawId, ServerName, SessionId, Status, StreamRef,
+};
 pub use policy::Failure;
 pub use rng::Rng;
 pub use time::{Duration, Instant};

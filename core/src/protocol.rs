@@ -661,8 +661,59 @@ impl Era {
     }
 }
 
+/// The defaults an `elicitation/create` request's `requestedSchema` gives its
+/// fields, as a raw JSON object (`None` when it gives none): SEP-1034 has the
+/// client fill them in when its user accepts without them.
+pub fn elicitation_defaults(params: Option<&str>) -> Option<String> {
+    let params: Map<String, Value> = serde_json::from_str(params?).ok()?;
+    let properties = params.get("requestedSchema")?.get("properties")?.as_object()?;
+    let defaults: Map<String, Value> =
+        properties.iter().filter_map(|(name, schema)| Some((name.clone(), schema.get("default")?.clone()))).collect();
+    (!defaults.is_empty()).then(|| Value::Object(defaults).to_string())
+}
+
+/// An elicitation result with the schema's `defaults` (from
+/// [`elicitation_defaults`]) filled in for the fields an accepting client left
+/// out; `None` when it needs none (declined, cancelled, or nothing missing).
+pub fn with_elicitation_defaults(result: &str, defaults: &str) -> Option<String> {
+    let mut result: Map<String, Value> = serde_json::from_str(result).ok()?;
+    if result.get("action").and_then(Value::as_str) != Some("accept") {
+        return None;
+    }
+    let defaults: Map<String, Value> = serde_json::from_str(defaults).ok()?;
+    let content = result.entry("content").or_insert_with(|| Value::Object(Map::new())).as_object_mut()?;
+    let mut filled = false;
+    for (name, value) in defaults {
+        if !content.contains_key(&name) {
+            content.insert(name, value);
+            filled = true;
+        }
+    }
+    filled.then(|| Value::Object(result).to_string())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_accepted_elicitation_gets_the_defaults_it_left_out() {
+        let params = r#"{"message":"m","requestedSchema":{"type":"object","properties":{
+            "name":{"type":"string","default":"John Doe"},"age":{"type":"integer","default":30},
+            "verified":{"type":"boolean","default":true},"note":{"type":"string"}}}}"#;
+        let defaults = super::elicitation_defaults(Some(params)).unwrap();
+        let filled = super::with_elicitation_defaults(r#"{"action":"accept","content":{"age":41}}"#, &defaults);
+        let filled: serde_json::Value = serde_json::from_str(&filled.unwrap()).unwrap();
+        assert_eq!(
+            filled,
+            serde_json::json!({"action":"accept","content":{"age":41,"name":"John Doe","verified":true}})
+        );
+        let accepted_bare = super::with_elicitation_defaults(r#"{"action":"accept"}"#, &defaults).unwrap();
+        assert!(accepted_bare.contains(r#""name":"John Doe""#), "{accepted_bare}");
+        assert_eq!(super::with_elicitation_defaults(r#"{"action":"decline"}"#, &defaults), None);
+        let complete = r#"{"action":"accept","content":{"name":"A","age":1,"verified":false}}"#;
+        assert_eq!(super::with_elicitation_defaults(complete, &defaults), None, "nothing missing: forwarded as is");
+        assert_eq!(super::elicitation_defaults(Some(r#"{"requestedSchema":{"properties":{"a":{}}}}"#)), None);
+    }
+
     use super::*;
 
     #[test]

@@ -30,7 +30,7 @@ use std::time::Duration;
 use tether_core::codec::SseDecoder;
 use tether_core::http_headers::{self, stateless_request_headers};
 use tether_core::protocol::{self, Message};
-use tether_core::{Failure, Input};
+use tether_core::{Failure, Input, StreamRef};
 
 /// Connect timeout for every request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -261,6 +261,18 @@ impl HttpBackend {
         }));
     }
 
+    /// Resumes `stream` with a GET carrying `Last-Event-ID` when known (the core's
+    /// `Action::ResumeStream`, which also decided when): its events and its end
+    /// are reported under `stream`. A resumed request's stream is closed once it
+    /// brought the answer.
+    pub fn resume(&self, stream: StreamRef, last_event_id: Option<String>) {
+        let s = self.shared.clone();
+        if s.legacy {
+            return;
+        }
+        (self.shared.spawn)(Box::new(move || s.get_stream(None, stream, last_event_id)));
+    }
+
     /// Ends the session (DELETE when the server gave one) and stops reporting.
     pub fn close(self) {
         let s = self.shared;
@@ -329,6 +341,36 @@ impl Shared {
     /// handshake to note and opens no GET stream.
     fn report_frame(&self, frame: String) {
         self.report(Input::BackendFrame { server: self.server.clone(), generation: self.generation, frame });
+    }
+
+    /// A frame that came as an SSE event with an id of its own on `stream`: the
+    /// core drops it if it has seen the id (a replay after a resumption).
+    fn event_frame(self: &Arc<Self>, frame: String, stream: StreamRef, event_id: String) {
+        if self.remember_version(&frame) {
+            self.open_get_stream();
+        }
+        self.report(Input::BackendEvent {
+            server: self.server.clone(),
+            generation: self.generation,
+            stream,
+            event_id,
+            frame,
+        });
+    }
+
+    /// A stream ended (`failure`: `None` when the server ended it): whether to
+    /// resume it is the core's call.
+    fn stream_ended(&self, stream: StreamRef, outcome: SseOutcome, failure: Option<Failure>) {
+        tracing::debug!(server = %self.server, %stream, ?failure, "SSE stream ended");
+        self.report(Input::StreamEnded {
+            server: self.server.clone(),
+            generation: self.generation,
+            stream,
+            last_event_id: outcome.last_event_id,
+            retry_ms: outcome.retry_ms,
+            events: outcome.events,
+            failure,
+        });
     }
 
     fn failed(&self, request: Option<u64>, failure: Failure) {
@@ -525,10 +567,21 @@ impl Shared {
         if response.status() == 202 {
             // Accepted: a notification or response; nothing comes back on this POST.
         } else if is_sse {
-            let outcome = self.read_sse(response.into_reader(), false, request, cancel);
-            // A stream that broke, or ended without answering its request, loses the request.
-            if !cancelled() && (!outcome.clean || (request.is_some() && !outcome.answered)) {
-                self.failed(request, Failure::Reset);
+            // A handshake-era request's stream may be resumed; a stateless-era one's is not.
+            let stream = request.filter(|_| cancel.is_none()).map(StreamRef::Request);
+            let outcome = self.read_sse(response.into_reader(), false, request, cancel, stream, false);
+            if cancelled() {
+                return;
+            }
+            match stream {
+                // Ended before its answer: the core resumes it or fails the request.
+                Some(stream) if !outcome.answered => {
+                    let failure = (!outcome.clean).then_some(Failure::Reset);
+                    self.stream_ended(stream, outcome, failure);
+                }
+                // A stream that broke, or ended without answering its request, loses the request.
+                _ if !outcome.clean || (request.is_some() && !outcome.answered) => self.failed(request, Failure::Reset),
+                _ => {}
             }
         } else {
             let mut body = String::new();
@@ -562,13 +615,19 @@ impl Shared {
         let gate = Arc::new(Gate::default());
         let opened = Opener(gate.clone());
         let s = self.clone();
-        (self.spawn)(Box::new(move || s.get_stream(opened)));
+        (self.spawn)(Box::new(move || s.get_stream(Some(opened), StreamRef::Standalone, None)));
         gate.wait(ORDER_WAIT);
     }
 
-    /// The optional server-to-client stream. A server without one answers 405.
-    fn get_stream(self: &Arc<Self>, opened: Opener) {
+    /// A GET stream: the optional server-to-client stream (a server without one
+    /// answers 405), or a resumption of `stream` after `last_event_id`. However
+    /// it ends (but with the answer of the request it resumes), the core hears
+    /// of it.
+    fn get_stream(self: &Arc<Self>, opened: Option<Opener>, stream: StreamRef, last_event_id: Option<String>) {
         let mut req = self.agent.get(&self.url).set("Accept", "text/event-stream");
+        if let Some(id) = &last_event_id {
+            req = req.set("Last-Event-ID", id);
+        }
         for (k, v) in &self.headers {
             req = req.set(k, v);
         }
@@ -584,38 +643,62 @@ impl Shared {
         }
         let response = req.call();
         drop(opened);
-        match response {
+        let failure = match response {
             Ok(r) if r.content_type() == "text/event-stream" => {
-                self.read_sse(r.into_reader(), false, None, None);
+                let mut outcome = self.read_sse(r.into_reader(), false, stream.request(), None, Some(stream), true);
+                if outcome.answered {
+                    return;
+                }
+                outcome.last_event_id = outcome.last_event_id.or(last_event_id);
+                let failure = (!outcome.clean).then_some(Failure::Reset);
+                return self.stream_ended(stream, outcome, failure);
             }
-            Ok(_) | Err(ureq::Error::Status(..)) => {}
+            Ok(r) => Failure::Other {
+                message: format!("GET answered with HTTP {} and content type {:?}", r.status(), r.content_type()),
+            },
+            Err(ureq::Error::Status(status, r)) => self.unauthorized(status, &r).unwrap_or(Failure::Http { status }),
             Err(ureq::Error::Transport(t)) => {
-                tracing::debug!(server = %self.server, "GET stream: {}", transport_text(&t))
+                tracing::debug!(server = %self.server, "GET stream: {}", transport_text(&t));
+                transport_failure(&t)
             }
-        }
+        };
+        let outcome = SseOutcome { last_event_id, ..SseOutcome::default() };
+        self.stream_ended(stream, outcome, Some(failure));
     }
 
     /// Feeds SSE `message` events as frames; legacy streams also carry `endpoint`.
     /// A stateless-era request's stream (`cancel`) ends as soon as it is cancelled:
-    /// returning drops the reader, which closes the stream.
+    /// returning drops the reader, which closes the stream. Events with an id of
+    /// their own on a resumable `stream` go to the core with it (to drop replays).
+    /// A GET resuming a request's stream ends once it brought the answer.
     fn read_sse(
         self: &Arc<Self>,
         mut reader: impl Read,
         legacy: bool,
         request: Option<u64>,
         cancel: Option<&Cancel>,
+        stream: Option<StreamRef>,
+        end_on_answer: bool,
     ) -> SseOutcome {
         let mut decoder = SseDecoder::new(self.max_frame);
         let mut chunk = vec![0u8; 16 * 1024];
         let mut answered = false;
+        let mut events = 0u32;
+        let outcome = |decoder: &SseDecoder, clean: bool, answered: bool, events: u32| SseOutcome {
+            clean,
+            answered,
+            last_event_id: decoder.last_event_id().map(str::to_string),
+            retry_ms: decoder.retry(),
+            events,
+        };
         loop {
             if cancel.is_some_and(Cancel::is_set) {
-                return SseOutcome { clean: true, answered };
+                return outcome(&decoder, true, answered, events);
             }
             let n = match reader.read(&mut chunk) {
-                Ok(0) => return SseOutcome { clean: true, answered },
+                Ok(0) => return outcome(&decoder, true, answered, events),
                 Ok(n) => n,
-                Err(_) => return SseOutcome { clean: false, answered },
+                Err(_) => return outcome(&decoder, false, answered, events),
             };
             decoder.push(&chunk[..n]);
             while let Some(event) = decoder.next_event() {
@@ -626,15 +709,22 @@ impl Shared {
                     self.endpoint_known.notify_all();
                 } else if (event.event == "message" || event.event.is_empty()) && !event.data.trim().is_empty() {
                     answered |= request.is_some_and(|id| answers(&event.data, id));
-                    match cancel {
-                        Some(cancel) if cancel.is_set() => return SseOutcome { clean: true, answered },
-                        Some(_) => self.report_frame(event.data),
-                        None => self.frame(event.data),
+                    events = events.saturating_add(1);
+                    match (cancel, stream, event.id) {
+                        (Some(cancel), ..) if cancel.is_set() => return outcome(&decoder, true, answered, events),
+                        (Some(_), ..) => self.report_frame(event.data),
+                        (None, Some(stream), Some(id)) if decoder.last_event_had_id() => {
+                            self.event_frame(event.data, stream, id)
+                        }
+                        (None, ..) => self.frame(event.data),
+                    }
+                    if answered && end_on_answer {
+                        return outcome(&decoder, true, answered, events);
                     }
                 }
             }
             if self.state.lock().unwrap().closed {
-                return SseOutcome { clean: true, answered };
+                return outcome(&decoder, true, answered, events);
             }
         }
     }
@@ -647,7 +737,7 @@ impl Shared {
         req = self.with_bearer(req);
         match req.call() {
             Ok(r) => {
-                let _ = self.read_sse(r.into_reader(), true, None, None);
+                let _ = self.read_sse(r.into_reader(), true, None, None, None, false);
                 self.failed(None, Failure::Reset);
             }
             Err(ureq::Error::Status(status, r)) => {
@@ -749,11 +839,18 @@ fn error_answering(body: &str, frame: &str) -> bool {
 }
 
 /// How an SSE stream ended.
+#[derive(Default)]
 struct SseOutcome {
     /// It ended normally (not a read error).
     clean: bool,
     /// It carried the answer to the request that opened it.
     answered: bool,
+    /// The last event id in effect.
+    last_event_id: Option<String>,
+    /// The server's latest `retry` hint, in ms.
+    retry_ms: Option<u64>,
+    /// Messages it carried.
+    events: u32,
 }
 
 /// Whether `frame` is the response (result or error) to request `id`.
@@ -1000,8 +1097,15 @@ mod tests {
         (HttpBackend::connect(target, sink, spawn), rx)
     }
 
+    /// The next input, skipping the end of the standalone GET stream (most fake
+    /// servers have none and answer 405, whenever that GET gets there).
     fn next_input(rx: &std::sync::mpsc::Receiver<Input>) -> Input {
-        rx.recv_timeout(Duration::from_secs(10)).expect("an input within 10 s")
+        loop {
+            match rx.recv_timeout(Duration::from_secs(10)).expect("an input within 10 s") {
+                Input::StreamEnded { stream: StreamRef::Standalone, .. } => continue,
+                input => return input,
+            }
+        }
     }
 
     fn frame_of(input: Input) -> String {
@@ -1355,6 +1459,57 @@ mod tests {
         let cancel = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}}"#;
         backend.send(cancel.into(), None);
         wait_for(&log, r#"cancellation posted in session Some("s1")"#);
+    }
+
+    #[test]
+    fn a_post_stream_ended_early_is_reported_and_resumed_with_last_event_id() {
+        let (url, log) = serve_seen(|seen, log| match (seen.method.as_str(), seen.header("Last-Event-ID")) {
+            ("POST", _) if seen.body.contains("initialize") => Answer::Reply(handshake()),
+            ("POST", _) if seen.body.contains("tools/call") => Answer::Stream(|w, _| {
+                // The priming event, then the server ends the stream without the response.
+                w.send("id: p1\nretry: 300\ndata: \n\n")?;
+                w.end()
+            }),
+            ("POST", _) => Answer::Reply(reply(202, "text/plain", "")),
+            ("GET", Some(last)) => {
+                log.lock().unwrap().push(format!("GET after {last}"));
+                Answer::Stream(|w, _| {
+                    w.send("id: p2\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}\n\n")?;
+                    // The server keeps the stream open: the host closes it, the answer is in.
+                    for _ in 0..200 {
+                        std::thread::sleep(Duration::from_millis(25));
+                        w.send(":\n\n")?;
+                    }
+                    w.end()
+                })
+            }
+            _ => Answer::Reply(reply(405, "text/plain", "")),
+        });
+        let (backend, rx) = connect(url);
+        backend.send(INITIALIZE.into(), Some(1));
+        frame_of(next_input(&rx));
+        backend.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow"}}"#.into(), Some(2));
+        let ended = Input::StreamEnded {
+            server: "web".into(),
+            generation: 1,
+            stream: StreamRef::Request(2),
+            last_event_id: Some("p1".into()),
+            retry_ms: Some(300),
+            events: 0,
+            failure: None,
+        };
+        assert_eq!(next_input(&rx), ended, "the core hears of the early end, and decides");
+        backend.resume(StreamRef::Request(2), Some("p1".into()));
+        match next_input(&rx) {
+            Input::BackendEvent { stream: StreamRef::Request(2), event_id, frame, .. } => {
+                assert_eq!(event_id, "p2");
+                assert!(frame.contains(r#""id":2"#), "{frame}");
+            }
+            other => panic!("expected the response as an event, got {other:?}"),
+        }
+        wait_for(&log, "stream closed by the client");
+        assert_eq!(rx.recv_timeout(Duration::from_millis(300)).ok(), None, "nothing after the answer");
+        assert!(log.lock().unwrap().iter().any(|e| e == "GET after p1"));
     }
 
     #[test]

@@ -347,7 +347,7 @@ impl State {
                 // Called on the backend's own threads: a frame waits there while a
                 // client's output backlog is full.
                 let sink: InputSink = Arc::new(move |input| {
-                    if matches!(input, Input::BackendFrame { .. }) {
+                    if matches!(input, Input::BackendFrame { .. } | Input::BackendEvent { .. }) {
                         inputs.wait_room();
                     }
                     inputs.send(input)
@@ -360,6 +360,10 @@ impl State {
                 let b = HttpBackend::connect(target, sink, spawn);
                 self.connections.insert(server, (generation, Connection::Http(b)));
             }
+            Action::ResumeStream { server, generation, stream, last_event_id } => match self.connections.get(&server) {
+                Some((g, Connection::Http(b))) if *g == generation => b.resume(stream, last_event_id),
+                _ => tracing::debug!(server = %server, generation, "no stream to resume on a closed connection"),
+            },
             Action::CloseBackend { server, generation } => {
                 if self.connections.get(&server).is_some_and(|(g, _)| *g == generation) {
                     self.close_connection(&server);

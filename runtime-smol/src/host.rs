@@ -285,7 +285,7 @@ impl Host {
                 // Called on the blocking pool: a frame waits there while the
                 // clients' output backlog is full.
                 let sink: InputSink = Arc::new(move |input| {
-                    if matches!(input, Input::BackendFrame { .. }) {
+                    if matches!(input, Input::BackendFrame { .. } | Input::BackendEvent { .. }) {
                         outflow.wait_room();
                     }
                     inputs.send_blocking(input).is_ok()
@@ -301,6 +301,10 @@ impl Host {
                     _ => tracing::debug!(server = %server, generation, "dropped a frame for a closed connection"),
                 }
             }
+            Action::ResumeStream { server, generation, stream, last_event_id } => match self.connections.get(&server) {
+                Some((g, Connection::Http(b))) if *g == generation => b.resume(stream, last_event_id),
+                _ => tracing::debug!(server = %server, generation, "no stream to resume on a closed connection"),
+            },
             Action::CloseBackend { server, generation } => {
                 if self.connections.get(&server).is_some_and(|(g, _)| *g == generation) {
                     self.close_connection(&server);

@@ -32,7 +32,7 @@ import time
 # The Client ID Metadata Document URL the suite's basic-cimd scenario expects.
 CIMD_URL = "https://conformance-test.local/client-metadata.json"
 # The whole scenario must end well inside the suite's 30 s.
-TOOLS_WAIT_S = 15.0
+TOOLS_WAIT_S = 20.0
 CALL_TIMEOUT_S = 12.0
 
 BROWSER_SCRIPT = """#!/usr/bin/env python3
@@ -170,13 +170,13 @@ class Tether:
 
 
 def elicitation_defaults(params):
-    """Accept an elicitation with every field the schema gives a default for."""
+    """Accept an elicitation as a minimal client does: the fields the schema gives
+    a default for are left out (tether fills them in, SEP-1034); booleans without
+    a default are answered true."""
     schema = params.get("requestedSchema") or {}
     content = {}
     for name, prop in (schema.get("properties") or {}).items():
-        if "default" in prop:
-            content[name] = prop["default"]
-        elif prop.get("type") == "boolean":
+        if "default" not in prop and prop.get("type") == "boolean":
             content[name] = True
     return {"action": "accept", "content": content}
 

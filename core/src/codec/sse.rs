@@ -82,6 +82,10 @@ pub struct SseDecoder {
     id_buf: Option<String>,
     last_id: Option<String>,
     retry: Option<u64>,
+    /// The current block has an `id` field.
+    block_id: bool,
+    /// The block of the event dispatched last had an `id` field.
+    dispatched_id: bool,
 }
 
 impl SseDecoder {
@@ -102,6 +106,8 @@ impl SseDecoder {
             id_buf: None,
             last_id: None,
             retry: None,
+            block_id: false,
+            dispatched_id: false,
         }
     }
 
@@ -192,6 +198,13 @@ impl SseDecoder {
         self.last_id.as_deref()
     }
 
+    /// Whether the event [`next_event`](Self::next_event) returned last carried an
+    /// `id` field of its own (its [`SseEvent::id`] may be inherited from an
+    /// earlier event): only such an id names that event, for dropping replays.
+    pub fn last_event_had_id(&self) -> bool {
+        self.dispatched_id
+    }
+
     /// The reconnection time most recently set by the server, in milliseconds.
     ///
     /// Unlike [`SseEvent::retry`], this also sees `retry` fields in blocks that
@@ -232,6 +245,7 @@ impl SseDecoder {
             "id" if !value.contains('\0') => {
                 // An empty id resets the last event ID.
                 self.id_buf = (!value.is_empty()).then(|| value.into());
+                self.block_id = true;
             }
             "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
                 if let Ok(ms) = value.parse() {
@@ -247,6 +261,7 @@ impl SseDecoder {
     /// Ends the current block, returning its event unless it was empty or dropped.
     fn dispatch(&mut self) -> Option<SseEvent> {
         self.last_id.clone_from(&self.id_buf);
+        self.dispatched_id = core::mem::replace(&mut self.block_id, false);
         let retry = self.block_retry.take();
         let dropped = core::mem::replace(&mut self.skip_event, false);
         if dropped || self.data.is_empty() {

@@ -86,6 +86,9 @@ pub(super) struct Backend {
     /// The login clients were asked to open (URL elicitation), to tell them when
     /// it is done.
     pub login_elicitation: Option<super::credentials::LoginElicitation>,
+    /// SSE streams of the connection that ended and are resumed, and the event
+    /// ids seen on it (Streamable HTTP).
+    pub streams: super::streams::Streams,
 }
 
 /// A discovery in progress: lists accumulate here until every page is in.
@@ -130,6 +133,7 @@ impl Backend {
             credential_first_id: 0,
             awaiting_credential: false,
             login_elicitation: None,
+            streams: Default::default(),
         }
     }
 
@@ -165,7 +169,8 @@ impl Backend {
             }
         });
         let credential = self.credential.as_ref().and_then(|c| c.deadline());
-        self.sup.poll_timeout().into_iter().chain(queue).chain(credential).min()
+        let streams = self.streams.next_deadline();
+        self.sup.poll_timeout().into_iter().chain(queue).chain(credential).chain(streams).min()
     }
 
     /// Whether clients see this backend's catalog: while it is online or dormant, and
@@ -217,6 +222,7 @@ impl Gateway {
         b.connect_started_at = Some(now);
         b.stderr_tail.clear();
         b.discovery = None;
+        b.streams = Default::default();
         let action = match &b.config.transport {
             Transport::Stdio { command, args, env, cwd } => Action::Spawn {
                 server: name.clone(),
@@ -363,6 +369,7 @@ impl Gateway {
             _ => return self.unknown_response(server, &call_id.to_string()),
         }
         let Some(call) = self.calls.remove(&call_id) else { return };
+        self.stream_answered(server, call_id);
         match call.kind {
             CallKind::Initialize { may_probe } => self.handshake_answer(server, answer, may_probe),
             CallKind::Probe { may_initialize } => self.probe_answer(server, answer, may_initialize),
@@ -885,6 +892,7 @@ impl Gateway {
                 session,
                 related: related.clone(),
                 round: None,
+                defaults: (method == "elicitation/create").then(|| protocol::elicitation_defaults(params)).flatten(),
             },
         );
         self.related_to_client(session, related.as_deref(), protocol::request(client_id, method, params));
@@ -939,7 +947,7 @@ impl Gateway {
             return self.send_initialize(server, false);
         }
         if class.status == FailureStatus::SessionLost {
-            return self.session_lost(server, request);
+            return self.session_lost(server, Some(request));
         }
         if class.status == FailureStatus::RequiresReauth {
             return self.connection_lost(server, failure);
@@ -961,7 +969,19 @@ impl Gateway {
 
     /// A forwarded call failed in transport: retry under the safety rule, else
     /// fail it, count it, and mark the backend down when the transport is.
-    pub(super) fn client_call_failed(&mut self, server: &str, mut call: ClientCall, failure: &Failure) {
+    pub(super) fn client_call_failed(&mut self, server: &str, call: ClientCall, failure: &Failure) {
+        let message = format!("backend '{server}' failed: {}", failure.describe());
+        self.client_call_failed_with(server, call, failure, message);
+    }
+
+    /// [`Gateway::client_call_failed`], with `why` the transport failed in the
+    /// client's error.
+    pub(super) fn client_call_failed_because(&mut self, server: &str, call: ClientCall, failure: &Failure, why: &str) {
+        let message = format!("backend '{server}' failed: {why}");
+        self.client_call_failed_with(server, call, failure, message);
+    }
+
+    fn client_call_failed_with(&mut self, server: &str, mut call: ClientCall, failure: &Failure, message: String) {
         let class = failure.classify();
         let b = &self.backends[server];
         let delays = &b.sup.policy().call_retry_delays_ms;
@@ -983,7 +1003,6 @@ impl Gateway {
         if class.delivery == crate::policy::Delivery::NotDelivered && class.status == FailureStatus::Offline {
             self.connection_lost(server, failure.clone());
         }
-        let message = format!("backend '{server}' failed: {}", failure.describe());
         let data = self.unavailable_data(server);
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &message, Some(&data));
         self.record_call(server, &call, CallOutcome::Failed);
@@ -1005,16 +1024,17 @@ impl Gateway {
         }
     }
 
-    /// HTTP 404 on a session: re-initialize and resend the request once. A second
-    /// loss before anything succeeds is a failure with backoff, not a hot loop.
-    fn session_lost(&mut self, server: &str, request: u64) {
+    /// HTTP 404 on a session: re-initialize and resend the request (if one was
+    /// refused) once. A second loss before anything succeeds is a failure with
+    /// backoff, not a hot loop.
+    pub(super) fn session_lost(&mut self, server: &str, request: Option<u64>) {
         let b = self.backends.get_mut(server).expect("live");
         b.session_losses = b.session_losses.saturating_add(1);
         let handshaking = !b.sup.is_ready();
         if handshaking || b.session_losses > 1 {
             return self.connection_lost(server, Failure::Other { message: "backend session lost (HTTP 404)".into() });
         }
-        let lost = match self.calls.remove(&request) {
+        let lost = match request.and_then(|r| self.calls.remove(&r)) {
             Some(Call { kind: CallKind::Client(c), .. }) => Some(c),
             _ => None,
         };
@@ -1155,6 +1175,7 @@ impl Gateway {
         let Some(b) = self.backends.get_mut(server) else { return Vec::new() };
         let generation = b.sup.generation();
         b.discovery = None;
+        b.streams = Default::default();
         if b.sup.is_connected() {
             self.push(Action::CloseBackend { server: self.name(server), generation });
             if !lost {
@@ -1264,6 +1285,10 @@ impl Gateway {
         if let Some(step) = b.credential.as_mut().and_then(|c| c.on_timer(now)) {
             return self.authorize(server, step);
         }
+        if self.resume_due_stream(server) {
+            return;
+        }
+        let b = self.backends.get_mut(server).expect("live");
         let Some(timer) = b.sup.take_expired(now) else {
             return self.queue_timer(server);
         };

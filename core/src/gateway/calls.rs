@@ -120,6 +120,9 @@ pub(super) struct ServerRequest {
     /// Asked on behalf of a stateless backend's `input_required` answer: the
     /// round it belongs to (and `backend_id` is the input's key, not a request id).
     pub round: Option<u64>,
+    /// An `elicitation/create`: the defaults its schema gives (raw JSON object),
+    /// filled in when the client accepts without them (SEP-1034).
+    pub defaults: Option<String>,
 }
 
 /// A stateless backend answered a handshake-era client's call `input_required`:

@@ -539,6 +539,16 @@ impl Gateway {
             _ => return,
         }
         let r = self.server_requests.remove(&gid).expect("checked");
+        // SEP-1034: the defaults a client left out of an accepted elicitation
+        // are filled in here, so every client behind tether behaves alike.
+        let filled = match (answer, r.defaults.as_deref()) {
+            (Ok(result), Some(defaults)) => protocol::with_elicitation_defaults(result, defaults),
+            _ => None,
+        };
+        let answer = match &filled {
+            Some(result) => Ok(result.as_str()),
+            None => answer,
+        };
         if let Some(round) = r.round {
             return self.input_answered(round, &r.backend_id, answer);
         }

@@ -91,6 +91,9 @@ impl Gateway {
                 session,
                 related,
                 round: Some(round_id),
+                defaults: (method == "elicitation/create")
+                    .then(|| protocol::elicitation_defaults(params.as_deref()))
+                    .flatten(),
             };
             self.server_requests.insert(client_id, r);
             round.asked.insert(key, method);

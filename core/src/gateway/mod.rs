@@ -28,6 +28,7 @@ mod input_rounds;
 mod listens;
 mod own_tools;
 mod param_headers;
+mod streams;
 
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::format;
@@ -250,6 +251,20 @@ impl Gateway {
                     self.backend_frame(&server, &frame);
                 }
             }
+            Input::BackendEvent { server, generation, stream: _, event_id, frame } => {
+                if self.current(&server, generation)? {
+                    self.backend_event(&server, &event_id, &frame);
+                }
+            }
+            Input::StreamEnded { server, generation, stream, last_event_id, retry_ms, events, mut failure } => {
+                if self.current(&server, generation)? {
+                    if let Some(Failure::Spawn { message } | Failure::Other { message }) = &mut failure {
+                        self.redactor.redact_in_place(message);
+                    }
+                    let end = streams::StreamEnd { last_event_id, retry_ms, events, failure };
+                    self.stream_ended(&server, stream, end);
+                }
+            }
             Input::BackendStderr { server, generation, line } => {
                 if self.current(&server, generation)? {
                     if let Some(b) = self.backends.get_mut(&server) {
@@ -423,6 +438,8 @@ impl Gateway {
                 return Err(format!("{name}: queued call owed to a closed session"));
             }
             b.sup.check_invariants(self.now).map_err(|e| format!("{name}: {e}"))?;
+            let max_ended = limits.max_in_flight as usize + backend::INTERNAL_CALLS + 1;
+            b.streams.check_invariants(max_ended).map_err(|e| format!("{name}: {e}"))?;
             if b.stderr_tail.len() > backend::STDERR_TAIL {
                 return Err(format!("{name}: stderr tail unbounded"));
             }

@@ -1,0 +1,220 @@
+//! Resumable SSE streams of Streamable HTTP backends (2025-11-25, SEP-1699).
+//!
+//! A server may end a stream before it carried everything: a POST's response
+//! stream before the response, or the standalone GET stream at any time. The
+//! host reports the end ([`Input::StreamEnded`](crate::Input::StreamEnded)) with
+//! the last event id and the server's `retry` hint; this module decides whether
+//! and when to resume, and asks for a GET carrying `Last-Event-ID`
+//! ([`Action::ResumeStream`]) after exactly the server's `retry` delay when it
+//! gave one, else after the reconnect backoff. Resumptions in a row that bring
+//! nothing are bounded (`stream_resume_attempts`): then the request fails under
+//! the usual retry rules, or the standalone stream stays closed.
+//!
+//! Event ids are unique across the streams of a session, so one bounded window
+//! of the ids seen on the connection drops every replay, whichever stream
+//! carries it.
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::format;
+use alloc::string::String;
+
+use super::calls::{Call, CallKind};
+use super::Gateway;
+use crate::io::{Action, StreamRef};
+use crate::policy::Failure;
+use crate::time::{Duration, Instant};
+
+/// Event ids remembered per connection to drop replays.
+pub(super) const SEEN_EVENTS: usize = 256;
+
+/// The streams of one connection that ended and are (to be) resumed, and the
+/// event ids seen on it.
+#[derive(Default)]
+pub(super) struct Streams {
+    /// Streams that ended, by stream, until their request is answered (or
+    /// they are given up).
+    pub ended: BTreeMap<StreamRef, Resumption>,
+    /// The latest event ids seen, oldest first.
+    seen: VecDeque<String>,
+    /// The standalone stream will not be reopened on this connection.
+    pub standalone_closed: bool,
+}
+
+/// What is known of one ended stream.
+#[derive(Default)]
+pub(super) struct Resumption {
+    /// The id to send as `Last-Event-ID`.
+    pub last_event_id: Option<String>,
+    /// The server's latest `retry` hint, in ms.
+    pub retry_ms: Option<u64>,
+    /// Ends in a row that delivered nothing.
+    pub barren: u32,
+    /// When to resume, while a resumption is scheduled.
+    pub resume_at: Option<Instant>,
+}
+
+/// How a stream ended, as the host reported it.
+pub(super) struct StreamEnd {
+    pub last_event_id: Option<String>,
+    pub retry_ms: Option<u64>,
+    pub events: u32,
+    pub failure: Option<Failure>,
+}
+
+impl Streams {
+    /// The earliest scheduled resumption.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.ended.values().filter_map(|r| r.resume_at).min()
+    }
+
+    /// Whether `id` is new on this connection; remembers it.
+    fn first_sighting(&mut self, id: &str) -> bool {
+        if self.seen.iter().any(|s| s == id) {
+            return false;
+        }
+        if self.seen.len() == SEEN_EVENTS {
+            self.seen.pop_front();
+        }
+        self.seen.push_back(id.into());
+        true
+    }
+
+    /// Checks the bounds.
+    pub fn check_invariants(&self, max_ended: usize) -> Result<(), String> {
+        if self.seen.len() > SEEN_EVENTS {
+            return Err("event id window over its bound".into());
+        }
+        if self.ended.len() > max_ended {
+            return Err(format!("{} ended streams tracked, bound {max_ended}", self.ended.len()));
+        }
+        Ok(())
+    }
+}
+
+impl Gateway {
+    /// An SSE event with an id: dropped when it is a replay, else a frame.
+    pub(super) fn backend_event(&mut self, server: &str, event_id: &str, frame: &str) {
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if !b.streams.first_sighting(event_id) {
+            return;
+        }
+        self.backend_frame(server, frame);
+    }
+
+    /// A stream of the live connection ended: resume it, repair the session, or
+    /// give up on it.
+    pub(super) fn stream_ended(&mut self, server: &str, stream: StreamRef, end: StreamEnd) {
+        let now = self.now;
+        let in_flight = |calls: &BTreeMap<u64, Call>, id: u64| calls.get(&id).is_some_and(|c| &*c.server == server);
+        let Some(b) = self.backends.get_mut(server) else { return };
+        // Requests answered (or failed) meanwhile leave nothing to resume.
+        let calls = &self.calls;
+        b.streams.ended.retain(|s, _| s.request().map_or(true, |id| in_flight(calls, id)));
+        if let StreamRef::Request(id) = stream {
+            if !in_flight(calls, id) {
+                return;
+            }
+        } else if b.streams.standalone_closed {
+            return;
+        }
+        let failure = end.failure;
+        if failure.as_ref().is_some_and(Failure::is_auth) {
+            b.streams.ended.remove(&stream);
+            return match stream {
+                StreamRef::Request(id) => self.backend_failed(server, Some(id), failure.expect("auth")),
+                // The credential's business is the requests': the stream stays closed.
+                StreamRef::Standalone => b.streams.standalone_closed = true,
+            };
+        }
+        if failure == Some(Failure::Http { status: 404 }) {
+            // The server forgot the session the stream belonged to.
+            b.streams.ended.remove(&stream);
+            return self.session_lost(server, stream.request());
+        }
+        let resumable = failure.as_ref().map_or(true, |f| f.classify().retryable);
+        let attempts = b.sup.policy().stream_resume_attempts;
+        let r = b.streams.ended.entry(stream).or_default();
+        if end.last_event_id.is_some() {
+            r.last_event_id = end.last_event_id;
+        }
+        if end.retry_ms.is_some() {
+            r.retry_ms = end.retry_ms;
+        }
+        r.barren = if end.events > 0 { 1 } else { r.barren.saturating_add(1) };
+        r.resume_at = None;
+        let failure = failure.unwrap_or(Failure::Reset);
+        let give_up = match stream {
+            // A request's stream resumes only from an event id: without one the
+            // server cannot tell which stream to replay.
+            StreamRef::Request(_) if r.last_event_id.is_none() => Some(None),
+            _ if !resumable => Some(Some(format!("resuming the stream carrying its answer failed: {failure}"))),
+            _ if r.barren > attempts => Some(Some(format!(
+                "the stream carrying its answer ended {} times in a row without bringing anything",
+                r.barren
+            ))),
+            _ => None,
+        };
+        if let Some(why) = give_up {
+            b.streams.ended.remove(&stream);
+            let StreamRef::Request(id) = stream else {
+                b.streams.standalone_closed = true;
+                return;
+            };
+            // The request was delivered (its stream began): whatever broke the
+            // resumption, the call is one whose answer was lost.
+            let failure = if why.is_some() { Failure::Reset } else { failure };
+            return self.request_stream_lost(server, id, failure, why);
+        }
+        let max = b.sup.policy().reconnect_max_ms;
+        let delay = match r.retry_ms {
+            Some(ms) => Duration::from_millis(ms.min(max)),
+            None => b.sup.policy().reconnect_backoff().delay(r.barren, &mut self.rng),
+        };
+        r.resume_at = Some(now + delay);
+    }
+
+    /// A request whose stream cannot be resumed: it failed in transport, under
+    /// the retry rules; `why` says so in the client's error.
+    fn request_stream_lost(&mut self, server: &str, id: u64, failure: Failure, why: Option<String>) {
+        let Some(why) = why else {
+            return self.backend_failed(server, Some(id), failure);
+        };
+        match self.calls.remove(&id) {
+            Some(Call { kind: CallKind::Client(c), .. }) => self.client_call_failed_because(server, c, &failure, &why),
+            Some(call) => {
+                self.calls.insert(id, call);
+                self.backend_failed(server, Some(id), failure);
+            }
+            None => {}
+        }
+    }
+
+    /// Asks for the first scheduled resumption of `server` that is due, if any;
+    /// `false` when none was.
+    pub(super) fn resume_due_stream(&mut self, server: &str) -> bool {
+        let now = self.now;
+        let name = self.name(server);
+        let Some(b) = self.backends.get_mut(server) else { return false };
+        let Some((&stream, r)) = b.streams.ended.iter_mut().find(|(_, r)| r.resume_at.is_some_and(|at| at <= now))
+        else {
+            return false;
+        };
+        r.resume_at = None;
+        let last_event_id = r.last_event_id.clone();
+        let live = stream.request().map_or(true, |id| self.calls.get(&id).is_some_and(|c| c.server == name));
+        if !live || !b.sup.is_connected() {
+            b.streams.ended.remove(&stream);
+            return true;
+        }
+        let generation = b.sup.generation();
+        self.push(Action::ResumeStream { server: name, generation, stream, last_event_id });
+        true
+    }
+
+    /// A request was answered: its stream needs no resuming.
+    pub(super) fn stream_answered(&mut self, server: &str, id: u64) {
+        if let Some(b) = self.backends.get_mut(server) {
+            b.streams.ended.remove(&StreamRef::Request(id));
+        }
+    }
+}
