@@ -201,3 +201,39 @@ fn a_post_stream_without_event_ids_cannot_be_resumed_and_fails_as_before() {
     assert!(resumes(&sim).is_empty());
     assert!(error_of(&sim, 1)["message"].as_str().unwrap().contains("connection reset"));
 }
+
+#[test]
+fn resumptions_that_only_replay_what_was_seen_are_no_progress() {
+    let mut sim = web_online();
+    sim.advance(1000);
+    sim.call(1, "web__search");
+    let id = sim.last_request("web", "tools/call");
+    let stream = StreamRef::Request(id);
+    event(&mut sim, stream, "e1", log_frame("working"));
+    ended(&mut sim, stream, Some("e1"), Some(100), 1, None);
+    sim.note("every resumption replays e1 and ends again without the response");
+    for _ in 0..10 {
+        let before = resumes(&sim).len();
+        sim.advance(100);
+        if resumes(&sim).len() == before {
+            break;
+        }
+        event(&mut sim, stream, "e1", log_frame("working"));
+        ended(&mut sim, stream, Some("e1"), Some(100), 1, None);
+    }
+    assert_eq!(resumes(&sim).len(), 5, "replays alone never reset the bound");
+    let err = error_of(&sim, 1);
+    assert!(err["message"].as_str().unwrap().contains("ended 6 times in a row"), "{err}");
+    assert_eq!(log_messages(&sim).len(), 1);
+    sim.note("a resumption that brings something new does reset it");
+    sim.call(2, "web__search");
+    let id = sim.last_request("web", "tools/call");
+    let stream = StreamRef::Request(id);
+    ended(&mut sim, stream, Some("f0"), Some(100), 0, None);
+    for n in 1..=8 {
+        sim.advance(100);
+        event(&mut sim, stream, &format!("f{n}"), log_frame("more"));
+        ended(&mut sim, stream, Some(&format!("f{n}")), Some(100), 1, None);
+    }
+    assert!(sim.responses_for(2).is_empty(), "a stream that keeps bringing news is resumed on");
+}

@@ -15,8 +15,10 @@
 //! Hostile modes, for the tests that tether survives misbehaving backends:
 //! `--flood-stdout` and `--flood-stderr` write as fast as they can,
 //! `--close-stdout-after-ms` closes stdout and keeps running, `--spawn-grandchild`
-//! leaves a process behind (in the group, or in a session of its own), and
-//! `--print-env` shows what the backend inherited.
+//! leaves a process behind (in the group, or in a session of its own),
+//! `--print-env` shows what the backend inherited, and over HTTP `--cut-streams`
+//! cuts request streams at random before their response, which the GET that
+//! resumes the stream with `Last-Event-ID` then delivers.
 //!
 //! With `--stateless` the mock is instead a modern-only server of the stateless
 //! revision 2026-07-28, over either transport, and the other flags keep working:
@@ -161,6 +163,15 @@ pub struct MockOptions {
     /// and a JSON object of every variable.
     #[arg(long)]
     pub print_env: bool,
+
+    /// HTTP mode: answer every request POST with an SSE stream that opens with a
+    /// priming event (`id`, `retry: 50`) and is cut at random points (a PRNG seeded
+    /// with SEED) before the response, which is then delivered on the GET that
+    /// resumes it with `Last-Event-ID` (a few events before that id replayed too;
+    /// resumed GETs may be cut again). Each cut is reported on stderr
+    /// (`cut-streams: cut N ...`).
+    #[arg(long, value_name = "SEED")]
+    pub cut_streams: Option<u64>,
 }
 
 /// Where `--spawn-grandchild` puts the process it leaves behind.
@@ -195,6 +206,7 @@ impl Default for MockOptions {
             spawn_grandchild: None,
             grandchild_pid_file: None,
             print_env: false,
+            cut_streams: None,
         }
     }
 }
@@ -1910,11 +1922,14 @@ struct HttpFront {
     /// With `--stateless`, the one session all POSTs share: the requests in flight
     /// (which `notifications/cancelled` may name) and the open listens.
     shared: Arc<Session>,
+    /// With `--cut-streams`, every request stream's events, for resumption.
+    replay: Option<Arc<Replay>>,
 }
 
 impl HttpFront {
     fn new(mock: Arc<Mock>) -> Self {
-        HttpFront { mock, sessions: Mutex::new(HashMap::new()), shared: Arc::new(Session::new()) }
+        let replay = mock.options.cut_streams.map(|seed| Arc::new(Replay::new(seed)));
+        HttpFront { mock, sessions: Mutex::new(HashMap::new()), shared: Arc::new(Session::new()), replay }
     }
 
     /// Handles requests until the server shuts down.
@@ -1942,6 +1957,9 @@ impl HttpFront {
         match request.method() {
             tiny_http::Method::Post => self.post(request),
             tiny_http::Method::Delete => self.delete(request),
+            tiny_http::Method::Get if self.replay.is_some() && header_value(&request, "Last-Event-ID").is_some() => {
+                self.resume(request)
+            }
             _ => respond(
                 request,
                 plain(405, "method not allowed: POST or DELETE").with_header(header("Allow", "POST, DELETE")),
@@ -1988,8 +2006,29 @@ impl HttpFront {
                 Err(refusal) => return respond(request, refusal),
             }
         };
-        let exchange: Arc<dyn Outlet> = Arc::new(Exchange::new(request, Some(session_id)));
+        let exchange: Arc<dyn Outlet> = match &self.replay {
+            Some(replay) if matches!(&message, Incoming::Request { method, .. } if method != "initialize") => {
+                Arc::new(CutExchange::open(Arc::clone(replay), request, &session_id))
+            }
+            _ => Arc::new(Exchange::new(request, Some(session_id))),
+        };
         self.mock.receive(&session, message, exchange);
+    }
+
+    /// A GET with `Last-Event-ID` under `--cut-streams`: replays the stream that
+    /// event belongs to, on a thread of its own (404 for an unknown event).
+    fn resume(&self, request: tiny_http::Request) {
+        let Some(replay) = &self.replay else { return };
+        let session_id = match self.session_of(&request) {
+            Ok((id, _)) => id,
+            Err(refusal) => return respond(request, refusal),
+        };
+        let last = header_value(&request, "Last-Event-ID").and_then(|v| v.trim().parse::<u64>().ok());
+        let Some((stream, index, first_new)) = last.and_then(|last| replay.locate(last)) else {
+            return respond(request, plain(404, "unknown Last-Event-ID"));
+        };
+        let replay = Arc::clone(replay);
+        thread::spawn(move || replay.serve_resumption(request, &session_id, stream, (index, first_new)));
     }
 
     /// A POST to a stateless mock: no session is issued or required, and a
@@ -2223,6 +2262,222 @@ impl Drop for Exchange {
     }
 }
 
+// ---------------------------------------------------------------------------
+// --cut-streams: request streams cut short and resumed by Last-Event-ID
+// ---------------------------------------------------------------------------
+
+/// The retry hint (ms) of every priming event under `--cut-streams`.
+const CUT_RETRY_MS: u64 = 50;
+
+/// Every request stream's events under `--cut-streams` (event ids are unique
+/// across all streams), and the PRNG that decides where streams are cut.
+struct Replay {
+    state: Mutex<ReplayState>,
+    changed: Condvar,
+    rng: Mutex<u64>,
+    cuts: AtomicU64,
+}
+
+#[derive(Default)]
+struct ReplayState {
+    next_id: u64,
+    /// Each stream's events (id and SSE text), and whether it is complete.
+    streams: HashMap<u64, (Vec<(u64, String)>, bool)>,
+    /// The stream each event belongs to.
+    owners: HashMap<u64, u64>,
+}
+
+impl Replay {
+    fn new(seed: u64) -> Self {
+        Replay { state: Mutex::default(), changed: Condvar::new(), rng: Mutex::new(seed), cuts: AtomicU64::new(0) }
+    }
+
+    /// A number in 0..n (splitmix64).
+    fn below(&self, n: u64) -> u64 {
+        let mut state = lock(&self.rng);
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n.max(1)
+    }
+
+    /// Appends an event to `stream` (a message, or the priming event when `None`;
+    /// `last` completes the stream) and returns its SSE text.
+    fn record(&self, stream: u64, message: Option<&Value>, last: bool) -> String {
+        let mut state = lock(&self.state);
+        state.next_id += 1;
+        let id = state.next_id;
+        let text = match message {
+            Some(message) => format!("id: {id}\nevent: message\ndata: {message}\n\n"),
+            None => format!("id: {id}\nretry: {CUT_RETRY_MS}\ndata: \n\n"),
+        };
+        state.owners.insert(id, stream);
+        let (events, done) = state.streams.entry(stream).or_default();
+        events.push((id, text.clone()));
+        *done |= last;
+        self.changed.notify_all();
+        text
+    }
+
+    /// Marks `stream` complete (a request that ends unanswered).
+    fn complete(&self, stream: u64) {
+        lock(&self.state).streams.entry(stream).or_default().1 = true;
+        self.changed.notify_all();
+    }
+
+    /// The stream event `id` belongs to, the index to replay it from (just after
+    /// it, or, to test that replays are dropped, up to two events earlier) and the
+    /// index just after it.
+    fn locate(&self, id: u64) -> Option<(u64, usize, usize)> {
+        let back = self.below(3) as usize;
+        let state = lock(&self.state);
+        let stream = *state.owners.get(&id)?;
+        let position = state.streams.get(&stream)?.0.iter().position(|(event, _)| *event == id)?;
+        Some((stream, (position + 1).saturating_sub(back), position + 1))
+    }
+
+    /// Counts and reports one cut.
+    fn cut(&self, what: &str, stream: u64) {
+        let n = self.cuts.fetch_add(1, Ordering::Relaxed) + 1;
+        eprintln!("cut-streams: cut {n} ({what} of stream {stream})");
+    }
+
+    /// Writes `stream`'s events from `index` on a resuming GET until the stream is
+    /// complete; one time in four it is cut again after an event new to the client.
+    fn serve_resumption(&self, request: tiny_http::Request, session_id: &str, stream: u64, from: (usize, usize)) {
+        let (mut index, first_new) = from;
+        let mut writer = request.into_writer();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+             Mcp-Session-Id: {session_id}\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        if writer.write_all(head.as_bytes()).and_then(|()| writer.flush()).is_err() {
+            return;
+        }
+        let cut_again = self.below(4) == 0;
+        let mut state = lock(&self.state);
+        loop {
+            let Some((events, done)) = state.streams.get(&stream) else { return };
+            let done = *done;
+            let pending: Vec<String> = events[index.min(events.len())..].iter().map(|(_, t)| t.clone()).collect();
+            let total = events.len();
+            if pending.is_empty() {
+                if done {
+                    drop(state);
+                    let _ = end_chunks(&mut writer);
+                    return;
+                }
+                state =
+                    self.changed.wait_timeout(state, Duration::from_secs(30)).unwrap_or_else(PoisonError::into_inner).0;
+                continue;
+            }
+            drop(state);
+            for (offset, text) in pending.iter().enumerate() {
+                let at = index + offset;
+                let is_last = done && at + 1 == total;
+                if cut_again && at >= first_new && !is_last {
+                    if write_chunk(&mut writer, text).is_err() {
+                        return;
+                    }
+                    self.cut("resumed GET", stream);
+                    let _ = end_chunks(&mut writer);
+                    return;
+                }
+                if write_chunk(&mut writer, text).is_err() {
+                    return;
+                }
+            }
+            index = total;
+            state = lock(&self.state);
+        }
+    }
+}
+
+/// A request POST under `--cut-streams`: an SSE stream from the start, opened
+/// with a priming event, that carries a random number of the request's messages
+/// (possibly none, possibly all) and is cut before its response when that number
+/// is smaller than the messages sent. Every message is recorded for resumption.
+struct CutExchange {
+    replay: Arc<Replay>,
+    stream: u64,
+    /// The POST's body while it is open, and how many more messages it carries.
+    open: Mutex<Option<(Box<dyn Write + Send>, u64)>>,
+    finished: AtomicBool,
+}
+
+impl CutExchange {
+    fn open(replay: Arc<Replay>, request: tiny_http::Request, session_id: &str) -> Self {
+        static STREAMS: AtomicU64 = AtomicU64::new(0);
+        let stream = STREAMS.fetch_add(1, Ordering::Relaxed);
+        let mut writer = request.into_writer();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+             Mcp-Session-Id: {session_id}\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        let priming = replay.record(stream, None, false);
+        let mut open = None;
+        if writer.write_all(head.as_bytes()).and_then(|()| writer.flush()).is_ok()
+            && write_chunk(&mut writer, &priming).is_ok()
+        {
+            // Half the streams are never cut (they carry every message); the others
+            // are cut after 0..=2 messages, a quarter of them at once.
+            let carries = if replay.below(2) == 0 { u64::MAX } else { replay.below(3) };
+            if carries == 0 && replay.below(2) == 0 {
+                replay.cut("POST, at once", stream);
+                let _ = end_chunks(&mut writer);
+            } else {
+                open = Some((Box::new(writer) as Box<dyn Write + Send>, carries));
+            }
+        }
+        CutExchange { replay, stream, open: Mutex::new(open), finished: AtomicBool::new(false) }
+    }
+
+    /// Records `message` and writes it on the POST if it is still open, cutting the
+    /// POST instead when its share of messages is used up.
+    fn deliver(&self, message: &Value, last: bool) {
+        let mut open = lock(&self.open);
+        let text = self.replay.record(self.stream, Some(message), last);
+        let Some((writer, carries)) = open.as_mut() else { return };
+        if *carries == 0 {
+            self.replay.cut("POST", self.stream);
+            let _ = end_chunks(writer);
+            *open = None;
+            return;
+        }
+        *carries -= 1;
+        let written = write_chunk(writer, &text).is_ok();
+        if !written || last {
+            if written {
+                let _ = end_chunks(writer);
+            }
+            *open = None;
+        }
+    }
+}
+
+impl Outlet for CutExchange {
+    fn send(&self, message: &Value) {
+        self.deliver(message, false);
+    }
+
+    fn finish(&self, response: &Value) {
+        self.finished.store(true, Ordering::Relaxed);
+        self.deliver(response, true);
+    }
+}
+
+impl Drop for CutExchange {
+    fn drop(&mut self) {
+        if !self.finished.load(Ordering::Relaxed) {
+            self.replay.complete(self.stream);
+        }
+        if let Some((mut writer, _)) = lock(&self.open).take() {
+            let _ = end_chunks(&mut writer);
+        }
+    }
+}
+
 /// Sends a response; a client that has gone away is not an error.
 fn respond<R: Read>(request: tiny_http::Request, response: tiny_http::Response<R>) {
     let _ = request.respond(response);
@@ -2329,6 +2584,23 @@ mod tests {
         fn nothing_more(&self) {
             assert_eq!(self.sent.recv_timeout(Duration::from_millis(100)).ok(), None);
         }
+    }
+
+    #[test]
+    fn cut_streams_number_events_across_streams_and_locate_them_for_resumption() {
+        let replay = Replay::new(7);
+        assert_eq!(replay.record(1, None, false), "id: 1\nretry: 50\ndata: \n\n");
+        replay.record(2, None, false);
+        let response = replay.record(1, Some(&json!({"jsonrpc": "2.0", "id": 1, "result": {}})), true);
+        assert!(response.starts_with("id: 3\nevent: message\ndata: {"), "{response}");
+        for _ in 0..10 {
+            let (stream, from, next) = replay.locate(1).expect("event 1 is known");
+            assert_eq!((stream, next), (1, 1));
+            assert!(from <= next);
+            assert_eq!(replay.locate(3).map(|(s, _, n)| (s, n)), Some((1, 2)));
+        }
+        assert_eq!(replay.locate(99), None);
+        assert!(lock(&replay.state).streams[&1].1, "the response completes the stream");
     }
 
     #[test]

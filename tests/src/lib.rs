@@ -555,13 +555,18 @@ pub struct HttpMock {
 impl HttpMock {
     /// Starts `mock-mcp --http 127.0.0.1:<port>` plus `args` and waits until it accepts connections.
     pub fn start(port: u16, args: &[&str]) -> HttpMock {
+        HttpMock::start_with_stderr(port, args, Stdio::null())
+    }
+
+    /// [`HttpMock::start`] with the mock's stderr going to `stderr` (say a file).
+    pub fn start_with_stderr(port: u16, args: &[&str], stderr: impl Into<Stdio>) -> HttpMock {
         let child = Command::new(mock_bin())
             .arg("--http")
             .arg(format!("127.0.0.1:{port}"))
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("start mock-mcp --http");
         let mut mock = HttpMock { child, port };

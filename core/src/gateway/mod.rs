@@ -251,9 +251,9 @@ impl Gateway {
                     self.backend_frame(&server, &frame);
                 }
             }
-            Input::BackendEvent { server, generation, stream: _, event_id, frame } => {
+            Input::BackendEvent { server, generation, stream, event_id, frame } => {
                 if self.current(&server, generation)? {
-                    self.backend_event(&server, &event_id, &frame);
+                    self.backend_event(&server, stream, &event_id, &frame);
                 }
             }
             Input::StreamEnded { server, generation, stream, last_event_id, retry_ms, events, mut failure } => {

@@ -49,6 +49,9 @@ pub(super) struct Resumption {
     pub retry_ms: Option<u64>,
     /// Ends in a row that delivered nothing.
     pub barren: u32,
+    /// An event not seen before arrived on the resumed stream since it was last
+    /// resumed (replays do not count: a server that only replays makes no progress).
+    pub fresh: bool,
     /// When to resume, while a resumption is scheduled.
     pub resume_at: Option<Instant>,
 }
@@ -92,11 +95,15 @@ impl Streams {
 }
 
 impl Gateway {
-    /// An SSE event with an id: dropped when it is a replay, else a frame.
-    pub(super) fn backend_event(&mut self, server: &str, event_id: &str, frame: &str) {
+    /// An SSE event with an id: dropped when it is a replay, else a frame (and
+    /// progress for the stream it resumed).
+    pub(super) fn backend_event(&mut self, server: &str, stream: StreamRef, event_id: &str, frame: &str) {
         let Some(b) = self.backends.get_mut(server) else { return };
         if !b.streams.first_sighting(event_id) {
             return;
+        }
+        if let Some(r) = b.streams.ended.get_mut(&stream) {
+            r.fresh = true;
         }
         self.backend_frame(server, frame);
     }
@@ -133,14 +140,19 @@ impl Gateway {
         }
         let resumable = failure.as_ref().map_or(true, |f| f.classify().retryable);
         let attempts = b.sup.policy().stream_resume_attempts;
+        let resumed = b.streams.ended.contains_key(&stream);
         let r = b.streams.ended.entry(stream).or_default();
+        // A first end counts what the stream carried; a resumed one only events
+        // not seen before.
+        let progress = if resumed { r.fresh } else { end.events > 0 };
+        r.fresh = false;
         if end.last_event_id.is_some() {
             r.last_event_id = end.last_event_id;
         }
         if end.retry_ms.is_some() {
             r.retry_ms = end.retry_ms;
         }
-        r.barren = if end.events > 0 { 1 } else { r.barren.saturating_add(1) };
+        r.barren = if progress { 1 } else { r.barren.saturating_add(1) };
         r.resume_at = None;
         let failure = failure.unwrap_or(Failure::Reset);
         let give_up = match stream {
