@@ -291,7 +291,7 @@ echo "== conformance: run c failures against expected-failures.txt"
 with_verdict c fail > "$WORK/c.fail"
 against_allowlist c "$WORK/c.fail" "$HERE/expected-failures.txt" "not listed in expected-failures.txt"
 
-# ---- d: the stateless revision (issue 7, in progress) ------------------------------------
+# ---- d: the stateless revision --------------------------------------------------------
 # The same fixture (handshake era) behind tether with modern_clients, under the suite's
 # 2026-07-28 requirement set: stateless requests, input_required translation.
 SPEC_REVISION=2026-07-28

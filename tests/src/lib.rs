@@ -283,17 +283,7 @@ impl Tether {
                 }
             }
         });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
+        let stderr = collect_lines(child.stderr.take().unwrap());
         let stdin = child.stdin.take();
         Tether { child, runtime, stdin, frames, inbox: Vec::new(), stderr, stdout_lines, next_id: 1, dir }
     }
@@ -669,4 +659,20 @@ pub fn percentile(latencies: &[Duration], p: f64) -> Duration {
     sorted.sort();
     let Some(last) = sorted.len().checked_sub(1) else { return Duration::ZERO };
     sorted[((last as f64) * p).round() as usize]
+}
+
+/// Reads `stream` line by line on a thread of its own into a shared text (a
+/// child's stderr, so the tests can read what it logged so far).
+pub fn collect_lines(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<String>> {
+    let text = Arc::new(Mutex::new(String::new()));
+    let sink = text.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            let mut s = sink.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+    text
 }

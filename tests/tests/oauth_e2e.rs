@@ -3,7 +3,7 @@
 //! browser, and a local authorization server that is also the MCP backend
 //! ([`OAuthBackend`]), issuing 2-second access tokens with rotating refresh tokens.
 //!
-//! What it proves (the acceptance criterion of issue 18): 32 concurrent calls for
+//! What it proves: 32 concurrent calls for
 //! 60 s with no failed call, one refresh per expiry, no rotated refresh token ever
 //! presented twice; a revoked grant turns the backend `requires_reauth` within one
 //! call, and `tether auth login` brings it back with no restart.

@@ -321,17 +321,7 @@ fn planted_oauth_secrets_appear_in_no_log_status_event_trace_or_error() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start tether");
-    let stderr = Arc::new(Mutex::new(String::new()));
-    let sink = stderr.clone();
-    let err = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines() {
-            let Ok(line) = line else { break };
-            let mut s = sink.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
+    let stderr = tether_tests::collect_lines(child.stderr.take().unwrap());
     let stdout = child.stdout.take().unwrap();
     let stdout_text = Arc::new(Mutex::new(String::new()));
     let out_sink = stdout_text.clone();

@@ -1,4 +1,4 @@
-//! Issue 20's acceptance: a Streamable HTTP backend that cuts its SSE streams at
+//! A Streamable HTTP backend that cuts its SSE streams at
 //! random points (`mock-mcp --cut-streams SEED`) under concurrent calls loses
 //! nothing and duplicates nothing. Every POST stream opens with a priming event
 //! (`id`, `retry: 50`); about half are cut before their response, which then

@@ -1,5 +1,5 @@
 //! tether-bench: what tether costs over a direct stdio connection, and how fast it
-//! recovers (issue 5), for each runtime: `tether` (the smol runtime) and
+//! recovers, for each runtime: `tether` (the smol runtime) and
 //! `tether-blocking` (the plain-threads runtime).
 //!
 //! ```sh
@@ -14,7 +14,7 @@
 //! time it takes to answer again after its backend crashed, beside the backend's own
 //! start time. Every measurement is repeated (`--runs`), direct, relay and the
 //! tethers interleaved within each run; the report gives medians of the runs, and
-//! ratios computed within each run, then their median, and the issue 5 targets for
+//! ratios computed within each run, then their median, and the performance targets for
 //! each tether binary. It builds nothing: the binaries must exist.
 //!
 //! Which tethers: with neither `--tether` nor `--tether-blocking`, `tether` next to
@@ -60,7 +60,7 @@ const IDLE_BACKENDS: usize = 10;
 /// The echo call's arguments.
 const ECHO_TEXT: &str = "hello from tether-bench";
 
-// Targets of issue 5.
+// The performance targets each tether binary is held to.
 const TARGET_ADDED_P50_US: f64 = 25.0;
 const TARGET_ADDED_VS_RELAY: f64 = 1.5;
 const TARGET_THROUGHPUT_VS_DIRECT: f64 = 0.8;
@@ -735,7 +735,7 @@ fn report(opts: &Options, runs: &[Run]) {
         );
 
         println!();
-        println!("targets (issue 5) for {label} ({}, {})", bin.runtime, bin.path.display());
+        println!("targets for {label} ({}, {})", bin.runtime, bin.path.display());
         let line = |target: &str, figure: String, met: bool| println!("  {target:<72} {figure:<34} {}", verdict(met));
         line(
             &format!("p50 added latency per sequential call <= {TARGET_ADDED_P50_US} µs over direct"),
