@@ -33,7 +33,7 @@ use crate::codec::{LineDecoder, SseDecoder};
 use crate::config::{Config, ServerConfig};
 use crate::credential::{AuthStep, Challenge, CredentialFailure, CredentialUpdate};
 use crate::gateway::Gateway;
-use crate::io::{Action, AdminCommand, ClientRoute, Event, Input, SessionId, Status};
+use crate::io::{Action, AdminCommand, ClientRoute, Event, Input, SessionId, Status, StreamRef};
 use crate::policy::Failure;
 use crate::protocol::{self, Message};
 use crate::time::Instant;
@@ -158,6 +158,8 @@ pub struct Harness {
     next_id: u64,
     /// Backend `web` is OAuth-managed (the seed byte's high bit).
     oauth: bool,
+    /// `web`'s SSE streams end and resume, and carry events with ids.
+    streams: bool,
     /// Credential steps asked for and not answered yet, oldest first. A `Login`
     /// answered with `LoginPending` stays, waiting for the person.
     steps: Vec<(crate::io::ServerName, Step)>,
@@ -218,6 +220,7 @@ impl Harness {
             stateless_a: variant & 32 == 32,
             next_id: 1,
             oauth,
+            streams: false,
             steps: Vec::new(),
             loads: Vec::new(),
             loads_answered: 0,
@@ -650,12 +653,65 @@ impl Harness {
         self.input(Input::BackendFrame { server: server.into(), generation, frame: frame.to_string() })
     }
 
+    /// `web`'s streams: an event with an id (perhaps a replay, perhaps the
+    /// answer of a call whose stream ended) or the end of a stream.
+    fn stream_step(&mut self, c: &mut Choices<'_>) -> Result<(), Violation> {
+        let calls: Vec<u64> = self
+            .open
+            .get("web")
+            .map(|o| o.iter().filter(|(_, m)| m == "tools/call").map(|(id, _)| *id).collect())
+            .unwrap_or_default();
+        let stream = match c.below(3) {
+            0 => StreamRef::Standalone,
+            _ if calls.is_empty() => StreamRef::Standalone,
+            _ => StreamRef::Request(calls[c.below(calls.len())]),
+        };
+        let generation = self.generation("web");
+        let event_id = |c: &mut Choices<'_>| format!("e{}", c.below(6));
+        if c.below(2) == 0 {
+            let event_id = event_id(c);
+            let frame = match (stream, c.below(3)) {
+                (StreamRef::Request(id), 0) => {
+                    if let Some(list) = self.open.get_mut("web") {
+                        list.retain(|(i, _)| *i != id);
+                    }
+                    Self::good_answer(id, "tools/call", false, false)
+                }
+                (StreamRef::Request(id), 1) => {
+                    json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":id,"progress":c.byte()}})
+                }
+                _ => json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}),
+            };
+            let frame = frame.to_string();
+            return self.input(Input::BackendEvent { server: "web".into(), generation, stream, event_id, frame });
+        }
+        let last_event_id = (c.below(3) != 0).then(|| event_id(c));
+        let retry_ms = [None, Some(0), Some(100), Some(5_000), Some(u64::MAX)][c.below(5)];
+        let failure = [
+            None,
+            None,
+            Some(Failure::Reset),
+            Some(Failure::Refused),
+            Some(Failure::Timeout),
+            Some(Failure::Http { status: 404 }),
+            Some(Failure::Http { status: 405 }),
+            Some(Failure::Http { status: 503 }),
+            Some(Failure::Http { status: 401 }),
+        ][c.below(9)]
+        .clone();
+        let events = c.below(3) as u32;
+        let ended =
+            Input::StreamEnded { server: "web".into(), generation, stream, last_event_id, retry_ms, events, failure };
+        self.input(ended)
+    }
+
     /// One step decoded from the choices.
     pub fn step(&mut self, c: &mut Choices<'_>) -> Result<(), Violation> {
         let session = SessionId(1 + c.below(3) as u64);
         let server = SERVERS[c.below(SERVERS.len())];
-        // One more kind of step when `web` is OAuth-managed (so other runs decode as before).
-        match c.below(if self.oauth { 19 } else { 18 }) {
+        // One more kind of step when `web` is OAuth-managed, one when its streams
+        // end (so other runs decode as before).
+        match c.below(18 + usize::from(self.oauth) + usize::from(self.streams)) {
             0..=3 => {
                 let id = if c.below(8) == 0 { self.next_id } else { self.fresh_id() };
                 let config = self.gw.config();
@@ -837,7 +893,8 @@ impl Harness {
                 0 => self.input(Input::ClientClosed { session }),
                 _ => self.input(Input::ClientConnected { session, expires: false }),
             },
-            18 => self.credential_step(c),
+            18 if self.oauth => self.credential_step(c),
+            18 | 19 => self.stream_step(c),
             _ => {
                 // Stale and raw inputs.
                 let generation = self.generation(server).saturating_sub(1 + c.below(2) as u64);
@@ -858,6 +915,7 @@ pub fn gateway(data: &[u8]) -> Result<(), Violation> {
     let variant = c.byte();
     let seed = c.byte();
     let mut h = Harness::with_oauth(variant, u64::from(seed), seed & 0x80 != 0)?;
+    h.streams = seed & 0x40 != 0;
     if variant & 16 == 16 {
         // A third session whose era its first request decides (stateless or not).
         h.input(Input::ClientConnected { session: SessionId(3), expires: false })?;

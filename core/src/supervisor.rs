@@ -364,6 +364,13 @@ impl Supervisor {
         self.vital = vital;
     }
 
+    /// Something went wrong that leaves the status as it is (a call's stream
+    /// that could not be resumed): shown as the last error until the next
+    /// status change.
+    pub fn note_trouble(&mut self, message: String) {
+        self.message = Some(message);
+    }
+
     /// Announces a status (no-op when unchanged).
     pub fn set_status(&mut self, to: Status, message: Option<String>) {
         let from = self.status;

@@ -230,6 +230,36 @@ fn a_backend_lost_while_waiting_for_input_fails_the_retry_not_the_answered_reque
     assert_eq!(error["code"], -32001, "{error}");
 }
 
+/// An `input_required` answer completes the request, so the client may use its
+/// id again at once. The waiting call and the new request never trade answers.
+#[test]
+fn an_id_used_again_after_input_required_gets_its_own_answer() {
+    let mut sim = booted(true);
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({"roots":{}}))}));
+    let waiting = sim.last_request("fs", "tools/call");
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"r1","method":"roots/list"}));
+    let answer = sim.response(1)["result"].clone();
+    assert_eq!(answer["resultType"], "input_required");
+    sim.note("the client sends a new request under id 1 before it retries");
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({"roots":{}}))}));
+    let second = sim.last_request("fs", "tools/call");
+    assert_ne!(second, waiting);
+    sim.note("the waiting call fails first: its error waits for the retry, not for the new request");
+    sim.fail("fs", Some(waiting), tether_core::Failure::Other { message: "stream broke".into() });
+    assert_eq!(sim.responses_for(1).len(), 1, "the new request 1 is still unanswered");
+    reply(&mut sim, "fs", second, text_result("second"));
+    let answers = sim.responses_for(1);
+    assert_eq!(answers.len(), 2);
+    assert_eq!(answers[1]["result"]["content"][0]["text"], "second");
+    sim.note("the retry gets the waiting call's answer");
+    let mut retry = call_params(json!({"roots":{}}));
+    retry["inputResponses"] = json!({ "r1": {"roots":[]} });
+    retry["requestState"] = answer["requestState"].clone();
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": retry}));
+    let error = sim.response(2)["error"].clone();
+    assert!(error["message"].as_str().unwrap().contains("stream broke"), "{error}");
+}
+
 #[test]
 fn over_http_each_stateless_request_is_its_own_session_and_a_call_waiting_for_input_outlives_it() {
     use tether_core::{Action, Input, SessionId};

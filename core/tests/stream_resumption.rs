@@ -63,6 +63,11 @@ fn resumes(sim: &Sim) -> Vec<(u64, StreamRef, Option<String>)> {
         .collect()
 }
 
+/// What `web`'s status says now.
+fn last_status(sim: &Sim) -> tether_core::BackendStatus {
+    sim.gw.status("web").unwrap()
+}
+
 /// Log messages the client received.
 fn log_messages(sim: &Sim) -> Vec<Value> {
     sim.client_frames().into_iter().filter(|f| f["method"] == "notifications/message").collect()
@@ -185,7 +190,13 @@ fn resumptions_that_keep_failing_end_the_call_with_a_clear_error() {
     let err = error_of(&sim, 1);
     assert_eq!(err["code"], -32001);
     let message = err["message"].as_str().unwrap();
-    assert!(message.contains("ended 6 times in a row"), "{message}");
+    assert!(message.contains("failed 6 times in a row: connection refused"), "{message}");
+    sim.note("refused every time: the backend is unreachable, and its status says so");
+    let status = last_status(&sim);
+    assert_eq!(status.status, Status::Offline);
+    assert_eq!(status.last_error.as_deref(), Some("connection refused"));
+    assert!(status.next_retry_ms.is_some(), "a reconnection is scheduled");
+    assert_eq!(err["data"]["status"], "offline", "{err}");
     sim.advance(60_000);
     assert_eq!(resumes(&sim).len(), 5, "no resumption after the call failed");
     assert_eq!(sim.responses_for(1).len(), 1);
@@ -224,6 +235,11 @@ fn resumptions_that_only_replay_what_was_seen_are_no_progress() {
     assert_eq!(resumes(&sim).len(), 5, "replays alone never reset the bound");
     let err = error_of(&sim, 1);
     assert!(err["message"].as_str().unwrap().contains("ended 6 times in a row"), "{err}");
+    sim.note("the server is reachable and ends streams on purpose: online, with the failure as its last error");
+    let status = last_status(&sim);
+    assert_eq!(status.status, Status::Online);
+    let last_error = status.last_error.unwrap_or_default();
+    assert!(last_error.contains("ended 6 times in a row without bringing anything"), "{last_error}");
     assert_eq!(log_messages(&sim).len(), 1);
     sim.note("a resumption that brings something new does reset it");
     sim.call(2, "web__search");
@@ -236,4 +252,38 @@ fn resumptions_that_only_replay_what_was_seen_are_no_progress() {
         ended(&mut sim, stream, Some(&format!("f{n}")), Some(100), 1, None);
     }
     assert!(sim.responses_for(2).is_empty(), "a stream that keeps bringing news is resumed on");
+}
+
+#[test]
+fn a_standalone_stream_that_cannot_be_reopened_shows_in_the_status() {
+    let mut sim = web_online();
+    sim.advance(1000);
+    sim.note("the server ends the GET stream at once, every time, with nothing on it");
+    for _ in 0..10 {
+        ended(&mut sim, StreamRef::Standalone, None, Some(100), 0, None);
+        sim.advance(100);
+    }
+    assert_eq!(resumes(&sim).len(), 5);
+    let status = last_status(&sim);
+    assert_eq!(status.status, Status::Online, "calls still work");
+    let last_error = status.last_error.unwrap_or_default();
+    assert!(last_error.contains("stream of server messages ended 6 times"), "{last_error}");
+    sim.note("on a later connection the GET stream is refused in transport, every time");
+    let mut sim = web_online();
+    sim.advance(1000);
+    let generation = sim.gen("web");
+    ended(&mut sim, StreamRef::Standalone, None, None, 0, Some(Failure::Reset));
+    for _ in 0..5 {
+        let before = resumes(&sim).len();
+        while resumes(&sim).len() == before {
+            sim.advance(10);
+        }
+        ended(&mut sim, StreamRef::Standalone, None, None, 0, Some(Failure::Refused));
+    }
+    let status = last_status(&sim);
+    assert_eq!(status.status, Status::Offline);
+    assert_eq!(status.last_error.as_deref(), Some("connection refused"));
+    sim.note("the reconnection that follows reopens it");
+    sim.advance(status.next_retry_ms.unwrap());
+    assert!(sim.gen("web") > generation, "a new connection was made");
 }

@@ -161,8 +161,14 @@ impl Gateway {
             requests.join(","),
             protocol::quote(&state)
         );
-        let client_id = RawId::new(client_id);
-        self.reply(session, &client_id, &result);
+        self.reply(session, &RawId::new(client_id), &result);
+        // The client's request is answered and its id free for reuse: the
+        // call's outcome goes by a name no JSON-RPC id can have, so a new
+        // request under the old id never takes (or gives) its answer.
+        let client_id = RawId::new(format!("awaiting input {state}"));
+        if let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.calls.get_mut(&call) {
+            cc.id = client_id.clone();
+        }
         self.pending_inputs.insert(state, PendingInput { call, server, session, client_id, asked, answer, deadline });
     }
 

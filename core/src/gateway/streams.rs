@@ -154,28 +154,40 @@ impl Gateway {
         }
         r.barren = if progress { 1 } else { r.barren.saturating_add(1) };
         r.resume_at = None;
+        // A resumption that failed in transport, rather than a stream the
+        // server ended: when it is the last straw, the connection is lost.
+        let broken = failure.clone();
         let failure = failure.unwrap_or(Failure::Reset);
+        let what = match stream {
+            StreamRef::Request(_) => "the stream carrying its answer",
+            StreamRef::Standalone => "the stream of server messages",
+        };
         let give_up = match stream {
             // A request's stream resumes only from an event id: without one the
             // server cannot tell which stream to replay.
             StreamRef::Request(_) if r.last_event_id.is_none() => Some(None),
-            _ if !resumable => Some(Some(format!("resuming the stream carrying its answer failed: {failure}"))),
-            _ if r.barren > attempts => Some(Some(format!(
-                "the stream carrying its answer ended {} times in a row without bringing anything",
-                r.barren
-            ))),
+            _ if !resumable => Some(Some(format!("resuming {what} failed: {failure}"))),
+            _ if r.barren > attempts => Some(Some(match &broken {
+                Some(f) => format!("resuming {what} failed {} times in a row: {f}", r.barren),
+                None => format!("{what} ended {} times in a row without bringing anything", r.barren),
+            })),
             _ => None,
         };
         if let Some(why) = give_up {
             b.streams.ended.remove(&stream);
-            let StreamRef::Request(id) = stream else {
-                b.streams.standalone_closed = true;
-                return;
+            // Failures that outlast every resumption mean the connection is gone;
+            // a refusal the server meant (not retryable) does not.
+            let lost = if resumable { broken } else { None };
+            return match (stream, why) {
+                (StreamRef::Request(id), None) => self.backend_failed(server, Some(id), failure),
+                (StreamRef::Request(id), Some(why)) => self.request_stream_given_up(server, id, why, lost),
+                // A server without a stream of its own answers the GET with 405:
+                // nothing is wrong.
+                (StreamRef::Standalone, _) if !resumable => {
+                    self.backends.get_mut(server).expect("live").streams.standalone_closed = true;
+                }
+                (StreamRef::Standalone, why) => self.standalone_given_up(server, why.unwrap_or_default(), lost),
             };
-            // The request was delivered (its stream began): whatever broke the
-            // resumption, the call is one whose answer was lost.
-            let failure = if why.is_some() { Failure::Reset } else { failure };
-            return self.request_stream_lost(server, id, failure, why);
         }
         let max = b.sup.policy().reconnect_max_ms;
         let delay = match r.retry_ms {
@@ -185,20 +197,44 @@ impl Gateway {
         r.resume_at = Some(now + delay);
     }
 
-    /// A request whose stream cannot be resumed: it failed in transport, under
-    /// the retry rules; `why` says so in the client's error.
-    fn request_stream_lost(&mut self, server: &str, id: u64, failure: Failure, why: Option<String>) {
-        let Some(why) = why else {
-            return self.backend_failed(server, Some(id), failure);
-        };
-        match self.calls.remove(&id) {
-            Some(Call { kind: CallKind::Client(c), .. }) => self.client_call_failed_because(server, c, &failure, &why),
+    /// Resuming the stream of request `id` was given up (`why`). The call
+    /// fails in transport, under the retry rules, with `why` in the client's
+    /// error. When resumptions kept failing in transport (`lost`) the connection
+    /// is lost too; else the backend stays up, with `why` as its last error.
+    fn request_stream_given_up(&mut self, server: &str, id: u64, why: String, lost: Option<Failure>) {
+        let call = match self.calls.remove(&id) {
+            Some(Call { kind: CallKind::Client(c), .. }) => Some(c),
             Some(call) => {
                 self.calls.insert(id, call);
-                self.backend_failed(server, Some(id), failure);
+                None
             }
-            None => {}
+            None => return,
+        };
+        let Some(call) = call else {
+            return self.backend_failed(server, Some(id), lost.unwrap_or(Failure::Reset));
+        };
+        let name = self.name(server);
+        match lost {
+            Some(failure) => self.connection_lost(server, failure),
+            None => {
+                let b = self.backends.get_mut(server).expect("live");
+                b.sup.note_trouble(format!("a call to '{name}' failed: {why}"));
+            }
         }
+        self.client_call_failed_because(server, call, &Failure::Reset, &why);
+    }
+
+    /// Reopening the standalone stream was given up (`why`): when it kept failing
+    /// in transport (`lost`) the connection is lost and a new one reopens it;
+    /// else it stays closed on this connection, and `why` is the backend's last
+    /// error (server messages stop until the next connection).
+    fn standalone_given_up(&mut self, server: &str, why: String, lost: Option<Failure>) {
+        if let Some(failure) = lost {
+            return self.connection_lost(server, failure);
+        }
+        let b = self.backends.get_mut(server).expect("live");
+        b.streams.standalone_closed = true;
+        b.sup.note_trouble(why);
     }
 
     /// Asks for the first scheduled resumption of `server` that is due, if any;
