@@ -402,6 +402,29 @@ impl Status {
     pub fn is_visible(self) -> bool {
         matches!(self, Status::Online | Status::Dormant)
     }
+
+    /// Whether the backend is on its way to serving (not started yet, starting,
+    /// listing its catalog, or restarting for a new config): a check waiting for
+    /// backends to settle keeps waiting.
+    pub fn is_starting(self) -> bool {
+        matches!(self, Status::Provisioning | Status::Connecting | Status::DiscoveringTools | Status::Restarting)
+    }
+
+    /// Whether the backend serves calls: online, or dormant (idle, started again
+    /// by the next call). Operators' "all good".
+    pub fn is_serving(self) -> bool {
+        matches!(self, Status::Online | Status::Dormant)
+    }
+
+    /// Whether the backend serves nothing and is not starting: unreachable,
+    /// failed (a retry may be scheduled), waiting for a login, or removed.
+    /// Operators' "look here".
+    pub fn is_down(self) -> bool {
+        matches!(
+            self,
+            Status::Offline | Status::Error | Status::RequiresReauth | Status::PermanentlyFailed | Status::Disconnected
+        )
+    }
 }
 
 impl fmt::Display for Status {
@@ -662,6 +685,33 @@ impl fmt::Display for Event {
                 write!(f, "protocol_violation {server}: {}", short(detail))
             }
             Event::NameConflict { server, name } => write!(f, "name_conflict {server}: {name}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::Status;
+
+    const ALL: [Status; 11] = [
+        Status::Provisioning,
+        Status::Connecting,
+        Status::DiscoveringTools,
+        Status::Online,
+        Status::Dormant,
+        Status::Restarting,
+        Status::Offline,
+        Status::Error,
+        Status::RequiresReauth,
+        Status::PermanentlyFailed,
+        Status::Disconnected,
+    ];
+
+    #[test]
+    fn every_status_is_exactly_one_of_starting_serving_or_down() {
+        for status in ALL {
+            let kinds = [status.is_starting(), status.is_serving(), status.is_down()];
+            assert_eq!(kinds.iter().filter(|k| **k).count(), 1, "{status}");
         }
     }
 }

@@ -1,9 +1,10 @@
-//! The process trees of stdio backends: the one place that knows how the
-//! operating system keeps them, so that nothing a backend starts outlives it.
+//! The process trees of stdio backends: which processes belong to a backend, so
+//! that nothing a backend starts outlives it. The system calls themselves are
+//! [`crate::platform`]'s.
 //!
 //! - A backend runs in its own process group and, on Linux, dies with the thread
-//!   that started it (parent-death signal). Its environment carries a lineage mark
-//!   ([`LINEAGE_VAR`]) that its descendants inherit.
+//!   that started it (parent-death signal; see [`crate::launch`]). Its environment
+//!   carries a lineage mark ([`LINEAGE_VAR`]) that its descendants inherit.
 //! - On Linux tether is a child subreaper ([`become_subreaper`]): a process whose
 //!   parent dies is reparented to tether instead of to init, so leftovers stay
 //!   findable, and a reaper thread collects the ones that exit (no zombies).
@@ -16,28 +17,15 @@
 //! to signal: the runtimes do what the core asked, plus the mechanics of a
 //! process that is already gone.
 
-use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+
+use crate::platform;
+pub use crate::platform::Signal;
 
 /// The environment variable marking a backend's processes with their lineage:
 /// `<tether pid>.<serial>`, unique per started process.
 pub const LINEAGE_VAR: &str = "TETHER_LINEAGE";
-
-/// The prefix of environment variables that configure tether itself (and may hold
-/// its secrets, such as `TETHER_AUTH_TOKEN`): backends do not inherit them unless
-/// their config's `env` sets them explicitly.
-pub const TETHER_ENV_PREFIX: &str = "TETHER_";
-
-/// How hard to ask.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Signal {
-    /// SIGTERM: please stop.
-    Terminate,
-    /// SIGKILL: stop now.
-    Kill,
-}
 
 /// Which started process a tree descends from (the value of [`LINEAGE_VAR`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,44 +44,16 @@ impl Lineage {
     }
 }
 
-/// Sets up `cmd` to run as a backend: its own process group, killed with the
-/// thread that starts it (Linux), marked with `lineage`, and without tether's own
-/// `TETHER_*` variables unless `explicit_env` (the backend's configured `env`,
-/// applied by the caller) names them.
-pub fn prepare(cmd: &mut Command, lineage: &Lineage, explicit_env: &BTreeMap<String, String>) {
-    for (name, _) in std::env::vars_os() {
-        let Some(name) = name.to_str() else { continue };
-        if name.starts_with(TETHER_ENV_PREFIX) && !explicit_env.contains_key(name) {
-            cmd.env_remove(name);
-        }
-    }
-    cmd.env(LINEAGE_VAR, lineage.as_str());
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
-    }
-    #[cfg(target_os = "linux")]
-    // SAFETY: prctl is async-signal-safe; it only sets this child's parent-death signal.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-}
-
 /// Makes this process the reaper of its orphaned descendants (Linux; elsewhere a
 /// no-op returning `false`) and starts the thread that collects the ones that
 /// exit. Call once, early, from a binary: a library should not change who reaps
 /// its host's orphans.
 pub fn become_subreaper() -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: prctl with integer arguments; changes only this process's flags.
-        let ok = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == 0;
-        if ok {
+    if !cfg!(target_os = "linux") {
+        return false;
+    }
+    match platform::become_subreaper() {
+        Ok(()) => {
             let reaper = std::thread::Builder::new().name("tether-reaper".into()).spawn(|| loop {
                 std::thread::sleep(std::time::Duration::from_secs(2));
                 reap_orphans();
@@ -101,14 +61,12 @@ pub fn become_subreaper() -> bool {
             if let Err(e) = reaper {
                 tracing::warn!("cannot start the orphan reaper: {e}");
             }
-        } else {
-            tracing::warn!("cannot become a child subreaper: {}", std::io::Error::last_os_error());
+            true
         }
-        ok
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        false
+        Err(e) => {
+            tracing::warn!("cannot become a child subreaper: {e}");
+            false
+        }
     }
 }
 
@@ -177,7 +135,7 @@ impl ProcessTree {
                 }
                 total += members.len();
                 for pid in members {
-                    send(pid as i32, signal);
+                    platform::signal_process(pid, signal);
                 }
             }
             reap_orphans();
@@ -186,7 +144,7 @@ impl ProcessTree {
         #[cfg(all(unix, not(target_os = "linux")))]
         {
             let _ = reaped;
-            send(-(self.leader as i32), signal);
+            platform::signal_group(self.leader, signal);
             1
         }
         #[cfg(not(unix))]
@@ -209,18 +167,6 @@ impl ProcessTree {
     }
 }
 
-#[cfg(unix)]
-fn send(pid: i32, signal: Signal) {
-    let signal = match signal {
-        Signal::Terminate => libc::SIGTERM,
-        Signal::Kill => libc::SIGKILL,
-    };
-    // SAFETY: kill(2) touches no memory; the pid comes from our own tree.
-    unsafe {
-        libc::kill(pid, signal);
-    }
-}
-
 /// Collects the exit status of every exited process this process adopted as a
 /// subreaper (never one registered by [`spawn_owned`]); how many. Linux only.
 pub fn reap_orphans() -> usize {
@@ -229,12 +175,8 @@ pub fn reap_orphans() -> usize {
         let owned = owned();
         let mut reaped = 0;
         for p in linux::children() {
-            if p.zombie && !owned.contains(&p.pid) {
-                let mut status = 0;
-                // SAFETY: waitpid on one exited child of ours; WNOHANG never blocks.
-                if unsafe { libc::waitpid(p.pid as i32, &mut status, libc::WNOHANG) } > 0 {
-                    reaped += 1;
-                }
+            if p.zombie && !owned.contains(&p.pid) && platform::try_reap(p.pid) {
+                reaped += 1;
             }
         }
         reaped
@@ -260,7 +202,7 @@ pub fn kill_adopted_leftovers() -> usize {
             }
             total += leftovers.len();
             for pid in leftovers {
-                send(pid as i32, Signal::Kill);
+                platform::signal_process(pid, Signal::Kill);
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(20));

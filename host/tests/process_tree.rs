@@ -31,7 +31,7 @@ fn wait_until(mut cond: impl FnMut() -> bool) -> bool {
 fn start(script: &str, lineage: &Lineage) -> (std::process::Child, Vec<u32>) {
     let mut cmd = Command::new("sh");
     cmd.args(["-c", script]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
-    process_tree::prepare(&mut cmd, lineage, &BTreeMap::new());
+    tether_host::launch::prepare(&mut cmd, lineage, &BTreeMap::new());
     let mut child = process_tree::spawn_owned(|| cmd.spawn(), std::process::Child::id).expect("sh starts");
     let lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let pids = lines.map_while(Result::ok).take_while(|l| l != "ready").filter_map(|l| l.parse().ok()).collect();
@@ -90,12 +90,12 @@ fn the_tree_is_found_and_killed_while_its_leader_runs_and_after_it_exited() {
     std::env::set_var("TETHER_TEST_SECRET", "hush");
     let mut cmd = Command::new("sh");
     cmd.args(["-c", "echo ${TETHER_TEST_SECRET:-none} ${TETHER_LINEAGE:+marked}"]);
-    process_tree::prepare(&mut cmd, &Lineage::next(), &BTreeMap::new());
+    tether_host::launch::prepare(&mut cmd, &Lineage::next(), &BTreeMap::new());
     assert_eq!(String::from_utf8(cmd.output().unwrap().stdout).unwrap().trim(), "none marked");
     let mut cmd = Command::new("sh");
     cmd.args(["-c", "echo ${TETHER_TEST_SECRET:-none}"]);
     let explicit = BTreeMap::from([("TETHER_TEST_SECRET".to_string(), "told".to_string())]);
-    process_tree::prepare(&mut cmd, &Lineage::next(), &explicit);
+    tether_host::launch::prepare(&mut cmd, &Lineage::next(), &explicit);
     cmd.envs(&explicit);
     assert_eq!(String::from_utf8(cmd.output().unwrap().stdout).unwrap().trim(), "told");
 }

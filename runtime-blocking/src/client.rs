@@ -5,6 +5,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use tether_core::protocol::code;
 use tether_core::{ClientRoute, SessionId};
 
 use crate::host::Host;
@@ -82,7 +83,7 @@ impl<'h> Client<'h> {
                 if let Some(request_id) = message.get("id") {
                     // The gateway only asks clients for what they declared; this one declared nothing.
                     let answer = json!({"jsonrpc": "2.0", "id": request_id,
-                        "error": {"code": -32601, "message": "not supported by this client"}});
+                        "error": {"code": code::METHOD_NOT_FOUND, "message": "not supported by this client"}});
                     self.host.send(self.session, answer.to_string());
                 } else {
                     self.notifications.push(message);

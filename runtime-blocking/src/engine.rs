@@ -17,14 +17,13 @@ use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use tether_core::{Action, BackendStatus, ClientRoute, Event, Gateway, Input, ServerName, SessionId};
 use tether_host::backlog::Backlog;
 use tether_host::clock::Clock;
 use tether_host::http_backend::{HttpBackend, HttpTarget, InputSink, Spawner};
+use tether_host::lifecycle::{stop_blocking, sweep, Ladder};
 use tether_host::logging::log_event;
-use tether_host::process_tree::Signal;
 use tether_host::recorder::Recorder;
 
 use crate::stdio_backend::{start_process, Launch, Started, StdioBackend};
@@ -36,10 +35,6 @@ pub type ClientSink = Box<dyn FnMut(String, &ClientRoute) + Send>;
 /// Called with every event the core emits, with the engine locked, on whichever
 /// thread fed the input: keep it short, never call back into the host.
 pub type EventSink = Box<dyn FnMut(&Event) + Send>;
-
-/// Grace period after closing a backend's stdin before SIGTERM, and after
-/// SIGTERM before SIGKILL.
-const GRACE: Duration = Duration::from_millis(1500);
 
 thread_local! {
     /// This thread holds the engine lock (inputs it raises are queued).
@@ -265,17 +260,8 @@ impl Engine {
                 Connection::Http(b) => b.close(),
             }
         }
-        for signal in [None, Some(Signal::Terminate), Some(Signal::Kill)] {
-            if let Some(signal) = signal {
-                processes.iter().for_each(|b| b.signal(signal));
-            }
-            if wait_for_exit(&processes, Duration::from_secs(1)) {
-                break;
-            }
-        }
-        // What exited processes left running, and what escaped their trees.
-        processes.iter().for_each(|b| b.signal(Signal::Kill));
-        tether_host::process_tree::kill_adopted_leftovers();
+        stop_blocking(&mut processes, Ladder::shutdown());
+        sweep(&processes);
         for b in processes {
             if b.has_exited() {
                 b.join();
@@ -307,7 +293,6 @@ impl State {
     }
 
     fn execute(&mut self, action: Action, engine: &Arc<Engine>) {
-        let max_frame = self.gw.config().limits.max_frame_bytes as usize;
         match action {
             Action::SendToBackend { server, generation, frame, request, headers } => {
                 match self.connections.get_mut(&server) {
@@ -321,19 +306,11 @@ impl State {
                     sink(frame, &route);
                 }
             }
-            Action::Spawn { server, generation, command, args, env, cwd } => {
-                self.close_connection(&server);
-                let launch = Launch {
-                    server: &server,
-                    generation,
-                    command: &command,
-                    args: &args,
-                    env: &env,
-                    cwd: cwd.as_deref(),
-                    max_frame,
-                    redactor: self.gw.redactor().clone(),
-                };
+            spawn @ Action::Spawn { .. } => {
+                let launch = Launch::from_action(&spawn, &self.gw).expect("a spawn action");
+                self.close_connection(launch.server);
                 let started = engine.start_process(&launch);
+                let (server, generation) = (launch.server.clone(), launch.generation);
                 if let Some(b) = StdioBackend::attach(launch, started, &InputSender(engine.clone())) {
                     self.connections.insert(server, (generation, Connection::Stdio(b)));
                 }
@@ -400,13 +377,9 @@ impl State {
             Some((_, Connection::Stdio(mut b))) => {
                 b.close_stdin();
                 let retire = move || {
-                    for signal in [Signal::Terminate, Signal::Kill] {
-                        if wait_for_exit(std::slice::from_ref(&b), GRACE) {
-                            break;
-                        }
-                        b.signal(signal);
-                    }
-                    if wait_for_exit(std::slice::from_ref(&b), GRACE) {
+                    let mut retiring = [b];
+                    if stop_blocking(&mut retiring, Ladder::retire()) {
+                        let [b] = retiring;
                         b.join();
                     }
                 };
@@ -424,19 +397,5 @@ impl State {
 fn spawn_loop(requests: Receiver<SpawnRequest>) {
     while let Ok((job, reply)) = requests.recv() {
         let _ = reply.send(job());
-    }
-}
-
-/// Waits until every process has exited, at most `limit`; whether they all did.
-fn wait_for_exit(processes: &[StdioBackend], limit: Duration) -> bool {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if processes.iter().all(StdioBackend::has_exited) {
-            return true;
-        }
-        if std::time::Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }

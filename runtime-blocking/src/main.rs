@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tether_blocking::{Host, LineReader, PipeWriter};
 use tether_host::flags::{config_path, load_config, PolicyFlags};
 
@@ -136,24 +136,16 @@ fn serve(cli: &Cli) -> Result<(), String> {
 
     let path = config_path(cli.config.as_deref());
     let (handle, flags) = (host.handle(), cli.policy.clone());
-    let mut signals =
-        signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP]).map_err(|e| e.to_string())?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|e| e.to_string())?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             for signal in signals.forever() {
-                if signal != libc::SIGHUP {
+                if signal == SIGHUP {
+                    tether_host::reload::reload_config(path.as_deref(), &flags, |input| handle.input(input));
+                } else {
                     handle.close(session);
                     let _ = stop.send(Stop::Signal(signal));
-                    continue;
-                }
-                let Some(path) = &path else { continue };
-                match load_config(Some(path), &flags) {
-                    Ok(config) => {
-                        tracing::info!("reloading {}", path.display());
-                        handle.reload(config);
-                    }
-                    Err(e) => tracing::error!("reload failed, keeping the running config: {e}"),
                 }
             }
         })
@@ -165,7 +157,7 @@ fn serve(cli: &Cli) -> Result<(), String> {
     }
     host.shutdown();
     if let Some(w) = writer.lock().expect("stdout writer").take() {
-        w.close_within(Duration::from_millis(500));
+        w.close_within(tether_host::lifecycle::CLIENT_FLUSH);
     }
     Ok(())
 }

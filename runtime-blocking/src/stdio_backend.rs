@@ -18,34 +18,22 @@
 //! [`STDOUT_CLOSED_GRACE`] to exit, then its tree is killed and the connection
 //! reported as failed.
 
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tether_core::{Failure, Input, ServerName};
+use tether_host::lifecycle::{
+    Stoppable, KILLED_EXIT_WAIT, STDERR_DRAIN, STDIN_LIMIT, STDOUT_CLOSED_GRACE, STDOUT_DRAIN,
+};
 use tether_host::logging::StderrLog;
-use tether_host::process_tree::{self, Lineage, ProcessTree, Signal};
+use tether_host::process_tree::{Lineage, ProcessTree, Signal};
 
 use crate::line_reader::LineReader;
 use crate::pipe_writer::PipeWriter;
 use crate::InputSender;
-
-/// How long an exit report waits for the rest of the process's stderr.
-const STDERR_DRAIN: Duration = Duration::from_millis(500);
-
-/// How long an exit report waits for the rest of the process's stdout (frames it
-/// wrote before exiting are reported before the exit).
-const STDOUT_DRAIN: Duration = Duration::from_secs(2);
-
-/// How long a process whose stdout closed may keep running before it is taken
-/// for a lost connection (it may be exiting).
-pub const STDOUT_CLOSED_GRACE: Duration = Duration::from_secs(1);
-
-/// How many bytes may wait for one backend's stdin before the backend is taken
-/// for one that stopped reading.
-pub const STDIN_LIMIT: usize = 16 * 1024 * 1024;
 
 pub use tether_host::launch::Launch;
 
@@ -70,10 +58,8 @@ pub type Started = (Child, Lineage);
 ///
 /// Call it on a thread that lives as long as the host: on Linux the child's
 /// parent-death signal fires when the *thread* that forked it exits.
-pub fn start_process(mut cmd: std::process::Command, lineage: Lineage) -> std::io::Result<Started> {
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = process_tree::spawn_owned(|| cmd.spawn(), Child::id)?;
-    Ok((child, lineage))
+pub fn start_process(cmd: std::process::Command, lineage: Lineage) -> std::io::Result<Started> {
+    Ok((tether_host::launch::spawn_piped(cmd)?, lineage))
 }
 
 /// How the streams and the process of one backend ended, as far as known.
@@ -186,7 +172,7 @@ impl StdioBackend {
             // Stdout closed and the process kept running: it cannot answer any more.
             tracing::warn!(server = %name, generation, "stdout closed but the process kept running: killing it");
             stdout_tree.signal(Signal::Kill);
-            stdout_ends.wait(Duration::from_secs(5), |e| e.exit.is_some());
+            stdout_ends.wait(KILLED_EXIT_WAIT, |e| e.exit.is_some());
             stdout_exited.store(true, Ordering::SeqCst);
             let failure = Failure::Other { message: "the process closed its stdout and kept running".into() };
             to_core.send(Input::BackendFailed { server: name, generation, request: None, failure });
@@ -277,6 +263,20 @@ impl StdioBackend {
         if let Some(waiter) = self.waiter.take() {
             let _ = waiter.join();
         }
+    }
+}
+
+impl Stoppable for StdioBackend {
+    fn close_stdin(&mut self) {
+        StdioBackend::close_stdin(self);
+    }
+
+    fn signal(&self, signal: Signal) {
+        StdioBackend::signal(self, signal);
+    }
+
+    fn has_exited(&self) -> bool {
+        StdioBackend::has_exited(self)
     }
 }
 

@@ -106,7 +106,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
         drop(host);
         if let Some(writer) = writer {
             let _ = futures_lite::future::or(writer, async {
-                async_io::Timer::after(std::time::Duration::from_millis(500)).await;
+                async_io::Timer::after(tether_host::lifecycle::CLIENT_FLUSH).await;
             })
             .await;
         }
@@ -171,15 +171,10 @@ async fn handle_signals(
     while let Some(Ok(signal)) = signals.next().await {
         match signal {
             async_signal::Signal::Hup => {
-                let Some(path) = &path else { continue };
-                // The same flags apply to the reloaded file, and it is validated first.
-                match tether_host::flags::load_config(Some(path), &flags) {
-                    Ok(config) => {
-                        tracing::info!("reloading {}", path.display());
-                        let _ = inputs.send(Input::ConfigReloaded { config }).await;
-                    }
-                    Err(e) => tracing::error!("reload failed, keeping the running config: {e}"),
-                }
+                // The inputs channel is unbounded: the reload is queued at once.
+                tether_host::reload::reload_config(path.as_deref(), &flags, |input| {
+                    let _ = inputs.try_send(input);
+                });
             }
             _ => {
                 tracing::info!("signal {signal:?}: shutting down");

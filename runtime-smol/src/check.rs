@@ -11,14 +11,16 @@ use crate::app;
 use crate::cli::Cli;
 use crate::host::Report;
 
-/// Statuses that mean "still starting".
-fn starting(status: Status) -> bool {
-    matches!(status, Status::Provisioning | Status::Connecting | Status::DiscoveringTools | Status::Restarting)
-}
-
 /// Runs the check.
 pub fn run(cli: &Cli) -> Result<ExitCode, String> {
     let mut config = app::load_config(cli)?;
+    if config.servers.values().all(|s| s.disabled) {
+        let file = cli.config.as_ref().map_or_else(|| "the configuration".into(), |p| p.display().to_string());
+        let what = if config.servers.is_empty() { "no servers" } else { "only disabled servers" };
+        return Err(format!(
+            "{file} has {what}: nothing to check (servers go under \"mcpServers\", each with a \"command\" or a \"url\")"
+        ));
+    }
     for server in config.servers.values_mut() {
         server.lazy = false;
     }
@@ -49,7 +51,7 @@ pub fn run(cli: &Cli) -> Result<ExitCode, String> {
                 }
             }
             for status in gw.statuses() {
-                if !starting(status.status) && !config.servers[&status.server].disabled {
+                if !status.status.is_starting() && !config.servers[&status.server].disabled {
                     settled.entry(status.server.clone()).or_insert(status);
                 }
             }

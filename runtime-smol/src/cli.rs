@@ -90,9 +90,12 @@ pub enum Command {
     /// A self-contained tour with built-in mock backends: discovery, a crash and
     /// restart, a crash loop, a breaker trip, an HTTP backend going down and back.
     Demo,
-    /// Run the built-in mock MCP backend (used by the demo and tests).
+    /// Run the built-in mock MCP backend over stdio (the demo's backends).
+    ///
+    /// Without `--http`: the binary's one HTTP server is `serve --listen`, which
+    /// the demo puts in front of a stdio mock for its HTTP backend.
     #[command(hide = true)]
-    MockBackend(crate::mock_backend::MockOptions),
+    MockBackend(tether_mock::MockOptions),
 }
 
 /// `tether auth ...`.

@@ -3,8 +3,12 @@
 //! and a scripted client shows discovery, a call, a crash and restart, a crash
 //! loop ending in `permanently_failed`, a breaker trip and recovery, and an HTTP
 //! backend going down and coming back.
+//!
+//! The HTTP backend is a second tether, `tether serve --listen`, serving a stdio
+//! mock: the binary has one HTTP server, its own, and the mock none.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::{Child, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -22,7 +26,7 @@ pub fn run() -> Result<ExitCode, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
     let exe = exe.to_string_lossy().to_string();
     let port = free_port()?;
-    let mut web = WebMock::start(&exe, port)?;
+    let mut web = WebBackend::start(&exe, port)?;
     let config = demo_config(&exe, port);
     let mut host = Host::new(config, 7).map_err(|e| e.to_string())?;
     let reports = host.reports();
@@ -139,7 +143,7 @@ impl Script {
         println!("━━ {title}");
     }
 
-    async fn play(&mut self, web: &mut WebMock) -> Result<(), String> {
+    async fn play(&mut self, web: &mut WebBackend) -> Result<(), String> {
         self.step("1. Discovery: four backends start; tether lists their tools as one server");
         self.request("initialize", json!({"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"demo","version":"1"}})).await?;
         self.notify("notifications/initialized").await;
@@ -284,50 +288,75 @@ impl Script {
     }
 }
 
-/// The HTTP mock, a child process we stop and start to simulate an outage.
-struct WebMock {
+/// The HTTP backend, a child process we stop and start to simulate an outage: a
+/// second tether serving Streamable HTTP on the port (`serve --listen`), in front
+/// of one stdio mock named `web` whose tools it serves unprefixed.
+struct WebBackend {
     exe: String,
     port: u16,
+    /// The child's configuration file, removed on drop.
+    config: PathBuf,
     child: Option<Child>,
 }
 
-impl WebMock {
-    fn start(exe: &str, port: u16) -> Result<WebMock, String> {
-        let mut w = WebMock { exe: exe.to_string(), port, child: None };
+impl WebBackend {
+    fn start(exe: &str, port: u16) -> Result<WebBackend, String> {
+        let config = std::env::temp_dir().join(format!("tether-demo-web-{}.json", std::process::id()));
+        let entry = json!({"command": exe, "args": ["mock-backend", "--name", "web"], "tether": {"prefixed": false}});
+        let text = json!({"tether": {"client_events": false}, "mcpServers": {"web": entry}});
+        std::fs::write(&config, text.to_string())
+            .map_err(|e| format!("cannot write the HTTP backend's config {}: {e}", config.display()))?;
+        let mut w = WebBackend { exe: exe.to_string(), port, config, child: None };
         w.restart()?;
         Ok(w)
     }
 
+    /// Starts the child and waits until it is ready (`/readyz`: its mock is online).
     fn restart(&mut self) -> Result<(), String> {
-        let child = std::process::Command::new(&self.exe)
-            .args(["mock-backend", "--name", "web", "--http", &format!("127.0.0.1:{}", self.port)])
+        let mut command = std::process::Command::new(&self.exe);
+        command
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--log-level", "error", "serve", "--listen", &format!("127.0.0.1:{}", self.port)])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start the HTTP mock: {e}"))?;
+            .stderr(std::process::Stdio::null());
+        // Our own settings (a TETHER_AUTH_TOKEN, a TETHER_CONFIG) are not the child's.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("TETHER_") {
+                command.env_remove(name);
+            }
+        }
+        let child = command.spawn().map_err(|e| format!("cannot start the HTTP backend: {e}"))?;
         self.child = Some(child);
+        let ready = format!("http://127.0.0.1:{}/readyz", self.port);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while ureq::get(&ready).timeout(Duration::from_secs(1)).call().is_err() {
             if Instant::now() > deadline {
-                return Err("the HTTP mock did not start listening".into());
+                return Err("the HTTP backend did not become ready".into());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())
     }
 
+    /// Stops the child, gently first so that it stops its mock too.
     fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        let Some(mut child) = self.child.take() else { return };
+        tether_host::platform::signal_process(child.id(), tether_host::platform::Signal::Terminate);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
         }
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
-impl Drop for WebMock {
+impl Drop for WebBackend {
     fn drop(&mut self) {
         self.stop();
+        let _ = std::fs::remove_file(&self.config);
     }
 }
 

@@ -4,16 +4,16 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_channel::{Receiver, Sender};
 use futures_lite::future;
 use tether_core::{Action, Config, Event, Gateway, Input, Instant, SessionId};
 
 use crate::http_server::HttpServer;
-use crate::status::{self, EventLog, Query};
-use crate::stdio_backend::{Launch, StdioBackend};
+use crate::status::{self, EventLog, Query, StatusHandle};
+use crate::stdio_backend::{stop, Launch, StdioBackend};
 use tether_host::http_backend::{HttpBackend, HttpTarget, InputSink, Spawner};
+use tether_host::lifecycle::{sweep, Ladder};
 use tether_host::logging::log_event;
 use tether_host::recorder::Recorder;
 
@@ -65,16 +65,6 @@ pub struct Host {
     events: Arc<EventLog>,
     /// Remote backends' OAuth credentials.
     credentials: tether_host::credentials::Credentials,
-}
-
-/// What the status endpoints need from the host: a way to ask it questions and
-/// the event log it keeps.
-#[derive(Clone)]
-pub struct StatusHandle {
-    /// Answered by the host loop between inputs.
-    pub queries: Sender<Query>,
-    /// Every event the core emitted, the last ones kept.
-    pub events: Arc<EventLog>,
 }
 
 impl Host {
@@ -257,21 +247,11 @@ impl Host {
     }
 
     fn execute(&mut self, action: Action) {
-        let limits = &self.gw.config().limits;
-        let max_frame = limits.max_frame_bytes as usize;
         match action {
-            Action::Spawn { server, generation, command, args, env, cwd } => {
-                self.close_connection(&server);
-                let launch = Launch {
-                    server: &server,
-                    generation,
-                    command: &command,
-                    args: &args,
-                    env: &env,
-                    cwd: cwd.as_deref(),
-                    max_frame,
-                    redactor: self.gw.redactor().clone(),
-                };
+            spawn @ Action::Spawn { .. } => {
+                let launch = Launch::from_action(&spawn, &self.gw).expect("a spawn action");
+                self.close_connection(launch.server);
+                let (server, generation) = (launch.server.clone(), launch.generation);
                 if let Some(b) = StdioBackend::spawn(launch, self.inputs.clone(), self.outflow.clone()) {
                     self.connections.insert(server, (generation, Connection::Stdio(b)));
                 }
@@ -370,20 +350,7 @@ impl Host {
                 Connection::Http(b) => b.close(),
             }
         }
-        use tether_host::process_tree::{kill_adopted_leftovers, Signal};
-        'stop: for signal in [None, Some(Signal::Terminate), Some(Signal::Kill)] {
-            if let Some(signal) = signal {
-                processes.iter().for_each(|b| b.signal(signal));
-            }
-            for _ in 0..20 {
-                if processes.iter().all(StdioBackend::has_exited) {
-                    break 'stop;
-                }
-                async_io::Timer::after(Duration::from_millis(50)).await;
-            }
-        }
-        // What exited processes left running, and what escaped their trees.
-        processes.iter().for_each(|b| b.signal(Signal::Kill));
-        kill_adopted_leftovers();
+        stop(&mut processes, Ladder::shutdown()).await;
+        sweep(&processes);
     }
 }

@@ -11,7 +11,6 @@ pub mod demo;
 pub mod host;
 pub mod http_server;
 pub mod line_reader;
-pub mod mock_backend;
 pub mod status;
 pub mod status_cli;
 pub mod stdio_backend;

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         Some(Command::Replay { ref trace, json }) => app::replay(trace, json),
         Some(Command::Demo) => tether_smol::demo::run(),
         Some(Command::MockBackend(ref opts)) => {
-            tether_smol::mock_backend::run(opts.clone()).map(|_| ExitCode::SUCCESS).map_err(|e| e.to_string())
+            tether_mock::run(opts.clone()).map(|_| ExitCode::SUCCESS).map_err(|e| e.to_string())
         }
     };
     match result {

@@ -40,6 +40,17 @@ pub enum Query {
     Admin(AdminCommand, Sender<Result<(), String>>),
 }
 
+/// What the status endpoints need from the host: a way to ask it questions and
+/// the event log it keeps. The host hands it to the HTTP server, so the server
+/// never depends on the host.
+#[derive(Clone)]
+pub struct StatusHandle {
+    /// Answered by the host loop between inputs.
+    pub queries: Sender<Query>,
+    /// Every event the core emitted, the last ones kept.
+    pub events: std::sync::Arc<EventLog>,
+}
+
 /// The event log `/events` serves: the last events with their sequence
 /// numbers, and the streams waiting for new ones (each bounded in bytes).
 #[derive(Default)]

@@ -28,26 +28,15 @@ use async_channel::{Receiver, Sender};
 use futures_lite::{future, AsyncWriteExt};
 use tether_core::{Failure, Input, ServerName};
 use tether_host::backlog::Backlog;
+use tether_host::lifecycle::{
+    Ladder, Step, Stoppable, KILLED_EXIT_WAIT, STDERR_DRAIN, STDIN_LIMIT, STDOUT_CLOSED_GRACE, STDOUT_DRAIN,
+};
 use tether_host::logging::StderrLog;
 use tether_host::process_tree::{self, ProcessTree, Signal};
 
 use crate::line_reader::LineReader;
 
 pub use tether_host::launch::Launch;
-
-/// Grace period after closing stdin before SIGTERM, and after SIGTERM before SIGKILL.
-const GRACE: Duration = Duration::from_millis(1500);
-
-/// How long an exit report waits for the rest of the process's stderr.
-const STDERR_DRAIN: Duration = Duration::from_millis(500);
-
-/// How long an exit report waits for the rest of the process's stdout (frames it
-/// wrote before exiting are reported before the exit).
-const STDOUT_DRAIN: Duration = Duration::from_secs(2);
-
-/// How long a process whose stdout closed may keep running before it is taken
-/// for a lost connection (it may be exiting).
-pub const STDOUT_CLOSED_GRACE: Duration = Duration::from_secs(1);
 
 /// How many bytes of one backend's frames may wait in the engine's input queue.
 pub const UNREAD_LIMIT: usize = 1024 * 1024;
@@ -61,10 +50,6 @@ const FRAME_COST_FLOOR: usize = 4096;
 fn frame_cost(len: usize) -> usize {
     len.max(FRAME_COST_FLOOR)
 }
-
-/// How many bytes of frames may wait for one backend's stdin before the backend
-/// is taken for one that stopped reading.
-pub const STDIN_LIMIT: usize = 16 * 1024 * 1024;
 
 /// A running stdio backend process.
 pub struct StdioBackend {
@@ -211,20 +196,14 @@ impl StdioBackend {
         self.unread.sub(frame_cost(bytes));
     }
 
-    /// Closes stdin, then signals the whole process tree until the process is gone.
+    /// Closes stdin, then signals the whole process tree until the process is
+    /// gone (the kill ladder, [`Ladder::retire`]).
     pub fn close(self) {
         self.frames.close();
         // Nothing read from now on is wanted: the reader discards it.
         self.unread.close();
-        let (tree, exited) = (self.tree.clone(), self.exited.clone());
         smol::spawn(async move {
-            for signal in [Signal::Terminate, Signal::Kill] {
-                async_io::Timer::after(GRACE).await;
-                if exited.load(Ordering::SeqCst) {
-                    return;
-                }
-                tree.signal(signal);
-            }
+            stop(&mut [self], Ladder::retire()).await;
         })
         .detach();
     }
@@ -243,6 +222,35 @@ impl StdioBackend {
     /// Whether the process has exited and been reaped.
     pub fn has_exited(&self) -> bool {
         self.exited.load(Ordering::SeqCst)
+    }
+}
+
+impl Stoppable for StdioBackend {
+    fn close_stdin(&mut self) {
+        StdioBackend::close_stdin(self);
+    }
+
+    fn signal(&self, signal: Signal) {
+        StdioBackend::signal(self, signal);
+    }
+
+    fn has_exited(&self) -> bool {
+        StdioBackend::has_exited(self)
+    }
+}
+
+/// Climbs `ladder` for `processes` without blocking the executor; whether they
+/// all exited.
+pub async fn stop<P: Stoppable>(processes: &mut [P], mut ladder: Ladder) -> bool {
+    loop {
+        let exited = processes.iter().all(P::has_exited);
+        match ladder.poll(exited, std::time::Instant::now()) {
+            Step::Apply(rung) => processes.iter_mut().for_each(|p| rung.apply(p)),
+            Step::Wait(wait) => {
+                async_io::Timer::after(wait).await;
+            }
+            Step::Done(exited) => return exited,
+        }
     }
 }
 
@@ -304,7 +312,7 @@ impl Watch {
         let (server, generation) = (self.server, self.generation);
         tracing::warn!(server = %server, generation, "stdout closed but the process kept running: killing it");
         self.tree.signal(Signal::Kill);
-        let _ = within(Duration::from_secs(5), self.exit.recv()).await;
+        let _ = within(KILLED_EXIT_WAIT, self.exit.recv()).await;
         self.exited.store(true, Ordering::SeqCst);
         let failure = Failure::Other { message: "the process closed its stdout and kept running".into() };
         let _ = self.inputs.send(Input::BackendFailed { server, generation, request: None, failure }).await;

@@ -191,6 +191,24 @@ fn a_config_syntax_error_names_file_line_and_column() {
     assert!(out.stdout.is_empty(), "stdout must stay clean: {}", text(&out.stdout));
 }
 
+#[test]
+fn check_refuses_a_config_without_servers_and_lists_every_misplaced_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write_config(dir.path(), &json!({"mcpServers": {}}));
+    let out = run(&["--config", &empty, "check"], Duration::from_secs(30));
+    assert!(!out.status.success(), "check passed with nothing to check");
+    assert!(text(&out.stderr).contains("has no servers: nothing to check"), "{}", text(&out.stderr));
+    let path = dir.path().join("misplaced.json");
+    let config = json!({"mcpServers": {"fs": {"command": "x", "vital": true, "lazzy": true}}, "separator": "."});
+    std::fs::write(&path, config.to_string()).unwrap();
+    let out = run(&["--config", path.to_str().unwrap(), "check"], Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    for expected in ["mcpServers.fs.vital", "mcpServers.fs.tether.vital", "did you mean \"lazy\"", "tether.separator"] {
+        assert!(stderr.contains(expected), "{expected:?} missing from: {stderr}");
+    }
+}
+
 /// Whatever happens (backend stderr noise, backend logs, crashes, garbage from the
 /// client), tether's stdout carries only JSON-RPC messages, one per line.
 #[test]

@@ -6,11 +6,10 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// JSON-RPC "parse error": not JSON.
-pub(super) const PARSE_ERROR: i64 = -32700;
-/// JSON-RPC "invalid request": JSON, but not one JSON-RPC message.
-pub(super) const INVALID_REQUEST: i64 = -32600;
-/// Implementation-defined server error, for HTTP-level refusals.
+pub(super) use tether_core::protocol::code::{INVALID_REQUEST, PARSE_ERROR};
+
+/// Implementation-defined server error, for HTTP-level refusals (too many
+/// connections, a bad header): the transport's own, the engine never sends it.
 pub(super) const TRANSPORT_ERROR: i64 = -32000;
 
 /// The kinds of message a POST may carry.

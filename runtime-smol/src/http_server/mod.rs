@@ -221,7 +221,7 @@ struct Shared {
     stop: async_channel::Sender<()>,
     stop_rx: async_channel::Receiver<()>,
     /// The host's status queries and event log, once [`HttpServer::serve_status`] ran.
-    status: std::sync::OnceLock<crate::host::StatusHandle>,
+    status: std::sync::OnceLock<crate::status::StatusHandle>,
 }
 
 impl Shared {
@@ -275,7 +275,7 @@ impl HttpServer {
 
     /// Also serves the status endpoints (`/status`, `/metrics`, `/events`, ...)
     /// and the status page, answered by the host behind `handle`.
-    pub fn serve_status(&self, handle: crate::host::StatusHandle) {
+    pub fn serve_status(&self, handle: crate::status::StatusHandle) {
         let _ = self.shared.status.set(handle);
     }
 

@@ -16,8 +16,7 @@ use super::guards::{self, JSON};
 use super::listener::Connection;
 use super::reply::{self, Body};
 use super::Shared;
-use crate::host::StatusHandle;
-use crate::status::Query;
+use crate::status::{Query, StatusHandle};
 
 /// The status page: one file, no external assets.
 const PAGE: &str = include_str!("../status_page/index.html");

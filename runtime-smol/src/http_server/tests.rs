@@ -972,7 +972,7 @@ fn a_post_stream_client_that_does_not_read_is_disconnected() {
 }
 
 /// A status handle whose host answers every admin action with `Ok`.
-fn status_handle() -> (crate::host::StatusHandle, Arc<crate::status::EventLog>) {
+fn status_handle() -> (crate::status::StatusHandle, Arc<crate::status::EventLog>) {
     let (queries, rx) = async_channel::unbounded();
     smol::spawn(async move {
         while let Ok(query) = rx.recv().await {
@@ -989,7 +989,7 @@ fn status_handle() -> (crate::host::StatusHandle, Arc<crate::status::EventLog>) 
     })
     .detach();
     let events = Arc::new(crate::status::EventLog::default());
-    (crate::host::StatusHandle { queries, events: events.clone() }, events)
+    (crate::status::StatusHandle { queries, events: events.clone() }, events)
 }
 
 #[test]

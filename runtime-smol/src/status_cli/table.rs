@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 use serde_json::Value;
+use tether_core::Status;
 
 /// `/status` as tether sends it (fields it lacks read as empty: an older or newer
 /// tether still shows what it has).
@@ -43,7 +44,7 @@ pub struct Backend {
     /// `stdio`, `http` or `sse`.
     pub transport: String,
     /// Lifecycle status (`online`, `restarting`, `error`, …).
-    pub status: String,
+    pub status: StatusText,
     /// `closed`, `open` or `half_open`.
     pub breaker: String,
     /// Reconnect attempts since the last success.
@@ -82,6 +83,42 @@ pub struct Calls {
     pub failed: u64,
 }
 
+/// A backend's status as `/status` sent it: the core's [`Status`] when this
+/// tether knows the name, the text as sent otherwise (a newer tether's status is
+/// still shown, uncoloured).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum StatusText {
+    /// A status this tether knows.
+    Known(Status),
+    /// Any other text.
+    Unknown(String),
+}
+
+impl Default for StatusText {
+    fn default() -> Self {
+        StatusText::Unknown(String::new())
+    }
+}
+
+impl StatusText {
+    /// The status, when known.
+    pub fn known(&self) -> Option<Status> {
+        match self {
+            StatusText::Known(status) => Some(*status),
+            StatusText::Unknown(_) => None,
+        }
+    }
+
+    /// The name as sent.
+    pub fn as_str(&self) -> &str {
+        match self {
+            StatusText::Known(status) => status.as_str(),
+            StatusText::Unknown(text) => text,
+        }
+    }
+}
+
 impl Report {
     /// Parses a `/status` body; `Err` says why it is not one.
     pub fn parse(body: &str) -> Result<Report, String> {
@@ -95,7 +132,7 @@ impl Report {
     /// Whether every backend is serving: online, or dormant (idle, started again
     /// on the next call). This is `tether status`'s exit code 0.
     pub fn all_online(&self) -> bool {
-        self.backends.iter().all(|b| matches!(b.status.as_str(), "online" | "dormant"))
+        self.backends.iter().all(|b| b.status.known().is_some_and(Status::is_serving))
     }
 }
 
@@ -109,11 +146,12 @@ enum Tone {
 }
 
 impl Tone {
-    fn of_status(status: &str) -> Tone {
-        match status {
-            "online" => Tone::Good,
-            "connecting" | "restarting" | "discovering_tools" | "provisioning" | "dormant" => Tone::Waiting,
-            "offline" | "error" | "permanently_failed" | "requires_reauth" | "disconnected" => Tone::Bad,
+    fn of_status(status: &StatusText) -> Tone {
+        match status.known() {
+            Some(Status::Online) => Tone::Good,
+            // Dormant serves, but is started again by the next call: shown as waiting.
+            Some(s) if s.is_starting() || s == Status::Dormant => Tone::Waiting,
+            Some(s) if s.is_down() => Tone::Bad,
             _ => Tone::Plain,
         }
     }
@@ -182,7 +220,7 @@ const GAP: &str = "  ";
 pub fn render(report: &Report, view: &View) -> String {
     let t = &report.tether;
     let mut out = String::new();
-    let online = report.backends.iter().filter(|b| b.status == "online").count();
+    let online = report.backends.iter().filter(|b| b.status.known() == Some(Status::Online)).count();
     let _ = writeln!(
         out,
         "tether {} at {}  up {}  sessions {}  in flight {}  mode {}  backends {online}/{} online",
@@ -271,7 +309,7 @@ impl Row {
         let cells = vec![
             clean(&b.server),
             clean(&b.transport),
-            clean(&b.status),
+            clean(b.status.as_str()),
             clean(&b.breaker),
             retry,
             clean(&b.health),
@@ -547,6 +585,18 @@ mod tests {
             assert!(!one(status).all_online(), "{status}");
         }
         assert!(Report::parse(r#"{"tether":{},"backends":[]}"#).unwrap().all_online());
+    }
+
+    #[test]
+    fn a_status_this_tether_does_not_know_is_shown_as_sent_and_uncoloured() {
+        let report = Report::parse(r#"{"tether":{},"backends":[{"server":"a","status":"hibernating"}]}"#).unwrap();
+        let status = &report.backends[0].status;
+        assert_eq!((status.known(), status.as_str()), (None, "hibernating"));
+        assert_eq!(Tone::of_status(status), Tone::Plain);
+        assert!(!report.all_online());
+        let known = Report::parse(r#"{"tether":{},"backends":[{"server":"a","status":"requires_reauth"}]}"#).unwrap();
+        assert_eq!(known.backends[0].status.known(), Some(Status::RequiresReauth));
+        assert_eq!(Tone::of_status(&known.backends[0].status), Tone::Bad);
     }
 
     #[test]
