@@ -277,7 +277,7 @@ impl Gateway {
             protocol::CLIENT_INFO
         );
         let kind = CallKind::Initialize { may_probe };
-        self.calls.insert(id, Call { server: name, generation, deadline: None, kind });
+        self.router.calls.insert(id, Call { server: name, generation, deadline: None, kind });
         self.to_backend(server, protocol::request(id, "initialize", Some(&params)), Some(id));
     }
 
@@ -295,7 +295,7 @@ impl Gateway {
             (unknown && b.config.transport.is_stdio()).then(|| now + Self::duration(b.sup.policy().probe_timeout_ms));
         let id = self.alloc_id();
         let kind = CallKind::Probe { may_initialize };
-        self.calls.insert(id, Call { server: name, generation, deadline, kind });
+        self.router.calls.insert(id, Call { server: name, generation, deadline, kind });
         let params = protocol::params_with_meta(None, &protocol::stateless_meta_members("{}"));
         self.to_backend(server, protocol::request(id, "server/discover", Some(&params)), Some(id));
     }
@@ -361,14 +361,14 @@ impl Gateway {
     /// A response or error for request `call_id`.
     fn backend_answer(&mut self, server: &str, call_id: u64, answer: Result<&str, &str>) {
         let generation = self.backends[server].sup.generation();
-        match self.calls.get(&call_id) {
+        match self.router.calls.get(&call_id) {
             Some(c) if &*c.server == server && c.generation == generation => {}
             // Ours, but over: an answer after a cancel or timeout, which the
             // spec allows to cross the cancellation. Dropped without a word.
-            _ if call_id < self.next_request_id => return,
+            _ if call_id < self.router.next_request_id => return,
             _ => return self.unknown_response(server, &call_id.to_string()),
         }
-        let Some(call) = self.calls.remove(&call_id) else { return };
+        let Some(call) = self.router.calls.remove(&call_id) else { return };
         self.stream_answered(server, call_id);
         match call.kind {
             CallKind::Initialize { may_probe } => self.handshake_answer(server, answer, may_probe),
@@ -513,6 +513,7 @@ impl Gateway {
         if announces("resources", "subscribe") {
             let catalog = &self.catalog;
             let uris: Vec<Value> = self
+                .sessions
                 .subscriptions
                 .keys()
                 .filter_map(|u| {
@@ -530,7 +531,9 @@ impl Gateway {
         let b = self.backends.get_mut(server).expect("live");
         b.listen = Some(id);
         let generation = b.sup.generation();
-        self.calls.insert(id, Call { server: self.name(server), generation, deadline: None, kind: CallKind::Listen });
+        self.router
+            .calls
+            .insert(id, Call { server: self.name(server), generation, deadline: None, kind: CallKind::Listen });
         let params = serde_json::json!({ "notifications": filter }).to_string();
         let frame = self.backend_request_frame(server, id, "subscriptions/listen", Some(&params));
         self.to_backend(server, frame, Some(id));
@@ -541,7 +544,7 @@ impl Gateway {
     pub(super) fn relisten(&mut self, server: &str) {
         let Some(b) = self.backends.get_mut(server) else { return };
         if let Some(id) = b.listen.take() {
-            self.calls.remove(&id);
+            self.router.calls.remove(&id);
             let params = format!(r#"{{"requestId":{id}}}"#);
             self.to_backend(server, protocol::notification("notifications/cancelled", Some(&params)), None);
         }
@@ -590,7 +593,7 @@ impl Gateway {
             d.outstanding += 1;
         }
         let params = cursor.map(|c| format!(r#"{{"cursor":{}}}"#, protocol::quote(c)));
-        self.calls.insert(
+        self.router.calls.insert(
             id,
             Call { server: self.name(server), generation, deadline, kind: CallKind::Discover { kind, pages } },
         );
@@ -749,7 +752,7 @@ impl Gateway {
         let Some(mut p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
         let Some(token) = p.get("progressToken").and_then(Value::as_u64) else { return };
         let now = self.now;
-        let Some(call) = self.calls.get_mut(&token) else { return };
+        let Some(call) = self.router.calls.get_mut(&token) else { return };
         if &*call.server != server {
             return;
         }
@@ -788,7 +791,7 @@ impl Gateway {
         };
         p.insert("logger".into(), Value::String(logger));
         let params = serde_json::to_string(&p).unwrap_or_default();
-        let ready: Vec<_> = self.sessions.iter().filter(|(_, s)| s.ready).map(|(id, _)| *id).collect();
+        let ready: Vec<_> = self.sessions.open.iter().filter(|(_, s)| s.ready).map(|(id, _)| *id).collect();
         for session in ready {
             // Logged while this session has a call on the backend: most likely about that call.
             let related = self.latest_call(server, Some(session)).map(|(_, id)| id);
@@ -799,7 +802,7 @@ impl Gateway {
         // latest call of each that asked for this level on the backend.
         let severity = p.get("level").and_then(Value::as_str).and_then(protocol::log_severity).unwrap_or(0);
         let mut latest: BTreeMap<crate::io::SessionId, crate::io::RawId> = BTreeMap::new();
-        for c in self.calls.values().filter(|c| &*c.server == server) {
+        for c in self.router.calls.values().filter(|c| &*c.server == server) {
             if let CallKind::Client(cc) = &c.kind {
                 let wanted = cc.log_level.as_deref().and_then(protocol::log_severity);
                 if wanted.is_some_and(|w| severity >= w) {
@@ -817,13 +820,13 @@ impl Gateway {
         let Some(mut p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
         let Some(uri) = p.get("uri").and_then(Value::as_str) else { return };
         let Some(served) = self.catalog.serve_uri(server, uri) else { return };
-        let Some(sessions) = self.subscriptions.get(&served).cloned() else { return };
+        let Some(sessions) = self.sessions.subscriptions.get(&served).cloned() else { return };
         p.insert("uri".into(), Value::String(served.clone()));
         // A stateless backend tags it with its own listen: meaningless past tether.
         p.remove("_meta");
         let params = serde_json::to_string(&p).unwrap_or_default();
         for session in sessions {
-            if self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless) {
+            if self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless) {
                 let members = params.strip_prefix('{').and_then(|m| m.strip_suffix('}')).unwrap_or_default();
                 self.update_listens(session, &served, members);
             } else {
@@ -839,16 +842,17 @@ impl Gateway {
         // A stateless backend ends a listen this way on stdio.
         let listen = self.backends.get(server).and_then(|b| b.listen);
         if let Some(id) = listen.filter(|id| request_id == id.to_string()) {
-            self.calls.remove(&id);
+            self.router.calls.remove(&id);
             return self.listen_ended(server, id, None);
         }
         let found = self
+            .router
             .server_requests
             .iter()
             .find(|(_, r)| &*r.server == server && r.backend_id == request_id)
             .map(|(id, r)| (*id, r.session, r.related.clone()));
         if let Some((id, session, related)) = found {
-            self.server_requests.remove(&id);
+            self.router.server_requests.remove(&id);
             let params = format!(r#"{{"requestId":{id},"reason":"cancelled by the server"}}"#);
             let frame = protocol::notification("notifications/cancelled", Some(&params));
             self.related_to_client(session, related.as_deref(), frame);
@@ -877,13 +881,13 @@ impl Gateway {
             let msg = format!("no connected client supports {capability}");
             return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
         };
-        if self.server_requests.len() >= self.config.limits.max_pending_server_requests as usize {
+        if self.router.server_requests.len() >= self.config.limits.max_pending_server_requests as usize {
             let msg = "too many requests pending at clients";
             return self.to_backend(server, protocol::error_response(id, code::OVERLOADED, msg, None), None);
         }
         let client_id = self.alloc_id();
         let generation = self.backends[server].sup.generation();
-        self.server_requests.insert(
+        self.router.server_requests.insert(
             client_id,
             ServerRequest {
                 server: self.name(server),
@@ -905,11 +909,11 @@ impl Gateway {
         server: &str,
         capability: &str,
     ) -> Option<(crate::io::SessionId, Option<crate::io::RawId>)> {
-        let supports = |s: &crate::io::SessionId| self.sessions.get(s).is_some_and(|s| s.supports(capability));
+        let supports = |s: &crate::io::SessionId| self.sessions.open.get(s).is_some_and(|s| s.supports(capability));
         match self.latest_call(server, None) {
             Some((s, id)) if supports(&s) => Some((s, Some(id))),
             Some(_) => None,
-            None => self.sessions.iter().find(|(id, s)| s.ready && supports(id)).map(|(id, _)| (*id, None)),
+            None => self.sessions.open.iter().find(|(id, s)| s.ready && supports(id)).map(|(id, _)| (*id, None)),
         }
     }
 
@@ -919,7 +923,7 @@ impl Gateway {
         server: &str,
         session: Option<crate::io::SessionId>,
     ) -> Option<(crate::io::SessionId, crate::io::RawId)> {
-        self.calls.values().rev().filter(|c| &*c.server == server).find_map(|c| match &c.kind {
+        self.router.calls.values().rev().filter(|c| &*c.server == server).find_map(|c| match &c.kind {
             CallKind::Client(cc) if session.map_or(true, |s| s == cc.session) => Some((cc.session, cc.id.clone())),
             _ => None,
         })
@@ -935,7 +939,8 @@ impl Gateway {
             return self.connection_lost(server, failure);
         };
         let generation = self.backends[server].sup.generation();
-        let Some(call) = self.calls.get(&request).filter(|c| &*c.server == server && c.generation == generation) else {
+        let Some(call) = self.router.calls.get(&request).filter(|c| &*c.server == server && c.generation == generation)
+        else {
             return;
         };
         // A probe answered with an HTTP error and no stateless error body: a
@@ -943,7 +948,7 @@ impl Gateway {
         let legacy_status = matches!(failure, Failure::Http { status: 400..=499 })
             && !matches!(failure, Failure::Http { status: 401 | 403 | 408 | 429 });
         if matches!(call.kind, CallKind::Probe { may_initialize: true }) && legacy_status {
-            self.calls.remove(&request);
+            self.router.calls.remove(&request);
             return self.send_initialize(server, false);
         }
         if class.status == FailureStatus::SessionLost {
@@ -952,7 +957,7 @@ impl Gateway {
         if class.status == FailureStatus::RequiresReauth {
             return self.connection_lost(server, failure);
         }
-        let call = self.calls.remove(&request).expect("checked above");
+        let call = self.router.calls.remove(&request).expect("checked above");
         match call.kind {
             CallKind::Client(c) => self.client_call_failed(server, c, &failure),
             CallKind::Quiet => {}
@@ -1034,7 +1039,7 @@ impl Gateway {
         if handshaking || b.session_losses > 1 {
             return self.connection_lost(server, Failure::Other { message: "backend session lost (HTTP 404)".into() });
         }
-        let lost = match request.and_then(|r| self.calls.remove(&r)) {
+        let lost = match request.and_then(|r| self.router.calls.remove(&r)) {
             Some(Call { kind: CallKind::Client(c), .. }) => Some(c),
             _ => None,
         };
@@ -1075,6 +1080,7 @@ impl Gateway {
         // A process that exits while it is probed is a handshake-era server that
         // cannot take a request before `initialize`: the next one is not probed.
         let probed = self
+            .router
             .calls
             .values()
             .any(|c| &*c.server == server && matches!(c.kind, CallKind::Probe { may_initialize: true }));
@@ -1185,14 +1191,15 @@ impl Gateway {
         if lost {
             self.emit(Event::ServerDisconnected { server: self.name(server), intentional: false });
         }
-        let ids: Vec<u64> = self.calls.iter().filter(|(_, c)| &*c.server == server).map(|(id, _)| *id).collect();
+        let ids: Vec<u64> = self.router.calls.iter().filter(|(_, c)| &*c.server == server).map(|(id, _)| *id).collect();
         let mut client_calls = Vec::new();
         for id in ids {
-            if let Some(Call { kind: CallKind::Client(c), .. }) = self.calls.remove(&id) {
+            if let Some(Call { kind: CallKind::Client(c), .. }) = self.router.calls.remove(&id) {
                 client_calls.push(c);
             }
         }
         let pending: Vec<(u64, crate::io::SessionId, Option<crate::io::RawId>)> = self
+            .router
             .server_requests
             .iter()
             // Inputs a stateless backend asked for live in tether, not in the connection.
@@ -1200,7 +1207,7 @@ impl Gateway {
             .map(|(id, r)| (*id, r.session, r.related.clone()))
             .collect();
         for (id, session, related) in pending {
-            self.server_requests.remove(&id);
+            self.router.server_requests.remove(&id);
             let params = format!(
                 r#"{{"requestId":{id},"reason":{}}}"#,
                 protocol::quote(&format!("backend '{server}' disconnected: {reason}"))
@@ -1247,7 +1254,7 @@ impl Gateway {
         }
         // Which backend a URI belongs to is known only while it is registered.
         let catalog = &self.catalog;
-        self.subscriptions.retain(|uri, _| catalog.resolve_uri(uri).map_or(true, |(s, _)| s != server));
+        self.sessions.subscriptions.retain(|uri, _| catalog.resolve_uri(uri).map_or(true, |(s, _)| s != server));
         self.catalog.unregister(server);
         self.forget_ration(server);
     }
@@ -1298,7 +1305,7 @@ impl Gateway {
             Timer::HealthCheck => self.health_check(server),
             Timer::Idle => {
                 // A health check in flight is not traffic.
-                let busy = self.calls.values().any(|c| {
+                let busy = self.router.calls.values().any(|c| {
                     &*c.server == server && !matches!(c.kind, CallKind::Health | CallKind::Listen | CallKind::Quiet)
                 }) || !b.queue.is_empty();
                 if busy || !b.sup.is_ready() {
@@ -1355,7 +1362,7 @@ impl Gateway {
         let deadline = Some(now + Self::duration(b.sup.policy().health_timeout_ms));
         let generation = b.sup.generation();
         let id = self.alloc_id();
-        self.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Health });
+        self.router.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Health });
         let frame = self.backend_request_frame(server, id, method, None);
         self.to_backend(server, frame, Some(id));
         // A listen the backend ended is opened again here, not in a tight loop.
@@ -1364,7 +1371,7 @@ impl Gateway {
 
     /// A request passed its deadline.
     pub(super) fn call_timed_out(&mut self, id: u64) {
-        let Some(call) = self.calls.remove(&id) else { return };
+        let Some(call) = self.router.calls.remove(&id) else { return };
         let server = call.server.clone();
         match call.kind {
             CallKind::Client(c) if c.awaiting_input.is_some() => {
@@ -1394,7 +1401,8 @@ impl Gateway {
             CallKind::Probe { may_initialize: true } => {
                 // Silent to the probe: a handshake-era server. A late answer to it is ignored.
                 let generation = call.generation;
-                self.calls
+                self.router
+                    .calls
                     .insert(id, Call { server: server.clone(), generation, deadline: None, kind: CallKind::Quiet });
                 self.send_initialize(&server, false);
             }
@@ -1422,6 +1430,7 @@ impl Gateway {
     fn resubscribe(&mut self, server: &str) {
         let catalog = &self.catalog;
         let uris: Vec<String> = self
+            .sessions
             .subscriptions
             .keys()
             .filter_map(|u| catalog.resolve_uri(u).filter(|(s, _)| *s == server).map(|(_, uri)| uri.to_string()))
@@ -1434,14 +1443,14 @@ impl Gateway {
 
     /// A best-effort request whose answer is ignored.
     pub(super) fn quiet_request(&mut self, server: &str, method: &str, params: &str) {
-        if self.calls.len() >= self.config.limits.max_in_flight as usize {
+        if self.router.calls.len() >= self.config.limits.max_in_flight as usize {
             return;
         }
         let id = self.alloc_id();
         let b = &self.backends[server];
         let generation = b.sup.generation();
         let deadline = Some(self.now + Self::duration(b.sup.policy().request_timeout_ms));
-        self.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Quiet });
+        self.router.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Quiet });
         let frame = self.backend_request_frame(server, id, method, Some(params));
         self.to_backend(server, frame, Some(id));
     }

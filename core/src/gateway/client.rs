@@ -8,7 +8,6 @@ use serde_json::{Map, Value};
 
 use super::calls::{Call, CallKind, ClientCall, Forward, Key, Parked, ParkedList, Queued, RawFields, Shape};
 use super::client_events::Level;
-use super::listens::ClientListen;
 use super::own_tools;
 use super::Gateway;
 use crate::catalog::ListKind;
@@ -18,120 +17,45 @@ use crate::metrics::CallOutcome;
 use crate::policy::Admission;
 use crate::protocol::{self, code, CacheHint, Era, Message};
 use crate::supervisor::Readiness;
-use crate::time::Instant;
-
-/// One client session.
-#[derive(Clone, Debug)]
-pub(super) struct Session {
-    /// Sent `notifications/initialized`: may receive notifications and requests.
-    pub ready: bool,
-    pub era: Era,
-    /// The era was decided (by the first request: `initialize`, or one with
-    /// stateless `_meta`).
-    pub era_known: bool,
-    pub protocol_version: Option<String>,
-    /// Client capabilities announced at `initialize`.
-    pub capabilities: Map<String, Value>,
-    /// Stateless sessions: the capabilities of the request being routed, taken
-    /// by the call it becomes.
-    pub request_caps: Option<Map<String, Value>>,
-    /// Stateless sessions: the log level the request being routed asked for.
-    pub request_log_level: Option<String>,
-    /// Ids of this session's requests not yet answered, raw JSON.
-    pub in_flight: BTreeSet<RawId>,
-    /// Fingerprint of each list as this session last saw or was told of it.
-    pub seen: [u64; 4],
-    /// Open `subscriptions/listen` requests of a stateless session, by id.
-    pub listens: BTreeMap<RawId, ClientListen>,
-    /// Closed when idle (HTTP sessions).
-    pub expires: bool,
-    /// When its client last sent a message.
-    pub last_active: Instant,
-    /// The level its `logging/setLevel` asked for (events below it are not sent).
-    pub log_level: Option<Level>,
-    /// No `list_changed` goes to it before this (see `list_changed_debounce_ms`).
-    pub quiet_until: Option<Instant>,
-    /// A `list_changed` waits for `quiet_until`.
-    pub list_changed_held: bool,
-}
-
-impl Session {
-    fn new(expires: bool, now: Instant) -> Self {
-        Session {
-            expires,
-            last_active: now,
-            ready: false,
-            era: Era::Handshake,
-            era_known: false,
-            protocol_version: None,
-            capabilities: Map::new(),
-            request_caps: None,
-            request_log_level: None,
-            in_flight: BTreeSet::new(),
-            listens: BTreeMap::new(),
-            seen: [0; 4],
-            log_level: None,
-            quiet_until: None,
-            list_changed_held: false,
-        }
-    }
-
-    /// A stateless-era session over HTTP: it serves one request and closes with
-    /// its answer (the revision has no sessions; the host opens one per POST).
-    pub fn per_request(&self) -> bool {
-        self.expires && self.era == Era::Stateless
-    }
-
-    /// Whether the client announced a capability (`sampling`, `elicitation`, `roots`).
-    pub fn supports(&self, capability: &str) -> bool {
-        self.capabilities.get(capability).is_some_and(|v| !v.is_null())
-    }
-}
 
 /// What tether announces as a server: everything it can proxy, so capabilities
 /// never depend on which backends happen to be up at `initialize`.
 const SERVER_CAPABILITIES: &str = r#"{"tools":{"listChanged":true},"resources":{"subscribe":true,"listChanged":true},"prompts":{"listChanged":true},"logging":{},"completions":{}}"#;
 
 impl Gateway {
-    /// When an idle session expires: never while it has requests in flight.
-    pub(super) fn session_expiry(&self, s: &Session) -> Option<Instant> {
-        (s.expires && s.in_flight.is_empty())
-            .then(|| s.last_active + Self::duration(u64::from(self.config.limits.idle_session_ms)))
-    }
-
     pub(super) fn client_connected(&mut self, session: SessionId, expires: bool) {
-        if self.sessions.contains_key(&session) {
+        if self.sessions.open.contains_key(&session) {
             return;
         }
-        if self.sessions.len() >= self.config.limits.max_sessions as usize {
+        if self.sessions.open.len() >= self.config.limits.max_sessions as usize {
             if expires {
                 // An HTTP client is waiting for an answer to its initialize: give
                 // it one that says why, then close (see `client_frame`).
-                if self.refused.len() >= 64 {
-                    if let Some(oldest) = self.refused.pop_front() {
+                if self.sessions.refused.len() >= 64 {
+                    if let Some(oldest) = self.sessions.refused.pop_front() {
                         self.push(Action::CloseClient { session: oldest });
                     }
                 }
-                self.refused.push_back(session);
+                self.sessions.refused.push_back(session);
                 return;
             }
             self.push(Action::CloseClient { session });
             return;
         }
-        let mut s = Session::new(expires, self.now);
+        let mut s = super::sessions::Session::new(expires, self.now);
         s.seen = self.visible_hashes();
-        self.sessions.insert(session, s);
+        self.sessions.open.insert(session, s);
     }
 
     pub(super) fn client_closed(&mut self, session: SessionId) {
-        self.refused.retain(|s| *s != session);
-        let Some(closed) = self.sessions.remove(&session) else { return };
+        self.sessions.refused.retain(|s| *s != session);
+        let Some(closed) = self.sessions.open.remove(&session) else { return };
         // A stateless HTTP client's session lasts one request; a call it was told
         // to retry with inputs waits for that retry, which comes in another one.
         let per_request = closed.per_request();
         // Cancel its calls at the backends; nobody is left to answer.
         let ids: Vec<u64> = self
-            .calls
+            .router.calls
             .iter()
             .filter(|(_, c)| {
                 matches!(&c.kind, CallKind::Client(cc) if cc.session == session && !(per_request && cc.awaiting_input.is_some()))
@@ -139,7 +63,7 @@ impl Gateway {
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
-            let Some(call) = self.calls.remove(&id) else { continue };
+            let Some(call) = self.router.calls.remove(&id) else { continue };
             if let CallKind::Client(c) = &call.kind {
                 if c.probe {
                     if let Some(b) = self.backends.get_mut(&call.server) {
@@ -158,12 +82,12 @@ impl Gateway {
                 q.call.session != session
             });
         }
-        self.parked_lists.retain(|p| p.session != session);
+        self.router.parked_lists.retain(|p| p.session != session);
         let pending: Vec<u64> =
-            self.server_requests.iter().filter(|(_, r)| r.session == session).map(|(id, _)| *id).collect();
+            self.router.server_requests.iter().filter(|(_, r)| r.session == session).map(|(id, _)| *id).collect();
         self.drop_input_rounds(session);
         for id in pending {
-            let Some(r) = self.server_requests.remove(&id) else { continue };
+            let Some(r) = self.router.server_requests.remove(&id) else { continue };
             if r.round.is_some() {
                 continue;
             }
@@ -175,14 +99,14 @@ impl Gateway {
             }
         }
         let mut emptied = Vec::new();
-        for (uri, sessions) in self.subscriptions.iter_mut() {
+        for (uri, sessions) in self.sessions.subscriptions.iter_mut() {
             sessions.remove(&session);
             if sessions.is_empty() {
                 emptied.push(uri.clone());
             }
         }
         for uri in emptied {
-            self.subscriptions.remove(&uri);
+            self.sessions.subscriptions.remove(&uri);
             self.unsubscribe_backend(&uri);
         }
     }
@@ -195,8 +119,8 @@ impl Gateway {
         frame: &str,
         param_headers: Option<&BTreeMap<String, String>>,
     ) {
-        if let Some(at) = self.refused.iter().position(|s| *s == session) {
-            self.refused.remove(at);
+        if let Some(at) = self.sessions.refused.iter().position(|s| *s == session) {
+            self.sessions.refused.remove(at);
             if let Ok(Message::Request { id, .. }) = protocol::parse(frame) {
                 let msg = format!(
                     "tether serves at most {} client sessions at once; close one and retry",
@@ -208,14 +132,14 @@ impl Gateway {
             self.push(Action::CloseClient { session });
             return;
         }
-        if !self.sessions.contains_key(&session) {
+        if !self.sessions.open.contains_key(&session) {
             self.client_connected(session, false);
-            if !self.sessions.contains_key(&session) {
+            if !self.sessions.open.contains_key(&session) {
                 return;
             }
         }
         let now = self.now;
-        if let Some(s) = self.sessions.get_mut(&session) {
+        if let Some(s) = self.sessions.open.get_mut(&session) {
             s.last_active = now;
         }
         if frame.len() > self.config.limits.max_frame_bytes as usize {
@@ -238,7 +162,7 @@ impl Gateway {
             Message::Request { id, method, params } => {
                 let id = RawId::new(id.get());
                 let params = params.map(|p| p.get());
-                let s = self.sessions.get_mut(&session).expect("present");
+                let s = self.sessions.open.get_mut(&session).expect("present");
                 if s.in_flight.contains(&id) {
                     let msg = "a request with this id is already in flight";
                     let frame = protocol::error_response(&id, code::INVALID_REQUEST, msg, None);
@@ -277,7 +201,7 @@ impl Gateway {
             if let Some(state) = self.retry_state(session, method, params) {
                 // tether's own requestState, or one meant for a handshake-era
                 // backend (which cannot take it); a stateless backend's own goes to it.
-                if self.pending_inputs.contains_key(&state) || !self.routes_to_stateless(method, params) {
+                if self.router.pending_inputs.contains_key(&state) || !self.routes_to_stateless(method, params) {
                     return self.resume_with_inputs(session, id, &state, params);
                 }
             }
@@ -346,7 +270,7 @@ impl Gateway {
         let params = params.unwrap_or_default();
         let requested = params.get("protocolVersion").and_then(Value::as_str);
         let version = protocol::negotiate_version(requested);
-        let s = self.sessions.get_mut(&session).expect("present");
+        let s = self.sessions.open.get_mut(&session).expect("present");
         s.protocol_version = Some(version.to_string());
         s.capabilities = match params.get("capabilities") {
             Some(Value::Object(c)) => c.clone(),
@@ -370,7 +294,7 @@ impl Gateway {
         method: &str,
         params: Option<&str>,
     ) -> Result<(), (i64, String, Option<String>)> {
-        let Some(s) = self.sessions.get_mut(&session) else { return Ok(()) };
+        let Some(s) = self.sessions.open.get_mut(&session) else { return Ok(()) };
         if s.era_known && s.era == Era::Handshake {
             return Ok(());
         }
@@ -468,7 +392,7 @@ impl Gateway {
     fn client_notification(&mut self, session: SessionId, method: &str, params: Option<&str>) {
         match method {
             "notifications/initialized" => {
-                if let Some(s) = self.sessions.get_mut(&session) {
+                if let Some(s) = self.sessions.open.get_mut(&session) {
                     s.ready = true;
                 }
             }
@@ -493,12 +417,12 @@ impl Gateway {
         if self.end_client_listen(session, request_id) {
             return;
         }
-        let found = self.calls.iter().find_map(|(id, c)| match &c.kind {
+        let found = self.router.calls.iter().find_map(|(id, c)| match &c.kind {
             CallKind::Client(cc) if cc.session == session && cc.id == request_id => Some(*id),
             _ => None,
         });
         if let Some(id) = found {
-            let call = self.calls.remove(&id).expect("found");
+            let call = self.router.calls.remove(&id).expect("found");
             let CallKind::Client(c) = call.kind else { return };
             if c.probe {
                 self.backends.get_mut(&call.server).expect("live").sup.breaker.probe_abandoned();
@@ -514,7 +438,7 @@ impl Gateway {
                 if q.call.probe {
                     b.sup.breaker.probe_abandoned();
                 }
-                if let Some(s) = self.sessions.get_mut(&session) {
+                if let Some(s) = self.sessions.open.get_mut(&session) {
                     s.in_flight.remove(request_id);
                 }
                 return;
@@ -523,9 +447,9 @@ impl Gateway {
         if self.cancel_input_round(session, request_id) {
             return;
         }
-        if let Some(pos) = self.parked_lists.iter().position(|p| p.session == session && p.id == request_id) {
-            self.parked_lists.remove(pos);
-            if let Some(s) = self.sessions.get_mut(&session) {
+        if let Some(pos) = self.router.parked_lists.iter().position(|p| p.session == session && p.id == request_id) {
+            self.router.parked_lists.remove(pos);
+            if let Some(s) = self.sessions.open.get_mut(&session) {
                 s.in_flight.remove(request_id);
             }
         }
@@ -534,11 +458,11 @@ impl Gateway {
     /// A client answered a backend's request (sampling, elicitation, roots).
     fn client_answer(&mut self, session: SessionId, id: &str, answer: Result<&str, &str>) {
         let Some(gid) = serde_json::from_str::<u64>(id).ok() else { return };
-        match self.server_requests.get(&gid) {
+        match self.router.server_requests.get(&gid) {
             Some(r) if r.session == session => {}
             _ => return,
         }
-        let r = self.server_requests.remove(&gid).expect("checked");
+        let r = self.router.server_requests.remove(&gid).expect("checked");
         // SEP-1034: the defaults a client left out of an accepted elicitation
         // are filled in here, so every client behind tether behaves alike.
         let filled = match (answer, r.defaults.as_deref()) {
@@ -569,7 +493,7 @@ impl Gateway {
     fn list(&mut self, session: SessionId, id: RawId, kind: ListKind, cursor: Option<String>) {
         if self.connection_pending(self.config.policy.aggregation_deadline_ms) {
             let deadline = self.now + Self::duration(self.config.policy.aggregation_deadline_ms);
-            self.parked_lists.push(ParkedList { session, id, what: Parked::List { kind, cursor }, deadline });
+            self.router.parked_lists.push(ParkedList { session, id, what: Parked::List { kind, cursor }, deadline });
             return;
         }
         self.answer_list(session, &id, kind, cursor.as_deref());
@@ -602,21 +526,21 @@ impl Gateway {
 
     /// Answers parked list requests once no backend is starting, or on deadline.
     pub(super) fn answer_parked_lists(&mut self, deadline_only: bool) {
-        if self.parked_lists.is_empty() {
+        if self.router.parked_lists.is_empty() {
             return;
         }
         let now = self.now;
         let policy = &self.config.policy;
         let lists_free = !deadline_only && !self.connection_pending(policy.aggregation_deadline_ms);
         let names_free = !deadline_only && !self.first_discovery_pending(policy.connect_timeout_ms);
-        let (due, keep): (Vec<ParkedList>, Vec<ParkedList>) = self.parked_lists.drain(..).partition(|p| {
+        let (due, keep): (Vec<ParkedList>, Vec<ParkedList>) = self.router.parked_lists.drain(..).partition(|p| {
             let free = match p.what {
                 Parked::List { .. } => lists_free,
                 Parked::Named { .. } => names_free,
             };
             free || p.deadline <= now
         });
-        self.parked_lists = keep;
+        self.router.parked_lists = keep;
         for p in due {
             match p.what {
                 Parked::List { kind, cursor } => self.answer_list(p.session, &p.id, kind, cursor.as_deref()),
@@ -653,10 +577,10 @@ impl Gateway {
             }
         };
         let hash = self.visible_hashes()[kind as usize];
-        if let Some(s) = self.sessions.get_mut(&session) {
+        if let Some(s) = self.sessions.open.get_mut(&session) {
             s.seen[kind as usize] = hash;
         }
-        let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
+        let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
         match page {
             Ok(result) if stateless => {
                 let result = protocol::cacheable_result(&result, self.list_cache_hint(kind));
@@ -721,7 +645,7 @@ impl Gateway {
                 // A backend that is still starting may bring this name: wait for it.
                 let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
                 let what = Parked::Named { method, params: raw.to_string(), kind };
-                self.parked_lists.push(ParkedList { session, id, what, deadline });
+                self.router.parked_lists.push(ParkedList { session, id, what, deadline });
                 return;
             }
             let what = if kind == ListKind::Tools { "tool" } else { "prompt" };
@@ -779,24 +703,24 @@ impl Gateway {
             return self.listen_subscription(session, id, method, uri);
         }
         if method == "resources/unsubscribe" {
-            let others = self.subscriptions.get_mut(&uri).map(|s| {
+            let others = self.sessions.subscriptions.get_mut(&uri).map(|s| {
                 s.remove(&session);
                 !s.is_empty()
             });
             match others {
                 Some(true) => return self.reply(session, &id, "{}"),
                 Some(false) => {
-                    self.subscriptions.remove(&uri);
+                    self.sessions.subscriptions.remove(&uri);
                 }
                 None => return self.reply(session, &id, "{}"),
             }
             return self.route_uri(session, id, method, params, Shape::Unsubscribe(uri));
         }
-        if self.subscriptions.get(&uri).is_some_and(|s| !s.is_empty()) {
-            self.subscriptions.get_mut(&uri).expect("present").insert(session);
+        if self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty()) {
+            self.sessions.subscriptions.get_mut(&uri).expect("present").insert(session);
             return self.reply(session, &id, "{}");
         }
-        let total: usize = self.subscriptions.values().map(BTreeSet::len).sum();
+        let total: usize = self.sessions.subscriptions.values().map(BTreeSet::len).sum();
         if total >= self.config.limits.max_subscriptions as usize {
             return self.reply_error(session, &id, code::OVERLOADED, "too many subscriptions", None);
         }
@@ -810,20 +734,20 @@ impl Gateway {
         let Some(server) = self.catalog.resolve_uri(&uri).map(|(s, _)| self.name(s)) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown resource", None);
         };
-        let before = self.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
+        let before = self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
         if method == "resources/subscribe" {
-            let total: usize = self.subscriptions.values().map(BTreeSet::len).sum();
+            let total: usize = self.sessions.subscriptions.values().map(BTreeSet::len).sum();
             if !before && total >= self.config.limits.max_subscriptions as usize {
                 return self.reply_error(session, &id, code::OVERLOADED, "too many subscriptions", None);
             }
-            self.subscriptions.entry(uri.clone()).or_default().insert(session);
-        } else if let Some(sessions) = self.subscriptions.get_mut(&uri) {
+            self.sessions.subscriptions.entry(uri.clone()).or_default().insert(session);
+        } else if let Some(sessions) = self.sessions.subscriptions.get_mut(&uri) {
             sessions.remove(&session);
             if sessions.is_empty() {
-                self.subscriptions.remove(&uri);
+                self.sessions.subscriptions.remove(&uri);
             }
         }
-        let after = self.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
+        let after = self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
         self.reply(session, &id, "{}");
         if before != after {
             self.relisten(&server);
@@ -883,7 +807,7 @@ impl Gateway {
             .ok()
             .and_then(|p| p.get("level").and_then(Value::as_str).map(String::from));
         let level = self.log_level.as_deref().and_then(Level::parse);
-        if let Some(s) = self.sessions.get_mut(&session) {
+        if let Some(s) = self.sessions.open.get_mut(&session) {
             s.log_level = level;
         }
         let targets: Vec<ServerName> = self
@@ -925,8 +849,8 @@ impl Gateway {
             probe: false,
             shape,
             created: self.now,
-            caps: self.sessions.get_mut(&session).and_then(|s| s.request_caps.take()),
-            log_level: self.sessions.get_mut(&session).and_then(|s| s.request_log_level.take()),
+            caps: self.sessions.open.get_mut(&session).and_then(|s| s.request_caps.take()),
+            log_level: self.sessions.open.get_mut(&session).and_then(|s| s.request_log_level.take()),
             awaiting_input: None,
             wait_epoch: 0,
             auth_retried: false,
@@ -987,7 +911,7 @@ impl Gateway {
                 return self.release(&call);
             }
         }
-        if self.calls.len() >= self.config.limits.max_in_flight as usize {
+        if self.router.calls.len() >= self.config.limits.max_in_flight as usize {
             return self.refuse_overloaded(server, call, "too many requests in flight");
         }
         match b.sup.readiness() {
@@ -1035,7 +959,9 @@ impl Gateway {
         let meta = if stateless { self.stateless_call_meta(&call) } else { String::new() };
         let frame = call.params.frame(id, call.method, call.progress.is_some(), &meta);
         let headers = if stateless { self.param_headers_to(server, &call) } else { Vec::new() };
-        self.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Client(call) });
+        self.router
+            .calls
+            .insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Client(call) });
         let server = self.name(server);
         self.push(Action::SendToBackend { server, generation, frame, request: Some(id), headers });
     }
@@ -1048,7 +974,7 @@ impl Gateway {
         let caps = match &call.caps {
             Some(caps) => Value::Object(caps.clone()).to_string(),
             None => {
-                let declared = self.sessions.get(&call.session).map(|s| &s.capabilities);
+                let declared = self.sessions.open.get(&call.session).map(|s| &s.capabilities);
                 let asked: Map<String, Value> = declared
                     .into_iter()
                     .flatten()
@@ -1072,14 +998,14 @@ impl Gateway {
     pub(super) fn answer_client_call(&mut self, server: &str, call: ClientCall, answer: Result<&str, &str>) {
         if let Some(state) = &call.awaiting_input {
             // The client was told to retry with inputs: the answer waits for that retry.
-            if let Some(p) = self.pending_inputs.get_mut(state) {
+            if let Some(p) = self.router.pending_inputs.get_mut(state) {
                 p.answer = Some(answer.map(String::from).map_err(String::from));
             }
             self.release(&call);
             return;
         }
         let session = call.session;
-        let stateless_client = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
+        let stateless_client = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
         if let Ok(result) = answer {
             if self.backends.get(server).is_some_and(|b| b.era == Era::Stateless) && protocol::is_input_required(result)
             {
@@ -1107,14 +1033,14 @@ impl Gateway {
                     let result = rewritten.as_deref().unwrap_or(result);
                     // A read is cacheable in the stateless revision: as its backend
                     // says, or (a handshake-era one says nothing) stale at once.
-                    let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
+                    let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
                     match stateless.then(|| protocol::cacheable_result(result, CacheHint::STALE)) {
                         Some(Some(hinted)) => protocol::response(&call.id, &hinted),
                         _ => protocol::response(&call.id, result),
                     }
                 }
                 Shape::Subscribe(uri) => {
-                    self.subscriptions.entry(uri.clone()).or_default().insert(session);
+                    self.sessions.subscriptions.entry(uri.clone()).or_default().insert(session);
                     protocol::response(&call.id, result)
                 }
                 Shape::Unsubscribe(_) => protocol::response(&call.id, result),
@@ -1122,7 +1048,7 @@ impl Gateway {
         };
         self.release(&call);
         self.touch_session(session);
-        let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
+        let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
         let frame = if stateless { super::stateless_frame(frame) } else { frame };
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
         self.answered(session);
@@ -1154,7 +1080,7 @@ impl Gateway {
     }
 
     pub(super) fn release(&mut self, call: &ClientCall) {
-        if let Some(s) = self.sessions.get_mut(&call.session) {
+        if let Some(s) = self.sessions.open.get_mut(&call.session) {
             s.in_flight.remove(&call.id);
         }
     }
@@ -1181,10 +1107,10 @@ impl Gateway {
     /// it no longer does). A request of a closed session counts as owed, unless
     /// it was answered `input_required`.
     fn owed(&mut self, session: SessionId, id: &str) -> bool {
-        match self.sessions.get_mut(&session) {
+        match self.sessions.open.get_mut(&session) {
             Some(s) => s.in_flight.remove(id),
             // A per-request session closed after its `input_required` answer.
-            None => !self.pending_inputs.values().any(|p| p.session == session && p.client_id == id),
+            None => !self.router.pending_inputs.values().any(|p| p.session == session && p.client_id == id),
         }
     }
 }
