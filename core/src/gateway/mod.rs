@@ -19,16 +19,21 @@
 //! Early or spurious [`Input::Tick`]s are harmless.
 
 mod backend;
+mod backend_frames;
 mod calls;
 mod client;
 mod client_events;
 mod credentials;
+mod failures;
 mod input_required;
 mod input_rounds;
+mod lifecycle;
 mod listens;
+mod lists;
 mod own_tools;
 mod param_headers;
 mod router;
+mod routing;
 mod sessions;
 mod streams;
 
@@ -38,7 +43,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::catalog::{Catalog, ListKind};
+use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError, ServerConfig};
 use crate::io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, RawId, ServerName, SessionId, Status};
 use crate::metrics::BackendMetrics;
@@ -577,94 +582,6 @@ impl Gateway {
         }
         if !self.router.pending_inputs.is_empty() {
             self.prune_pending_inputs();
-        }
-    }
-
-    /// Fingerprints of what clients may see of each list now. Cached: recomputed
-    /// only after the catalog or a backend's status changed, not on every input.
-    fn visible_hashes(&mut self) -> [u64; 4] {
-        let mut hashes = self.catalog_hashes();
-        // The tools list has tether's own tools too: meta mode's never change.
-        let tools = &mut hashes[ListKind::Tools as usize];
-        match (self.config.mode, self.config.admin_tools) {
-            (crate::config::Mode::Meta, _) => *tools = 0x6d65_7461,
-            (crate::config::Mode::Flat, true) => *tools ^= 0xad31_4e00,
-            (crate::config::Mode::Flat, false) => {}
-        }
-        hashes
-    }
-
-    /// Fingerprints of the visible part of each list of the catalog.
-    fn catalog_hashes(&mut self) -> [u64; 4] {
-        let changes = self.backends.values().fold(0u64, |n, b| n.wrapping_add(b.sup.changes()));
-        let version = (self.catalog.version(), changes, self.backends.len());
-        if let Some((v, hashes)) = self.visible_cache {
-            if v == version {
-                return hashes;
-            }
-        }
-        let backends = &self.backends;
-        let hashes = ListKind::ALL
-            .map(|kind| self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.is_visible())));
-        self.visible_cache = Some((version, hashes));
-        hashes
-    }
-
-    /// Sends `list_changed` to each ready session whose last view of a list differs
-    /// from what it would see now, and only then; a stateless session gets them
-    /// on the listens that asked for them. At most one per session per
-    /// `list_changed_debounce_ms`: a change inside the window waits for its end,
-    /// and goes only if the list still differs from what the session last saw.
-    fn announce_list_changes(&mut self) {
-        let hashes = self.visible_hashes();
-        let mut frames = Vec::new();
-        let mut listening = Vec::new();
-        let parked = &self.router.parked_lists;
-        let (now, window) = (self.now, Self::duration(self.config.list_changed_debounce_ms));
-        for (id, session) in self.sessions.open.iter_mut().filter(|(_, s)| s.ready || !s.listens.is_empty()) {
-            let mut changed: Vec<ListKind> = Vec::new();
-            for kind in ListKind::ALL {
-                // A session waiting on this list will see the new one in its answer.
-                let waiting = parked.iter().any(|p| p.session == *id && p.is_list(kind));
-                if !waiting && session.seen[kind as usize] != hashes[kind as usize] {
-                    changed.push(kind);
-                }
-            }
-            if changed.is_empty() {
-                continue;
-            }
-            if window > Duration::ZERO {
-                match session.quiet_until {
-                    Some(until) if now < until => {
-                        session.list_changed_held = true;
-                        continue;
-                    }
-                    _ => {
-                        session.quiet_until = Some(now + window);
-                        session.list_changed_held = false;
-                    }
-                }
-            }
-            for kind in &changed {
-                session.seen[*kind as usize] = hashes[*kind as usize];
-            }
-            if session.era == Era::Stateless {
-                listening.push((*id, changed));
-                continue;
-            }
-            let mut sent: Vec<&'static str> = Vec::new();
-            for kind in changed {
-                if !sent.contains(&kind.list_changed()) {
-                    sent.push(kind.list_changed());
-                    frames.push((*id, protocol::notification(kind.list_changed(), None)));
-                }
-            }
-        }
-        for (session, frame) in frames {
-            self.to_client(session, frame);
-        }
-        for (session, kinds) in listening {
-            self.announce_to_listens(session, &kinds);
         }
     }
 
