@@ -167,6 +167,7 @@ impl Gateway {
         let level = Level::of(event);
         let listening: Vec<SessionId> = self
             .sessions
+            .open
             .iter()
             .filter(|(_, s)| s.ready && s.era == Era::Handshake && level >= s.log_level.unwrap_or(DEFAULT_LEVEL))
             .map(|(id, _)| *id)

@@ -27,7 +27,7 @@ impl Gateway {
     /// The host reported on a backend's credential.
     pub(super) fn credential_update(&mut self, server: &str, update: CredentialUpdate) -> Result<(), HostError> {
         let now = self.now;
-        let next_id = self.next_request_id;
+        let next_id = self.router.next_request_id;
         let Some(b) = self.backends.get_mut(server) else { return Ok(()) };
         let Some(credential) = b.credential.as_mut() else { return Ok(()) };
         let next = credential.on_update(now, &update, &mut self.rng);
@@ -74,7 +74,7 @@ impl Gateway {
         let generation = b.sup.generation();
         let sent_before = request.is_some_and(|id| id < b.credential_first_id);
         let call = request.and_then(|id| {
-            self.calls.get(&id).filter(|c| &*c.server == server && c.generation == generation).map(|_| id)
+            self.router.calls.get(&id).filter(|c| &*c.server == server && c.generation == generation).map(|_| id)
         });
         let Some(id) = call else {
             if request.is_some() {
@@ -83,11 +83,11 @@ impl Gateway {
             }
             return self.connection_refused(server, status, &challenge, sent_before);
         };
-        let call = self.calls.remove(&id).expect("checked above");
+        let call = self.router.calls.remove(&id).expect("checked above");
         match call.kind {
             CallKind::Client(c) => self.client_call_refused(server, c, status, &challenge, sent_before),
             CallKind::Initialize { .. } | CallKind::Probe { .. } | CallKind::Discover { .. } => {
-                self.calls.insert(id, call);
+                self.router.calls.insert(id, call);
                 self.connection_refused(server, status, &challenge, sent_before)
             }
             CallKind::Listen => {
@@ -317,7 +317,7 @@ impl Gateway {
     /// remembers the session, to tell it when the login is done.
     fn login_elicitation(&mut self, server: &str, call: &ClientCall, message: &str) -> Option<Value> {
         let url = self.backends.get(server)?.credential.as_ref()?.login_url()?.to_string();
-        let session = self.sessions.get(&call.session);
+        let session = self.sessions.open.get(&call.session);
         let declared = match &call.caps {
             Some(caps) => caps,
             None => &session?.capabilities,
@@ -329,7 +329,7 @@ impl Gateway {
         // A per-request (stateless) session is gone before the login is done.
         let lasting = session.is_some_and(|s| !s.per_request());
         let live: Vec<SessionId> = match &self.backends[server].login_elicitation {
-            Some(e) => e.sessions.iter().copied().filter(|s| self.sessions.contains_key(s)).collect(),
+            Some(e) => e.sessions.iter().copied().filter(|s| self.sessions.open.contains_key(s)).collect(),
             None => Vec::new(),
         };
         let b = self.backends.get_mut(server)?;
@@ -352,7 +352,7 @@ impl Gateway {
         let params = serde_json::json!({"elicitationId": e.id}).to_string();
         let frame = protocol::notification("notifications/elicitation/complete", Some(&params));
         for session in e.sessions {
-            if self.sessions.contains_key(&session) {
+            if self.sessions.open.contains_key(&session) {
                 self.to_client(session, frame.clone());
             }
         }

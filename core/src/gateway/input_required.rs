@@ -25,11 +25,15 @@ impl Gateway {
     /// The stateless client's call on `server` that a backend request arriving
     /// now belongs to (the newest such call), if the newest call is one.
     pub(super) fn stateless_call_on(&self, server: &str) -> Option<u64> {
-        let (id, call) =
-            self.calls.iter().rev().find(|(_, c)| &*c.server == server && matches!(c.kind, CallKind::Client(_)))?;
+        let (id, call) = self
+            .router
+            .calls
+            .iter()
+            .rev()
+            .find(|(_, c)| &*c.server == server && matches!(c.kind, CallKind::Client(_)))?;
         let CallKind::Client(cc) = &call.kind else { return None };
         let stateless =
-            cc.awaiting_input.is_some() || self.sessions.get(&cc.session).is_some_and(|s| s.era == Era::Stateless);
+            cc.awaiting_input.is_some() || self.sessions.open.get(&cc.session).is_some_and(|s| s.era == Era::Stateless);
         stateless.then_some(*id)
     }
 
@@ -46,7 +50,7 @@ impl Gateway {
         capability: &str,
     ) {
         let generation = self.backends[server].sup.generation();
-        let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.calls.get(&call) else { return };
+        let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get(&call) else { return };
         if !cc.caps.as_ref().is_some_and(|caps| caps.get(capability).is_some_and(Value::is_object)) {
             // Sampling and elicitation are asked for a call. Servers also ask
             // for roots on their own (after connecting, say), so a `roots/list`
@@ -69,7 +73,7 @@ impl Gateway {
         // among a backend's requests in flight); anything else gets one of ours.
         let named = serde_json::from_str::<String>(backend_id).ok().filter(|k| !k.is_empty() && k.len() <= 64);
         let taken = |k: &String| {
-            awaiting.as_ref().and_then(|s| self.pending_inputs.get(s)).is_some_and(|p| p.asked.contains_key(k))
+            awaiting.as_ref().and_then(|s| self.router.pending_inputs.get(s)).is_some_and(|p| p.asked.contains_key(k))
         };
         let key = match named {
             Some(k) if !taken(&k) => k,
@@ -77,12 +81,12 @@ impl Gateway {
         };
         if let Some(state) = awaiting {
             // Asked again before the client retried: part of the next round.
-            if let Some(p) = self.pending_inputs.get_mut(&state) {
+            if let Some(p) = self.router.pending_inputs.get_mut(&state) {
                 p.asked.insert(key, asked);
             }
             return;
         }
-        if self.pending_inputs.len() >= self.config.limits.max_pending_server_requests as usize {
+        if self.router.pending_inputs.len() >= self.config.limits.max_pending_server_requests as usize {
             let msg = "too many calls waiting for client input";
             return self.to_backend(server, protocol::error_response(backend_id, code::OVERLOADED, msg, None), None);
         }
@@ -99,7 +103,7 @@ impl Gateway {
         let msg = format!("the client did not declare {capability} for this request");
         let frame = protocol::error_response(backend_id, code::METHOD_NOT_FOUND, &msg, None);
         self.to_backend(server, frame, None);
-        let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.calls.remove(&call) else { return };
+        let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.router.calls.remove(&call) else { return };
         if cc.probe {
             if let Some(b) = self.backends.get_mut(server) {
                 b.sup.breaker.probe_abandoned();
@@ -117,7 +121,7 @@ impl Gateway {
             // Already answered `input_required`: the error waits for the retry.
             Some(state) => {
                 let error = protocol::error_object(code, &self.redactor.redact(&msg), Some(&data));
-                if let Some(p) = self.pending_inputs.get_mut(state).filter(|p| p.answer.is_none()) {
+                if let Some(p) = self.router.pending_inputs.get_mut(state).filter(|p| p.answer.is_none()) {
                     p.answer = Some(Err(error));
                 }
                 self.release(&cc);
@@ -138,7 +142,7 @@ impl Gateway {
     ) {
         let state = self.request_state();
         let deadline = self.now + Self::duration(self.config.policy.request_timeout_max_ms);
-        let server = match self.calls.get_mut(&call) {
+        let server = match self.router.calls.get_mut(&call) {
             Some(c) => {
                 if let CallKind::Client(cc) = &mut c.kind {
                     cc.awaiting_input = Some(state.clone());
@@ -166,10 +170,12 @@ impl Gateway {
         // call's outcome goes by a name no JSON-RPC id can have, so a new
         // request under the old id never takes (or gives) its answer.
         let client_id = RawId::new(format!("awaiting input {state}"));
-        if let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.calls.get_mut(&call) {
+        if let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get_mut(&call) {
             cc.id = client_id.clone();
         }
-        self.pending_inputs.insert(state, PendingInput { call, server, session, client_id, asked, answer, deadline });
+        self.router
+            .pending_inputs
+            .insert(state, PendingInput { call, server, session, client_id, asked, answer, deadline });
     }
 
     /// An unguessable `requestState`: 128 bits from the engine's PRNG (seeded by
@@ -184,7 +190,7 @@ impl Gateway {
         if !matches!(method, "tools/call" | "prompts/get" | "resources/read") {
             return None;
         }
-        if !self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless) {
+        if !self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless) {
             return None;
         }
         #[derive(serde::Deserialize)]
@@ -199,7 +205,7 @@ impl Gateway {
     /// requests, and the waiting call answers this request. Inputs still missing
     /// are asked again under a new `requestState`.
     pub(super) fn resume_with_inputs(&mut self, session: SessionId, id: RawId, state: &str, params: Option<&str>) {
-        let Some(pending) = self.pending_inputs.remove(state) else {
+        let Some(pending) = self.router.pending_inputs.remove(state) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown or expired requestState", None);
         };
         let responses: Map<String, Value> = params
@@ -239,13 +245,13 @@ impl Gateway {
                 Ok(result) => protocol::response(&id, result),
                 Err(error) => protocol::raw_error_response(&id, error),
             };
-            if let Some(s) = self.sessions.get_mut(&session) {
+            if let Some(s) = self.sessions.open.get_mut(&session) {
                 s.in_flight.remove(id.as_str());
             }
             return self.reply_to_client(session, &id, frame);
         }
         let deadline = self.now + Self::duration(self.config.policy_for(&pending.server).request_timeout_ms);
-        let Some(call) = self.calls.get_mut(&pending.call) else {
+        let Some(call) = self.router.calls.get_mut(&pending.call) else {
             let msg = "the backend connection was lost while waiting for input; send the request again";
             return self.reply_error(session, &id, code::BACKEND_UNAVAILABLE, msg, None);
         };
@@ -262,7 +268,7 @@ impl Gateway {
     /// was answered `input_required`, this is the call's outcome and waits for the
     /// client's retry; otherwise it is a second answer, and is dropped.
     pub(super) fn answer_for_retry(&mut self, session: SessionId, id: &str, answer: Result<String, String>) {
-        let waiting = self.pending_inputs.values_mut().find(|p| p.session == session && p.client_id == id);
+        let waiting = self.router.pending_inputs.values_mut().find(|p| p.session == session && p.client_id == id);
         match waiting {
             Some(p) if p.answer.is_none() => p.answer = Some(answer),
             _ => debug_assert!(false, "a second answer to request {id}"),
@@ -272,14 +278,15 @@ impl Gateway {
     /// Nobody retried in time: the backend's requests get errors (an elicitation
     /// is declined as cancelled) and the entry goes.
     pub(super) fn input_expired(&mut self, state: &str) {
-        let Some(pending) = self.pending_inputs.remove(state) else { return };
+        let Some(pending) = self.router.pending_inputs.remove(state) else { return };
         self.refuse_asked(&pending);
     }
 
     /// Drops entries whose call is gone (its client closed) without an answer.
     pub(super) fn prune_pending_inputs(&mut self) {
-        let calls = &self.calls;
+        let calls = &self.router.calls;
         let gone: Vec<String> = self
+            .router
             .pending_inputs
             .iter()
             .filter(|(state, p)| {
@@ -291,7 +298,7 @@ impl Gateway {
             .map(|(k, _)| k.clone())
             .collect();
         for state in gone {
-            if let Some(pending) = self.pending_inputs.remove(&state) {
+            if let Some(pending) = self.router.pending_inputs.remove(&state) {
                 self.refuse_asked(&pending);
             }
         }

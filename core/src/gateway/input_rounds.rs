@@ -58,7 +58,8 @@ impl Gateway {
             return self.finish_input_round(round);
         }
         let session = round.call.session;
-        let room = (self.config.limits.max_pending_server_requests as usize).saturating_sub(self.server_requests.len());
+        let room =
+            (self.config.limits.max_pending_server_requests as usize).saturating_sub(self.router.server_requests.len());
         if requests.len() > room {
             let msg =
                 format!("backend '{server}' needs input from the client, but too many requests are pending at clients");
@@ -67,7 +68,7 @@ impl Gateway {
         for request in requests.values() {
             let method = request.get("method").and_then(Value::as_str).unwrap_or("");
             let supported =
-                capability(method).is_some_and(|c| self.sessions.get(&session).is_some_and(|s| s.supports(c)));
+                capability(method).is_some_and(|c| self.sessions.open.get(&session).is_some_and(|s| s.supports(c)));
             if !supported {
                 let method = if method.is_empty() { "an unknown input" } else { method };
                 let msg =
@@ -95,11 +96,11 @@ impl Gateway {
                     .then(|| protocol::elicitation_defaults(params.as_deref()))
                     .flatten(),
             };
-            self.server_requests.insert(client_id, r);
+            self.router.server_requests.insert(client_id, r);
             round.asked.insert(key, method);
         }
         let related = round.call.id.clone();
-        self.input_rounds.insert(round_id, round);
+        self.router.input_rounds.insert(round_id, round);
         for frame in frames {
             self.related_to_client(session, Some(&related), frame);
         }
@@ -107,14 +108,14 @@ impl Gateway {
 
     /// The client answered one input request of round `round_id` (`key`).
     pub(super) fn input_answered(&mut self, round_id: u64, key: &str, answer: Result<&str, &str>) {
-        let Some(round) = self.input_rounds.get_mut(&round_id) else { return };
+        let Some(round) = self.router.input_rounds.get_mut(&round_id) else { return };
         let method = round.asked.get(key).cloned().unwrap_or_default();
         let value = match answer {
             Ok(result) => result.to_string(),
             // An elicitation the client could not show is one the user did not answer.
             Err(_) if method == "elicitation/create" => r#"{"action":"cancel"}"#.to_string(),
             Err(error) => {
-                let Some(round) = self.input_rounds.remove(&round_id) else { return };
+                let Some(round) = self.router.input_rounds.remove(&round_id) else { return };
                 self.cancel_round_requests(round_id, "the call failed");
                 let msg = format!("the client refused {method}, which backend '{}' needs: {error}", round.server);
                 return self.fail_round(&round, code::INTERNAL_ERROR, &msg);
@@ -122,7 +123,7 @@ impl Gateway {
         };
         round.answers.insert(key.to_string(), value);
         if round.answers.len() == round.asked.len() {
-            let Some(round) = self.input_rounds.remove(&round_id) else { return };
+            let Some(round) = self.router.input_rounds.remove(&round_id) else { return };
             self.finish_input_round(round);
         }
     }
@@ -148,9 +149,9 @@ impl Gateway {
     /// Withdraws the requests of a round still pending at the client.
     fn cancel_round_requests(&mut self, round_id: u64, reason: &str) {
         let pending: Vec<u64> =
-            self.server_requests.iter().filter(|(_, r)| r.round == Some(round_id)).map(|(id, _)| *id).collect();
+            self.router.server_requests.iter().filter(|(_, r)| r.round == Some(round_id)).map(|(id, _)| *id).collect();
         for id in pending {
-            let Some(r) = self.server_requests.remove(&id) else { continue };
+            let Some(r) = self.router.server_requests.remove(&id) else { continue };
             let params = format!(r#"{{"requestId":{id},"reason":{}}}"#, protocol::quote(reason));
             let frame = protocol::notification("notifications/cancelled", Some(&params));
             self.related_to_client(r.session, r.related.as_deref(), frame);
@@ -159,7 +160,7 @@ impl Gateway {
 
     /// A round ran past its call's hard timeout: the client's call fails.
     pub(super) fn input_round_expired(&mut self, round_id: u64) {
-        let Some(round) = self.input_rounds.remove(&round_id) else { return };
+        let Some(round) = self.router.input_rounds.remove(&round_id) else { return };
         self.cancel_round_requests(round_id, "timed out");
         let msg = format!("the client did not provide the input backend '{}' needs in time", round.server);
         self.fail_round(&round, code::REQUEST_TIMEOUT, &msg);
@@ -168,18 +169,22 @@ impl Gateway {
     /// A closed session's rounds go with it (its pending requests are dropped by
     /// the caller).
     pub(super) fn drop_input_rounds(&mut self, session: SessionId) {
-        self.input_rounds.retain(|_, r| r.call.session != session);
+        self.router.input_rounds.retain(|_, r| r.call.session != session);
     }
 
     /// The client's call `id` waits in an input round: cancelled by the client.
     pub(super) fn cancel_input_round(&mut self, session: SessionId, id: &str) -> bool {
-        let Some(round_id) =
-            self.input_rounds.iter().find(|(_, r)| r.call.session == session && r.call.id == id).map(|(k, _)| *k)
+        let Some(round_id) = self
+            .router
+            .input_rounds
+            .iter()
+            .find(|(_, r)| r.call.session == session && r.call.id == id)
+            .map(|(k, _)| *k)
         else {
             return false;
         };
         self.cancel_round_requests(round_id, "cancelled by the client");
-        if let Some(round) = self.input_rounds.remove(&round_id) {
+        if let Some(round) = self.router.input_rounds.remove(&round_id) {
             self.release(&round.call);
         }
         true

@@ -74,7 +74,7 @@ impl Gateway {
     /// `subscriptions/listen` from a stateless-era client: acknowledged at once
     /// with the subset tether can honour, then left open.
     pub(super) fn client_listen(&mut self, session: SessionId, id: RawId, params: Option<Map<String, Value>>) {
-        if !self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless) {
+        if !self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless) {
             let msg = "method not found: subscriptions/listen (a 2026-07-28 request; this session initialized with an earlier revision, where resources/subscribe and list_changed notifications do this)";
             return self.reply_error(session, &id, code::METHOD_NOT_FOUND, msg, None);
         }
@@ -98,12 +98,12 @@ impl Gateway {
                 return self.reply_error(session, &id, code::INVALID_PARAMS, msg, None);
             }
         };
-        let mut total: usize = self.subscriptions.values().map(BTreeSet::len).sum();
+        let mut total: usize = self.sessions.subscriptions.values().map(BTreeSet::len).sum();
         for uri in requested {
             if listen.uris.contains(&uri) || !self.can_subscribe(&uri) {
                 continue;
             }
-            let subscribed = self.subscriptions.get(&uri).is_some_and(|s| s.contains(&session));
+            let subscribed = self.sessions.subscriptions.get(&uri).is_some_and(|s| s.contains(&session));
             if !subscribed && total >= self.config.limits.max_subscriptions as usize {
                 continue;
             }
@@ -111,7 +111,7 @@ impl Gateway {
             listen.uris.push(uri);
         }
         let hashes = self.visible_hashes();
-        let s = self.sessions.get_mut(&session).expect("checked");
+        let s = self.sessions.open.get_mut(&session).expect("checked");
         if s.listens.is_empty() {
             // What it saw before listening is unknown: changes count from now.
             s.seen = hashes;
@@ -144,8 +144,8 @@ impl Gateway {
     /// Adds `session` to the subscribers of `uri`, subscribing at the backend
     /// when it is the first.
     fn subscribe_for(&mut self, session: SessionId, uri: String) {
-        let first = !self.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
-        self.subscriptions.entry(uri.clone()).or_default().insert(session);
+        let first = !self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
+        self.sessions.subscriptions.entry(uri.clone()).or_default().insert(session);
         if !first {
             return;
         }
@@ -169,15 +169,15 @@ impl Gateway {
     /// subscriptions go unless another listen of the session holds them.
     /// Whether there was such a listen.
     pub(super) fn end_client_listen(&mut self, session: SessionId, id: &str) -> bool {
-        let Some(s) = self.sessions.get_mut(&session) else { return false };
+        let Some(s) = self.sessions.open.get_mut(&session) else { return false };
         let Some(listen) = s.listens.remove(id) else { return false };
         s.in_flight.remove(id);
         let still: BTreeSet<String> = s.listens.values().flat_map(|l| l.uris.iter().cloned()).collect();
         for uri in listen.uris.into_iter().filter(|u| !still.contains(u)) {
-            let Some(sessions) = self.subscriptions.get_mut(&uri) else { continue };
+            let Some(sessions) = self.sessions.subscriptions.get_mut(&uri) else { continue };
             sessions.remove(&session);
             if sessions.is_empty() {
-                self.subscriptions.remove(&uri);
+                self.sessions.subscriptions.remove(&uri);
                 self.unsubscribe_backend(&uri);
             }
         }
@@ -188,7 +188,7 @@ impl Gateway {
     /// `list_changed` of `kinds` to each listen of stateless `session` that asked
     /// for it: one notification per method and listen.
     pub(super) fn announce_to_listens(&mut self, session: SessionId, kinds: &[ListKind]) {
-        let Some(s) = self.sessions.get(&session) else { return };
+        let Some(s) = self.sessions.open.get(&session) else { return };
         let mut frames = Vec::new();
         for (id, listen) in &s.listens {
             let mut sent: Vec<&'static str> = Vec::new();
@@ -209,7 +209,7 @@ impl Gateway {
     /// stateless `session` that subscribed to it; `members` are the params'
     /// other members (raw), `uri` among them.
     pub(super) fn update_listens(&mut self, session: SessionId, uri: &str, members: &str) {
-        let Some(s) = self.sessions.get(&session) else { return };
+        let Some(s) = self.sessions.open.get(&session) else { return };
         let ids: Vec<RawId> =
             s.listens.iter().filter(|(_, l)| l.uris.iter().any(|u| u == uri)).map(|(id, _)| id.clone()).collect();
         for id in ids {

@@ -19,24 +19,31 @@
 //! Early or spurious [`Input::Tick`]s are harmless.
 
 mod backend;
+mod backend_frames;
 mod calls;
 mod client;
 mod client_events;
 mod credentials;
+mod failures;
 mod input_required;
 mod input_rounds;
+mod lifecycle;
 mod listens;
+mod lists;
 mod own_tools;
 mod param_headers;
+mod router;
+mod routing;
+mod sessions;
 mod streams;
 
-use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::catalog::{Catalog, ListKind};
+use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError, ServerConfig};
 use crate::io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, RawId, ServerName, SessionId, Status};
 use crate::metrics::BackendMetrics;
@@ -48,8 +55,9 @@ use crate::supervisor::{Supervisor, Timer};
 use crate::time::{Duration, Instant};
 
 use backend::Backend;
-use calls::{Call, CallKind, InputRound, ParkedList, PendingInput, ServerRequest};
-use client::Session;
+use calls::{Call, CallKind};
+use router::{Router, RouterTimer};
+use sessions::{SessionTimer, Sessions};
 
 /// A host contract violation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,31 +170,16 @@ pub struct Gateway {
     catalog: Catalog,
     /// Secrets of the current config, removed from events and error messages.
     redactor: Redactor,
-    sessions: BTreeMap<SessionId, Session>,
-    /// HTTP sessions refused for the session limit, until their first request is
-    /// answered with an error that says so (bounded).
-    refused: alloc::collections::VecDeque<SessionId>,
-    /// Requests in flight to backends, by the id the gateway gave them.
-    calls: BTreeMap<u64, Call>,
-    next_request_id: u64,
-    /// Backend-to-client requests in flight, by the id the gateway gave them.
-    server_requests: BTreeMap<u64, ServerRequest>,
-    parked_lists: Vec<ParkedList>,
-    /// Stateless clients' calls waiting for a retry with inputs, by `requestState`.
-    pending_inputs: BTreeMap<String, PendingInput>,
-    /// Handshake-era clients' calls waiting for the inputs a stateless backend
-    /// asked for, by round id.
-    input_rounds: BTreeMap<u64, InputRound>,
+    /// Client sessions.
+    sessions: Sessions,
+    /// Open requests between clients and backends.
+    router: Router,
     /// The level the last `logging/setLevel` asked for: stateless backends get it
     /// on every request instead.
     log_level: Option<String>,
-    /// Per-request sessions answered during this input, closed when it settles.
-    closing: Vec<SessionId>,
     /// The catalog version and status-change count the visible-list fingerprints
     /// were computed for, and the fingerprints.
     visible_cache: Option<((u64, u64, usize), [u64; 4])>,
-    /// Served resource URI -> sessions subscribed.
-    subscriptions: BTreeMap<String, BTreeSet<SessionId>>,
     /// Last generation of each removed backend, so a backend added back under the
     /// same name never reuses a generation a late report could still name.
     retired_generations: BTreeMap<String, Generation>,
@@ -209,18 +202,10 @@ impl Gateway {
             rng: Rng::new(seed),
             now,
             backends: BTreeMap::new(),
-            sessions: BTreeMap::new(),
-            refused: alloc::collections::VecDeque::new(),
-            calls: BTreeMap::new(),
-            next_request_id: 1,
-            server_requests: BTreeMap::new(),
-            parked_lists: Vec::new(),
-            pending_inputs: BTreeMap::new(),
-            input_rounds: BTreeMap::new(),
+            sessions: Sessions::default(),
+            router: Router::default(),
             log_level: None,
-            closing: Vec::new(),
             visible_cache: None,
-            subscriptions: BTreeMap::new(),
             retired_generations: BTreeMap::new(),
             journal: client_events::Journal::default(),
             rations: client_events::Rations::new(),
@@ -307,14 +292,17 @@ impl Gateway {
     /// When the host must call `handle(now, Input::Tick)` next, if ever.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let backends = self.backends.values().filter_map(|b| b.poll_timeout());
-        let calls = self.calls.values().filter_map(|c| c.deadline);
-        let parked = self.parked_lists.iter().map(|p| p.deadline);
-        let idle = self.sessions.values().filter_map(|s| self.session_expiry(s));
-        let inputs = self.pending_inputs.values().map(|p| p.deadline);
-        let rounds = self.input_rounds.values().map(|r| r.deadline);
-        let held = self.sessions.values().filter(|s| s.list_changed_held).filter_map(|s| s.quiet_until);
-        backends.chain(calls).chain(parked).chain(idle).chain(inputs).chain(rounds).chain(held).min()
+        self.timers().map(|(at, _)| at).min()
+    }
+
+    /// Every deadline of the engine, in the order they fire when several are due:
+    /// the one list both [`Gateway::poll_timeout`] and firing read.
+    fn timers(&self) -> impl Iterator<Item = (Instant, Deadline<'_>)> {
+        let backends = self.backends.iter().filter_map(|(name, b)| Some((b.poll_timeout()?, Deadline::Backend(name))));
+        let router = self.router.timers().map(|(at, t)| (at, Deadline::Router(t)));
+        let sessions =
+            self.sessions.timers(self.config.limits.idle_session_ms).map(|(at, t)| (at, Deadline::Session(t)));
+        backends.chain(router).chain(sessions)
     }
 
     /// The time of the latest input.
@@ -372,22 +360,22 @@ impl Gateway {
 
     /// The protocol era of a client session.
     pub fn session_era(&self, session: SessionId) -> Option<Era> {
-        self.sessions.get(&session).map(|s| s.era)
+        self.sessions.open.get(&session).map(|s| s.era)
     }
 
     /// Requests in flight to backends (client calls and the gateway's own).
     pub fn in_flight(&self) -> usize {
-        self.calls.len()
+        self.router.calls.len()
     }
 
     /// Client requests not answered yet, over every session.
     pub fn client_requests_in_flight(&self) -> usize {
-        self.sessions.values().map(|s| s.in_flight.len()).sum()
+        self.sessions.open.values().map(|s| s.in_flight.len()).sum()
     }
 
     /// Client sessions open now.
     pub fn session_count(&self) -> usize {
-        self.sessions.len()
+        self.sessions.open.len()
     }
 
     /// Calls, latencies, restarts and breaker transitions of one backend.
@@ -408,16 +396,11 @@ impl Gateway {
     /// fuzzing; cheap enough to run after every input.
     pub fn check_invariants(&self) -> Result<(), String> {
         let limits = &self.config.limits;
-        if self.calls.len() > limits.max_in_flight as usize + self.backends.len() * backend::INTERNAL_CALLS {
-            return Err(format!("{} calls in flight, limit {}", self.calls.len(), limits.max_in_flight));
-        }
-        if self.server_requests.len() > limits.max_pending_server_requests as usize {
-            return Err("too many pending server requests".into());
-        }
-        if self.sessions.len() > limits.max_sessions as usize {
-            return Err("too many sessions".into());
-        }
-        for (id, call) in &self.calls {
+        self.router.check_invariants(limits, self.backends.len() * backend::INTERNAL_CALLS)?;
+        self.sessions.check_invariants(limits)?;
+        self.catalog.check_invariants()?;
+        let open = |session: &SessionId| self.sessions.open.contains_key(session);
+        for (id, call) in &self.router.calls {
             let Some(b) = self.backends.get(&call.server) else {
                 return Err(format!("call {id} names a removed backend {}", call.server));
             };
@@ -425,7 +408,7 @@ impl Gateway {
                 return Err(format!("call {id} sits on a stale connection of {}", call.server));
             }
             if let CallKind::Client(c) = &call.kind {
-                if !self.sessions.contains_key(&c.session) && c.awaiting_input.is_none() {
+                if !open(&c.session) && c.awaiting_input.is_none() {
                     return Err(format!("call {id} is owed to a closed session"));
                 }
             }
@@ -434,7 +417,7 @@ impl Gateway {
             if b.queue.len() > limits.max_queued_per_backend as usize {
                 return Err(format!("{name}: queue over its bound"));
             }
-            if b.queue.iter().any(|q| !self.sessions.contains_key(&q.call.session)) {
+            if b.queue.iter().any(|q| !open(&q.call.session)) {
                 return Err(format!("{name}: queued call owed to a closed session"));
             }
             b.sup.check_invariants(self.now).map_err(|e| format!("{name}: {e}"))?;
@@ -444,34 +427,11 @@ impl Gateway {
                 return Err(format!("{name}: stderr tail unbounded"));
             }
         }
-        self.catalog.check_invariants()?;
-        for (sid, s) in &self.sessions {
-            if s.in_flight.len() > limits.max_in_flight_per_session as usize {
-                return Err(format!("session {} over its in-flight bound", sid.0));
-            }
+        if self.router.server_requests.values().any(|r| !open(&r.session)) {
+            return Err("server request owed to a closed session".into());
         }
-        for r in self.server_requests.values() {
-            if !self.sessions.contains_key(&r.session) {
-                return Err("server request owed to a closed session".into());
-            }
-            if r.round.is_some_and(|round| !self.input_rounds.contains_key(&round)) {
-                return Err("input request of a round that is gone".into());
-            }
-        }
-        for r in self.input_rounds.values() {
-            if !self.sessions.contains_key(&r.call.session) {
-                return Err("input round owed to a closed session".into());
-            }
-        }
-        if self.pending_inputs.len() > limits.max_pending_server_requests as usize {
-            return Err("too many calls waiting for inputs".into());
-        }
-        for (state, p) in &self.pending_inputs {
-            let waiting =
-                |c: &Call| matches!(&c.kind, CallKind::Client(cc) if cc.awaiting_input.as_deref() == Some(state));
-            if p.answer.is_none() && !self.calls.get(&p.call).is_some_and(waiting) {
-                return Err(format!("requestState {state} waits for a call that is not waiting"));
-            }
+        if self.router.input_rounds.values().any(|r| !open(&r.call.session)) {
+            return Err("input round owed to a closed session".into());
         }
         Ok(())
     }
@@ -519,7 +479,7 @@ impl Gateway {
     /// A frame that answers the client's request `id` (raw JSON).
     fn reply_to_client(&mut self, session: SessionId, id: &str, frame: String) {
         self.touch_session(session);
-        let stateless = self.sessions.get(&session).is_some_and(|s| s.era == Era::Stateless);
+        let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
         let frame = if stateless { stateless_frame(frame) } else { frame };
         self.answered(session);
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(RawId::new(id)) });
@@ -528,15 +488,17 @@ impl Gateway {
     /// A per-request session closes once its request is answered (at the end of
     /// this input, after the answer is out).
     fn answered(&mut self, session: SessionId) {
-        if self.sessions.get(&session).is_some_and(|s| s.per_request()) && !self.closing.contains(&session) {
-            self.closing.push(session);
+        if self.sessions.open.get(&session).is_some_and(|s| s.per_request())
+            && !self.sessions.closing.contains(&session)
+        {
+            self.sessions.closing.push(session);
         }
     }
 
     /// Idle time counts from the last exchange, so a long call is not idle time.
     fn touch_session(&mut self, session: SessionId) {
         let now = self.now;
-        if let Some(s) = self.sessions.get_mut(&session) {
+        if let Some(s) = self.sessions.open.get_mut(&session) {
             s.last_active = now;
         }
     }
@@ -560,9 +522,7 @@ impl Gateway {
     }
 
     fn alloc_id(&mut self) -> u64 {
-        let id = self.next_request_id;
-        self.next_request_id += 1;
-        id
+        self.router.alloc_id()
     }
 
     /// Whether an input about `server`'s `generation` concerns the live connection.
@@ -579,46 +539,26 @@ impl Gateway {
         // Bounded: each pass consumes at least one due timer or stops.
         for _ in 0..10_000 {
             let now = self.now;
-            if let Some(name) =
-                self.backends.iter().find(|(_, b)| b.poll_timeout().is_some_and(|at| at <= now)).map(|(n, _)| n.clone())
-            {
-                self.backend_timer(&name);
-                continue;
+            let Some(due) = self.timers().find(|(at, _)| *at <= now).map(|(_, timer)| timer.to_owned()) else {
+                break;
+            };
+            match due {
+                Due::Backend(name) => self.backend_timer(&name),
+                Due::Call(id) => self.call_timed_out(id),
+                Due::ParkedLists => self.answer_parked_lists(true),
+                Due::Input(state) => self.input_expired(&state),
+                Due::Round(round) => self.input_round_expired(round),
+                // `settle` sends the held `list_changed` if it is still owed.
+                Due::Session(SessionTimer::ListChangedHeld(session)) => {
+                    if let Some(s) = self.sessions.open.get_mut(&session) {
+                        s.list_changed_held = false;
+                    }
+                }
+                Due::Session(SessionTimer::Idle(session)) => {
+                    self.client_closed(session);
+                    self.push(Action::CloseClient { session });
+                }
             }
-            if let Some(id) = self.calls.iter().find(|(_, c)| c.deadline.is_some_and(|d| d <= now)).map(|(id, _)| *id) {
-                self.call_timed_out(id);
-                continue;
-            }
-            if self.parked_lists.iter().any(|p| p.deadline <= now) {
-                self.answer_parked_lists(true);
-                continue;
-            }
-            if let Some(state) = self.pending_inputs.iter().find(|(_, p)| p.deadline <= now).map(|(k, _)| k.clone()) {
-                self.input_expired(&state);
-                continue;
-            }
-            if let Some(round) = self.input_rounds.iter().find(|(_, r)| r.deadline <= now).map(|(k, _)| *k) {
-                self.input_round_expired(round);
-                continue;
-            }
-            // A held `list_changed` is due: `settle` sends it if still owed.
-            if let Some(s) =
-                self.sessions.values_mut().find(|s| s.list_changed_held && s.quiet_until.is_some_and(|at| at <= now))
-            {
-                s.list_changed_held = false;
-                continue;
-            }
-            if let Some(session) = self
-                .sessions
-                .iter()
-                .find(|(_, s)| self.session_expiry(s).is_some_and(|at| at <= now))
-                .map(|(id, _)| *id)
-            {
-                self.client_closed(session);
-                self.push(Action::CloseClient { session });
-                continue;
-            }
-            break;
         }
     }
 
@@ -634,102 +574,14 @@ impl Gateway {
         }
         self.answer_parked_lists(false);
         self.announce_list_changes();
-        for session in core::mem::take(&mut self.closing) {
-            if self.sessions.contains_key(&session) {
+        for session in core::mem::take(&mut self.sessions.closing) {
+            if self.sessions.open.contains_key(&session) {
                 self.client_closed(session);
                 self.push(Action::CloseClient { session });
             }
         }
-        if !self.pending_inputs.is_empty() {
+        if !self.router.pending_inputs.is_empty() {
             self.prune_pending_inputs();
-        }
-    }
-
-    /// Fingerprints of what clients may see of each list now. Cached: recomputed
-    /// only after the catalog or a backend's status changed, not on every input.
-    fn visible_hashes(&mut self) -> [u64; 4] {
-        let mut hashes = self.catalog_hashes();
-        // The tools list has tether's own tools too: meta mode's never change.
-        let tools = &mut hashes[ListKind::Tools as usize];
-        match (self.config.mode, self.config.admin_tools) {
-            (crate::config::Mode::Meta, _) => *tools = 0x6d65_7461,
-            (crate::config::Mode::Flat, true) => *tools ^= 0xad31_4e00,
-            (crate::config::Mode::Flat, false) => {}
-        }
-        hashes
-    }
-
-    /// Fingerprints of the visible part of each list of the catalog.
-    fn catalog_hashes(&mut self) -> [u64; 4] {
-        let changes = self.backends.values().fold(0u64, |n, b| n.wrapping_add(b.sup.changes()));
-        let version = (self.catalog.version(), changes, self.backends.len());
-        if let Some((v, hashes)) = self.visible_cache {
-            if v == version {
-                return hashes;
-            }
-        }
-        let backends = &self.backends;
-        let hashes = ListKind::ALL
-            .map(|kind| self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.is_visible())));
-        self.visible_cache = Some((version, hashes));
-        hashes
-    }
-
-    /// Sends `list_changed` to each ready session whose last view of a list differs
-    /// from what it would see now, and only then; a stateless session gets them
-    /// on the listens that asked for them. At most one per session per
-    /// `list_changed_debounce_ms`: a change inside the window waits for its end,
-    /// and goes only if the list still differs from what the session last saw.
-    fn announce_list_changes(&mut self) {
-        let hashes = self.visible_hashes();
-        let mut frames = Vec::new();
-        let mut listening = Vec::new();
-        let parked = &self.parked_lists;
-        let (now, window) = (self.now, Self::duration(self.config.list_changed_debounce_ms));
-        for (id, session) in self.sessions.iter_mut().filter(|(_, s)| s.ready || !s.listens.is_empty()) {
-            let mut changed: Vec<ListKind> = Vec::new();
-            for kind in ListKind::ALL {
-                // A session waiting on this list will see the new one in its answer.
-                let waiting = parked.iter().any(|p| p.session == *id && p.is_list(kind));
-                if !waiting && session.seen[kind as usize] != hashes[kind as usize] {
-                    changed.push(kind);
-                }
-            }
-            if changed.is_empty() {
-                continue;
-            }
-            if window > Duration::ZERO {
-                match session.quiet_until {
-                    Some(until) if now < until => {
-                        session.list_changed_held = true;
-                        continue;
-                    }
-                    _ => {
-                        session.quiet_until = Some(now + window);
-                        session.list_changed_held = false;
-                    }
-                }
-            }
-            for kind in &changed {
-                session.seen[*kind as usize] = hashes[*kind as usize];
-            }
-            if session.era == Era::Stateless {
-                listening.push((*id, changed));
-                continue;
-            }
-            let mut sent: Vec<&'static str> = Vec::new();
-            for kind in changed {
-                if !sent.contains(&kind.list_changed()) {
-                    sent.push(kind.list_changed());
-                    frames.push((*id, protocol::notification(kind.list_changed(), None)));
-                }
-            }
-        }
-        for (session, frame) in frames {
-            self.to_client(session, frame);
-        }
-        for (session, kinds) in listening {
-            self.announce_to_listens(session, &kinds);
         }
     }
 
@@ -821,6 +673,40 @@ impl Gateway {
 
     fn duration(ms: u64) -> Duration {
         Duration::from_millis(ms)
+    }
+}
+
+/// A deadline of the engine (borrowed from the table that holds it).
+#[derive(Clone, Copy, Debug)]
+enum Deadline<'a> {
+    /// A backend's supervisor timer (restart, reconnect, health, idle, credential).
+    Backend(&'a ServerName),
+    /// A router deadline.
+    Router(RouterTimer<'a>),
+    /// A session deadline.
+    Session(SessionTimer),
+}
+
+/// A [`Deadline`] that came due, owned so that firing it may change the tables.
+enum Due {
+    Backend(ServerName),
+    Call(u64),
+    ParkedLists,
+    Input(String),
+    Round(u64),
+    Session(SessionTimer),
+}
+
+impl Deadline<'_> {
+    fn to_owned(self) -> Due {
+        match self {
+            Deadline::Backend(name) => Due::Backend(name.clone()),
+            Deadline::Router(RouterTimer::Call(id)) => Due::Call(id),
+            Deadline::Router(RouterTimer::ParkedLists) => Due::ParkedLists,
+            Deadline::Router(RouterTimer::Input(state)) => Due::Input(state.into()),
+            Deadline::Router(RouterTimer::Round(id)) => Due::Round(id),
+            Deadline::Session(t) => Due::Session(t),
+        }
     }
 }
 

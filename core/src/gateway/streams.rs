@@ -115,7 +115,7 @@ impl Gateway {
         let in_flight = |calls: &BTreeMap<u64, Call>, id: u64| calls.get(&id).is_some_and(|c| &*c.server == server);
         let Some(b) = self.backends.get_mut(server) else { return };
         // Requests answered (or failed) meanwhile leave nothing to resume.
-        let calls = &self.calls;
+        let calls = &self.router.calls;
         b.streams.ended.retain(|s, _| s.request().map_or(true, |id| in_flight(calls, id)));
         if let StreamRef::Request(id) = stream {
             if !in_flight(calls, id) {
@@ -202,10 +202,10 @@ impl Gateway {
     /// error. When resumptions kept failing in transport (`lost`) the connection
     /// is lost too; else the backend stays up, with `why` as its last error.
     fn request_stream_given_up(&mut self, server: &str, id: u64, why: String, lost: Option<Failure>) {
-        let call = match self.calls.remove(&id) {
+        let call = match self.router.calls.remove(&id) {
             Some(Call { kind: CallKind::Client(c), .. }) => Some(c),
             Some(call) => {
-                self.calls.insert(id, call);
+                self.router.calls.insert(id, call);
                 None
             }
             None => return,
@@ -249,7 +249,7 @@ impl Gateway {
         };
         r.resume_at = None;
         let last_event_id = r.last_event_id.clone();
-        let live = stream.request().map_or(true, |id| self.calls.get(&id).is_some_and(|c| c.server == name));
+        let live = stream.request().map_or(true, |id| self.router.calls.get(&id).is_some_and(|c| c.server == name));
         if !live || !b.sup.is_connected() {
             b.streams.ended.remove(&stream);
             return true;

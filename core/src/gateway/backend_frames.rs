@@ -1,0 +1,306 @@
+//! Messages from a backend: answers to the gateway's requests, notifications
+//! (progress, logs, list changes, resource updates, cancellations) and the
+//! backend's own requests to clients.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde_json::{Map, Value};
+
+use super::backend::kind_bit;
+use super::calls::{CallKind, ServerRequest};
+use super::Gateway;
+use crate::catalog::ListKind;
+use crate::io::Event;
+use crate::policy::BreakerTransition;
+use crate::protocol::{self, code, Era, Message};
+
+impl Gateway {
+    /// A frame from the live connection of `server`.
+    pub(super) fn backend_frame(&mut self, server: &str, frame: &str) {
+        if frame.len() > self.config.limits.max_frame_bytes as usize {
+            self.emit(Event::ProtocolViolation {
+                server: self.name(server),
+                detail: format!("frame of {} bytes exceeds the limit", frame.len()),
+            });
+            return;
+        }
+        let message = match protocol::parse(frame) {
+            Ok(m) => m,
+            Err(e) => {
+                self.emit(Event::ProtocolViolation { server: self.name(server), detail: e.message });
+                return;
+            }
+        };
+        match message {
+            Message::Response { id, result } => {
+                let Some(call_id) = protocol::gateway_id(id) else {
+                    return self.unknown_response(server, id.get());
+                };
+                self.backend_answer(server, call_id, Ok(result.get()));
+            }
+            Message::Error { id, error } => {
+                let Some(call_id) = id.and_then(protocol::gateway_id) else {
+                    return self.unknown_response(server, id.map_or("null", |id| id.get()));
+                };
+                self.backend_answer(server, call_id, Err(error.get()));
+            }
+            Message::Notification { method, params } => {
+                self.backend_notification(server, &method, params.map(|p| p.get()));
+            }
+            Message::Request { id, method, params } => {
+                self.backend_request(server, id.get(), &method, params.map(|p| p.get()));
+            }
+        }
+    }
+
+    fn unknown_response(&mut self, server: &str, id: &str) {
+        self.emit(Event::ProtocolViolation {
+            server: self.name(server),
+            detail: format!("response to unknown request id {id}"),
+        });
+    }
+
+    /// A response or error for request `call_id`.
+    fn backend_answer(&mut self, server: &str, call_id: u64, answer: Result<&str, &str>) {
+        let generation = self.backends[server].sup.generation();
+        match self.router.calls.get(&call_id) {
+            Some(c) if &*c.server == server && c.generation == generation => {}
+            // Ours, but over: an answer after a cancel or timeout, which the
+            // spec allows to cross the cancellation. Dropped without a word.
+            _ if call_id < self.router.next_request_id => return,
+            _ => return self.unknown_response(server, &call_id.to_string()),
+        }
+        let Some(call) = self.router.calls.remove(&call_id) else { return };
+        self.stream_answered(server, call_id);
+        match call.kind {
+            CallKind::Initialize { may_probe } => self.handshake_answer(server, answer, may_probe),
+            CallKind::Probe { may_initialize } => self.probe_answer(server, answer, may_initialize),
+            CallKind::Listen => self.listen_ended(server, call_id, answer.err()),
+            CallKind::Discover { kind, pages } => self.discovery_answer(server, kind, pages, answer),
+            CallKind::Health => self.health_answer(server, answer),
+            CallKind::Quiet => {}
+            CallKind::Client(c) => {
+                self.record_success(server);
+                self.answer_client_call(server, c, answer);
+            }
+        }
+    }
+
+    fn record_success(&mut self, server: &str) {
+        let now = self.now;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        b.last_success = Some(now);
+        b.session_losses = 0;
+        b.sup.touch(now);
+        if let Some(BreakerTransition::Closed) = b.sup.breaker.on_success(now) {
+            self.emit(Event::CircuitClosed { server: self.name(server) });
+        }
+    }
+
+    fn backend_notification(&mut self, server: &str, method: &str, params: Option<&str>) {
+        match method {
+            "notifications/tools/list_changed"
+            | "notifications/resources/list_changed"
+            | "notifications/prompts/list_changed"
+                if self.backends[server].sup.is_ready() =>
+            {
+                let kinds = match method {
+                    "notifications/tools/list_changed" => kind_bit(ListKind::Tools),
+                    "notifications/prompts/list_changed" => kind_bit(ListKind::Prompts),
+                    _ => kind_bit(ListKind::Resources) | kind_bit(ListKind::ResourceTemplates),
+                };
+                self.start_discovery(server, kinds);
+            }
+            "notifications/progress" => self.forward_progress(server, params),
+            "notifications/message" => self.forward_log(server, params),
+            "notifications/resources/updated" => self.forward_resource_updated(server, params),
+            "notifications/cancelled" => self.backend_cancelled(server, params),
+            // The listen is open; tether asked only for what it relays.
+            "notifications/subscriptions/acknowledged" => {}
+            _ => {}
+        }
+    }
+
+    fn forward_progress(&mut self, server: &str, params: Option<&str>) {
+        let Some(mut p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
+        let Some(token) = p.get("progressToken").and_then(Value::as_u64) else { return };
+        let now = self.now;
+        let Some(call) = self.router.calls.get_mut(&token) else { return };
+        if &*call.server != server {
+            return;
+        }
+        let CallKind::Client(c) = &mut call.kind else { return };
+        let Some(client_token) = c.progress.clone() else { return };
+        let (session, client_id) = (c.session, c.id.clone());
+        let policy = self.backends[server].sup.policy();
+        let hard = c.created + Self::duration(policy.request_timeout_max_ms);
+        let reset = now + Self::duration(policy.request_timeout_ms);
+        call.deadline = Some(reset.min(hard));
+        // Progress must increase (MCP). A call resent on a fresh process counts
+        // again from the start: those repeats keep the call alive but are not forwarded.
+        let value = p.get("progress").and_then(Value::as_f64);
+        if let (Some(value), Some(last)) = (value, c.last_progress) {
+            if value <= last {
+                return;
+            }
+        }
+        if value.is_some() {
+            c.last_progress = value;
+        }
+        p.insert("progressToken".into(), client_token);
+        let params = serde_json::to_string(&p).unwrap_or_default();
+        self.related_to_client(
+            session,
+            Some(&client_id),
+            protocol::notification("notifications/progress", Some(&params)),
+        );
+    }
+
+    fn forward_log(&mut self, server: &str, params: Option<&str>) {
+        let Some(mut p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
+        let logger = match p.get("logger").and_then(Value::as_str) {
+            Some(l) => format!("{server}/{l}"),
+            None => server.to_string(),
+        };
+        p.insert("logger".into(), Value::String(logger));
+        let params = serde_json::to_string(&p).unwrap_or_default();
+        let ready: Vec<_> = self.sessions.open.iter().filter(|(_, s)| s.ready).map(|(id, _)| *id).collect();
+        for session in ready {
+            // Logged while this session has a call on the backend: most likely about that call.
+            let related = self.latest_call(server, Some(session)).map(|(_, id)| id);
+            let frame = protocol::notification("notifications/message", Some(&params));
+            self.related_to_client(session, related.as_deref(), frame);
+        }
+        // Stateless clients have no session to log to: a message goes to the
+        // latest call of each that asked for this level on the backend.
+        let severity = p.get("level").and_then(Value::as_str).and_then(protocol::log_severity).unwrap_or(0);
+        let mut latest: BTreeMap<crate::io::SessionId, crate::io::RawId> = BTreeMap::new();
+        for c in self.router.calls.values().filter(|c| &*c.server == server) {
+            if let CallKind::Client(cc) = &c.kind {
+                let wanted = cc.log_level.as_deref().and_then(protocol::log_severity);
+                if wanted.is_some_and(|w| severity >= w) {
+                    latest.insert(cc.session, cc.id.clone());
+                }
+            }
+        }
+        for (session, id) in latest {
+            let frame = protocol::notification("notifications/message", Some(&params));
+            self.related_to_client(session, Some(&id), frame);
+        }
+    }
+
+    fn forward_resource_updated(&mut self, server: &str, params: Option<&str>) {
+        let Some(mut p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
+        let Some(uri) = p.get("uri").and_then(Value::as_str) else { return };
+        let Some(served) = self.catalog.serve_uri(server, uri) else { return };
+        let Some(sessions) = self.sessions.subscriptions.get(&served).cloned() else { return };
+        p.insert("uri".into(), Value::String(served.clone()));
+        // A stateless backend tags it with its own listen: meaningless past tether.
+        p.remove("_meta");
+        let params = serde_json::to_string(&p).unwrap_or_default();
+        for session in sessions {
+            if self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless) {
+                let members = params.strip_prefix('{').and_then(|m| m.strip_suffix('}')).unwrap_or_default();
+                self.update_listens(session, &served, members);
+            } else {
+                self.to_client(session, protocol::notification("notifications/resources/updated", Some(&params)));
+            }
+        }
+    }
+
+    /// The backend cancelled one of its own requests to a client.
+    fn backend_cancelled(&mut self, server: &str, params: Option<&str>) {
+        let Some(p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
+        let Some(request_id) = p.get("requestId").and_then(|v| serde_json::to_string(v).ok()) else { return };
+        // A stateless backend ends a listen this way on stdio.
+        let listen = self.backends.get(server).and_then(|b| b.listen);
+        if let Some(id) = listen.filter(|id| request_id == id.to_string()) {
+            self.router.calls.remove(&id);
+            return self.listen_ended(server, id, None);
+        }
+        let found = self
+            .router
+            .server_requests
+            .iter()
+            .find(|(_, r)| &*r.server == server && r.backend_id == request_id)
+            .map(|(id, r)| (*id, r.session, r.related.clone()));
+        if let Some((id, session, related)) = found {
+            self.router.server_requests.remove(&id);
+            let params = format!(r#"{{"requestId":{id},"reason":"cancelled by the server"}}"#);
+            let frame = protocol::notification("notifications/cancelled", Some(&params));
+            self.related_to_client(session, related.as_deref(), frame);
+        }
+    }
+
+    /// A backend asks something of a client: answered here (`ping`) or routed to
+    /// the session whose call caused it.
+    fn backend_request(&mut self, server: &str, id: &str, method: &str, params: Option<&str>) {
+        if method == "ping" {
+            return self.to_backend(server, protocol::response(id, "{}"), None);
+        }
+        let capability = match method {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => {
+                let msg = format!("tether does not forward {method} to clients");
+                return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
+            }
+        };
+        if let Some(call) = self.stateless_call_on(server) {
+            return self.ask_stateless_client(server, call, id, method, params, capability);
+        }
+        let Some((session, related)) = self.origin_session(server, capability) else {
+            let msg = format!("no connected client supports {capability}");
+            return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
+        };
+        if self.router.server_requests.len() >= self.config.limits.max_pending_server_requests as usize {
+            let msg = "too many requests pending at clients";
+            return self.to_backend(server, protocol::error_response(id, code::OVERLOADED, msg, None), None);
+        }
+        let client_id = self.alloc_id();
+        let generation = self.backends[server].sup.generation();
+        self.router.server_requests.insert(
+            client_id,
+            ServerRequest {
+                server: self.name(server),
+                generation,
+                backend_id: id.to_string(),
+                session,
+                related: related.clone(),
+                round: None,
+                defaults: (method == "elicitation/create").then(|| protocol::elicitation_defaults(params)).flatten(),
+            },
+        );
+        self.related_to_client(session, related.as_deref(), protocol::request(client_id, method, params));
+    }
+
+    /// The session to ask, and the client call it is asked for: the latest call in
+    /// flight on this backend, else any ready session that supports the capability.
+    fn origin_session(
+        &self,
+        server: &str,
+        capability: &str,
+    ) -> Option<(crate::io::SessionId, Option<crate::io::RawId>)> {
+        let supports = |s: &crate::io::SessionId| self.sessions.open.get(s).is_some_and(|s| s.supports(capability));
+        match self.latest_call(server, None) {
+            Some((s, id)) if supports(&s) => Some((s, Some(id))),
+            Some(_) => None,
+            None => self.sessions.open.iter().find(|(id, s)| s.ready && supports(id)).map(|(id, _)| (*id, None)),
+        }
+    }
+
+    /// The newest client call in flight on `server` (from `session`, if given): its session and id.
+    fn latest_call(
+        &self,
+        server: &str,
+        session: Option<crate::io::SessionId>,
+    ) -> Option<(crate::io::SessionId, crate::io::RawId)> {
+        self.router.calls.values().rev().filter(|c| &*c.server == server).find_map(|c| match &c.kind {
+            CallKind::Client(cc) if session.map_or(true, |s| s == cc.session) => Some((cc.session, cc.id.clone())),
+            _ => None,
+        })
+    }
+}

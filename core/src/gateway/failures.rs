@@ -1,0 +1,310 @@
+//! Transport failures: a request that failed, a session the server forgot, a
+//! connection that is gone, and what becomes of the calls on it (resent under
+//! the safety rule, or failed with the backend's status).
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::backend::{RECONNECT_EVENTS_UNTHROTTLED, RECONNECT_EVENT_INTERVAL_MS};
+use super::calls::{Call, CallKind, ClientCall, Queued};
+use super::Gateway;
+use crate::io::{Action, Event};
+use crate::metrics::CallOutcome;
+use crate::policy::{BreakerTransition, Failure, FailureStatus};
+use crate::protocol::{self, code, Era};
+use crate::supervisor::{AfterLoss, Readiness};
+
+impl Gateway {
+    /// A transport failure on the live connection, for one request or all of it.
+    pub(super) fn backend_failed(&mut self, server: &str, request: Option<u64>, failure: Failure) {
+        let class = failure.classify();
+        if failure.is_auth() && self.backends[server].credential.is_some() {
+            return self.unauthorized(server, request, failure);
+        }
+        let Some(request) = request else {
+            return self.connection_lost(server, failure);
+        };
+        let generation = self.backends[server].sup.generation();
+        let Some(call) = self.router.calls.get(&request).filter(|c| &*c.server == server && c.generation == generation)
+        else {
+            return;
+        };
+        // A probe answered with an HTTP error and no stateless error body: a
+        // handshake-era server (the specification's HTTP fallback rule).
+        let legacy_status = matches!(failure, Failure::Http { status: 400..=499 })
+            && !matches!(failure, Failure::Http { status: 401 | 403 | 408 | 429 });
+        if matches!(call.kind, CallKind::Probe { may_initialize: true }) && legacy_status {
+            self.router.calls.remove(&request);
+            return self.send_initialize(server, false);
+        }
+        if class.status == FailureStatus::SessionLost {
+            return self.session_lost(server, Some(request));
+        }
+        if class.status == FailureStatus::RequiresReauth {
+            return self.connection_lost(server, failure);
+        }
+        let call = self.router.calls.remove(&request).expect("checked above");
+        match call.kind {
+            CallKind::Client(c) => self.client_call_failed(server, c, &failure),
+            CallKind::Quiet => {}
+            CallKind::Listen => self.listen_ended(server, request, None),
+            CallKind::Health => {
+                self.backends.get_mut(server).expect("live").sup.schedule_health(self.now, &mut self.rng);
+                self.health_failed(server, failure.describe());
+            }
+            CallKind::Initialize { .. } | CallKind::Probe { .. } | CallKind::Discover { .. } => {
+                self.connection_lost(server, failure)
+            }
+        }
+    }
+
+    /// A forwarded call failed in transport: retry under the safety rule, else
+    /// fail it, count it, and mark the backend down when the transport is.
+    pub(super) fn client_call_failed(&mut self, server: &str, call: ClientCall, failure: &Failure) {
+        let message = format!("backend '{server}' failed: {}", failure.describe());
+        self.client_call_failed_with(server, call, failure, message);
+    }
+
+    /// [`Gateway::client_call_failed`], with `why` the transport failed in the
+    /// client's error.
+    pub(super) fn client_call_failed_because(&mut self, server: &str, call: ClientCall, failure: &Failure, why: &str) {
+        let message = format!("backend '{server}' failed: {why}");
+        self.client_call_failed_with(server, call, failure, message);
+    }
+
+    fn client_call_failed_with(&mut self, server: &str, mut call: ClientCall, failure: &Failure, message: String) {
+        let class = failure.classify();
+        let b = &self.backends[server];
+        let delays = &b.sup.policy().call_retry_delays_ms;
+        let safe = class.delivery == crate::policy::Delivery::NotDelivered
+            || call.retry_safe
+            || b.sup.policy().retry_unsafe_calls;
+        if class.retryable && safe && (call.retries as usize) < delays.len() {
+            let wait = Self::duration(delays[call.retries as usize]);
+            call.retries += 1;
+            let not_before = self.now + wait;
+            let deadline = call.created + Self::duration(b.sup.policy().request_timeout_max_ms);
+            self.requeue(server, Queued { call, not_before, deadline: deadline.max(not_before) }, false);
+            return;
+        }
+        self.count_failure(server, class.counts_for_breaker, call.probe);
+        // Mark the backend down first, so the error's data shows the status and the retry.
+        // Only a request that certainly never arrived (refused, DNS) says the backend
+        // is unreachable; a slow or reset answer is the breaker's business.
+        if class.delivery == crate::policy::Delivery::NotDelivered && class.status == FailureStatus::Offline {
+            self.connection_lost(server, failure.clone());
+        }
+        let data = self.unavailable_data(server);
+        self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &message, Some(&data));
+        self.record_call(server, &call, CallOutcome::Failed);
+        self.release(&call);
+    }
+
+    /// Counts a failed call against the breaker.
+    pub(super) fn count_failure(&mut self, server: &str, counts: bool, probe: bool) {
+        let now = self.now;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if !counts {
+            if probe {
+                b.sup.breaker.probe_abandoned();
+            }
+            return;
+        }
+        if let Some(BreakerTransition::Opened { cooldown }) = b.sup.breaker.on_failure(now) {
+            self.emit(Event::CircuitOpened { server: self.name(server), cooldown_ms: cooldown.as_millis() });
+        }
+    }
+
+    /// HTTP 404 on a session: re-initialize and resend the request (if one was
+    /// refused) once. A second loss before anything succeeds is a failure with
+    /// backoff, not a hot loop.
+    pub(super) fn session_lost(&mut self, server: &str, request: Option<u64>) {
+        let b = self.backends.get_mut(server).expect("live");
+        b.session_losses = b.session_losses.saturating_add(1);
+        let handshaking = !b.sup.is_ready();
+        if handshaking || b.session_losses > 1 {
+            return self.connection_lost(server, Failure::Other { message: "backend session lost (HTTP 404)".into() });
+        }
+        let lost = match request.and_then(|r| self.router.calls.remove(&r)) {
+            Some(Call { kind: CallKind::Client(c), .. }) => Some(c),
+            _ => None,
+        };
+        let others = self.drop_connection(server, "backend session lost (HTTP 404)", true);
+        // The rejected request never ran: resend it. Others on the lost session may
+        // have run: resend them only when that is safe, else fail them.
+        let retry_unsafe = self.backends[server].sup.policy().retry_unsafe_calls;
+        let (safe, unsafe_): (Vec<ClientCall>, Vec<ClientCall>) =
+            others.into_iter().partition(|c| (c.retry_safe || retry_unsafe) && !c.resent);
+        let deadline = self.now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
+        for mut c in lost.into_iter().chain(safe).rev() {
+            c.resent = true;
+            self.requeue(server, Queued { call: c, not_before: self.now, deadline }, true);
+        }
+        self.connect(server);
+        for c in unsafe_ {
+            if c.probe {
+                self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
+            }
+            let msg = format!(
+                "backend '{server}' lost its session (HTTP 404) while this call was in flight; it may have run, so it was not resent"
+            );
+            let data = self.unavailable_data(server);
+            self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+            self.record_call(server, &c, CallOutcome::Failed);
+            self.release(&c);
+        }
+    }
+
+    /// The connection is gone (exit, refused, handshake failure, timeout).
+    pub(super) fn connection_lost(&mut self, server: &str, failure: Failure) {
+        let now = self.now;
+        let Some(b) = self.backends.get(server) else { return };
+        let message = b.failure_message(&failure);
+        let first_crash = b.sup.crashes.count(now) == 0;
+        let vital = b.sup.is_vital();
+        let resend_allowed = vital || first_crash;
+        // A process that exits while it is probed is a handshake-era server that
+        // cannot take a request before `initialize`: the next one is not probed.
+        let probed = self
+            .router
+            .calls
+            .values()
+            .any(|c| &*c.server == server && matches!(c.kind, CallKind::Probe { may_initialize: true }));
+        let in_flight = self.drop_connection(server, &message, true);
+        let b = self.backends.get_mut(server).expect("live");
+        if probed && matches!(failure, Failure::Exited { .. }) {
+            b.era_learned = Some(Era::Handshake);
+        }
+        // A process that crashed is discovered afresh, even one woken from dormant.
+        b.skip_discovery = false;
+        let after = b.sup.on_connection_lost(now, &failure, message.clone(), &mut self.rng);
+        // Calls waiting for this connection fail with the structured status.
+        let waiting: Vec<Queued> = b.queue.drain(..).collect();
+        for q in waiting {
+            self.fail_unavailable(server, q.call);
+        }
+        let mut resend = Vec::new();
+        for c in in_flight {
+            let safe = c.retry_safe || self.backends[server].sup.policy().retry_unsafe_calls;
+            if resend_allowed && safe && !c.resent && after.is_retry() {
+                resend.push(c);
+            } else {
+                let class = failure.classify();
+                self.count_failure(server, class.counts_for_breaker, c.probe);
+                if matches!(after, AfterLoss::Reauth) {
+                    let msg = self.reauth_message(server);
+                    self.fail_reauth(server, c, &msg);
+                    continue;
+                }
+                let msg = format!("backend '{server}' disconnected: {message}");
+                let data = self.unavailable_data(server);
+                self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+                self.record_call(server, &c, CallOutcome::Failed);
+                self.release(&c);
+            }
+        }
+        match after {
+            AfterLoss::Reconnect { attempt, delay } => self.announce_reconnect(server, attempt, delay.as_millis()),
+            AfterLoss::GaveUp { crashes } => {
+                let window_ms = self.backends[server].sup.policy().crash_window_ms;
+                self.emit(Event::ServerPermanentlyFailed { server: self.name(server), crashes, window_ms });
+            }
+            AfterLoss::Restart { .. } | AfterLoss::Reauth => {}
+        }
+        if !resend.is_empty() {
+            let deadline = now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
+            for mut c in resend {
+                c.resent = true;
+                self.requeue(server, Queued { call: c, not_before: now, deadline }, false);
+            }
+            // Respawn now and retry once on the fresh process.
+            let b = self.backends.get_mut(server).expect("live");
+            if !b.queue.is_empty() && b.sup.readiness() == Readiness::StartNow {
+                self.connect(server);
+            }
+        }
+    }
+
+    /// Puts a call back in its backend's queue (a retry or a resend), or fails it
+    /// when the queue is full: the bound holds on every path.
+    pub(super) fn requeue(&mut self, server: &str, queued: Queued, front: bool) {
+        let limit = self.config.limits.max_queued_per_backend as usize;
+        let b = self.backends.get_mut(server).expect("live");
+        if b.queue.len() < limit {
+            if front {
+                b.queue.push_front(queued);
+            } else {
+                b.queue.push_back(queued);
+            }
+            return;
+        }
+        let call = queued.call;
+        if call.probe {
+            b.sup.breaker.probe_abandoned();
+        }
+        let msg = format!("backend '{server}': too many calls waiting for this backend, so this one was not retried");
+        self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
+        self.record_call(server, &call, CallOutcome::Failed);
+        self.release(&call);
+    }
+
+    fn announce_reconnect(&mut self, server: &str, attempt: u32, next_retry_ms: u64) {
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live");
+        let throttled = attempt > RECONNECT_EVENTS_UNTHROTTLED
+            && b.last_reconnect_event
+                .is_some_and(|at| now.saturating_since(at).as_millis() < RECONNECT_EVENT_INTERVAL_MS);
+        if throttled {
+            return;
+        }
+        b.last_reconnect_event = Some(now);
+        self.emit(Event::ServerReconnecting { server: self.name(server), attempt, next_retry_ms });
+    }
+
+    /// Ends the live connection's bookkeeping: closes it, fails pending server
+    /// requests, and returns its in-flight client calls for the caller to settle.
+    pub(super) fn drop_connection(&mut self, server: &str, reason: &str, lost: bool) -> Vec<ClientCall> {
+        let Some(b) = self.backends.get_mut(server) else { return Vec::new() };
+        let generation = b.sup.generation();
+        b.discovery = None;
+        b.streams = Default::default();
+        if b.sup.is_connected() {
+            self.push(Action::CloseBackend { server: self.name(server), generation });
+            if !lost {
+                self.emit(Event::ServerDisconnected { server: self.name(server), intentional: true });
+            }
+        }
+        if lost {
+            self.emit(Event::ServerDisconnected { server: self.name(server), intentional: false });
+        }
+        let ids: Vec<u64> = self.router.calls.iter().filter(|(_, c)| &*c.server == server).map(|(id, _)| *id).collect();
+        let mut client_calls = Vec::new();
+        for id in ids {
+            if let Some(Call { kind: CallKind::Client(c), .. }) = self.router.calls.remove(&id) {
+                client_calls.push(c);
+            }
+        }
+        let pending: Vec<(u64, crate::io::SessionId, Option<crate::io::RawId>)> = self
+            .router
+            .server_requests
+            .iter()
+            // Inputs a stateless backend asked for live in tether, not in the connection.
+            .filter(|(_, r)| &*r.server == server && r.round.is_none())
+            .map(|(id, r)| (*id, r.session, r.related.clone()))
+            .collect();
+        for (id, session, related) in pending {
+            self.router.server_requests.remove(&id);
+            let params = format!(
+                r#"{{"requestId":{id},"reason":{}}}"#,
+                protocol::quote(&format!("backend '{server}' disconnected: {reason}"))
+            );
+            self.related_to_client(
+                session,
+                related.as_deref(),
+                protocol::notification("notifications/cancelled", Some(&params)),
+            );
+        }
+        client_calls
+    }
+}

@@ -1,0 +1,299 @@
+//! Closing, removing and restarting backends, their timers (restart, reconnect,
+//! health checks, idle), the queue of calls waiting for a backend, and the
+//! status data a failed call carries.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde_json::Value;
+
+use super::calls::{Call, CallKind, ClientCall, Queued};
+use super::Gateway;
+use crate::io::{Event, Status};
+use crate::metrics::CallOutcome;
+use crate::policy::{Failure, HealthChange};
+use crate::protocol::{self, code, Era};
+use crate::supervisor::Timer;
+
+impl Gateway {
+    /// Closes a backend on purpose and rests it in `status`.
+    pub(super) fn close_backend(&mut self, server: &str, status: Status, message: Option<String>) {
+        let reason = message.clone().unwrap_or_else(|| status.as_str().to_string());
+        let in_flight = self.drop_connection(server, &reason, false);
+        let b = self.backends.get_mut(server).expect("live");
+        b.skip_discovery = false;
+        b.sup.on_closed(status, message);
+        let waiting: Vec<Queued> = b.queue.drain(..).collect();
+        for c in in_flight.into_iter().chain(waiting.into_iter().map(|q| q.call)) {
+            if let Some(b) = self.backends.get_mut(server) {
+                if c.probe {
+                    b.sup.breaker.probe_abandoned();
+                }
+            }
+            let msg = format!("backend '{server}' was closed: {reason}");
+            let data = self.unavailable_data(server);
+            self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+            self.record_call(server, &c, CallOutcome::Failed);
+            self.release(&c);
+        }
+    }
+
+    pub(super) fn remove_backend(&mut self, server: &str) {
+        self.close_backend(server, Status::Disconnected, Some("removed from config".into()));
+        // Announce its last status change while it still exists; clients hear of the
+        // lists it took away once, when the input settles.
+        let Some(mut b) = self.backends.remove(server) else { return };
+        self.retired_generations.insert(server.to_string(), b.sup.generation());
+        for t in b.sup.drain_transitions() {
+            self.emit(t.into_event(self.name(server)));
+        }
+        // Which backend a URI belongs to is known only while it is registered.
+        let catalog = &self.catalog;
+        self.sessions.subscriptions.retain(|uri, _| catalog.resolve_uri(uri).map_or(true, |(s, _)| s != server));
+        self.catalog.unregister(server);
+        self.forget_ration(server);
+    }
+
+    /// A changed transport (or a catalog to rebuild): close and start over.
+    pub(super) fn restart_for_config(&mut self, server: &str) {
+        self.close_backend(server, Status::Restarting, Some("configuration changed".into()));
+        let b = self.backends.get_mut(server).expect("live");
+        b.sup.reset_history();
+        self.connect(server);
+    }
+
+    /// Admin reconnect (or restart, which also clears history).
+    pub(super) fn reconnect_now(&mut self, server: &str, clear_history: bool) {
+        let status = self.backends[server].sup.status();
+        let given_up = matches!(status, Status::PermanentlyFailed | Status::RequiresReauth | Status::Disconnected);
+        let b = self.backends.get_mut(server).expect("live");
+        // An operator's reconnect starts over: the catalog is discovered again.
+        b.skip_discovery = false;
+        if clear_history || given_up {
+            b.sup.reset_history();
+        }
+        if self.backends[server].sup.is_connected() {
+            self.drop_connection(server, "reconnect requested", false).into_iter().for_each(|c| {
+                self.fail_unavailable(server, c);
+            });
+        }
+        self.connect(server);
+    }
+
+    /// A backend timer fired.
+    pub(super) fn backend_timer(&mut self, server: &str) {
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live");
+        if let Some(step) = b.credential.as_mut().and_then(|c| c.on_timer(now)) {
+            return self.authorize(server, step);
+        }
+        if self.resume_due_stream(server) {
+            return;
+        }
+        let b = self.backends.get_mut(server).expect("live");
+        let Some(timer) = b.sup.take_expired(now) else {
+            return self.queue_timer(server);
+        };
+        match timer {
+            Timer::Retry => self.connect(server),
+            Timer::ConnectDeadline => self.connection_lost(server, Failure::Timeout),
+            Timer::HealthCheck => self.health_check(server),
+            Timer::Idle => {
+                // A health check in flight is not traffic.
+                let busy = self.router.calls.values().any(|c| {
+                    &*c.server == server && !matches!(c.kind, CallKind::Health | CallKind::Listen | CallKind::Quiet)
+                }) || !b.queue.is_empty();
+                if busy || !b.sup.is_ready() {
+                    b.sup.touch(now);
+                } else {
+                    self.close_backend(server, Status::Dormant, Some("idle".into()));
+                    self.backends.get_mut(server).expect("live").skip_discovery = true;
+                }
+            }
+        }
+    }
+
+    /// Queued calls: dispatch those whose retry wait ended, fail those past deadline.
+    fn queue_timer(&mut self, server: &str) {
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live");
+        let (expired, rest): (Vec<Queued>, Vec<Queued>) = b.queue.drain(..).partition(|q| q.deadline <= now);
+        b.queue = rest.into();
+        for q in expired {
+            let data = self.unavailable_data(server);
+            let msg = format!("backend '{server}' did not become available in time");
+            if q.call.probe {
+                self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
+            }
+            self.reply_error(q.call.session, &q.call.id, code::REQUEST_TIMEOUT, &msg, Some(&data));
+            self.record_call(server, &q.call, CallOutcome::Failed);
+            self.release(&q.call);
+        }
+        self.flush_queue(server);
+    }
+
+    fn health_check(&mut self, server: &str) {
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live");
+        if b.sup.status() != Status::Online || !b.sup.is_ready() {
+            return;
+        }
+        let interval = Self::duration(b.sup.policy().health_interval_ms);
+        if b.last_success.is_some_and(|at| now.saturating_since(at) < interval) {
+            // Recent successful traffic is the check: it passed.
+            b.sup.schedule_health(now, &mut self.rng);
+            if let Some(HealthChange::Restored) = b.sup.health.on_success() {
+                self.emit(Event::ServerHealthRestored { server: self.name(server) });
+            }
+            return;
+        }
+        // `ping` is gone in the stateless revision; `server/discover` is the cheap
+        // request every such server must answer.
+        let method = match b.era {
+            Era::Stateless => "server/discover",
+            Era::Handshake if b.ping_unsupported => "tools/list",
+            Era::Handshake => "ping",
+        };
+        let deadline = Some(now + Self::duration(b.sup.policy().health_timeout_ms));
+        let generation = b.sup.generation();
+        let id = self.alloc_id();
+        self.router.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Health });
+        let frame = self.backend_request_frame(server, id, method, None);
+        self.to_backend(server, frame, Some(id));
+        // A listen the backend ended is opened again here, not in a tight loop.
+        self.open_listen(server);
+    }
+
+    /// A request passed its deadline.
+    pub(super) fn call_timed_out(&mut self, id: u64) {
+        let Some(call) = self.router.calls.remove(&id) else { return };
+        let server = call.server.clone();
+        match call.kind {
+            CallKind::Client(c) if c.awaiting_input.is_some() => {
+                // The client never came back with its inputs: not the backend's fault.
+                let params = format!(r#"{{"requestId":{id},"reason":"the client did not provide its input"}}"#);
+                self.to_backend(&server, protocol::notification("notifications/cancelled", Some(&params)), None);
+                self.release(&c);
+                if let Some(state) = &c.awaiting_input {
+                    self.input_expired(state);
+                }
+            }
+            CallKind::Client(c) => {
+                let params = format!(r#"{{"requestId":{id},"reason":"timed out"}}"#);
+                self.to_backend(&server, protocol::notification("notifications/cancelled", Some(&params)), None);
+                self.count_failure(&server, true, c.probe);
+                let msg = format!("backend '{server}' did not answer {} in time", c.method);
+                self.reply_error(c.session, &c.id, code::REQUEST_TIMEOUT, &msg, None);
+                self.record_call(&server, &c, CallOutcome::Failed);
+                self.release(&c);
+            }
+            CallKind::Health => {
+                let b = self.backends.get_mut(&server).expect("live");
+                b.sup.schedule_health(self.now, &mut self.rng);
+                self.health_failed(&server, "health check timed out".into());
+            }
+            CallKind::Discover { .. } => self.discovery_failed(&server),
+            CallKind::Probe { may_initialize: true } => {
+                // Silent to the probe: a handshake-era server. A late answer to it is ignored.
+                let generation = call.generation;
+                self.router
+                    .calls
+                    .insert(id, Call { server: server.clone(), generation, deadline: None, kind: CallKind::Quiet });
+                self.send_initialize(&server, false);
+            }
+            CallKind::Quiet | CallKind::Listen | CallKind::Initialize { .. } | CallKind::Probe { .. } => {}
+        }
+    }
+
+    /// Sends queued calls whose wait is over, if the backend is ready.
+    pub(super) fn flush_queue(&mut self, server: &str) {
+        let now = self.now;
+        let Some(b) = self.backends.get_mut(server) else { return };
+        if !b.sup.is_ready() {
+            return;
+        }
+        let epoch = b.credential_epoch();
+        let (due, rest): (Vec<Queued>, Vec<Queued>) =
+            b.queue.drain(..).partition(|q| q.not_before <= now && q.call.wait_epoch <= epoch);
+        b.queue = rest.into();
+        for q in due {
+            self.dispatch(server, q.call);
+        }
+    }
+
+    /// Re-sends subscriptions after a reconnect, so updates keep flowing.
+    pub(super) fn resubscribe(&mut self, server: &str) {
+        let catalog = &self.catalog;
+        let uris: Vec<String> = self
+            .sessions
+            .subscriptions
+            .keys()
+            .filter_map(|u| catalog.resolve_uri(u).filter(|(s, _)| *s == server).map(|(_, uri)| uri.to_string()))
+            .collect();
+        for uri in uris {
+            let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
+            self.quiet_request(server, "resources/subscribe", &params);
+        }
+    }
+
+    /// A best-effort request whose answer is ignored.
+    pub(super) fn quiet_request(&mut self, server: &str, method: &str, params: &str) {
+        if self.router.calls.len() >= self.config.limits.max_in_flight as usize {
+            return;
+        }
+        let id = self.alloc_id();
+        let b = &self.backends[server];
+        let generation = b.sup.generation();
+        let deadline = Some(self.now + Self::duration(b.sup.policy().request_timeout_ms));
+        self.router.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Quiet });
+        let frame = self.backend_request_frame(server, id, method, Some(params));
+        self.to_backend(server, frame, Some(id));
+    }
+
+    /// The structured `data` of an unavailability error.
+    pub(super) fn unavailable_data(&self, server: &str) -> String {
+        let Some(b) = self.backends.get(server) else { return "{}".into() };
+        let mut m = BTreeMap::new();
+        m.insert("server", Value::String(server.to_string()));
+        m.insert("status", Value::String(b.sup.status().as_str().into()));
+        m.insert("attempt", Value::from(b.sup.reconnect_attempt()));
+        let next = b.sup.timer(Timer::Retry).map(|at| at.saturating_since(self.now).as_millis());
+        m.insert("next_retry_ms", next.map_or(Value::Null, Value::from));
+        m.insert("last_error", b.sup.message().map_or(Value::Null, |s| Value::String(s.into())));
+        let breaker = match b.sup.breaker.state(self.now) {
+            crate::policy::BreakerState::Closed => "closed",
+            crate::policy::BreakerState::Open => "open",
+            crate::policy::BreakerState::HalfOpen => "half_open",
+        };
+        m.insert("breaker", Value::String(breaker.into()));
+        serde_json::to_string(&m).unwrap_or_else(|_| "{}".into())
+    }
+
+    /// Fails a call because its backend cannot serve it now.
+    pub(super) fn fail_unavailable(&mut self, server: &str, call: ClientCall) {
+        if call.probe {
+            if let Some(b) = self.backends.get_mut(server) {
+                b.sup.breaker.probe_abandoned();
+            }
+        }
+        let b = &self.backends[server];
+        let status = b.sup.status();
+        if status == Status::RequiresReauth {
+            let msg = self.reauth_message(server);
+            return self.fail_reauth(server, call, &msg);
+        }
+        let data = self.unavailable_data(server);
+        let detail = b.sup.message().map(|m| format!(": {m}")).unwrap_or_default();
+        let msg = format!("backend '{server}' is {status}{detail}");
+        self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+        self.record_call(server, &call, CallOutcome::Failed);
+        self.release(&call);
+    }
+
+    /// What a client is told when `server` rejected tether's credentials: what the
+    /// user must do about it.
+    pub(super) fn reauth_message(&self, server: &str) -> String {
+        format!("backend '{server}' requires re-authentication ({})", self.login_instructions(server))
+    }
+}

@@ -1,0 +1,227 @@
+//! Lists clients ask for: answered from the catalog, parked while discovery
+//! may still change them (until the aggregation deadline), and `list_changed`
+//! sent when what a session may see changed.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::calls::{Parked, ParkedList};
+use super::own_tools;
+use super::Gateway;
+use crate::catalog::ListKind;
+use crate::config::Mode;
+use crate::io::{RawId, SessionId, Status};
+use crate::protocol::{self, code, CacheHint, Era};
+
+use crate::time::Duration;
+impl Gateway {
+    pub(super) fn list(&mut self, session: SessionId, id: RawId, kind: ListKind, cursor: Option<String>) {
+        if self.connection_pending(self.config.policy.aggregation_deadline_ms) {
+            let deadline = self.now + Self::duration(self.config.policy.aggregation_deadline_ms);
+            self.router.parked_lists.push(ParkedList { session, id, what: Parked::List { kind, cursor }, deadline });
+            return;
+        }
+        self.answer_list(session, &id, kind, cursor.as_deref());
+    }
+
+    /// Some backend is (re)connecting and began less than `window_ms` ago: a list
+    /// answered now would miss its tools (a restarted backend listing 0 tools),
+    /// so lists wait for it, never longer than the aggregation deadline.
+    fn connection_pending(&self, window_ms: u64) -> bool {
+        let now = self.now;
+        self.backends.values().any(|b| {
+            !b.config.disabled
+                && matches!(b.sup.status(), Status::Connecting | Status::DiscoveringTools)
+                && b.connect_started_at.is_some_and(|at| now < at + Self::duration(window_ms))
+        })
+    }
+
+    /// Some backend is starting for the first time, began less than `window_ms`
+    /// ago, and may still bring tools. A backend that has been starting for longer
+    /// is not waited for again, so one slow backend cannot slow every request.
+    pub(super) fn first_discovery_pending(&self, window_ms: u64) -> bool {
+        let now = self.now;
+        self.backends.values().any(|b| {
+            !b.catalog_discovered
+                && !b.config.disabled
+                && matches!(b.sup.status(), Status::Connecting | Status::DiscoveringTools)
+                && b.first_connect_at.is_some_and(|at| now < at + Self::duration(window_ms))
+        })
+    }
+
+    /// Answers parked list requests once no backend is starting, or on deadline.
+    pub(super) fn answer_parked_lists(&mut self, deadline_only: bool) {
+        if self.router.parked_lists.is_empty() {
+            return;
+        }
+        let now = self.now;
+        let policy = &self.config.policy;
+        let lists_free = !deadline_only && !self.connection_pending(policy.aggregation_deadline_ms);
+        let names_free = !deadline_only && !self.first_discovery_pending(policy.connect_timeout_ms);
+        let (due, keep): (Vec<ParkedList>, Vec<ParkedList>) = self.router.parked_lists.drain(..).partition(|p| {
+            let free = match p.what {
+                Parked::List { .. } => lists_free,
+                Parked::Named { .. } => names_free,
+            };
+            free || p.deadline <= now
+        });
+        self.router.parked_lists = keep;
+        for p in due {
+            match p.what {
+                Parked::List { kind, cursor } => self.answer_list(p.session, &p.id, kind, cursor.as_deref()),
+                Parked::Named { method, params, kind } => {
+                    self.route_named(p.session, p.id, method, Some(&params), kind, false);
+                }
+            }
+        }
+    }
+
+    fn answer_list(&mut self, session: SessionId, id: &str, kind: ListKind, cursor: Option<&str>) {
+        let page = if kind == ListKind::Tools && self.config.mode == Mode::Meta {
+            // Meta mode: tether's own tools only, one page.
+            match cursor {
+                None => Ok(format!(r#"{{"tools":[{}]}}"#, self.own_tool_definitions().join(","))),
+                Some(_) => Err(()),
+            }
+        } else {
+            let backends = &self.backends;
+            let visible = |s: &str| backends.get(s).is_some_and(|b| b.is_visible());
+            let page = self.catalog.page(kind, cursor, self.config.limits.page_size as usize, visible);
+            match page {
+                // Flat mode with admin tools: they lead the first page.
+                Ok(page) if kind == ListKind::Tools && cursor.is_none() && !self.own_tools().is_empty() => {
+                    let own = self.own_tool_definitions().join(",");
+                    let rest = page.strip_prefix(r#"{"tools":["#).unwrap_or("]}");
+                    let comma = if rest.starts_with(']') { "" } else { "," };
+                    let page = format!(r#"{{"tools":[{own}{comma}{rest}"#);
+                    // An unprefixed backend's tool of the same name is shadowed.
+                    let shadowed = self.own_tools().iter().any(|t| self.catalog.resolve_tool(t.name()).is_some());
+                    Ok(if shadowed { own_tools::without_shadowed(&page) } else { page })
+                }
+                other => other,
+            }
+        };
+        let hash = self.visible_hashes()[kind as usize];
+        if let Some(s) = self.sessions.open.get_mut(&session) {
+            s.seen[kind as usize] = hash;
+        }
+        let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
+        match page {
+            Ok(result) if stateless => {
+                let result = protocol::cacheable_result(&result, self.list_cache_hint(kind));
+                self.reply(session, id, result.as_deref().unwrap_or("{}"))
+            }
+            Ok(result) => self.reply(session, id, &result),
+            Err(()) => self.reply_error(session, id, code::INVALID_PARAMS, "invalid cursor", None),
+        }
+    }
+
+    /// How long an aggregated list may be cached: as long as every backend
+    /// behind it says its part may be (the shortest TTL; public only if all are).
+    /// A backend on its way up or down may change the list at any moment: stale.
+    fn list_cache_hint(&self, kind: ListKind) -> CacheHint {
+        let mut hint: Option<CacheHint> = None;
+        for b in self.backends.values().filter(|b| !b.config.disabled) {
+            match b.sup.status() {
+                Status::Online | Status::Dormant => {}
+                _ => return CacheHint::STALE,
+            }
+            if b.capabilities.get(kind.capability()).is_some_and(|c| !c.is_null()) {
+                let part = b.cache[kind as usize];
+                hint = Some(hint.map_or(part, |h| h.and(part)));
+            }
+        }
+        hint.unwrap_or(CacheHint::STALE)
+    }
+
+    // ----- routing -----
+
+    /// Fingerprints of what clients may see of each list now. Cached: recomputed
+    /// only after the catalog or a backend's status changed, not on every input.
+    pub(super) fn visible_hashes(&mut self) -> [u64; 4] {
+        let mut hashes = self.catalog_hashes();
+        // The tools list has tether's own tools too: meta mode's never change.
+        let tools = &mut hashes[ListKind::Tools as usize];
+        match (self.config.mode, self.config.admin_tools) {
+            (crate::config::Mode::Meta, _) => *tools = 0x6d65_7461,
+            (crate::config::Mode::Flat, true) => *tools ^= 0xad31_4e00,
+            (crate::config::Mode::Flat, false) => {}
+        }
+        hashes
+    }
+
+    /// Fingerprints of the visible part of each list of the catalog.
+    fn catalog_hashes(&mut self) -> [u64; 4] {
+        let changes = self.backends.values().fold(0u64, |n, b| n.wrapping_add(b.sup.changes()));
+        let version = (self.catalog.version(), changes, self.backends.len());
+        if let Some((v, hashes)) = self.visible_cache {
+            if v == version {
+                return hashes;
+            }
+        }
+        let backends = &self.backends;
+        let hashes = ListKind::ALL
+            .map(|kind| self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.is_visible())));
+        self.visible_cache = Some((version, hashes));
+        hashes
+    }
+
+    /// Sends `list_changed` to each ready session whose last view of a list differs
+    /// from what it would see now, and only then; a stateless session gets them
+    /// on the listens that asked for them. At most one per session per
+    /// `list_changed_debounce_ms`: a change inside the window waits for its end,
+    /// and goes only if the list still differs from what the session last saw.
+    pub(super) fn announce_list_changes(&mut self) {
+        let hashes = self.visible_hashes();
+        let mut frames = Vec::new();
+        let mut listening = Vec::new();
+        let parked = &self.router.parked_lists;
+        let (now, window) = (self.now, Self::duration(self.config.list_changed_debounce_ms));
+        for (id, session) in self.sessions.open.iter_mut().filter(|(_, s)| s.ready || !s.listens.is_empty()) {
+            let mut changed: Vec<ListKind> = Vec::new();
+            for kind in ListKind::ALL {
+                // A session waiting on this list will see the new one in its answer.
+                let waiting = parked.iter().any(|p| p.session == *id && p.is_list(kind));
+                if !waiting && session.seen[kind as usize] != hashes[kind as usize] {
+                    changed.push(kind);
+                }
+            }
+            if changed.is_empty() {
+                continue;
+            }
+            if window > Duration::ZERO {
+                match session.quiet_until {
+                    Some(until) if now < until => {
+                        session.list_changed_held = true;
+                        continue;
+                    }
+                    _ => {
+                        session.quiet_until = Some(now + window);
+                        session.list_changed_held = false;
+                    }
+                }
+            }
+            for kind in &changed {
+                session.seen[*kind as usize] = hashes[*kind as usize];
+            }
+            if session.era == Era::Stateless {
+                listening.push((*id, changed));
+                continue;
+            }
+            let mut sent: Vec<&'static str> = Vec::new();
+            for kind in changed {
+                if !sent.contains(&kind.list_changed()) {
+                    sent.push(kind.list_changed());
+                    frames.push((*id, protocol::notification(kind.list_changed(), None)));
+                }
+            }
+        }
+        for (session, frame) in frames {
+            self.to_client(session, frame);
+        }
+        for (session, kinds) in listening {
+            self.announce_to_listens(session, &kinds);
+        }
+    }
+}

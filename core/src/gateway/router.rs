@@ -1,0 +1,99 @@
+//! The router: every request between clients and backends that is still open —
+//! requests in flight to backends, backend-to-client requests, list requests
+//! waiting on the aggregation deadline, and calls waiting for a client's input.
+//! Owns those tables and their deadlines; the gateway decides what happens when
+//! one comes due.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::calls::{Call, CallKind, InputRound, ParkedList, PendingInput, ServerRequest};
+use crate::config::Limits;
+use crate::time::Instant;
+
+/// The router's tables.
+pub(super) struct Router {
+    /// Requests in flight to backends, by the id the gateway gave them.
+    pub calls: BTreeMap<u64, Call>,
+    /// The next id the gateway gives a request.
+    pub next_request_id: u64,
+    /// Backend-to-client requests in flight, by the id the gateway gave them.
+    pub server_requests: BTreeMap<u64, ServerRequest>,
+    /// List requests (and calls to names not known yet) waiting for discovery.
+    pub parked_lists: Vec<ParkedList>,
+    /// Stateless clients' calls waiting for a retry with inputs, by `requestState`.
+    pub pending_inputs: BTreeMap<String, PendingInput>,
+    /// Handshake-era clients' calls waiting for the inputs a stateless backend
+    /// asked for, by round id.
+    pub input_rounds: BTreeMap<u64, InputRound>,
+}
+
+/// A router deadline that came due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RouterTimer<'a> {
+    /// A request to a backend timed out.
+    Call(u64),
+    /// Parked lists reached the aggregation deadline.
+    ParkedLists,
+    /// Nobody retried a call waiting for input in time (by `requestState`).
+    Input(&'a str),
+    /// A round of inputs asked of a handshake-era client expired.
+    Round(u64),
+}
+
+impl Default for Router {
+    fn default() -> Self {
+        Router {
+            calls: BTreeMap::new(),
+            next_request_id: 1,
+            server_requests: BTreeMap::new(),
+            parked_lists: Vec::new(),
+            pending_inputs: BTreeMap::new(),
+            input_rounds: BTreeMap::new(),
+        }
+    }
+}
+
+impl Router {
+    /// Every router deadline, in the order they fire when several are due.
+    pub fn timers(&self) -> impl Iterator<Item = (Instant, RouterTimer<'_>)> {
+        let calls = self.calls.iter().filter_map(|(id, c)| Some((c.deadline?, RouterTimer::Call(*id))));
+        let parked = self.parked_lists.iter().map(|p| p.deadline).min().map(|at| (at, RouterTimer::ParkedLists));
+        let inputs = self.pending_inputs.iter().map(|(state, p)| (p.deadline, RouterTimer::Input(state)));
+        let rounds = self.input_rounds.iter().map(|(id, r)| (r.deadline, RouterTimer::Round(*id)));
+        calls.chain(parked).chain(inputs).chain(rounds)
+    }
+
+    /// A fresh id for a request the gateway sends.
+    pub fn alloc_id(&mut self) -> u64 {
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        id
+    }
+
+    /// Checks the router's own bounds and cross-references between its tables.
+    pub fn check_invariants(&self, limits: &Limits, internal_calls: usize) -> Result<(), String> {
+        if self.calls.len() > limits.max_in_flight as usize + internal_calls {
+            return Err(format!("{} calls in flight, limit {}", self.calls.len(), limits.max_in_flight));
+        }
+        if self.server_requests.len() > limits.max_pending_server_requests as usize {
+            return Err("too many pending server requests".into());
+        }
+        if self.server_requests.values().any(|r| r.round.is_some_and(|round| !self.input_rounds.contains_key(&round))) {
+            return Err("input request of a round that is gone".into());
+        }
+        if self.pending_inputs.len() > limits.max_pending_server_requests as usize {
+            return Err("too many calls waiting for inputs".into());
+        }
+        for (state, p) in &self.pending_inputs {
+            let waiting =
+                |c: &Call| matches!(&c.kind, CallKind::Client(cc) if cc.awaiting_input.as_deref() == Some(state));
+            if p.answer.is_none() && !self.calls.get(&p.call).is_some_and(waiting) {
+                return Err(format!("requestState {state} waits for a call that is not waiting"));
+            }
+        }
+        Ok(())
+    }
+}

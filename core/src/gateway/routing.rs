@@ -1,0 +1,524 @@
+//! Routing a client's request to the backend that serves it: names and URIs,
+//! subscriptions, admission (breaker, limits, queue), dispatch, and the answer
+//! that goes back, exactly once.
+
+use alloc::collections::BTreeSet;
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use serde_json::{Map, Value};
+
+use super::calls::{Call, CallKind, ClientCall, Forward, Key, Parked, ParkedList, Queued, RawFields, Shape};
+use super::client_events::Level;
+use super::Gateway;
+use crate::catalog::ListKind;
+use crate::io::{Action, ClientRoute, RawId, ServerName, SessionId, Status};
+use crate::metrics::CallOutcome;
+use crate::policy::Admission;
+use crate::protocol::{self, code, CacheHint, Era};
+use crate::supervisor::Readiness;
+
+impl Gateway {
+    /// `tools/call` and `prompts/get`: the served name picks the backend. The
+    /// params stay raw text; only the name is replaced. `may_wait`: a name not
+    /// known yet may wait for backends on their first start (not again once it waited).
+    pub(super) fn route_named(
+        &mut self,
+        session: SessionId,
+        id: RawId,
+        method: &'static str,
+        params: Option<&str>,
+        kind: ListKind,
+        may_wait: bool,
+    ) {
+        let Some(raw) = params else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
+        };
+        let Ok(fields) = serde_json::from_str::<RawFields<'_>>(raw) else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "params must be an object", None);
+        };
+        let name = fields.get("name").and_then(|v| serde_json::from_str::<Key<'_>>(v.get()).ok());
+        let Some(name) = name else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing name", None);
+        };
+        if let Some(tool) = self.own_tool(&name).filter(|_| kind == ListKind::Tools) {
+            return self.call_own_tool(session, id, tool, &fields);
+        }
+        let resolved = match kind {
+            ListKind::Tools => self.catalog.resolve_tool(&name),
+            _ => self.catalog.resolve_prompt(&name),
+        };
+        let Some(r) = resolved else {
+            if may_wait && self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
+                // A backend that is still starting may bring this name: wait for it.
+                let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
+                let what = Parked::Named { method, params: raw.to_string(), kind };
+                self.router.parked_lists.push(ParkedList { session, id, what, deadline });
+                return;
+            }
+            let what = if kind == ListKind::Tools { "tool" } else { "prompt" };
+            let msg = format!("unknown {what}: {}", &*name);
+            return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
+        };
+        let (server, retry_safe) = (self.name(r.server), r.entry.retry_safe);
+        let (params, progress) = Forward::from_fields(&fields, &[("name", &r.entry.original)]);
+        self.submit(&server, session, id, method, params, progress, retry_safe, Shape::Plain);
+    }
+
+    /// `resources/read`: the served URI picks the backend.
+    pub(super) fn route_uri(
+        &mut self,
+        session: SessionId,
+        id: RawId,
+        method: &'static str,
+        params: Option<Map<String, Value>>,
+        shape: Shape,
+    ) {
+        let Some(mut params) = params else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
+        };
+        let Some(uri) = params.get("uri").and_then(Value::as_str).map(ToString::to_string) else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
+        };
+        let Some((server, original)) = self.catalog.resolve_uri(&uri).map(|(s, o)| (s.to_string(), o.to_string()))
+        else {
+            let msg = format!("unknown resource: {uri}");
+            return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
+        };
+        params.insert("uri".into(), Value::String(original));
+        let (params, progress) = Forward::from_map(&params);
+        // Reading a resource changes nothing: safe to retry.
+        self.submit(&server, session, id, method, params, progress, true, shape);
+    }
+
+    pub(super) fn subscription(
+        &mut self,
+        session: SessionId,
+        id: RawId,
+        method: &'static str,
+        params: Option<Map<String, Value>>,
+    ) {
+        let uri = params.as_ref().and_then(|p| p.get("uri")).and_then(Value::as_str).map(ToString::to_string);
+        let Some(uri) = uri else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
+        };
+        let stateless = self
+            .catalog
+            .resolve_uri(&uri)
+            .and_then(|(s, _)| self.backends.get(s))
+            .is_some_and(|b| b.era == Era::Stateless);
+        if stateless {
+            return self.listen_subscription(session, id, method, uri);
+        }
+        if method == "resources/unsubscribe" {
+            let others = self.sessions.subscriptions.get_mut(&uri).map(|s| {
+                s.remove(&session);
+                !s.is_empty()
+            });
+            match others {
+                Some(true) => return self.reply(session, &id, "{}"),
+                Some(false) => {
+                    self.sessions.subscriptions.remove(&uri);
+                }
+                None => return self.reply(session, &id, "{}"),
+            }
+            return self.route_uri(session, id, method, params, Shape::Unsubscribe(uri));
+        }
+        if self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty()) {
+            self.sessions.subscriptions.get_mut(&uri).expect("present").insert(session);
+            return self.reply(session, &id, "{}");
+        }
+        let total: usize = self.sessions.subscriptions.values().map(BTreeSet::len).sum();
+        if total >= self.config.limits.max_subscriptions as usize {
+            return self.reply_error(session, &id, code::OVERLOADED, "too many subscriptions", None);
+        }
+        self.route_uri(session, id, method, params, Shape::Subscribe(uri))
+    }
+
+    /// A handshake-era client (un)subscribes to a resource of a stateless
+    /// backend: that revision has no `resources/subscribe`; the backend's listen
+    /// is opened again with the new set of URIs.
+    fn listen_subscription(&mut self, session: SessionId, id: RawId, method: &str, uri: String) {
+        let Some(server) = self.catalog.resolve_uri(&uri).map(|(s, _)| self.name(s)) else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown resource", None);
+        };
+        let before = self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
+        if method == "resources/subscribe" {
+            let total: usize = self.sessions.subscriptions.values().map(BTreeSet::len).sum();
+            if !before && total >= self.config.limits.max_subscriptions as usize {
+                return self.reply_error(session, &id, code::OVERLOADED, "too many subscriptions", None);
+            }
+            self.sessions.subscriptions.entry(uri.clone()).or_default().insert(session);
+        } else if let Some(sessions) = self.sessions.subscriptions.get_mut(&uri) {
+            sessions.remove(&session);
+            if sessions.is_empty() {
+                self.sessions.subscriptions.remove(&uri);
+            }
+        }
+        let after = self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
+        self.reply(session, &id, "{}");
+        if before != after {
+            self.relisten(&server);
+        }
+    }
+
+    pub(super) fn unsubscribe_backend(&mut self, served: &str) {
+        let Some((server, uri)) = self.catalog.resolve_uri(served).map(|(s, u)| (s.to_string(), u.to_string())) else {
+            return;
+        };
+        if self.backends.get(server.as_str()).is_some_and(|b| b.era == Era::Stateless) {
+            return self.relisten(&server);
+        }
+        if self.backends.get(server.as_str()).is_some_and(|b| b.sup.is_ready()) {
+            let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
+            self.quiet_request(&server, "resources/unsubscribe", &params);
+        }
+    }
+
+    pub(super) fn complete(&mut self, session: SessionId, id: RawId, params: Option<Map<String, Value>>) {
+        let Some(mut params) = params else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
+        };
+        let Some(Value::Object(reference)) = params.get("ref").cloned() else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "missing ref", None);
+        };
+        let kind = reference.get("type").and_then(Value::as_str).unwrap_or("");
+        let target = match kind {
+            "ref/prompt" => reference
+                .get("name")
+                .and_then(Value::as_str)
+                .and_then(|n| self.catalog.resolve_prompt(n))
+                .map(|r| (r.server.to_string(), "name", r.entry.original.clone())),
+            "ref/resource" => reference
+                .get("uri")
+                .and_then(Value::as_str)
+                .and_then(|u| self.catalog.resolve_uri(u))
+                .map(|(s, u)| (s.to_string(), "uri", u.to_string())),
+            _ => None,
+        };
+        let Some((server, field, original)) = target else {
+            return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown completion reference", None);
+        };
+        let mut reference = reference;
+        reference.insert(field.into(), Value::String(original));
+        params.insert("ref".into(), Value::Object(reference));
+        let (params, progress) = Forward::from_map(&params);
+        self.submit(&server, session, id, "completion/complete", params, progress, true, Shape::Plain);
+    }
+
+    pub(super) fn set_level(&mut self, session: SessionId, id: &str, params: Option<&str>) {
+        let Some(params) = params else {
+            return self.reply_error(session, id, code::INVALID_PARAMS, "missing level", None);
+        };
+        // Stateless backends get the level on each request instead.
+        self.log_level = serde_json::from_str::<Map<String, Value>>(params)
+            .ok()
+            .and_then(|p| p.get("level").and_then(Value::as_str).map(String::from));
+        let level = self.log_level.as_deref().and_then(Level::parse);
+        if let Some(s) = self.sessions.open.get_mut(&session) {
+            s.log_level = level;
+        }
+        let targets: Vec<ServerName> = self
+            .backends
+            .iter()
+            .filter(|(_, b)| b.sup.is_ready() && b.era == Era::Handshake && b.capabilities.contains_key("logging"))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for server in targets {
+            self.quiet_request(&server, "logging/setLevel", params);
+        }
+        self.reply(session, id, "{}");
+    }
+
+    /// Sends a call to `server` now, queues it until the backend is ready, or
+    /// refuses it with a message that says what is wrong and what to do.
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &mut self,
+        server: &str,
+        session: SessionId,
+        id: RawId,
+        method: &'static str,
+        params: Forward,
+        progress: Option<Value>,
+        retry_safe: bool,
+        shape: Shape,
+    ) {
+        let call = ClientCall {
+            session,
+            id,
+            method,
+            params,
+            progress,
+            last_progress: None,
+            retry_safe,
+            retries: 0,
+            resent: false,
+            probe: false,
+            shape,
+            created: self.now,
+            caps: self.sessions.open.get_mut(&session).and_then(|s| s.request_caps.take()),
+            log_level: self.sessions.open.get_mut(&session).and_then(|s| s.request_log_level.take()),
+            awaiting_input: None,
+            wait_epoch: 0,
+            auth_retried: false,
+        };
+        self.admit(server, call);
+    }
+
+    /// Sends `call` to `server` now, queues it until the backend is ready, or
+    /// refuses it with a message that says what is wrong and what to do.
+    pub(super) fn admit(&mut self, server: &str, mut call: ClientCall) {
+        let session = call.session;
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("catalog names live backends");
+        match b.sup.status() {
+            Status::RequiresReauth => {
+                let msg = self.reauth_message(server);
+                return self.fail_reauth(server, call, &msg);
+            }
+            Status::PermanentlyFailed => {
+                let p = b.sup.policy();
+                let msg = format!(
+                    "backend '{server}' crashed {} times within {} s and will not be restarted; fix it, then restart it (admin restart or config change). Last error: {}",
+                    p.crash_limit,
+                    p.crash_window_ms / 1000,
+                    b.sup.message().unwrap_or("unknown")
+                );
+                let data = self.unavailable_data(server);
+                self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+                self.record_call(server, &call, CallOutcome::Failed);
+                return self.release(&call);
+            }
+            Status::Disconnected => {
+                let msg = format!("backend '{server}' is disabled or removed");
+                self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, None);
+                self.record_call(server, &call, CallOutcome::Failed);
+                return self.release(&call);
+            }
+            _ => {}
+        }
+        match b.sup.breaker.admit(now) {
+            Ok(Admission::Probe) => call.probe = true,
+            Ok(Admission::Normal) => {}
+            Err(rejection) => {
+                let secs = rejection.retry_in.as_millis().div_ceil(1000);
+                let msg = if secs == 0 {
+                    format!(
+                        "backend '{server}' circuit breaker is half-open and a probe call is in flight; retry shortly"
+                    )
+                } else {
+                    format!(
+                        "backend '{server}' circuit breaker is open after {} consecutive failures; retry in {secs} s",
+                        b.sup.breaker.consecutive_failures()
+                    )
+                };
+                let data = self.unavailable_data(server);
+                self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
+                self.record_call(server, &call, CallOutcome::Failed);
+                return self.release(&call);
+            }
+        }
+        if self.router.calls.len() >= self.config.limits.max_in_flight as usize {
+            return self.refuse_overloaded(server, call, "too many requests in flight");
+        }
+        match b.sup.readiness() {
+            Readiness::Ready => self.dispatch(server, call),
+            Readiness::Wait | Readiness::StartNow
+                if b.queue.len() >= self.config.limits.max_queued_per_backend as usize =>
+            {
+                self.refuse_overloaded(server, call, "too many calls waiting for this backend")
+            }
+            r @ (Readiness::Wait | Readiness::StartNow) => {
+                let deadline = now + Self::duration(b.sup.policy().request_timeout_ms);
+                b.queue.push_back(Queued { call, not_before: now, deadline });
+                if r == Readiness::StartNow && !b.awaiting_credential {
+                    self.connect(server);
+                }
+            }
+            Readiness::Refuse => {
+                self.login_wanted(server);
+                self.fail_unavailable(server, call)
+            }
+        }
+    }
+
+    fn refuse_overloaded(&mut self, server: &str, call: ClientCall, why: &str) {
+        if call.probe {
+            self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
+        }
+        let msg = format!("backend '{server}': {why}");
+        self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
+        self.record_call(server, &call, CallOutcome::Failed);
+        self.release(&call);
+    }
+
+    /// Sends a call on the live connection, rewriting its id and progress token.
+    pub(super) fn dispatch(&mut self, server: &str, call: ClientCall) {
+        let id = self.alloc_id();
+        let now = self.now;
+        let b = self.backends.get_mut(server).expect("live");
+        b.sup.touch(now);
+        let policy = b.sup.policy();
+        let hard = call.created + Self::duration(policy.request_timeout_max_ms);
+        let deadline = Some((now + Self::duration(policy.request_timeout_ms)).min(hard).max(now));
+        let generation = b.sup.generation();
+        let stateless = b.era == Era::Stateless;
+        let meta = if stateless { self.stateless_call_meta(&call) } else { String::new() };
+        let frame = call.params.frame(id, call.method, call.progress.is_some(), &meta);
+        let headers = if stateless { self.param_headers_to(server, &call) } else { Vec::new() };
+        self.router
+            .calls
+            .insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Client(call) });
+        let server = self.name(server);
+        self.push(Action::SendToBackend { server, generation, frame, request: Some(id), headers });
+    }
+
+    /// The `_meta` members of a call to a stateless backend: tether's revision,
+    /// and as client capabilities what the client behind the call can be asked
+    /// (a stateless client's own, for this request; a handshake-era client's from
+    /// its `initialize`, limited to what tether turns into requests to it).
+    fn stateless_call_meta(&self, call: &ClientCall) -> String {
+        let caps = match &call.caps {
+            Some(caps) => Value::Object(caps.clone()).to_string(),
+            None => {
+                let declared = self.sessions.open.get(&call.session).map(|s| &s.capabilities);
+                let asked: Map<String, Value> = declared
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, v)| matches!(k.as_str(), "sampling" | "elicitation" | "roots") && !v.is_null())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                Value::Object(asked).to_string()
+            }
+        };
+        let mut meta = protocol::stateless_meta_members(&caps);
+        // `logging/setLevel` is gone in that revision: the level rides on each
+        // request (a stateless client's own; a handshake-era client's last one).
+        let level = if call.caps.is_some() { call.log_level.as_ref() } else { self.log_level.as_ref() };
+        if let Some(level) = level {
+            meta.push_str(&format!(",{}:{}", protocol::quote(protocol::meta::LOG_LEVEL), protocol::quote(level)));
+        }
+        meta
+    }
+
+    /// Turns a backend's answer into the client's.
+    pub(super) fn answer_client_call(&mut self, server: &str, call: ClientCall, answer: Result<&str, &str>) {
+        if let Some(state) = &call.awaiting_input {
+            // The client was told to retry with inputs: the answer waits for that retry.
+            if let Some(p) = self.router.pending_inputs.get_mut(state) {
+                p.answer = Some(answer.map(String::from).map_err(String::from));
+            }
+            self.release(&call);
+            return;
+        }
+        let session = call.session;
+        let stateless_client = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
+        if let Ok(result) = answer {
+            if self.backends.get(server).is_some_and(|b| b.era == Era::Stateless) && protocol::is_input_required(result)
+            {
+                if !stateless_client {
+                    return self.start_input_round(server, call, result);
+                }
+                // A stateless client answers it itself: its retry comes back here
+                // and goes to the backend with the backend's own requestState.
+                self.record_call(server, &call, CallOutcome::Ok);
+                self.release(&call);
+                self.touch_session(session);
+                let frame = protocol::response(&call.id, result);
+                self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
+                return self.answered(session);
+            }
+        }
+        let outcome = if answer.is_ok() { CallOutcome::Ok } else { CallOutcome::Error };
+        self.record_call(server, &call, outcome);
+        let frame = match answer {
+            Err(error) => protocol::raw_error_response(&call.id, error),
+            Ok(result) => match &call.shape {
+                Shape::Plain => protocol::response(&call.id, result),
+                Shape::ReadResource => {
+                    let rewritten = self.serve_contents(server, result);
+                    let result = rewritten.as_deref().unwrap_or(result);
+                    // A read is cacheable in the stateless revision: as its backend
+                    // says, or (a handshake-era one says nothing) stale at once.
+                    let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
+                    match stateless.then(|| protocol::cacheable_result(result, CacheHint::STALE)) {
+                        Some(Some(hinted)) => protocol::response(&call.id, &hinted),
+                        _ => protocol::response(&call.id, result),
+                    }
+                }
+                Shape::Subscribe(uri) => {
+                    self.sessions.subscriptions.entry(uri.clone()).or_default().insert(session);
+                    protocol::response(&call.id, result)
+                }
+                Shape::Unsubscribe(_) => protocol::response(&call.id, result),
+            },
+        };
+        self.release(&call);
+        self.touch_session(session);
+        let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
+        let frame = if stateless { super::stateless_frame(frame) } else { frame };
+        self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
+        self.answered(session);
+    }
+
+    /// `resources/read` contents carry backend URIs; clients get served ones.
+    fn serve_contents(&self, server: &str, result: &str) -> Option<String> {
+        let mut result: Map<String, Value> = serde_json::from_str(result).ok()?;
+        if let Some(Value::Array(contents)) = result.get_mut("contents") {
+            for item in contents {
+                if let Some(Value::String(uri)) = item.get_mut("uri") {
+                    if let Some(served) = self.catalog.serve_uri(server, uri) {
+                        *uri = served;
+                    }
+                }
+            }
+        }
+        serde_json::to_string(&result).ok()
+    }
+
+    /// Frees a finished call's id in its session.
+    /// Counts an ended client call in `server`'s metrics, timed from the
+    /// client's request (waits for the backend included: what the client saw).
+    pub(super) fn record_call(&mut self, server: &str, call: &ClientCall, outcome: CallOutcome) {
+        let latency_ms = self.now.saturating_since(call.created).as_millis();
+        if let Some(b) = self.backends.get_mut(server) {
+            b.metrics.record_call(outcome, latency_ms);
+        }
+    }
+
+    pub(super) fn release(&mut self, call: &ClientCall) {
+        if let Some(s) = self.sessions.open.get_mut(&call.session) {
+            s.in_flight.remove(&call.id);
+        }
+    }
+
+    pub(super) fn reply(&mut self, session: SessionId, id: &str, result: &str) {
+        if !self.owed(session, id) {
+            return self.answer_for_retry(session, id, Ok(result.to_string()));
+        }
+        self.reply_to_client(session, id, protocol::response(id, result));
+    }
+
+    pub(super) fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str, data: Option<&str>) {
+        let message = self.redactor.redact(message);
+        let data = data.map(|d| self.redactor.redact(d));
+        if !self.owed(session, id) {
+            let error = protocol::error_object(code, &message, data.as_deref());
+            return self.answer_for_retry(session, id, Err(error));
+        }
+        let frame = protocol::error_response(id, code, &message, data.as_deref());
+        self.reply_to_client(session, id, frame);
+    }
+
+    /// Whether request `id` of `session` still waits for its answer (and, if so,
+    /// it no longer does). A request of a closed session counts as owed, unless
+    /// it was answered `input_required`.
+    fn owed(&mut self, session: SessionId, id: &str) -> bool {
+        match self.sessions.open.get_mut(&session) {
+            Some(s) => s.in_flight.remove(id),
+            // A per-request session closed after its `input_required` answer.
+            None => !self.router.pending_inputs.values().any(|p| p.session == session && p.client_id == id),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Client sessions: each client's state, the sessions refused or closing, and
+//! resource subscriptions. Owns its deadlines: idle expiry and held
+//! `list_changed` notifications.
+
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use serde_json::{Map, Value};
+
+use super::client_events::Level;
+use super::listens::ClientListen;
+use crate::config::Limits;
+use crate::io::{RawId, SessionId};
+use crate::protocol::Era;
+use crate::time::{Duration, Instant};
+
+/// Every client session and what belongs to sessions as a whole.
+#[derive(Default)]
+pub(super) struct Sessions {
+    /// Open sessions, by id.
+    pub open: BTreeMap<SessionId, Session>,
+    /// HTTP sessions refused for the session limit, until their first request is
+    /// answered with an error that says so (bounded).
+    pub refused: VecDeque<SessionId>,
+    /// Per-request sessions answered during this input, closed when it settles.
+    pub closing: Vec<SessionId>,
+    /// Served resource URI -> sessions subscribed.
+    pub subscriptions: BTreeMap<String, BTreeSet<SessionId>>,
+}
+
+/// A session deadline that came due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SessionTimer {
+    /// A held `list_changed` may go now.
+    ListChangedHeld(SessionId),
+    /// An idle session expires.
+    Idle(SessionId),
+}
+
+impl Sessions {
+    /// Every session deadline, in the order they fire when several are due.
+    pub fn timers(&self, idle_ms: u32) -> impl Iterator<Item = (Instant, SessionTimer)> + '_ {
+        let held = self
+            .open
+            .iter()
+            .filter(|(_, s)| s.list_changed_held)
+            .filter_map(|(id, s)| Some((s.quiet_until?, SessionTimer::ListChangedHeld(*id))));
+        let idle = self.open.iter().filter_map(move |(id, s)| Some((s.expiry(idle_ms)?, SessionTimer::Idle(*id))));
+        held.chain(idle)
+    }
+
+    /// Checks the sessions' own bounds.
+    pub fn check_invariants(&self, limits: &Limits) -> Result<(), String> {
+        if self.open.len() > limits.max_sessions as usize {
+            return Err("too many sessions".into());
+        }
+        for (sid, s) in &self.open {
+            if s.in_flight.len() > limits.max_in_flight_per_session as usize {
+                return Err(format!("session {} over its in-flight bound", sid.0));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One client session.
+#[derive(Clone, Debug)]
+pub(super) struct Session {
+    /// Sent `notifications/initialized`: may receive notifications and requests.
+    pub ready: bool,
+    pub era: Era,
+    /// The era was decided (by the first request: `initialize`, or one with
+    /// stateless `_meta`).
+    pub era_known: bool,
+    pub protocol_version: Option<String>,
+    /// Client capabilities announced at `initialize`.
+    pub capabilities: Map<String, Value>,
+    /// Stateless sessions: the capabilities of the request being routed, taken
+    /// by the call it becomes.
+    pub request_caps: Option<Map<String, Value>>,
+    /// Stateless sessions: the log level the request being routed asked for.
+    pub request_log_level: Option<String>,
+    /// Ids of this session's requests not yet answered, raw JSON.
+    pub in_flight: BTreeSet<RawId>,
+    /// Fingerprint of each list as this session last saw or was told of it.
+    pub seen: [u64; 4],
+    /// Open `subscriptions/listen` requests of a stateless session, by id.
+    pub listens: BTreeMap<RawId, ClientListen>,
+    /// Closed when idle (HTTP sessions).
+    pub expires: bool,
+    /// When its client last sent a message.
+    pub last_active: Instant,
+    /// The level its `logging/setLevel` asked for (events below it are not sent).
+    pub log_level: Option<Level>,
+    /// No `list_changed` goes to it before this (see `list_changed_debounce_ms`).
+    pub quiet_until: Option<Instant>,
+    /// A `list_changed` waits for `quiet_until`.
+    pub list_changed_held: bool,
+}
+
+impl Session {
+    pub fn new(expires: bool, now: Instant) -> Self {
+        Session {
+            expires,
+            last_active: now,
+            ready: false,
+            era: Era::Handshake,
+            era_known: false,
+            protocol_version: None,
+            capabilities: Map::new(),
+            request_caps: None,
+            request_log_level: None,
+            in_flight: BTreeSet::new(),
+            listens: BTreeMap::new(),
+            seen: [0; 4],
+            log_level: None,
+            quiet_until: None,
+            list_changed_held: false,
+        }
+    }
+
+    /// When this session expires if idle: never while it has requests in flight.
+    pub fn expiry(&self, idle_ms: u32) -> Option<Instant> {
+        (self.expires && self.in_flight.is_empty())
+            .then(|| self.last_active + Duration::from_millis(u64::from(idle_ms)))
+    }
+
+    /// A stateless-era session over HTTP: it serves one request and closes with
+    /// its answer (the revision has no sessions; the host opens one per POST).
+    pub fn per_request(&self) -> bool {
+        self.expires && self.era == Era::Stateless
+    }
+
+    /// Whether the client announced a capability (`sampling`, `elicitation`, `roots`).
+    pub fn supports(&self, capability: &str) -> bool {
+        self.capabilities.get(capability).is_some_and(|v| !v.is_null())
+    }
+}
