@@ -417,8 +417,8 @@ pub struct Config {
     /// client's probe gets -32601 and it falls back to `initialize`, as the
     /// specification asks. Absent from a serialized config means off, so traces
     /// recorded before the default changed replay as they ran.
-    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
-    pub modern_clients: bool,
+    #[serde(default, alias = "modern_clients", skip_serializing_if = "core::ops::Not::not")]
+    pub stateless_clients: bool,
     /// Flat mode: also serve the admin tools `list_servers`, `reconnect_server`
     /// and `server_events` (meta mode always has them). Off by default.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
@@ -449,7 +449,7 @@ impl Default for Config {
             limits: Limits::default(),
             separator: "__".to_string(),
             mode: Mode::Flat,
-            modern_clients: true,
+            stateless_clients: true,
             admin_tools: false,
             client_events: true,
             list_changed_debounce_ms: 2_000,

@@ -104,7 +104,7 @@ pub fn driver_config(variant: u8) -> Config {
         config.servers.remove("b");
     }
     // Stateless-era clients too (the first request of a session decides its era).
-    config.modern_clients = variant & 16 == 16;
+    config.stateless_clients = variant & 16 == 16;
     // tether's own tools: meta mode (bit 64), the admin tools in flat mode (bit 128).
     if variant & 64 == 64 {
         config.mode = crate::config::Mode::Meta;
@@ -740,15 +740,15 @@ impl Harness {
                     "server_events" => json!({"since": c.below(40)}),
                     _ => json!({}),
                 };
-                let modern = json!({
+                let stateless = json!({
                     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                     "io.modelcontextprotocol/clientCapabilities": {"sampling":{},"roots":{},"elicitation":{}},
                     "progressToken": id,
                 });
                 let frame = match c.below(13) {
-                    10 => json!({"jsonrpc":"2.0","id":id,"method":"server/discover","params":{"_meta":modern}}),
+                    10 => json!({"jsonrpc":"2.0","id":id,"method":"server/discover","params":{"_meta":stateless}}),
                     11 => {
-                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments,"_meta":modern}})
+                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments,"_meta":stateless}})
                     }
                     12 => {
                         // A retry with the inputs of an input_required answer (some, all, or tampered).
@@ -758,7 +758,7 @@ impl Harness {
                         for key in keys.iter().filter(|_| c.below(4) != 0) {
                             responses.insert(key.clone(), json!({"roots":[],"action":"accept"}));
                         }
-                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments,"_meta":modern,"inputResponses":responses,"requestState":state}})
+                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments,"_meta":stateless,"inputResponses":responses,"requestState":state}})
                     }
                     0 => json!({"jsonrpc":"2.0","id":id,"method":"tools/list"}),
                     1 => json!({"jsonrpc":"2.0","id":id,"method":"prompts/list","params":{"cursor":"p2"}}),

@@ -309,7 +309,7 @@ pub fn negotiate_version(requested: Option<&str>) -> &'static str {
 
 /// Revisions of the stateless era (per-request `_meta`, no handshake) tether
 /// serves to clients, newest first.
-pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
+pub const STATELESS_VERSIONS: [&str; 1] = ["2026-07-28"];
 
 /// `_meta` keys of a stateless-era request.
 pub mod meta {
@@ -326,7 +326,7 @@ pub mod meta {
 }
 
 /// Error codes of the stateless era.
-pub mod modern_code {
+pub mod stateless_code {
     /// The request's `_meta` names a revision the server does not speak.
     pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
     /// Answering needs a client capability the request did not declare; `data`
@@ -384,7 +384,7 @@ pub fn request_era(params: Option<&str>) -> RequestEra {
             return RequestEra::Refused(code::INVALID_PARAMS, msg, None);
         }
     };
-    match MODERN_VERSIONS.iter().find(|v| **v == version) {
+    match STATELESS_VERSIONS.iter().find(|v| **v == version) {
         Some(version) => {
             let log_level = match meta.get(meta::LOG_LEVEL) {
                 None | Some(serde_json::Value::Null) => None,
@@ -401,10 +401,10 @@ pub fn request_era(params: Option<&str>) -> RequestEra {
         }
         None => {
             let supported: alloc::vec::Vec<&str> =
-                MODERN_VERSIONS.iter().chain(SUPPORTED_VERSIONS.iter()).copied().collect();
+                STATELESS_VERSIONS.iter().chain(SUPPORTED_VERSIONS.iter()).copied().collect();
             let data = serde_json::json!({"supported": supported, "requested": version}).to_string();
             let msg = "Unsupported protocol version".into();
-            RequestEra::Refused(modern_code::UNSUPPORTED_PROTOCOL_VERSION, msg, Some(data))
+            RequestEra::Refused(stateless_code::UNSUPPORTED_PROTOCOL_VERSION, msg, Some(data))
         }
     }
 }
@@ -605,7 +605,7 @@ pub fn stateless_meta_members(capabilities: &str) -> String {
     format!(
         r#""{}":"{}","{}":{capabilities},"{}":{CLIENT_INFO}"#,
         meta::PROTOCOL_VERSION,
-        MODERN_VERSIONS[0],
+        STATELESS_VERSIONS[0],
         meta::CLIENT_CAPABILITIES,
         meta::CLIENT_INFO,
     )

@@ -15,18 +15,18 @@ const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 fn meta() -> Value {
     json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/protocolVersion": STATELESS,
         "io.modelcontextprotocol/clientCapabilities": {},
     })
 }
 
 /// `fs`, a handshake-era backend with tools and subscribable resources, and
-/// `modern`, a stateless one announcing tool list changes; both online.
+/// `stateless`, a stateless one announcing tool list changes; both online.
 fn booted() -> Sim {
     let mut config = Config::default()
         .server("fs", ServerConfig::stdio("fs-server", &[]))
-        .server("modern", ServerConfig::stdio("modern-server", &[]));
-    config.modern_clients = true;
+        .server("stateless", ServerConfig::stdio("stateless-server", &[]));
+    config.stateless_clients = true;
     let mut sim = Sim::new(config);
     sim.answer(
         "fs",
@@ -37,12 +37,12 @@ fn booted() -> Sim {
     sim.answer("fs", "resources/templates/list", json!({"resourceTemplates":[]}));
     sim.answer("fs", "resources/list", json!({"resources":[{"uri":"file:///a.txt","name":"a"}]}));
     sim.answer(
-        "modern",
+        "stateless",
         "server/discover",
-        json!({"resultType":"complete","supportedVersions":[MODERN],"capabilities":{"tools":{"listChanged":true}},"ttlMs":0,"cacheScope":"private"}),
+        json!({"resultType":"complete","supportedVersions":[STATELESS],"capabilities":{"tools":{"listChanged":true}},"ttlMs":0,"cacheScope":"private"}),
     );
     sim.answer(
-        "modern",
+        "stateless",
         "tools/list",
         json!({"resultType":"complete","tools":[{"name":"now","inputSchema":{"type":"object"}}],"ttlMs":0,"cacheScope":"private"}),
     );
@@ -93,14 +93,14 @@ fn changes_from_backends_of_both_eras_arrive_on_the_listen_until_it_is_cancelled
 
     sim.note("two seconds later (list changes are told at most once per 2 s) the stateless backend's tools change, announced on tether's own listen to it");
     sim.advance(Config::default().list_changed_debounce_ms);
-    let (backend_listen, _) = sim.requests_to("modern", "subscriptions/listen").pop().unwrap();
+    let (backend_listen, _) = sim.requests_to("stateless", "subscriptions/listen").pop().unwrap();
     let from = sim.actions.len();
     sim.backend(
-        "modern",
+        "stateless",
         json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":{SUBSCRIPTION_ID:backend_listen}}}),
     );
     sim.answer(
-        "modern",
+        "stateless",
         "tools/list",
         json!({"resultType":"complete","tools":[{"name":"now","inputSchema":{"type":"object"}},{"name":"later","inputSchema":{"type":"object"}}],"ttlMs":0,"cacheScope":"private"}),
     );
@@ -215,13 +215,13 @@ fn a_listening_http_client_is_not_closed_as_idle() {
     let mut answered = std::collections::BTreeSet::new();
     for _ in 0..(2 * idle / 60_000) {
         sim.advance(60_000);
-        for (server, method) in [("fs", "ping"), ("modern", "server/discover")] {
+        for (server, method) in [("fs", "ping"), ("stateless", "server/discover")] {
             for (id, _) in sim.requests_to(server, method) {
                 if answered.insert((server, id)) {
                     let result = match method {
                         "ping" => json!({}),
                         _ => {
-                            json!({"resultType":"complete","supportedVersions":[MODERN],"capabilities":{"tools":{"listChanged":true}},"ttlMs":0,"cacheScope":"private"})
+                            json!({"resultType":"complete","supportedVersions":[STATELESS],"capabilities":{"tools":{"listChanged":true}},"ttlMs":0,"cacheScope":"private"})
                         }
                     };
                     reply(&mut sim, server, id, result);

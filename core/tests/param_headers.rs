@@ -29,11 +29,11 @@ fn tools() -> Value {
 /// `web` (HTTP) online in the era given, listing [`tools`]; stateless clients served.
 fn booted(era: Era) -> Sim {
     let mut config = Config::default().server("web", ServerConfig::http("https://web.example/mcp"));
-    config.modern_clients = true;
+    config.stateless_clients = true;
     let mut sim = Sim::new(config);
     match era {
         Era::Stateless => {
-            let discover = json!({"resultType": "complete", "supportedVersions": [MODERN],
+            let discover = json!({"resultType": "complete", "supportedVersions": [STATELESS],
                 "capabilities": {"tools": {}}, "ttlMs": 0, "cacheScope": "private"});
             sim.answer("web", "server/discover", discover);
         }

@@ -18,10 +18,10 @@ const CAPS_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
 fn discover_result(tools_list_changed: bool) -> Value {
     json!({
         "resultType": "complete",
-        "supportedVersions": [MODERN],
+        "supportedVersions": [STATELESS],
         "capabilities": {"tools": {"listChanged": tools_list_changed}},
         "ttlMs": 60000, "cacheScope": "public",
-        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern", "version": "1"}}
+        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "stateless", "version": "1"}}
     })
 }
 
@@ -48,13 +48,13 @@ fn a_stateless_backend_is_probed_listened_to_and_called_with_per_request_meta() 
     let mut sim = Sim::new(one_stdio());
     sim.note("the first request to a backend of unknown era is the server/discover probe");
     let (_, probe) = sim.requests_to("fs", "server/discover").pop().unwrap();
-    assert_eq!(meta_of(&probe)[VERSION_KEY], MODERN);
+    assert_eq!(meta_of(&probe)[VERSION_KEY], STATELESS);
     boot_stateless(&mut sim, &["read"]);
     assert!(sim.requests_to("fs", "initialize").is_empty(), "a stateless server gets no initialize");
     assert_eq!(sim.status("fs"), Status::Online);
     assert_eq!(sim.gw.status("fs").unwrap().era, Era::Stateless);
     let (_, list) = sim.requests_to("fs", "tools/list").pop().unwrap();
-    assert_eq!(meta_of(&list)[VERSION_KEY], MODERN, "every request carries the revision: {list}");
+    assert_eq!(meta_of(&list)[VERSION_KEY], STATELESS, "every request carries the revision: {list}");
     sim.note("list changes come only on a listen: tether opens one for what the backend announces");
     let (listen, params) = sim.requests_to("fs", "subscriptions/listen").pop().unwrap();
     assert_eq!(params["notifications"], json!({"toolsListChanged": true}));
@@ -157,12 +157,12 @@ fn over_http_a_probe_refused_without_a_stateless_error_falls_back_and_an_unknown
         assert_eq!(sim.requests_to("web", "initialize").len(), usize::from(fallback), "{failure:?}");
     }
     sim_with_error(
-        json!({"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2025-11-25"],"requested":MODERN}}),
+        json!({"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2025-11-25"],"requested":STATELESS}}),
         true,
     );
     sim_with_error(json!({"code":-32601,"message":"Method not found"}), true);
     let sim = sim_with_error(
-        json!({"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2099-01-01"],"requested":MODERN}}),
+        json!({"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2099-01-01"],"requested":STATELESS}}),
         false,
     );
     let last_error = sim.gw.status("web").unwrap().last_error.unwrap();
@@ -263,10 +263,10 @@ fn an_input_the_handshake_client_cannot_give_fails_the_call_and_an_unanswered_ro
 #[test]
 fn a_stateless_client_gets_a_stateless_backends_input_required_as_it_is_and_its_retry_reaches_the_backend() {
     let mut config = one_stdio();
-    config.modern_clients = true;
+    config.stateless_clients = true;
     let mut sim = Sim::new(config);
     boot_stateless(&mut sim, &["book"]);
-    let meta = json!({VERSION_KEY: MODERN, CAPS_KEY: {"elicitation": {}}});
+    let meta = json!({VERSION_KEY: STATELESS, CAPS_KEY: {"elicitation": {}}});
     sim.client(
         json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs__book","arguments":{},"_meta":meta}}),
     );
@@ -325,16 +325,16 @@ fn a_handshake_clients_resource_subscription_on_a_stateless_backend_rides_its_li
 #[test]
 fn a_stateless_clients_log_level_goes_with_its_call_to_a_stateless_backend() {
     let mut config = one_stdio();
-    config.modern_clients = true;
+    config.stateless_clients = true;
     let mut sim = Sim::new(config);
     boot_stateless(&mut sim, &["read"]);
-    let meta = json!({VERSION_KEY: MODERN, CAPS_KEY: {}, "io.modelcontextprotocol/logLevel": "debug"});
+    let meta = json!({VERSION_KEY: STATELESS, CAPS_KEY: {}, "io.modelcontextprotocol/logLevel": "debug"});
     sim.client(
         json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs__read","arguments":{},"_meta": meta}}),
     );
     let (_, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
     assert_eq!(meta_of(&params)["io.modelcontextprotocol/logLevel"], "debug", "{params}");
-    let meta = json!({VERSION_KEY: MODERN, CAPS_KEY: {}});
+    let meta = json!({VERSION_KEY: STATELESS, CAPS_KEY: {}});
     sim.client(
         json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__read","arguments":{},"_meta": meta}}),
     );

@@ -1,4 +1,4 @@
-//! Clients of the stateless 2026-07-28 revision (`config.modern_clients`): the era
+//! Clients of the stateless 2026-07-28 revision (`config.stateless_clients`): the era
 //! is decided by a session's first request, every stateless request is checked on
 //! its own, `server/discover` is answered from the aggregate, and results carry
 //! `resultType` (lists also `ttlMs`/`cacheScope`) whatever era the backend speaks.
@@ -9,15 +9,15 @@ use serde_json::{json, Value};
 use support::*;
 use tether_core::Config;
 
-fn config(modern_clients: bool) -> Config {
+fn config(stateless_clients: bool) -> Config {
     let mut config = one_stdio();
-    config.modern_clients = modern_clients;
+    config.stateless_clients = stateless_clients;
     config
 }
 
 /// `fs` (a handshake-era backend) online with one tool.
-fn booted(modern_clients: bool) -> Sim {
-    let mut sim = Sim::new(config(modern_clients));
+fn booted(stateless_clients: bool) -> Sim {
+    let mut sim = Sim::new(config(stateless_clients));
     sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
     sim.answer_tools("fs", &["read"]);
     sim
@@ -30,7 +30,7 @@ fn a_stateless_client_discovers_lists_and_calls_through_a_handshake_backend() {
     sim.client(json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": stateless_meta()}}));
     let discover = sim.response(1)["result"].clone();
     assert_eq!(discover["resultType"], "complete");
-    assert_eq!(discover["supportedVersions"][0], MODERN);
+    assert_eq!(discover["supportedVersions"][0], STATELESS);
     assert!(discover["supportedVersions"].as_array().unwrap().contains(&json!("2025-11-25")));
     assert_eq!((discover["ttlMs"].clone(), discover["cacheScope"].clone()), (json!(0), json!("private")));
     assert_eq!(discover["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "tether");
@@ -79,7 +79,7 @@ fn stateless_requests_are_checked_one_by_one() {
     let error = sim.response(4)["error"].clone();
     assert_eq!(error["code"], -32022);
     assert_eq!(error["data"]["requested"], "2099-01-01");
-    assert_eq!(error["data"]["supported"][0], MODERN);
+    assert_eq!(error["data"]["supported"][0], STATELESS);
     // Methods the revision removed.
     for (id, method) in [(5, "ping"), (6, "initialize"), (7, "logging/setLevel"), (8, "resources/subscribe")] {
         sim.client(json!({"jsonrpc":"2.0","id":id,"method":method,"params":{"_meta": stateless_meta()}}));
@@ -305,13 +305,13 @@ fn stateless_backends(hints: &[(&str, u64, &str)]) -> Sim {
     for (name, _, _) in hints {
         config = config.server(name, tether_core::ServerConfig::stdio("server", &[]));
     }
-    config.modern_clients = true;
+    config.stateless_clients = true;
     let mut sim = Sim::new(config);
     for (name, ttl, scope) in hints {
         sim.answer(
             name,
             "server/discover",
-            json!({"resultType":"complete","supportedVersions":[MODERN],"capabilities":{"tools":{}},"ttlMs":0,"cacheScope":"private"}),
+            json!({"resultType":"complete","supportedVersions":[STATELESS],"capabilities":{"tools":{}},"ttlMs":0,"cacheScope":"private"}),
         );
         sim.answer(
             name,
@@ -347,12 +347,12 @@ fn an_aggregated_list_may_be_cached_as_long_as_its_shortest_lived_part() {
 #[test]
 fn a_read_keeps_its_stateless_backends_hint() {
     let mut config = Config::default().server("fs", tether_core::ServerConfig::stdio("server", &[]));
-    config.modern_clients = true;
+    config.stateless_clients = true;
     let mut sim = Sim::new(config);
     sim.answer(
         "fs",
         "server/discover",
-        json!({"resultType":"complete","supportedVersions":[MODERN],"capabilities":{"resources":{}},"ttlMs":0,"cacheScope":"private"}),
+        json!({"resultType":"complete","supportedVersions":[STATELESS],"capabilities":{"resources":{}},"ttlMs":0,"cacheScope":"private"}),
     );
     sim.answer("fs", "resources/templates/list", json!({"resultType":"complete","resourceTemplates":[]}));
     sim.answer("fs", "resources/list", json!({"resultType":"complete","resources":[{"uri":"file:///a","name":"a"}]}));

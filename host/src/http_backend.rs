@@ -474,7 +474,7 @@ impl Shared {
         }
     }
 
-    /// A stateless-era request answered with an HTTP error. Modern servers put a
+    /// A stateless-era request answered with an HTTP error. Stateless-era servers put a
     /// JSON-RPC error for the request in the body of their 4xx (-32022 for an
     /// unsupported revision, -32601 for an unknown method, -32020 for headers that
     /// disagree with the body): that is the request's answer, and the core decides

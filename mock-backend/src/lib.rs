@@ -20,7 +20,7 @@
 //! cuts request streams at random before their response, which the GET that
 //! resumes the stream with `Last-Event-ID` then delivers.
 //!
-//! With `--stateless` the mock is instead a modern-only server of the stateless
+//! With `--stateless` the mock is instead a stateless-only server of the stateless
 //! revision 2026-07-28, over either transport, and the other flags keep working:
 //!
 //! - `server/discover` describes it; `initialize` is -32601 naming the supported

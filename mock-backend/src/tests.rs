@@ -274,7 +274,7 @@ pub(crate) fn stateless() -> MockOptions {
 }
 
 /// `params` with the stateless `_meta` of a client that can sample and elicit.
-pub(crate) fn modern(params: Value) -> Value {
+pub(crate) fn stateless_request(params: Value) -> Value {
     with_meta(params, json!({"sampling": {}, "elicitation": {}}))
 }
 
@@ -290,8 +290,8 @@ pub(crate) fn with_meta(mut params: Value, capabilities: Value) -> Value {
 
 #[test]
 fn stateless_discover_describes_the_server() {
-    let harness = Harness::new(MockOptions { name: "modern".into(), ..stateless() });
-    let discover = harness.request(1, "server/discover", modern(json!({})));
+    let harness = Harness::new(MockOptions { name: "stateless".into(), ..stateless() });
+    let discover = harness.request(1, "server/discover", stateless_request(json!({})));
     assert_eq!(
         discover["result"],
         json!({
@@ -307,7 +307,7 @@ fn stateless_discover_describes_the_server() {
             "instructions": INSTRUCTIONS,
             "ttlMs": 0,
             "cacheScope": "private",
-            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern", "version": "1"}},
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "stateless", "version": "1"}},
         })
     );
 }
@@ -324,7 +324,7 @@ fn stateless_requests_need_their_meta() {
     let refused = harness.request(4, "tools/list", old);
     assert_eq!(refused["error"]["code"], -32022);
     assert_eq!(refused["error"]["data"], json!({"supported": ["2026-07-28"], "requested": "2025-11-25"}));
-    let mut bad_level = modern(json!({}));
+    let mut bad_level = stateless_request(json!({}));
     bad_level["_meta"][META_LOG_LEVEL] = json!("loud");
     assert_eq!(harness.request(5, "tools/list", bad_level)["error"]["code"], -32602);
 }
@@ -339,7 +339,7 @@ fn stateless_refuses_the_handshake_era_methods() {
     for (id, method) in
         [(2, "ping"), (3, "logging/setLevel"), (4, "resources/subscribe"), (5, "resources/unsubscribe"), (6, "x/y")]
     {
-        assert_eq!(harness.request(id, method, modern(json!({})))["error"]["code"], -32601, "{method}");
+        assert_eq!(harness.request(id, method, stateless_request(json!({})))["error"]["code"], -32601, "{method}");
     }
     harness.feed(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     harness.nothing_more();
@@ -348,7 +348,7 @@ fn stateless_refuses_the_handshake_era_methods() {
 #[test]
 fn stateless_results_are_complete_and_lists_are_cacheable() {
     let harness = Harness::new(stateless());
-    let tools = harness.request(1, "tools/list", modern(json!({})));
+    let tools = harness.request(1, "tools/list", stateless_request(json!({})));
     assert_eq!(
         (&tools["result"]["resultType"], &tools["result"]["ttlMs"], &tools["result"]["cacheScope"]),
         (&json!("complete"), &json!(0), &json!("private"))
@@ -356,18 +356,20 @@ fn stateless_results_are_complete_and_lists_are_cacheable() {
     let names: Vec<_> = tools["result"]["tools"].as_array().into_iter().flatten().map(|t| t["name"].clone()).collect();
     assert!(names.contains(&json!("elicit")), "{names:?}");
     for (id, method) in [(2, "resources/list"), (3, "resources/templates/list"), (4, "prompts/list")] {
-        let list = harness.request(id, method, modern(json!({})));
+        let list = harness.request(id, method, stateless_request(json!({})));
         assert_eq!((&list["result"]["resultType"], &list["result"]["ttlMs"]), (&json!("complete"), &json!(0)));
     }
-    let read = harness.request(5, "resources/read", modern(json!({"uri": INFO_URI})));
+    let read = harness.request(5, "resources/read", stateless_request(json!({"uri": INFO_URI})));
     assert_eq!(read["result"]["cacheScope"], "private");
-    let missing = harness.request(6, "resources/read", modern(json!({"uri": "mock://nope"})));
+    let missing = harness.request(6, "resources/read", stateless_request(json!({"uri": "mock://nope"})));
     assert_eq!(missing["error"]["code"], -32602, "-32002 is retired");
-    let echo = harness.request(7, "tools/call", modern(json!({"name": "echo", "arguments": {"text": "hi"}})));
+    let echo =
+        harness.request(7, "tools/call", stateless_request(json!({"name": "echo", "arguments": {"text": "hi"}})));
     assert_eq!(echo["result"], json!({"resultType": "complete", "content": [{"type": "text", "text": "hi"}]}));
-    let fail = harness.request(8, "tools/call", modern(json!({"name": "fail"})));
+    let fail = harness.request(8, "tools/call", stateless_request(json!({"name": "fail"})));
     assert_eq!((&fail["result"]["isError"], &fail["result"]["resultType"]), (&json!(true), &json!("complete")));
-    let prompt = harness.request(9, "prompts/get", modern(json!({"name": "greet", "arguments": {"name": "Ann"}})));
+    let prompt =
+        harness.request(9, "prompts/get", stateless_request(json!({"name": "greet", "arguments": {"name": "Ann"}})));
     assert_eq!(prompt["result"]["resultType"], "complete");
     assert!(prompt["result"].get("ttlMs").is_none());
 }
@@ -376,7 +378,7 @@ fn stateless_results_are_complete_and_lists_are_cacheable() {
 fn stateless_sample_asks_with_input_required_and_finishes_on_the_retry() {
     let harness = Harness::new(stateless());
     let call = json!({"name": "sample", "arguments": {"prompt": "hi?"}});
-    let asked = harness.request(1, "tools/call", modern(call.clone()));
+    let asked = harness.request(1, "tools/call", stateless_request(call.clone()));
     let result = &asked["result"];
     assert_eq!(result["resultType"], "input_required");
     assert_eq!(
@@ -385,7 +387,7 @@ fn stateless_sample_asks_with_input_required_and_finishes_on_the_retry() {
     );
     let state = result["requestState"].as_str().expect("a requestState").to_string();
 
-    let mut retry = modern(call.clone());
+    let mut retry = stateless_request(call.clone());
     retry["inputResponses"] =
         json!({"sample": {"role": "assistant", "content": {"type": "text", "text": "hello"}, "model": "m"}});
     retry["requestState"] = json!(state);
@@ -414,7 +416,7 @@ fn stateless_sample_asks_with_input_required_and_finishes_on_the_retry() {
 fn stateless_elicit_greets_declines_and_cancels() {
     let harness = Harness::new(stateless());
     let call = json!({"name": "elicit"});
-    let asked = harness.request(1, "tools/call", modern(call.clone()));
+    let asked = harness.request(1, "tools/call", stateless_request(call.clone()));
     let request = &asked["result"]["inputRequests"]["elicit"];
     assert_eq!(request["method"], "elicitation/create");
     assert_eq!(request["params"]["mode"], "form");
@@ -426,7 +428,7 @@ fn stateless_elicit_greets_declines_and_cancels() {
         (json!({"action": "cancel"}), "cancelled"),
     ];
     for (id, (answer, text)) in (2..).zip(answers) {
-        let mut retry = modern(call.clone());
+        let mut retry = stateless_request(call.clone());
         retry["inputResponses"] = json!({"elicit": answer});
         retry["requestState"] = state.clone();
         assert_eq!(harness.request(id, "tools/call", retry)["result"]["content"][0]["text"], text);
@@ -442,11 +444,11 @@ fn stateless_elicit_greets_declines_and_cancels() {
 fn stateless_log_needs_the_requests_log_level() {
     let harness = Harness::new(stateless());
     let call = json!({"name": "log", "arguments": {"message": "m"}});
-    assert_eq!(harness.request(1, "tools/call", modern(call.clone()))["id"], 1, "no level: no log");
-    let mut params = modern(call.clone());
+    assert_eq!(harness.request(1, "tools/call", stateless_request(call.clone()))["id"], 1, "no level: no log");
+    let mut params = stateless_request(call.clone());
     params["_meta"][META_LOG_LEVEL] = json!("error");
     assert_eq!(harness.request(2, "tools/call", params)["id"], 2, "info is below error");
-    let mut params = modern(call);
+    let mut params = stateless_request(call);
     params["_meta"][META_LOG_LEVEL] = json!("debug");
     let entry = harness.request(3, "tools/call", params);
     assert_eq!((&entry["method"], &entry["params"]["data"]), (&json!("notifications/message"), &json!("m")));
@@ -457,23 +459,26 @@ fn stateless_log_needs_the_requests_log_level() {
 fn stateless_listen_acknowledges_then_delivers_changes_until_cancelled() {
     let harness = Harness::new(stateless());
     let filter = json!({"toolsListChanged": true, "resourceSubscriptions": [INFO_URI, "file:///nope"]});
-    let ack = harness.request(1, "subscriptions/listen", modern(json!({"notifications": filter})));
+    let ack = harness.request(1, "subscriptions/listen", stateless_request(json!({"notifications": filter})));
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(
         ack["params"],
         json!({"_meta": {META_SUBSCRIPTION_ID: 1}, "notifications": {"toolsListChanged": true, "resourceSubscriptions": [INFO_URI]}})
     );
-    let ack =
-        harness.request(2, "subscriptions/listen", modern(json!({"notifications": {"promptsListChanged": true}})));
+    let ack = harness.request(
+        2,
+        "subscriptions/listen",
+        stateless_request(json!({"notifications": {"promptsListChanged": true}})),
+    );
     assert_eq!(ack["params"]["notifications"], json!({"promptsListChanged": true}));
 
     harness.feed(
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": modern(json!({"name": "add_tool"}))}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": stateless_request(json!({"name": "add_tool"}))}),
     );
     let changed = harness.next();
     assert_eq!(changed, notification("notifications/tools/list_changed", json!({"_meta": {META_SUBSCRIPTION_ID: 1}})));
     assert_eq!(harness.next()["id"], 3);
-    harness.feed(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": modern(json!({"name": "echo", "arguments": {"text": "x"}}))}));
+    harness.feed(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": stateless_request(json!({"name": "echo", "arguments": {"text": "x"}}))}));
     let updated = harness.next();
     assert_eq!(updated["method"], "notifications/resources/updated");
     assert_eq!(updated["params"], json!({"uri": INFO_URI, "_meta": {META_SUBSCRIPTION_ID: 1}}));
@@ -485,10 +490,14 @@ fn stateless_listen_acknowledges_then_delivers_changes_until_cancelled() {
         thread::sleep(Duration::from_millis(5));
     }
     harness.feed(
-        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": modern(json!({"name": "add_tool"}))}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": stateless_request(json!({"name": "add_tool"}))}),
     );
     assert_eq!(harness.next()["id"], 5, "the cancelled listen gets nothing more, and no response");
-    let bad = harness.request(6, "subscriptions/listen", modern(json!({"notifications": {"toolsListChanged": 1}})));
+    let bad = harness.request(
+        6,
+        "subscriptions/listen",
+        stateless_request(json!({"notifications": {"toolsListChanged": 1}})),
+    );
     assert_eq!(bad["error"]["code"], -32602);
     harness.nothing_more();
 }
@@ -501,8 +510,8 @@ fn stateless_stdio_records_methods_and_ends_listens_at_eof() {
         format!("{}\n", json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
     };
     let input = [
-        frame(1, "server/discover", modern(json!({}))),
-        frame(2, "subscriptions/listen", modern(json!({"notifications": {"toolsListChanged": true}}))),
+        frame(1, "server/discover", stateless_request(json!({}))),
+        frame(2, "subscriptions/listen", stateless_request(json!({"notifications": {"toolsListChanged": true}}))),
         frame(3, "initialize", json!({})),
     ]
     .concat();

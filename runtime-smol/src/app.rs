@@ -44,9 +44,10 @@ pub fn host(cli: &Cli, config: &Config) -> Result<Host, String> {
 pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     let config = load_config(cli)?;
     let options = match &args.listen {
-        Some(addr) => {
-            Some(ServerOptions { stateless_clients: config.modern_clients, ..listen_options("--listen", addr, args)? })
-        }
+        Some(addr) => Some(ServerOptions {
+            stateless_clients: config.stateless_clients,
+            ..listen_options("--listen", addr, args)?
+        }),
         None => None,
     };
     let status_options = match &args.status_listen {

@@ -8,7 +8,7 @@
 #      (2025-11-25);
 #   c. against `tether serve --listen` in front of the conformance fixture
 #      (tests/src/bin/conformance-fixture/, stdio backend, unprefixed; 2025-11-25);
-#   d. as c, with `modern_clients` on, under the 2026-07-28 requirement set: stateless
+#   d. as c, with `stateless_clients` on, under the 2026-07-28 requirement set: stateless
 #      clients in front, the handshake-era fixture behind;
 #   e. as d, with the fixture started as `conformance-fixture --stateless` (a
 #      2026-07-28-only backend): stateless clients in front and behind;
@@ -226,7 +226,7 @@ config_file() {
     "$NODE22" -e '
         const [path, name, command, ...args] = process.argv.slice(1);
         const config = { mcpServers: { [name]: { command, args, tether: { prefixed: false } } } };
-        if (process.env.MODERN_CLIENTS) config.tether = { modern_clients: true };
+        if (process.env.STATELESS_CLIENTS) config.tether = { stateless_clients: true };
         require("fs").writeFileSync(path, JSON.stringify(config, null, 2) + "\n");
     ' "$path" "$name" "$@"
 }
@@ -292,7 +292,7 @@ with_verdict c fail > "$WORK/c.fail"
 against_allowlist c "$WORK/c.fail" "$HERE/expected-failures.txt" "not listed in expected-failures.txt"
 
 # ---- d: the stateless revision --------------------------------------------------------
-# The same fixture (handshake era) behind tether with modern_clients, under the suite's
+# The same fixture (handshake era) behind tether with stateless_clients, under the suite's
 # 2026-07-28 requirement set: stateless requests, input_required translation.
 SPEC_REVISION=2026-07-28
 SCENARIOS="$WORK/scenarios-$SPEC_REVISION.txt"
@@ -305,8 +305,8 @@ for file in "$HERE/expected-failures-$SPEC_REVISION.txt" "$HERE/expected-failure
         grep -qxF "$name" "$SCENARIOS" || echo "conformance: warning: $(basename "$file") lists '$name', not a scenario of the $SPEC_REVISION set" >&2
     done
 done
-MODERN_CLIENTS=1 config_file "$WORK/d-config.json" conformance "$FIXTURE_BIN"
-run_tether d "tether --listen with modern_clients, the fixture over stdio, at $SPEC_REVISION" "$WORK/d-config.json"
+STATELESS_CLIENTS=1 config_file "$WORK/d-config.json" conformance "$FIXTURE_BIN"
+run_tether d "tether --listen with stateless_clients, the fixture over stdio, at $SPEC_REVISION" "$WORK/d-config.json"
 echo "== conformance: run d failures against expected-failures-$SPEC_REVISION.txt"
 with_verdict d fail > "$WORK/d.fail"
 against_allowlist d "$WORK/d.fail" "$HERE/expected-failures-$SPEC_REVISION.txt" \
@@ -314,10 +314,10 @@ against_allowlist d "$WORK/d.fail" "$HERE/expected-failures-$SPEC_REVISION.txt" 
 
 # ---- e: the stateless revision on both sides --------------------------------------------
 # The fixture as a 2026-07-28-only backend (`--stateless`: server/discover, per-request
-# _meta, input_required results, subscriptions/listen) behind tether with modern_clients,
+# _meta, input_required results, subscriptions/listen) behind tether with stateless_clients,
 # under the same 2026-07-28 requirement set.
-MODERN_CLIENTS=1 config_file "$WORK/e-config.json" conformance "$FIXTURE_BIN" --stateless
-run_tether e "tether --listen with modern_clients, the fixture --stateless over stdio, at $SPEC_REVISION" \
+STATELESS_CLIENTS=1 config_file "$WORK/e-config.json" conformance "$FIXTURE_BIN" --stateless
+run_tether e "tether --listen with stateless_clients, the fixture --stateless over stdio, at $SPEC_REVISION" \
     "$WORK/e-config.json"
 echo "== conformance: run e failures against expected-failures-$SPEC_REVISION-stateless.txt"
 with_verdict e fail > "$WORK/e.fail"

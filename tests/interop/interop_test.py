@@ -925,7 +925,7 @@ class Run:
         return f"pid {old} replaced by {new}; the call opened a fresh session and succeeded in {took:.1f} s"
 
 
-async def modern_client(params: StdioServerParameters, errlog: Any) -> str:
+async def stateless_client(params: StdioServerParameters, errlog: Any) -> str:
     """The SDK's high-level Client with its defaults (mode="auto") probes with
     `server/discover`; tether serves the 2026-07-28 revision, so the whole
     exchange is stateless: lists, calls to a handshake-era backend (everything)
@@ -1563,7 +1563,7 @@ async def run_all(rec: Recorder, tmpdir: Path, http_server: HttpServer, sse_serv
             with open(log_path, "a") as errlog:
                 await run.step(
                     "high-level Client, mode=auto: the stateless 2026-07-28 revision end to end",
-                    lambda: modern_client(params, errlog),
+                    lambda: stateless_client(params, errlog),
                     60,
                 )
     except Exception as e:  # the connection itself broke (tether died, the SDK gave up, ...)

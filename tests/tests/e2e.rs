@@ -548,21 +548,21 @@ fn stateless_backends_serve_a_handshake_client(rt: Runtime) {
     let port = free_port();
     let web = HttpMock::start(port, &["--name", "web", "--stateless"]);
     let servers = json!({
-        "modern": mock("modern", &["--stateless"]),
+        "stateless": mock("stateless", &["--stateless"]),
         "old": mock("old", &[]),
         "web": { "url": web.url() },
     });
     let mut t = Tether::start_with(rt, config(servers, fast_policy()), &[]);
     t.initialize();
     let tools = t.tool_names();
-    for name in ["modern__echo", "old__echo", "web__echo", "modern__sample", "web__sample"] {
+    for name in ["stateless__echo", "old__echo", "web__echo", "stateless__sample", "web__sample"] {
         assert!(tools.contains(&name.to_string()), "{name} missing from {tools:?}\n{}", t.stderr_text());
     }
-    for server in ["modern", "old", "web"] {
+    for server in ["stateless", "old", "web"] {
         assert_eq!(t.call_text(&format!("{server}__echo"), json!({"text": server})), server);
     }
 
-    for tool in ["modern__sample", "web__sample"] {
+    for tool in ["stateless__sample", "web__sample"] {
         let id = t.send_request("tools/call", json!({"name": tool, "arguments": {"prompt": "six times seven?"}}));
         let ask = t
             .wait_for(|f| f["method"] == "sampling/createMessage" && f.get("id").is_some(), SOON)
@@ -576,14 +576,15 @@ fn stateless_backends_serve_a_handshake_client(rt: Runtime) {
         assert_eq!(r["result"]["content"][0]["text"], "forty-two", "{tool}: {r}");
     }
 
-    t.call("modern__add_tool", json!({}));
+    t.call("stateless__add_tool", json!({}));
     t.wait_for(|f| f["method"] == "notifications/tools/list_changed", SOON)
         .unwrap_or_else(|| panic!("no list_changed from the listen\n{}", t.stderr_text()));
-    assert!(wait_until(SOON, || t.tool_names().contains(&"modern__added".to_string())));
+    assert!(wait_until(SOON, || t.tool_names().contains(&"stateless__added".to_string())));
 
-    t.call("modern__crash", json!({}));
+    t.call("stateless__crash", json!({}));
     assert!(
-        wait_until(SOON, || t.call("modern__echo", json!({"text": "back"}))["result"]["content"][0]["text"] == "back"),
+        wait_until(SOON, || t.call("stateless__echo", json!({"text": "back"}))["result"]["content"][0]["text"]
+            == "back"),
         "the stateless backend did not come back\n{}",
         t.stderr_text()
     );

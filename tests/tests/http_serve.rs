@@ -202,7 +202,7 @@ fn planted_secrets_stay_out_of_the_status_endpoints_the_events_and_the_page() {
 }
 
 /// A stateless (2026-07-28) request's `_meta`.
-fn modern_meta() -> Value {
+fn stateless_meta() -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -231,19 +231,19 @@ fn post_stateless(url: &str, body: &Value, name: Option<&str>) -> (u16, String) 
 }
 
 #[test]
-fn with_modern_clients_each_stateless_post_is_served_without_a_session() {
-    let config = json!({"tether": {"modern_clients": true}, "mcpServers": {"fs": mock_server(&[])}});
+fn with_stateless_clients_each_stateless_post_is_served_without_a_session() {
+    let config = json!({"tether": {"stateless_clients": true}, "mcpServers": {"fs": mock_server(&[])}});
     let t = Tether::start(config, &["serve", "--listen", "127.0.0.1:0"]);
     let url = listening(&t);
 
-    let discover = json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": modern_meta()}});
+    let discover = json!({"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta": stateless_meta()}});
     let (status, body) = post_stateless(&url, &discover, None);
     assert_eq!(status, 200, "{body}");
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
     assert_eq!(answer["result"]["supportedVersions"][0], "2026-07-28");
 
-    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__echo","arguments":{"text":"stateless"},"_meta": modern_meta()}});
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__echo","arguments":{"text":"stateless"},"_meta": stateless_meta()}});
     let (status, body) = post_stateless(&url, &call, None);
     assert_eq!(status, 200, "{body}");
     let answer: Value = serde_json::from_str(&body).unwrap();
@@ -266,7 +266,7 @@ fn with_modern_clients_each_stateless_post_is_served_without_a_session() {
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!((status, answer["error"]["code"].clone()), (400, json!(-32602)), "{answer}");
     // A method the revision removed: 404, -32601.
-    let ping = json!({"jsonrpc":"2.0","id":4,"method":"ping","params":{"_meta": modern_meta()}});
+    let ping = json!({"jsonrpc":"2.0","id":4,"method":"ping","params":{"_meta": stateless_meta()}});
     let (status, body) = post_stateless(&url, &ping, None);
     let answer: Value = serde_json::from_str(&body).unwrap();
     assert_eq!((status, answer["error"]["code"].clone()), (404, json!(-32601)), "{answer}");
@@ -283,14 +283,14 @@ fn with_modern_clients_each_stateless_post_is_served_without_a_session() {
 #[test]
 fn a_stateless_clients_listen_streams_the_list_changes_it_asked_for() {
     use std::io::{BufRead, BufReader};
-    let config = json!({"tether": {"modern_clients": true}, "mcpServers": {"fs": mock_server(&[])}});
+    let config = json!({"tether": {"stateless_clients": true}, "mcpServers": {"fs": mock_server(&[])}});
     let t = Tether::start(config, &["serve", "--listen", "127.0.0.1:0"]);
     let url = listening(&t);
     // Wait until fs is up, so the listen sees its change and not its start.
-    let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta": modern_meta()}});
+    let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta": stateless_meta()}});
     assert_eq!(post_stateless(&url, &list, None).0, 200);
 
-    let listen = json!({"jsonrpc":"2.0","id":"L1","method":"subscriptions/listen","params":{"_meta": modern_meta(),"notifications":{"toolsListChanged":true}}});
+    let listen = json!({"jsonrpc":"2.0","id":"L1","method":"subscriptions/listen","params":{"_meta": stateless_meta(),"notifications":{"toolsListChanged":true}}});
     let agent = ureq::AgentBuilder::new().timeout_read(Duration::from_secs(20)).build();
     let response = agent
         .post(&url)
@@ -316,7 +316,7 @@ fn a_stateless_clients_listen_streams_the_list_changes_it_asked_for() {
     assert_eq!(ack["params"]["notifications"], json!({"toolsListChanged":true}));
 
     // Another stateless request changes the backend's tools.
-    let add = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__add_tool","arguments":{},"_meta": modern_meta()}});
+    let add = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__add_tool","arguments":{},"_meta": stateless_meta()}});
     let (status, body) = post_stateless(&url, &add, None);
     assert_eq!(status, 200, "{body}");
     let changed = next_message();

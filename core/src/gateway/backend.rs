@@ -345,7 +345,7 @@ impl Gateway {
         };
         let verdict = match answer {
             Ok(r) => match serde_json::from_str::<Map<String, Value>>(r) {
-                Ok(result) if speaks(result.get("supportedVersions"), &protocol::MODERN_VERSIONS) => {
+                Ok(result) if speaks(result.get("supportedVersions"), &protocol::STATELESS_VERSIONS) => {
                     return self.connection_opened(server, Era::Stateless, &result);
                 }
                 Ok(result) => Err(format!(
@@ -358,7 +358,7 @@ impl Gateway {
                 let error = serde_json::from_str::<Map<String, Value>>(e).unwrap_or_default();
                 let code = error.get("code").and_then(Value::as_i64);
                 let supported = error.get("data").and_then(|d| d.get("supported"));
-                if code == Some(protocol::modern_code::UNSUPPORTED_PROTOCOL_VERSION)
+                if code == Some(protocol::stateless_code::UNSUPPORTED_PROTOCOL_VERSION)
                     && !speaks(supported, &protocol::SUPPORTED_VERSIONS)
                 {
                     // A stateless server that speaks none of our revisions: falling

@@ -191,7 +191,7 @@ impl Gateway {
     }
 
     fn client_request(&mut self, session: SessionId, id: RawId, method: &str, params: Option<&str>) {
-        if self.config.modern_clients {
+        if self.config.stateless_clients {
             if let Err((code, message, data)) = self.check_era(session, method, params) {
                 return self.reply_error(session, &id, code, &message, data.as_deref());
             }
@@ -220,7 +220,7 @@ impl Gateway {
         };
         match method {
             "initialize" => self.initialize(session, &id, parsed),
-            "server/discover" if self.config.modern_clients => self.discover(session, &id),
+            "server/discover" if self.config.stateless_clients => self.discover(session, &id),
             "ping" => self.reply(session, &id, "{}"),
             "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
                 let kind = ListKind::from_method(method).expect("list method");
@@ -301,7 +301,7 @@ impl Gateway {
                 let msg = format!(
                     "missing _meta[\"{}\"]: this client speaks {}, where every request carries it",
                     protocol::meta::PROTOCOL_VERSION,
-                    protocol::MODERN_VERSIONS[0]
+                    protocol::STATELESS_VERSIONS[0]
                 );
                 Err((code::INVALID_PARAMS, msg, None))
             }
@@ -315,7 +315,7 @@ impl Gateway {
                 let msg = format!(
                     "missing _meta[\"{}\"]: without a session, requests must carry it ({}); or initialize first",
                     protocol::meta::PROTOCOL_VERSION,
-                    protocol::MODERN_VERSIONS[0]
+                    protocol::STATELESS_VERSIONS[0]
                 );
                 Err((code::INVALID_PARAMS, msg, None))
             }
@@ -357,7 +357,7 @@ impl Gateway {
 
     /// `server/discover`: what tether serves, for stateless-era clients.
     fn discover(&mut self, session: SessionId, id: &str) {
-        let versions: Vec<String> = protocol::MODERN_VERSIONS
+        let versions: Vec<String> = protocol::STATELESS_VERSIONS
             .iter()
             .chain(protocol::SUPPORTED_VERSIONS.iter())
             .map(|v| protocol::quote(v))

@@ -116,7 +116,7 @@ impl Gateway {
         let msg = format!(
             "{server} needs the client's {capability} capability for this request; declare it in clientCapabilities"
         );
-        let code = protocol::modern_code::MISSING_REQUIRED_CLIENT_CAPABILITY;
+        let code = protocol::stateless_code::MISSING_REQUIRED_CLIENT_CAPABILITY;
         match &cc.awaiting_input {
             // Already answered `input_required`: the error waits for the retry.
             Some(state) => {

@@ -366,13 +366,13 @@ pub fn request_times(sim: &Sim, server: &str, method: &str) -> Vec<(u64, u64)> {
 // ----- the stateless revision -----
 
 /// The revision stateless clients and backends speak in these tests.
-pub const MODERN: &str = "2026-07-28";
+pub const STATELESS: &str = "2026-07-28";
 
 /// The per-request `_meta` of a stateless client that declares no capabilities.
 pub fn stateless_meta() -> Value {
     json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/protocolVersion": STATELESS,
         "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "modern", "version": "1"},
+        "io.modelcontextprotocol/clientInfo": {"name": "stateless", "version": "1"},
     })
 }

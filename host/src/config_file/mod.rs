@@ -23,7 +23,7 @@
 //! ```
 //!
 //! At the top level a `tether` section may hold `separator`, `mode` (`flat` or
-//! `meta`), `modern_clients` (serve 2026-07-28 stateless clients too; default
+//! `meta`), `stateless_clients` (serve 2026-07-28 stateless clients too; default
 //! `true`), `admin_tools` (flat mode: serve `list_servers`, `reconnect_server`,
 //! `server_events`; default `false`), `client_events` (events to clients as
 //! `notifications/message`; default `true`), `list_changed_debounce_ms` (default

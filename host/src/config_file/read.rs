@@ -149,7 +149,10 @@ impl Reader<'_> {
                     None => self.push(&path, "must be a string"),
                 },
                 "mode" => set(&mut config.mode, self.typed::<Mode>(value, &path)),
-                "modern_clients" => set(&mut config.modern_clients, self.boolean(value, &path)),
+                // `modern_clients`: the key's name before 0.1 settled on "stateless".
+                "stateless_clients" | "modern_clients" => {
+                    set(&mut config.stateless_clients, self.boolean(value, &path))
+                }
                 "admin_tools" => set(&mut config.admin_tools, self.boolean(value, &path)),
                 "client_events" => set(&mut config.client_events, self.boolean(value, &path)),
                 "list_changed_debounce_ms" => set(&mut config.list_changed_debounce_ms, self.typed(value, &path)),

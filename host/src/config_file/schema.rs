@@ -58,6 +58,7 @@ const ROOT_KEYS: &[&str] = &["mcpServers", "servers", "tether"];
 const GATEWAY_KEYS: &[&str] = &[
     "separator",
     "mode",
+    "stateless_clients",
     "modern_clients",
     "admin_tools",
     "client_events",

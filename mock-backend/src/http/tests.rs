@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::replay::Replay;
 use super::*;
-use crate::tests::{modern, stateless, with_meta, WAIT};
+use crate::tests::{stateless, with_meta, WAIT};
 use crate::{MockOptions, STATELESS_PROTOCOL_VERSION};
 
 #[test]
@@ -149,7 +149,7 @@ fn stateless_http_mock(keep_alive: Duration) -> (SocketAddr, Arc<HttpFront>) {
 
 /// A stateless request body and the headers that agree with it.
 fn stateless_post(id: u64, method: &str, params: Value) -> (String, String) {
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": modern(params)}).to_string();
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": stateless_request(params)}).to_string();
     let headers = format!("MCP-Protocol-Version: {STATELESS_PROTOCOL_VERSION}\r\nMcp-Method: {method}\r\n");
     (headers, body)
 }

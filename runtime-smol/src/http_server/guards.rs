@@ -156,10 +156,10 @@ pub(super) fn json_body(headers: &HeaderMap) -> bool {
 /// `MCP-Protocol-Version`, when present, must be a version tether speaks
 /// (the stateless revision's too when `stateless` clients are served).
 pub(super) fn version_supported(headers: &HeaderMap, stateless: bool) -> bool {
-    use tether_core::protocol::{MODERN_VERSIONS, SUPPORTED_VERSIONS};
+    use tether_core::protocol::{STATELESS_VERSIONS, SUPPORTED_VERSIONS};
     match headers.get("mcp-protocol-version").map(|v| v.to_str().map(str::trim)) {
         None => true,
-        Some(Ok(v)) => SUPPORTED_VERSIONS.contains(&v) || (stateless && MODERN_VERSIONS.contains(&v)),
+        Some(Ok(v)) => SUPPORTED_VERSIONS.contains(&v) || (stateless && STATELESS_VERSIONS.contains(&v)),
         Some(Err(_)) => false,
     }
 }

@@ -134,7 +134,7 @@ pub struct ServerOptions {
     /// Serve requests without `Mcp-Session-Id` (other than `initialize`) as
     /// stateless-era requests, each in an engine session of its own (the core
     /// checks their `_meta` and closes the session with the answer). Follows the
-    /// config's `modern_clients`. Default `false`.
+    /// config's `stateless_clients`. Default `false`.
     pub stateless_clients: bool,
     /// How often a stateless-era request's idle SSE stream gets a comment, so a
     /// client that left is noticed (its request then ends). Default 15 s.

@@ -111,7 +111,7 @@ fn vscode_comments_and_trailing_commas_are_accepted() {
 fn tether_sections_top_level_and_per_server() {
     let config = parse_ok(
         r#"{
-          "tether": {"separator": "--", "mode": "flat", "modern_clients": true,
+          "tether": {"separator": "--", "mode": "flat", "stateless_clients": true,
                      "policy": {"crash_limit": 4, "breaker_threshold": 7},
                      "limits": {"max_sessions": 8}},
           "mcpServers": {
@@ -124,7 +124,7 @@ fn tether_sections_top_level_and_per_server() {
         }"#,
     );
     assert_eq!(config.separator, "--");
-    assert!(config.modern_clients);
+    assert!(config.stateless_clients);
     assert_eq!(config.policy.breaker_threshold, 7);
     assert_eq!(config.policy.crash_window_ms, Policy::default().crash_window_ms, "others keep their default");
     assert_eq!(config.limits.max_sessions, 8);

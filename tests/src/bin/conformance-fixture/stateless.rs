@@ -1,4 +1,4 @@
-//! The stateless mode (`--stateless`): a modern-only server of MCP 2026-07-28 on
+//! The stateless mode (`--stateless`): a stateless-only server of MCP 2026-07-28 on
 //! stdio, so the suite's 2026-07-28 scenarios can run through tether with a backend
 //! of that revision behind it (run e of `tests/conformance/run.sh`).
 //!
