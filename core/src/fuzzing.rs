@@ -33,7 +33,7 @@ use crate::codec::{LineDecoder, SseDecoder};
 use crate::config::{Config, ServerConfig};
 use crate::credential::{AuthStep, Challenge, CredentialFailure, CredentialUpdate};
 use crate::gateway::Gateway;
-use crate::io::{Action, AdminCommand, ClientRoute, Event, Input, SessionId, Status, StreamRef};
+use crate::io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, SessionId, Status, StreamRef};
 use crate::policy::Failure;
 use crate::protocol::{self, Message};
 use crate::time::Instant;
@@ -138,7 +138,7 @@ pub struct Harness {
     pub gw: Gateway,
     now: u64,
     /// Newest generation seen in a spawn/connect action, per backend.
-    gens: BTreeMap<crate::io::ServerName, u64>,
+    gens: BTreeMap<crate::io::ServerName, Generation>,
     /// Requests sent to each backend on its newest generation and not yet answered by the driver.
     open: BTreeMap<crate::io::ServerName, Vec<(u64, String)>>,
     /// Requests the clients sent, per (session, raw id).
@@ -591,8 +591,8 @@ impl Harness {
         self.check_answers()
     }
 
-    fn generation(&self, server: &str) -> u64 {
-        self.gens.get(server).copied().unwrap_or(0)
+    fn generation(&self, server: &str) -> Generation {
+        self.gens.get(server).copied().unwrap_or_default()
     }
 
     fn fresh_id(&mut self) -> u64 {
@@ -897,7 +897,7 @@ impl Harness {
             18 | 19 => self.stream_step(c),
             _ => {
                 // Stale and raw inputs.
-                let generation = self.generation(server).saturating_sub(1 + c.below(2) as u64);
+                let generation = Generation(self.generation(server).0.saturating_sub(1 + c.below(2) as u64));
                 let raw = String::from_utf8_lossy(c.slice(64)).to_string();
                 match c.below(3) {
                     0 => self.input(Input::BackendFrame { server: server.into(), generation, frame: raw }),

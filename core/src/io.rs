@@ -19,8 +19,31 @@ use crate::policy::Failure;
 pub struct SessionId(pub u64);
 
 /// One connection to a backend. Bumped on every spawn/connect; anything reported
-/// for an older generation is ignored.
-pub type Generation = u64;
+/// for an older generation is ignored. A type of its own, so a generation is
+/// never mistaken for a request id or a count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Generation(pub u64);
+
+impl Generation {
+    /// The generation after this one.
+    #[must_use]
+    pub fn next(self) -> Generation {
+        Generation(self.0 + 1)
+    }
+}
+
+impl core::fmt::Display for Generation {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl From<u64> for Generation {
+    fn from(n: u64) -> Generation {
+        Generation(n)
+    }
+}
 
 /// A backend's name as carried by inputs, actions and events: shared, so the
 /// engine names a backend in every frame it sends without allocating.

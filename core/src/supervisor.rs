@@ -132,7 +132,7 @@ impl Supervisor {
         Supervisor {
             status: Status::Provisioning,
             message: None,
-            generation: 0,
+            generation: Generation(0),
             connected: false,
             stdio,
             vital,
@@ -234,7 +234,7 @@ impl Supervisor {
 
     /// Starts a new connection: the returned generation tags everything about it.
     pub fn begin_connect(&mut self, now: Instant) -> Generation {
-        self.generation += 1;
+        self.generation = self.generation.next();
         self.connected = true;
         self.started_at = now;
         self.last_activity = now;
@@ -425,7 +425,7 @@ mod tests {
     fn stdio_crash_loop_gives_up_on_the_third_crash() {
         let mut rng = Rng::new(1);
         let mut s = Supervisor::new(true, false, Policy::default(), t(0));
-        assert_eq!(s.begin_connect(t(0)), 1);
+        assert_eq!(s.begin_connect(t(0)), Generation(1));
         let exit = Failure::Exited { code: Some(1) };
         assert_eq!(
             s.on_connection_lost(t(100), &exit, "boom".to_string(), &mut rng),
@@ -433,7 +433,7 @@ mod tests {
         );
         assert_eq!(s.take_expired(t(1099)), None);
         assert_eq!(s.take_expired(t(1100)), Some(Timer::Retry));
-        assert_eq!(s.begin_connect(t(1100)), 2);
+        assert_eq!(s.begin_connect(t(1100)), Generation(2));
         assert_eq!(
             s.on_connection_lost(t(1200), &exit, "boom".to_string(), &mut rng),
             AfterLoss::Restart { delay: Duration::from_secs(5), crashes: 2 }

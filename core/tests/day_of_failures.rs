@@ -196,10 +196,10 @@ struct World {
     names: Vec<ServerName>,
     stdio: BTreeSet<ServerName>,
     accounts: BTreeMap<ServerName, Account>,
-    gens: BTreeMap<ServerName, u64>,
+    gens: BTreeMap<ServerName, tether_core::Generation>,
     faults: BTreeMap<ServerName, (Fault, u64)>,
     /// What the world will deliver later: (time, server, generation, what).
-    pending: Vec<(u64, ServerName, u64, Due)>,
+    pending: Vec<(u64, ServerName, tether_core::Generation, Due)>,
     next_call: u64,
     calls: BTreeMap<u64, CallRecord>,
     answered_ok: u64,
@@ -519,7 +519,7 @@ impl World {
                     },
                     None => CredentialUpdate::Missing,
                 };
-                self.pending.push((now, server, 0, Due::Update(update)));
+                self.pending.push((now, server, tether_core::Generation(0), Due::Update(update)));
             }
             AuthStep::Refresh | AuthStep::Obtain { .. } => {
                 if matches!(step, AuthStep::Refresh) {
@@ -541,7 +541,7 @@ impl World {
                 acct.token_call = Some(acct.held.map(|t| t.refresh));
                 // A token endpoint that is down answers slowly (a timeout) or with a 503.
                 let delay = if acct.outage_until > now { 1_000 + person % 9_000 } else { delay };
-                self.pending.push((now + delay, server, 0, Due::TokenAnswer));
+                self.pending.push((now + delay, server, tether_core::Generation(0), Due::TokenAnswer));
             }
             AuthStep::Login { .. } => {
                 self.oauth.login_steps += 1;
@@ -551,24 +551,39 @@ impl World {
                 let login = acct.logins;
                 acct.login = Some(login);
                 let url = format!("https://as.{server}.example/authorize?state={now}");
-                self.pending.push((now + 50, server.clone(), 0, Due::Update(CredentialUpdate::LoginPending { url })));
+                self.pending.push((
+                    now + 50,
+                    server.clone(),
+                    tether_core::Generation(0),
+                    Due::Update(CredentialUpdate::LoginPending { url }),
+                ));
                 match person % 100 {
                     0..=74 => {
                         let done = now + 2 * MINUTE + person % (18 * MINUTE);
-                        self.pending.push((done, server, 0, Due::LoginDone(login)));
+                        self.pending.push((done, server, tether_core::Generation(0), Due::LoginDone(login)));
                     }
                     75..=84 => {
                         // The browser login times out; later the person logs in from a terminal.
-                        self.pending.push((now + 10 * MINUTE, server.clone(), 0, Due::LoginAbandoned(login)));
+                        self.pending.push((
+                            now + 10 * MINUTE,
+                            server.clone(),
+                            tether_core::Generation(0),
+                            Due::LoginAbandoned(login),
+                        ));
                         let terminal = now + 15 * MINUTE + person % (25 * MINUTE);
-                        self.pending.push((terminal, server, 0, Due::TerminalLogin));
+                        self.pending.push((terminal, server, tether_core::Generation(0), Due::TerminalLogin));
                     }
                     _ => {
                         // The person logs in from a terminal instead; the browser login
                         // the engine prepared is left to time out.
                         let terminal = now + 3 * MINUTE + person % (6 * MINUTE);
-                        self.pending.push((terminal, server.clone(), 0, Due::TerminalLogin));
-                        self.pending.push((now + 10 * MINUTE, server, 0, Due::LoginAbandoned(login)));
+                        self.pending.push((terminal, server.clone(), tether_core::Generation(0), Due::TerminalLogin));
+                        self.pending.push((
+                            now + 10 * MINUTE,
+                            server,
+                            tether_core::Generation(0),
+                            Due::LoginAbandoned(login),
+                        ));
                     }
                 }
             }

@@ -19,7 +19,7 @@ fn connects(sim: &Sim, server: &str) -> Vec<(u64, u64)> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::ConnectHttp { server: s, generation, .. } if &**s == server => Some((*at, *generation)),
+            Action::ConnectHttp { server: s, generation, .. } if &**s == server => Some((*at, generation.0)),
             _ => None,
         })
         .collect()
@@ -358,7 +358,7 @@ fn http_401_on_a_call_requires_reauth_until_an_admin_reconnect() {
     sim.note("the user renewed the token and asks for a reconnect: a fresh connection");
     let gen_before = sim.gen("web");
     sim.admin(AdminCommand::Reconnect { server: "web".into() });
-    assert_eq!(connects(&sim, "web").last().unwrap(), &(sim.now, gen_before + 1));
+    assert_eq!(connects(&sim, "web").last().unwrap(), &(sim.now, gen_before.0 + 1));
     assert_eq!(sim.status("web"), Status::Connecting);
     sim.boot("web", &["search"]);
     use Status::*;
@@ -600,7 +600,7 @@ fn http_404_reinitializes_and_resends_once_and_a_second_404_backs_off() {
     sim.call(1, "web__search");
     let gen1 = sim.gen("web");
     fail_latest(&mut sim, "web", "tools/call", Failure::Http { status: 404 });
-    assert_eq!(connects(&sim, "web").last().unwrap(), &(sim.now, gen1 + 1), "re-initialized at once, new generation");
+    assert_eq!(connects(&sim, "web").last().unwrap(), &(sim.now, gen1.0 + 1), "re-initialized at once, new generation");
     assert!(sim.responses_for(1).is_empty(), "the client is not bothered");
     sim.note("the fresh session's handshake completes: the call is resent on it and answered");
     sim.boot("web", &["search"]);
@@ -633,7 +633,7 @@ fn http_404_reinitializes_and_resends_once_and_a_second_404_backs_off() {
     assert_eq!(request_times(&sim, "web", "tools/call").len(), 4, "the call was not resent a second time");
     sim.note("the backoff ends: a new connection");
     sim.advance(1);
-    assert_eq!(connects(&sim, "web").last().unwrap(), &(failed_at + wait, gen3 + 1));
+    assert_eq!(connects(&sim, "web").last().unwrap(), &(failed_at + wait, gen3.0 + 1));
     sim.boot("web", &["search"]);
     assert_eq!(sim.status("web"), Status::Online);
     insta::assert_snapshot!(sim.log);

@@ -209,7 +209,7 @@ fn reconnect_server_follows_the_backends_state() {
     sim.note("connected: a fresh connection");
     let done = structured(&call_tool(&mut sim, 1, "reconnect_server", json!({"server":"fs"})));
     assert_eq!((done["was"].as_str(), done["status"].as_str()), (Some("online"), Some("connecting")));
-    assert_eq!(sim.gw.status("fs").unwrap().generation, 2);
+    assert_eq!(sim.gw.status("fs").unwrap().generation, tether_core::Generation(2));
 
     sim.note("offline: the scheduled retry is cancelled and tried now");
     sim.fail("web", None, Failure::Refused);

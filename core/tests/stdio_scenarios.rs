@@ -18,7 +18,7 @@ fn spawns(sim: &Sim, server: &str) -> Vec<(u64, u64)> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::Spawn { server: s, generation, .. } if &**s == server => Some((*at, *generation)),
+            Action::Spawn { server: s, generation, .. } if &**s == server => Some((*at, generation.0)),
             _ => None,
         })
         .collect()
@@ -29,7 +29,7 @@ fn closes(sim: &Sim, server: &str) -> Vec<(u64, u64)> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::CloseBackend { server: s, generation } if &**s == server => Some((*at, *generation)),
+            Action::CloseBackend { server: s, generation } if &**s == server => Some((*at, generation.0)),
             _ => None,
         })
         .collect()
@@ -40,7 +40,7 @@ fn frames_to(sim: &Sim, server: &str, generation: u64) -> Vec<(u64, Value)> {
     sim.actions
         .iter()
         .filter_map(|(at, a)| match a {
-            Action::SendToBackend { server: s, generation: g, frame, .. } if &**s == server && *g == generation => {
+            Action::SendToBackend { server: s, generation: g, frame, .. } if &**s == server && g.0 == generation => {
                 Some((*at, serde_json::from_str(frame).unwrap()))
             }
             _ => None,
@@ -545,7 +545,7 @@ fn after_a_crash_only_the_read_only_call_is_resent_and_answered_once() {
     sim.note("the old process's late answer is ignored; the fresh one answers");
     sim.input(Input::BackendFrame {
         server: "fs".into(),
-        generation: 1,
+        generation: tether_core::Generation(1),
         frame: json!({"jsonrpc":"2.0","id":old_stat,"result":text_result("stale")}).to_string(),
     });
     reply(&mut sim, "fs", new_id, text_result("size 42"));
@@ -656,7 +656,7 @@ fn config_reload_adds_changes_and_removes_backends_and_leaves_the_rest_alone() {
     assert_eq!(spawns(&sim, "db"), [(10_000, 1)]);
     assert_eq!(spawns(&sim, "git"), [(0, 1), (10_000, 2)]);
     assert!(
-        matches!(&sim.actions.iter().find(|(_, a)| matches!(a, Action::Spawn { server, generation: 2, .. } if &**server == "git")).unwrap().1,
+        matches!(&sim.actions.iter().find(|(_, a)| matches!(a, Action::Spawn { server, generation: tether_core::Generation(2), .. } if &**server == "git")).unwrap().1,
         Action::Spawn { args, .. } if args == &["--repo", "/src/b"])
     );
     assert_eq!(spawns(&sim, "fs"), [(0, 1)], "fs untouched");
@@ -714,7 +714,7 @@ fn a_backend_removed_and_added_back_starts_clean() {
     sim.input(Input::ConfigReloaded { config });
     assert_eq!(spawns(&sim, "fs"), [(0, 1), (1_000, 2)], "the new process gets a generation never used before");
     sim.note("the removed process's exit is reported late: it concerns an old generation, ignored");
-    sim.input(Input::BackendExited { server: "fs".into(), generation: 1, code: Some(0) });
+    sim.input(Input::BackendExited { server: "fs".into(), generation: tether_core::Generation(1), code: Some(0) });
     assert_eq!(sim.status("fs"), Status::Connecting);
     assert_eq!(sim.gw.status("fs").unwrap().crashes_in_window, 0);
 

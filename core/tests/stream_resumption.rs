@@ -150,7 +150,7 @@ fn a_resumption_refused_with_404_reinitializes_and_resends_the_call() {
     assert_eq!(resumes(&sim).len(), 1);
     sim.note("the server restarted meanwhile: the resuming GET gets HTTP 404 for the session");
     ended(&mut sim, StreamRef::Request(id), None, None, 0, Some(Failure::Http { status: 404 }));
-    assert_eq!(sim.gen("web"), gen1 + 1, "a fresh session at once");
+    assert_eq!(sim.gen("web"), gen1.next(), "a fresh session at once");
     assert!(sim.responses_for(1).is_empty(), "the client is not bothered");
     sim.boot("web", &["search"]);
     let calls = request_times(&sim, "web", "tools/call");

@@ -58,7 +58,7 @@ pub struct HttpTarget {
     /// Backend name.
     pub server: tether_core::ServerName,
     /// Connection generation to tag inputs with.
-    pub generation: u64,
+    pub generation: tether_core::Generation,
     /// Endpoint (Streamable HTTP) or event-stream URL (legacy SSE).
     pub url: String,
     /// Extra headers on every request.
@@ -82,7 +82,7 @@ impl HttpTarget {
     pub fn for_action(
         config: &tether_core::Config,
         server: tether_core::ServerName,
-        generation: u64,
+        generation: tether_core::Generation,
         url: String,
         headers: BTreeMap<String, String>,
         legacy: bool,
@@ -101,7 +101,7 @@ pub struct HttpBackend {
 
 struct Shared {
     server: tether_core::ServerName,
-    generation: u64,
+    generation: tether_core::Generation,
     url: String,
     headers: BTreeMap<String, String>,
     legacy: bool,
@@ -1086,7 +1086,7 @@ mod tests {
         let spawn: Spawner = Arc::new(|job| drop(std::thread::spawn(job)));
         let target = HttpTarget {
             server: "web".into(),
-            generation: 1,
+            generation: tether_core::Generation(1),
             url,
             headers: BTreeMap::new(),
             legacy: false,
@@ -1176,7 +1176,7 @@ mod tests {
         backend.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call"}"#.into(), Some(2));
         let lost = Input::BackendFailed {
             server: "web".into(),
-            generation: 1,
+            generation: tether_core::Generation(1),
             request: Some(2),
             failure: Failure::Http { status: 404 },
         };
@@ -1184,7 +1184,7 @@ mod tests {
         backend.send(r#"{"jsonrpc":"2.0","id":3,"method":"prompts/get"}"#.into(), Some(3));
         let bad = Input::BackendFailed {
             server: "web".into(),
-            generation: 1,
+            generation: tether_core::Generation(1),
             request: Some(3),
             failure: Failure::Http { status: 400 },
         };
@@ -1192,7 +1192,12 @@ mod tests {
     }
 
     fn failed(request: u64, failure: Failure) -> Input {
-        Input::BackendFailed { server: "web".into(), generation: 1, request: Some(request), failure }
+        Input::BackendFailed {
+            server: "web".into(),
+            generation: tether_core::Generation(1),
+            request: Some(request),
+            failure,
+        }
     }
 
     /// Waits (at most 5 s) until the server logged `entry`.
@@ -1491,7 +1496,7 @@ mod tests {
         backend.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow"}}"#.into(), Some(2));
         let ended = Input::StreamEnded {
             server: "web".into(),
-            generation: 1,
+            generation: tether_core::Generation(1),
             stream: StreamRef::Request(2),
             last_event_id: Some("p1".into()),
             retry_ms: Some(300),

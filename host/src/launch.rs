@@ -23,7 +23,7 @@ pub struct Launch<'a> {
     /// Backend name (for logs and inputs).
     pub server: &'a ServerName,
     /// Connection generation to tag inputs with.
-    pub generation: u64,
+    pub generation: tether_core::Generation,
     /// Program.
     pub command: &'a str,
     /// Arguments.

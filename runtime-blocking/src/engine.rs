@@ -64,7 +64,7 @@ struct State {
     on_event: Option<EventSink>,
     /// Remote backends' OAuth credentials.
     credentials: tether_host::credentials::Credentials,
-    connections: HashMap<ServerName, (u64, Connection)>,
+    connections: HashMap<ServerName, (tether_core::Generation, Connection)>,
     clients: HashMap<SessionId, ClientSink>,
     /// The deadline the timer thread sleeps until (`None`: no deadline).
     timer_at: Option<tether_core::Instant>,
@@ -298,7 +298,7 @@ impl State {
                 match self.connections.get_mut(&server) {
                     Some((g, Connection::Stdio(b))) if *g == generation => b.send(&frame),
                     Some((g, Connection::Http(b))) if *g == generation => b.send_with_headers(frame, request, headers),
-                    _ => tracing::debug!(server = %server, generation, "dropped a frame for a closed connection"),
+                    _ => tracing::debug!(server = %server, %generation, "dropped a frame for a closed connection"),
                 }
             }
             Action::SendToClient { session, frame, route } => {
@@ -339,7 +339,7 @@ impl State {
             }
             Action::ResumeStream { server, generation, stream, last_event_id } => match self.connections.get(&server) {
                 Some((g, Connection::Http(b))) if *g == generation => b.resume(stream, last_event_id),
-                _ => tracing::debug!(server = %server, generation, "no stream to resume on a closed connection"),
+                _ => tracing::debug!(server = %server, %generation, "no stream to resume on a closed connection"),
             },
             Action::CloseBackend { server, generation } => {
                 if self.connections.get(&server).is_some_and(|(g, _)| *g == generation) {

@@ -40,7 +40,7 @@ pub use tether_host::launch::Launch;
 /// One running process (one generation).
 pub struct StdioBackend {
     server: ServerName,
-    generation: u64,
+    generation: tether_core::Generation,
     stdin: Option<PipeWriter>,
     tree: ProcessTree,
     exited: Arc<AtomicBool>,
@@ -122,7 +122,7 @@ impl StdioBackend {
         };
         let pid = child.id();
         let tree = ProcessTree::new(pid, lineage);
-        tracing::info!(server = %server, generation, pid, "started {}", launch.command);
+        tracing::info!(server = %server, %generation, pid, "started {}", launch.command);
         inputs.send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
 
         let ends = Arc::new(Ends::default());
@@ -170,7 +170,7 @@ impl StdioBackend {
                 return;
             }
             // Stdout closed and the process kept running: it cannot answer any more.
-            tracing::warn!(server = %name, generation, "stdout closed but the process kept running: killing it");
+            tracing::warn!(server = %name, %generation, "stdout closed but the process kept running: killing it");
             stdout_tree.signal(Signal::Kill);
             stdout_ends.wait(KILLED_EXIT_WAIT, |e| e.exit.is_some());
             stdout_exited.store(true, Ordering::SeqCst);
@@ -191,7 +191,7 @@ impl StdioBackend {
             // outlives it or meets its successor.
             let leftovers = reaped.signal(Signal::Kill);
             if leftovers > 0 {
-                tracing::info!(server = %name, generation, leftovers, "killed what the process left running");
+                tracing::info!(server = %name, %generation, leftovers, "killed what the process left running");
             }
             // Frames written before the exit are reported before it, and what it
             // wrote to stderr is its crash message. Bounded: a reader may be waiting
@@ -203,7 +203,7 @@ impl StdioBackend {
                 tracing::debug!(server = %name, "stderr still open after the exit");
             }
             done.store(true, Ordering::SeqCst);
-            tracing::info!(server = %name, generation, ?code, "process exited");
+            tracing::info!(server = %name, %generation, ?code, "process exited");
             to_core.send(Input::BackendExited { server: name, generation, code });
         });
         Some(StdioBackend {

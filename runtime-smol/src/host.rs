@@ -51,7 +51,7 @@ pub struct Host {
     start: Instant,
     inputs: Sender<Input>,
     inputs_rx: Receiver<Input>,
-    connections: HashMap<tether_core::ServerName, (u64, Connection)>,
+    connections: HashMap<tether_core::ServerName, (tether_core::Generation, Connection)>,
     clients: HashMap<SessionId, ClientSink>,
     /// Bytes waiting for the attached clients' writers; stdio backends' readers
     /// wait while it is full.
@@ -278,12 +278,12 @@ impl Host {
                 match self.connections.get(&server) {
                     Some((g, Connection::Stdio(b))) if *g == generation => b.send(frame),
                     Some((g, Connection::Http(b))) if *g == generation => b.send_with_headers(frame, request, headers),
-                    _ => tracing::debug!(server = %server, generation, "dropped a frame for a closed connection"),
+                    _ => tracing::debug!(server = %server, %generation, "dropped a frame for a closed connection"),
                 }
             }
             Action::ResumeStream { server, generation, stream, last_event_id } => match self.connections.get(&server) {
                 Some((g, Connection::Http(b))) if *g == generation => b.resume(stream, last_event_id),
-                _ => tracing::debug!(server = %server, generation, "no stream to resume on a closed connection"),
+                _ => tracing::debug!(server = %server, %generation, "no stream to resume on a closed connection"),
             },
             Action::CloseBackend { server, generation } => {
                 if self.connections.get(&server).is_some_and(|(g, _)| *g == generation) {

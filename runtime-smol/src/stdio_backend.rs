@@ -54,7 +54,7 @@ fn frame_cost(len: usize) -> usize {
 /// A running stdio backend process.
 pub struct StdioBackend {
     server: ServerName,
-    generation: u64,
+    generation: tether_core::Generation,
     frames: Sender<String>,
     /// Bytes queued for stdin and not yet written.
     stdin_backlog: Arc<Backlog>,
@@ -94,7 +94,7 @@ impl StdioBackend {
         };
         let pid = child.id();
         let tree = ProcessTree::new(pid, lineage);
-        tracing::info!(server = %server, generation, pid, "started {}", launch.command);
+        tracing::info!(server = %server, %generation, pid, "started {}", launch.command);
         let _ = inputs.try_send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
 
         let (frames, frames_rx) = async_channel::unbounded::<String>();
@@ -263,7 +263,7 @@ impl Drop for StdioBackend {
 /// Watches one process: its exit, its stdout, and reports the end to the core.
 struct Watch {
     server: ServerName,
-    generation: u64,
+    generation: tether_core::Generation,
     tree: ProcessTree,
     inputs: Sender<Input>,
     exited: Arc<AtomicBool>,
@@ -292,7 +292,7 @@ impl Watch {
         // outlives it or meets its successor.
         let leftovers = self.tree.signal(Signal::Kill);
         if leftovers > 0 {
-            tracing::info!(server = %server, generation, leftovers, "killed what the process left running");
+            tracing::info!(server = %server, %generation, leftovers, "killed what the process left running");
         }
         // Frames written before the exit are reported before it, and what it
         // wrote to stderr is its crash message. Bounded: a reader may be waiting
@@ -303,14 +303,14 @@ impl Watch {
         )
         .await;
         self.exited.store(true, Ordering::SeqCst);
-        tracing::info!(server = %server, generation, ?code, "process exited");
+        tracing::info!(server = %server, %generation, ?code, "process exited");
         let _ = self.inputs.send(Input::BackendExited { server, generation, code }).await;
     }
 
     /// Stdout closed and the process kept running: it cannot answer any more.
     async fn stdout_lost(self) {
         let (server, generation) = (self.server, self.generation);
-        tracing::warn!(server = %server, generation, "stdout closed but the process kept running: killing it");
+        tracing::warn!(server = %server, %generation, "stdout closed but the process kept running: killing it");
         self.tree.signal(Signal::Kill);
         let _ = within(KILLED_EXIT_WAIT, self.exit.recv()).await;
         self.exited.store(true, Ordering::SeqCst);
@@ -359,7 +359,7 @@ async fn write_frames(mut stdin: async_process::ChildStdin, frames: Receiver<Str
 /// than the engine and the clients take them.
 struct FrameReader {
     server: ServerName,
-    generation: u64,
+    generation: tether_core::Generation,
     max_frame: usize,
     inputs: Sender<Input>,
     /// This backend's frames in the engine's input queue.
@@ -402,7 +402,7 @@ async fn read_stderr(
     stderr: async_process::ChildStderr,
     mut log: StderrLog,
     server: ServerName,
-    generation: u64,
+    generation: tether_core::Generation,
     inputs: Sender<Input>,
 ) {
     let mut lines = LineReader::new(stderr, 16 * 1024, 8 * 1024);

@@ -101,7 +101,9 @@ impl fmt::Display for HostError {
 #[cfg(feature = "std")]
 impl std::error::Error for HostError {}
 
-/// A snapshot of one backend for status displays and admin tools.
+/// A snapshot of one backend for status displays and admin tools. Its JSON
+/// (serde) is the one shape `/status`, `tether status` and the `list_servers`
+/// tool share: health as `ok`/`degraded`, the era as its revision.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct BackendStatus {
     /// Backend name.
@@ -116,7 +118,8 @@ pub struct BackendStatus {
     pub reconnect_attempt: u32,
     /// Milliseconds until the scheduled restart or reconnect, if any.
     pub next_retry_ms: Option<u64>,
-    /// Health checks are failing.
+    /// Health checks are failing (`"health": "degraded"`, else `"ok"`).
+    #[serde(rename = "health", serialize_with = "health_text")]
     pub health_degraded: bool,
     /// Crashes within the crash window.
     pub crashes_in_window: u8,
@@ -126,9 +129,11 @@ pub struct BackendStatus {
     pub estimated_tokens: u32,
     /// Last error or status message.
     pub last_error: Option<String>,
-    /// Current connection generation.
+    /// Current connection generation (not shown: it means nothing to a person).
+    #[serde(skip)]
     pub generation: Generation,
-    /// Protocol era of the backend.
+    /// Protocol era of the backend, shown as its revision.
+    #[serde(serialize_with = "era_revision")]
     pub era: Era,
     /// How long it has been online without a break (ms); `None` when not online.
     pub uptime_ms: Option<u64>,
@@ -142,23 +147,16 @@ impl BackendStatus {
     /// the `list_servers` tool share this shape (health as `ok`/`degraded`, the
     /// era as its revision).
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "server": self.server,
-            "transport": self.transport,
-            "status": self.status.as_str(),
-            "breaker": self.breaker,
-            "reconnect_attempt": self.reconnect_attempt,
-            "next_retry_ms": self.next_retry_ms,
-            "health": if self.health_degraded { "degraded" } else { "ok" },
-            "crashes_in_window": self.crashes_in_window,
-            "tools": self.tools,
-            "estimated_tokens": self.estimated_tokens,
-            "last_error": self.last_error,
-            "uptime_ms": self.uptime_ms,
-            "era": self.era.revision(),
-            "login_url": self.login_url,
-        })
+        serde_json::to_value(self).unwrap_or_default()
     }
+}
+
+fn health_text<S: serde::Serializer>(degraded: &bool, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(if *degraded { "degraded" } else { "ok" })
+}
+
+fn era_revision<S: serde::Serializer>(era: &Era, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(era.revision())
 }
 
 /// The gateway engine. See the module docs for the host contract.

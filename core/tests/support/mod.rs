@@ -22,7 +22,7 @@ pub struct Sim {
     /// Every action so far, with time.
     pub actions: Vec<(u64, Action)>,
     /// Current generation per backend, learned from spawn/connect actions.
-    pub gens: BTreeMap<tether_core::ServerName, u64>,
+    pub gens: BTreeMap<tether_core::ServerName, tether_core::Generation>,
     /// The trace of this run (header + inputs), for replay tests.
     pub trace: String,
     /// Log ticks that produced nothing too.
@@ -109,8 +109,8 @@ impl Sim {
         out
     }
 
-    pub fn gen(&self, server: &str) -> u64 {
-        self.gens.get(server).copied().unwrap_or(0)
+    pub fn gen(&self, server: &str) -> tether_core::Generation {
+        self.gens.get(server).copied().unwrap_or_default()
     }
 
     pub fn client(&mut self, frame: Value) -> Vec<Action> {

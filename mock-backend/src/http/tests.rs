@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::replay::Replay;
 use super::*;
-use crate::tests::{stateless, with_meta, WAIT};
+use crate::tests::{stateless, stateless_request, with_meta, WAIT};
 use crate::{MockOptions, STATELESS_PROTOCOL_VERSION};
 
 #[test]
