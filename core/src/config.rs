@@ -505,7 +505,7 @@ impl Config {
 }
 
 /// Characters allowed in served names: `[A-Za-z0-9_-]`.
-pub fn is_name_byte(b: u8) -> bool {
+pub(crate) fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
 

@@ -138,7 +138,7 @@ pub enum CredentialUpdate {
 /// Where a credential stands, for status and decisions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum CredentialState {
+pub(crate) enum CredentialState {
     /// Not read from the store yet.
     Unknown,
     /// Nothing usable; the next refusal asks the host to obtain one.
@@ -153,7 +153,7 @@ pub enum CredentialState {
 
 /// What the engine should do after a credential event.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Ask the host for this step.
     Step(AuthStep),
     /// Wait: a step is already in flight (single flight) or a retry is scheduled.
@@ -168,7 +168,7 @@ pub enum Next {
 
 /// One backend's credential lifecycle.
 #[derive(Clone, Debug)]
-pub struct Credential {
+pub(crate) struct Credential {
     state: CredentialState,
     /// Bumped on every `Ready`: a refusal of a request sent under an older epoch
     /// is answered by resending, not by another refresh.
@@ -201,16 +201,16 @@ pub struct Credential {
 
 /// How many times a 403 `insufficient_scope` may send the person to log in again
 /// before the request fails.
-pub const MAX_STEP_UPS: u32 = 2;
+pub(crate) const MAX_STEP_UPS: u32 = 2;
 
 /// While a person must log in, the store is read this often for a login done by
 /// another process.
-pub const RECHECK: Duration = Duration::from_millis(3_000);
+pub(crate) const RECHECK: Duration = Duration::from_millis(3_000);
 
 impl Credential {
     /// A credential not yet read from the store; retries of an unavailable token
     /// endpoint follow `retry`.
-    pub fn new(retry: Backoff) -> Self {
+    pub(crate) fn new(retry: Backoff) -> Self {
         Credential {
             state: CredentialState::Unknown,
             epoch: 0,
@@ -231,47 +231,32 @@ impl Credential {
     }
 
     /// Where it stands.
-    pub fn state(&self) -> &CredentialState {
+    pub(crate) fn state(&self) -> &CredentialState {
         &self.state
     }
 
     /// The number of tokens received so far: stamp a request with it when it is sent.
-    pub fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         self.epoch
     }
 
-    /// When the current token expires, if known.
-    pub fn expires_at(&self) -> Option<Instant> {
-        self.expires_at
-    }
-
-    /// Whether it can be renewed without a person.
-    pub fn refreshable(&self) -> bool {
-        self.refreshable
-    }
-
-    /// The granted scopes, if known.
-    pub fn scope(&self) -> Option<&str> {
-        self.scope.as_deref()
-    }
-
     /// The URL of a prepared login, if any.
-    pub fn login_url(&self) -> Option<&str> {
+    pub(crate) fn login_url(&self) -> Option<&str> {
         self.login_url.as_deref()
     }
 
     /// Why a person must log in, while in `Reauth`.
-    pub fn reauth_reason(&self) -> Option<&str> {
+    pub(crate) fn reauth_reason(&self) -> Option<&str> {
         self.reason.as_deref()
     }
 
     /// Whether the store must be read before the first connection.
-    pub fn needs_load(&self) -> bool {
+    pub(crate) fn needs_load(&self) -> bool {
         self.state == CredentialState::Unknown
     }
 
     /// The host was asked to read the store.
-    pub fn loading(&mut self) {
+    pub(crate) fn loading(&mut self) {
         if self.state == CredentialState::Unknown {
             self.state = CredentialState::Missing;
         }
@@ -279,7 +264,7 @@ impl Credential {
 
     /// The backend refused a request sent under `epoch` with 401 (or 403 without
     /// `insufficient_scope`... that is [`Credential::on_insufficient_scope`]).
-    pub fn on_unauthorized(&mut self, epoch: u64, challenge: &Challenge) -> Next {
+    pub(crate) fn on_unauthorized(&mut self, epoch: u64, challenge: &Challenge) -> Next {
         if challenge.scope.is_some() || challenge.resource_metadata.is_some() {
             self.challenge = challenge.clone();
         }
@@ -308,7 +293,7 @@ impl Credential {
     /// to log in again asking for the scopes held plus the ones it named, only when
     /// it named one not held yet, and at most [`MAX_STEP_UPS`] times per login, so a
     /// server that always wants more cannot loop.
-    pub fn on_insufficient_scope(&mut self, challenge: &Challenge) -> Next {
+    pub(crate) fn on_insufficient_scope(&mut self, challenge: &Challenge) -> Next {
         if self.in_flight || self.login_url.is_some() {
             return Next::Wait;
         }
@@ -337,7 +322,7 @@ impl Credential {
 
     /// A call found the backend waiting for a person: prepare a login (and open the
     /// browser) unless one is pending or under way.
-    pub fn want_login(&mut self) -> Option<AuthStep> {
+    pub(crate) fn want_login(&mut self) -> Option<AuthStep> {
         if self.state != CredentialState::Reauth || self.in_flight || self.login_url.is_some() {
             return None;
         }
@@ -346,7 +331,7 @@ impl Credential {
     }
 
     /// The host reported on the credential.
-    pub fn on_update(&mut self, now: Instant, update: &CredentialUpdate, rng: &mut Rng) -> Next {
+    pub(crate) fn on_update(&mut self, now: Instant, update: &CredentialUpdate, rng: &mut Rng) -> Next {
         match update {
             CredentialUpdate::Ready { expires_in_ms, refreshable, scope } => {
                 self.epoch += 1;
@@ -443,7 +428,7 @@ impl Credential {
     }
 
     /// The earliest time [`Credential::on_timer`] has something to do.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         if self.in_flight {
             return None;
         }
@@ -451,7 +436,7 @@ impl Credential {
     }
 
     /// Time passed: refresh ahead of expiry, or try an unavailable token endpoint again.
-    pub fn on_timer(&mut self, now: Instant) -> Option<AuthStep> {
+    pub(crate) fn on_timer(&mut self, now: Instant) -> Option<AuthStep> {
         if self.in_flight {
             return None;
         }
@@ -482,7 +467,7 @@ impl Credential {
 
     /// A person logged in elsewhere, or an operator asked to start over: forget the
     /// reauth state so the next refusal or connection asks the store again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         if self.state == CredentialState::Reauth {
             self.state = CredentialState::Unknown;
             self.reason = None;
@@ -507,7 +492,7 @@ impl Credential {
 /// How long before expiry a token is refreshed: a fifth of its lifetime, at most a
 /// minute, so a one-hour token is renewed a minute early and a two-second one at
 /// 1.6 s.
-pub fn refresh_margin(lifetime_ms: u64) -> u64 {
+pub(crate) fn refresh_margin(lifetime_ms: u64) -> u64 {
     (lifetime_ms / 5).min(60_000)
 }
 

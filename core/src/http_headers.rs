@@ -82,7 +82,7 @@ fn string(raw: &RawValue) -> Option<Cow<'_, str>> {
 /// A value as sent in a header: plain when it is header-safe, else
 /// `=?base64?<Base64 of its UTF-8>?=` (the transport's encoding; the markers are
 /// case-sensitive).
-pub fn header_value(value: &str) -> String {
+pub(crate) fn header_value(value: &str) -> String {
     use base64::Engine;
     if is_header_safe(value) {
         return value.into();

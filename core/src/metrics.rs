@@ -10,7 +10,7 @@ use alloc::collections::VecDeque;
 pub const LATENCY_BUCKETS_MS: [u64; 12] = [5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000];
 
 /// Latencies kept per backend for a sparkline.
-pub const RECENT_LATENCIES: usize = 32;
+pub(crate) const RECENT_LATENCIES: usize = 32;
 
 /// How a client call ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,10 +23,10 @@ use serde_json::{Map, Number, Value};
 use crate::protocol::quote;
 
 /// What every mirrored argument's header name starts with.
-pub const HEADER_PREFIX: &str = "Mcp-Param-";
+pub(crate) const HEADER_PREFIX: &str = "Mcp-Param-";
 
 /// The schema keyword that marks a property as mirrored.
-pub const KEYWORD: &str = "x-mcp-header";
+pub(crate) const KEYWORD: &str = "x-mcp-header";
 
 /// One argument a tool mirrors into a header, read from its `inputSchema`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,7 +75,7 @@ impl ParamHeader {
 /// property whose type is not string, integer or boolean, or an annotation not
 /// reachable from the root through `properties` alone (under `items`, `oneOf`,
 /// `$defs`, ...). A schema without annotations declares nothing.
-pub fn declarations(input_schema: &Value) -> Result<Vec<ParamHeader>, String> {
+pub(crate) fn declarations(input_schema: &Value) -> Result<Vec<ParamHeader>, String> {
     let mut out = Vec::new();
     walk(input_schema, &mut Vec::new(), true, &mut out)?;
     Ok(out)
@@ -84,7 +84,7 @@ pub fn declarations(input_schema: &Value) -> Result<Vec<ParamHeader>, String> {
 /// The headers a client adds to a `tools/call` whose `arguments` are given:
 /// `(Mcp-Param-{Name}, value)` for every declared argument that has a value.
 /// Null, absent, object and array values have no header.
-pub fn request_headers(declared: &[ParamHeader], arguments: Option<&Value>) -> Vec<(String, String)> {
+pub(crate) fn request_headers(declared: &[ParamHeader], arguments: Option<&Value>) -> Vec<(String, String)> {
     declared
         .iter()
         .filter_map(|d| {
@@ -111,7 +111,7 @@ pub fn received_name(header: &str) -> Option<String> {
 /// numerically. A header for an argument without a value is refused too, since
 /// whoever routed on it acted on a value the tool never gets. Headers no
 /// declaration names are ignored. `Err` holds the `HeaderMismatch` message.
-pub fn check(
+pub(crate) fn check(
     declared: &[ParamHeader],
     arguments: Option<&Value>,
     received: &BTreeMap<String, String>,

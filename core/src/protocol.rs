@@ -191,17 +191,17 @@ fn valid_id(id: &RawValue) -> bool {
 }
 
 /// A request id the gateway allocated, when `id` is one (a non-negative integer).
-pub fn gateway_id(id: &RawValue) -> Option<u64> {
+pub(crate) fn gateway_id(id: &RawValue) -> Option<u64> {
     serde_json::from_str::<u64>(id.get()).ok()
 }
 
 /// Quotes `text` as a JSON string.
-pub fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""))
 }
 
 /// A request frame with a gateway-allocated id, built in one allocation.
-pub fn request(id: u64, method: &str, params: Option<&str>) -> String {
+pub(crate) fn request(id: u64, method: &str, params: Option<&str>) -> String {
     match params {
         Some(p) => request_parts(id, method, &[p]),
         None => request_parts(id, method, &[]),
@@ -210,7 +210,7 @@ pub fn request(id: u64, method: &str, params: Option<&str>) -> String {
 
 /// A request frame whose params are the concatenation of `params` (none: no
 /// params member), built in one allocation.
-pub fn request_parts(id: u64, method: &str, params: &[&str]) -> String {
+pub(crate) fn request_parts(id: u64, method: &str, params: &[&str]) -> String {
     let escaped;
     let method = if is_plain(method) {
         method
@@ -238,7 +238,7 @@ fn is_plain(text: &str) -> bool {
 }
 
 /// Appends `text` as a JSON string.
-pub fn push_quoted(out: &mut String, text: &str) {
+pub(crate) fn push_quoted(out: &mut String, text: &str) {
     if is_plain(text) {
         out.push('"');
         out.push_str(text);
@@ -249,7 +249,7 @@ pub fn push_quoted(out: &mut String, text: &str) {
 }
 
 /// Decimal digits of `n`, without allocating.
-pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
     let mut i = buf.len();
     loop {
         i -= 1;
@@ -262,7 +262,7 @@ pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
 }
 
 /// A notification frame.
-pub fn notification(method: &str, params: Option<&str>) -> String {
+pub(crate) fn notification(method: &str, params: Option<&str>) -> String {
     match params {
         Some(p) => format!(r#"{{"jsonrpc":"2.0","method":{},"params":{p}}}"#, quote(method)),
         None => format!(r#"{{"jsonrpc":"2.0","method":{}}}"#, quote(method)),
@@ -270,12 +270,12 @@ pub fn notification(method: &str, params: Option<&str>) -> String {
 }
 
 /// A success response; `id` and `result` are raw JSON.
-pub fn response(id: &str, result: &str) -> String {
+pub(crate) fn response(id: &str, result: &str) -> String {
     joined(&[r#"{"jsonrpc":"2.0","id":"#, id, r#","result":"#, result, "}"])
 }
 
 /// An error response with a raw JSON error object.
-pub fn raw_error_response(id: &str, error: &str) -> String {
+pub(crate) fn raw_error_response(id: &str, error: &str) -> String {
     joined(&[r#"{"jsonrpc":"2.0","id":"#, id, r#","error":"#, error, "}"])
 }
 
@@ -292,7 +292,7 @@ pub fn error_response(id: &str, code: i64, message: &str, data: Option<&str>) ->
 }
 
 /// A JSON-RPC error object; `data` raw JSON if any.
-pub fn error_object(code: i64, message: &str, data: Option<&str>) -> String {
+pub(crate) fn error_object(code: i64, message: &str, data: Option<&str>) -> String {
     match data {
         Some(d) => format!(r#"{{"code":{code},"message":{},"data":{d}}}"#, quote(message)),
         None => format!(r#"{{"code":{code},"message":{}}}"#, quote(message)),
@@ -303,7 +303,7 @@ pub fn error_object(code: i64, message: &str, data: Option<&str>) -> String {
 pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// The version tether answers a client's `initialize` with: the client's if supported, else the newest.
-pub fn negotiate_version(requested: Option<&str>) -> &'static str {
+pub(crate) fn negotiate_version(requested: Option<&str>) -> &'static str {
     requested.and_then(|r| SUPPORTED_VERSIONS.iter().find(|v| **v == r).copied()).unwrap_or(SUPPORTED_VERSIONS[0])
 }
 
@@ -312,31 +312,31 @@ pub fn negotiate_version(requested: Option<&str>) -> &'static str {
 pub const STATELESS_VERSIONS: [&str; 1] = ["2026-07-28"];
 
 /// `_meta` keys of a stateless-era request.
-pub mod meta {
+pub(crate) mod meta {
     /// The revision the request speaks (required).
-    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    pub(crate) const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
     /// The client's capabilities for this request (required; `{}` means none).
-    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    pub(crate) const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
     /// Who the client says it is (optional).
-    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    pub(crate) const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
     /// Log messages wanted for this request, from this level up (optional).
-    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    pub(crate) const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
     /// Who the server says it is, in every result's `_meta`.
-    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    pub(crate) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 }
 
 /// Error codes of the stateless era.
-pub mod stateless_code {
+pub(crate) mod stateless_code {
     /// The request's `_meta` names a revision the server does not speak.
-    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+    pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
     /// Answering needs a client capability the request did not declare; `data`
     /// names them as `{"requiredCapabilities": {"sampling": {}}}`.
-    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+    pub(crate) const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 }
 
 /// What a request's `_meta` says about the era it speaks.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RequestEra {
+pub(crate) enum RequestEra {
     /// No `protocolVersion` in `_meta`: a handshake-era request.
     Handshake,
     /// A stateless-era request, checked: its revision is one tether serves and
@@ -356,7 +356,7 @@ pub enum RequestEra {
 /// Reads the era of a request from its raw params, and validates a stateless
 /// one in the specification's order: required keys (-32602), then the revision
 /// (-32022, with the revisions tether speaks).
-pub fn request_era(params: Option<&str>) -> RequestEra {
+pub(crate) fn request_era(params: Option<&str>) -> RequestEra {
     #[derive(Deserialize)]
     struct Params<'a> {
         #[serde(default, borrow, rename = "_meta")]
@@ -412,7 +412,7 @@ pub fn request_era(params: Option<&str>) -> RequestEra {
 /// The rank of a log level (RFC 5424 order, `debug` lowest); `None` for a
 /// string that is not one. A message is sent when its rank is at least the
 /// level asked for.
-pub fn log_severity(level: &str) -> Option<u8> {
+pub(crate) fn log_severity(level: &str) -> Option<u8> {
     const LEVELS: [&str; 8] = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];
     LEVELS.iter().position(|l| *l == level).map(|p| p as u8)
 }
@@ -508,7 +508,7 @@ pub fn stateless_http_status(frame: &str) -> u16 {
 /// A result for a stateless-era client: `resultType` added when absent (a result
 /// without it means `complete`, but the revision requires it), and
 /// `extra` members (raw `"key":value` pairs) appended. `None`: not an object.
-pub fn stateless_result(result: &str, extra: &str) -> Option<String> {
+pub(crate) fn stateless_result(result: &str, extra: &str) -> Option<String> {
     #[derive(Deserialize)]
     struct Probe<'a> {
         #[serde(default, borrow, rename = "resultType")]
@@ -537,7 +537,7 @@ pub fn stateless_result(result: &str, extra: &str) -> Option<String> {
 /// How long a result may be cached, and by whom: `ttlMs` and `cacheScope` of the
 /// 2026-07-28 revision, on lists, reads and `server/discover`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CacheHint {
+pub(crate) struct CacheHint {
     /// Fresh for this many milliseconds after it is received (0: stale at once).
     pub ttl_ms: u64,
     /// May be shared across authorization contexts (`"public"`), else `"private"`.
@@ -546,10 +546,10 @@ pub struct CacheHint {
 
 impl CacheHint {
     /// What a result without hints means (older servers): stale at once, private.
-    pub const STALE: CacheHint = CacheHint { ttl_ms: 0, public: false };
+    pub(crate) const STALE: CacheHint = CacheHint { ttl_ms: 0, public: false };
 
     /// The hint a result carries; absent or invalid members mean [`CacheHint::STALE`]'s.
-    pub fn of(result: &Map<String, Value>) -> CacheHint {
+    pub(crate) fn of(result: &Map<String, Value>) -> CacheHint {
         CacheHint {
             // A negative TTL counts as 0; so does anything not a number.
             ttl_ms: result.get("ttlMs").and_then(Value::as_f64).map_or(0, |t| if t > 0.0 { t as u64 } else { 0 }),
@@ -559,12 +559,12 @@ impl CacheHint {
 
     /// A hint that holds for a result made of both parts: the shorter life, and
     /// public only if both parts are.
-    pub fn and(self, other: CacheHint) -> CacheHint {
+    pub(crate) fn and(self, other: CacheHint) -> CacheHint {
         CacheHint { ttl_ms: self.ttl_ms.min(other.ttl_ms), public: self.public && other.public }
     }
 
     /// The result members, raw: `"ttlMs":N,"cacheScope":"..."`.
-    pub fn members(self) -> String {
+    pub(crate) fn members(self) -> String {
         let scope = if self.public { "public" } else { "private" };
         format!(r#""ttlMs":{},"cacheScope":"{scope}""#, self.ttl_ms)
     }
@@ -572,7 +572,7 @@ impl CacheHint {
 
 /// A cacheable result for a stateless-era client: like [`stateless_result`], with
 /// `hint`'s members unless the result carries its own (a stateless backend's).
-pub fn cacheable_result(result: &str, hint: CacheHint) -> Option<String> {
+pub(crate) fn cacheable_result(result: &str, hint: CacheHint) -> Option<String> {
     #[derive(Deserialize)]
     struct Probe<'a> {
         #[serde(default, borrow, rename = "ttlMs")]
@@ -596,12 +596,12 @@ pub fn cacheable_result(result: &str, hint: CacheHint) -> Option<String> {
 }
 
 /// Who tether says it is to backends (`initialize`, and every stateless-era request).
-pub const CLIENT_INFO: &str = concat!(r#"{"name":"tether","version":""#, env!("CARGO_PKG_VERSION"), r#""}"#);
+pub(crate) const CLIENT_INFO: &str = concat!(r#"{"name":"tether","version":""#, env!("CARGO_PKG_VERSION"), r#""}"#);
 
 /// The `_meta` members every request to a stateless-era backend carries, as raw
 /// `"key":value` pairs: tether's revision, `capabilities` (a raw object: what the
 /// client behind this request can be asked through `input_required`) and who tether is.
-pub fn stateless_meta_members(capabilities: &str) -> String {
+pub(crate) fn stateless_meta_members(capabilities: &str) -> String {
     format!(
         r#""{}":"{}","{}":{capabilities},"{}":{CLIENT_INFO}"#,
         meta::PROTOCOL_VERSION,
@@ -613,7 +613,7 @@ pub fn stateless_meta_members(capabilities: &str) -> String {
 
 /// Raw params (`None`: none) with raw `"key":value` `members` added to their
 /// `_meta` object (created when absent). Off the hot path: parses the params.
-pub fn params_with_meta(params: Option<&str>, members: &str) -> String {
+pub(crate) fn params_with_meta(params: Option<&str>, members: &str) -> String {
     let mut map = params
         .and_then(|p| serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(p).ok())
         .unwrap_or_default();
@@ -628,7 +628,7 @@ pub fn params_with_meta(params: Option<&str>, members: &str) -> String {
 
 /// Whether a raw result is a stateless-era `input_required` result (the
 /// server needs answers from the client before it can complete the request).
-pub fn is_input_required(result: &str) -> bool {
+pub(crate) fn is_input_required(result: &str) -> bool {
     #[derive(Deserialize)]
     struct Probe<'a> {
         #[serde(default, borrow, rename = "resultType")]
@@ -664,7 +664,7 @@ impl Era {
 /// The defaults an `elicitation/create` request's `requestedSchema` gives its
 /// fields, as a raw JSON object (`None` when it gives none): SEP-1034 has the
 /// client fill them in when its user accepts without them.
-pub fn elicitation_defaults(params: Option<&str>) -> Option<String> {
+pub(crate) fn elicitation_defaults(params: Option<&str>) -> Option<String> {
     let params: Map<String, Value> = serde_json::from_str(params?).ok()?;
     let properties = params.get("requestedSchema")?.get("properties")?.as_object()?;
     let defaults: Map<String, Value> =
@@ -675,7 +675,7 @@ pub fn elicitation_defaults(params: Option<&str>) -> Option<String> {
 /// An elicitation result with the schema's `defaults` (from
 /// [`elicitation_defaults`]) filled in for the fields an accepting client left
 /// out; `None` when it needs none (declined, cancelled, or nothing missing).
-pub fn with_elicitation_defaults(result: &str, defaults: &str) -> Option<String> {
+pub(crate) fn with_elicitation_defaults(result: &str, defaults: &str) -> Option<String> {
     let mut result: Map<String, Value> = serde_json::from_str(result).ok()?;
     if result.get("action").and_then(Value::as_str) != Some("accept") {
         return None;

@@ -35,7 +35,7 @@ pub struct TraceHeader {
 
 /// One recorded input.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TraceLine {
+pub(crate) struct TraceLine {
     /// When it was handled.
     pub at: Instant,
     /// What it was.

@@ -104,7 +104,7 @@ pub(super) struct Discovery {
 }
 
 impl Backend {
-    pub fn new(config: ServerConfig, sup: Supervisor) -> Self {
+    pub(super) fn new(config: ServerConfig, sup: Supervisor) -> Self {
         Backend {
             config,
             sup,
@@ -138,11 +138,11 @@ impl Backend {
     }
 
     /// The epoch of the managed credential (0 without one).
-    pub fn credential_epoch(&self) -> u64 {
+    pub(super) fn credential_epoch(&self) -> u64 {
         self.credential.as_ref().map_or(0, |c| c.epoch())
     }
 
-    pub fn push_stderr(&mut self, line: String) {
+    pub(super) fn push_stderr(&mut self, line: String) {
         if self.stderr_tail.len() == STDERR_TAIL {
             self.stderr_tail.pop_front();
         }
@@ -158,7 +158,7 @@ impl Backend {
     }
 
     /// The earliest of the supervisor's timers and the queue's deadlines.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
         let ready = self.sup.is_ready();
         let epoch = self.credential_epoch();
         let queue = self.queue.iter().map(|q| {
@@ -175,7 +175,7 @@ impl Backend {
 
     /// Whether clients see this backend's catalog: while it is online or dormant, and
     /// while a dormant backend is being woken (its cached catalog stays in force).
-    pub fn is_visible(&self) -> bool {
+    pub(super) fn is_visible(&self) -> bool {
         self.sup.status().is_visible()
             || (self.skip_discovery && self.catalog_discovered && self.sup.status() == Status::Connecting)
     }

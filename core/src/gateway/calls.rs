@@ -195,7 +195,7 @@ pub(super) enum Parked {
 
 impl ParkedList {
     /// Whether this is a list request of `kind`.
-    pub fn is_list(&self, kind: ListKind) -> bool {
+    pub(super) fn is_list(&self, kind: ListKind) -> bool {
         matches!(self.what, Parked::List { kind: k, .. } if k == kind)
     }
 }
@@ -217,7 +217,7 @@ impl<'a> RawFields<'a> {
     const INLINE: usize = 8;
 
     /// The raw value of field `name`.
-    pub fn get(&self, name: &str) -> Option<&'a RawValue> {
+    pub(super) fn get(&self, name: &str) -> Option<&'a RawValue> {
         match self {
             RawFields::Few(v) => v.iter().find(|(k, _)| &**k == name).map(|(_, v)| *v),
             RawFields::Many(m) => m.get(name).copied(),
@@ -225,7 +225,7 @@ impl<'a> RawFields<'a> {
     }
 
     /// Every field once, in arrival order (small objects) or key order (large).
-    pub fn iter(&self) -> impl Iterator<Item = (&Key<'a>, &'a RawValue)> + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&Key<'a>, &'a RawValue)> + '_ {
         let few = match self {
             RawFields::Few(v) => Some(v.iter().map(|(k, v)| (k, *v))),
             RawFields::Many(_) => None,
@@ -298,7 +298,10 @@ pub(super) struct Forward {
 impl Forward {
     /// From parsed raw fields, with `replace`d fields given as string values
     /// (quoted here) and the progress token taken out; returns the client's token.
-    pub fn from_fields(fields: &RawFields<'_>, replace: &[(&str, &str)]) -> (Forward, Option<serde_json::Value>) {
+    pub(super) fn from_fields(
+        fields: &RawFields<'_>,
+        replace: &[(&str, &str)],
+    ) -> (Forward, Option<serde_json::Value>) {
         let mut body = String::with_capacity(fields.iter().map(|(_, v)| v.get().len() + 16).sum::<usize>() + 2);
         let mut meta_close = None;
         let mut meta_opaque = false;
@@ -352,14 +355,16 @@ impl Forward {
     }
 
     /// From a params map the gateway rewrote (not on the hot path).
-    pub fn from_map(params: &serde_json::Map<String, serde_json::Value>) -> (Forward, Option<serde_json::Value>) {
+    pub(super) fn from_map(
+        params: &serde_json::Map<String, serde_json::Value>,
+    ) -> (Forward, Option<serde_json::Value>) {
         let text = serde_json::to_string(params).unwrap_or_else(|_| "{}".into());
         let fields = serde_json::from_str::<RawFields<'_>>(&text).unwrap_or(RawFields::Few(heapless::Vec::new()));
         Forward::from_fields(&fields, &[])
     }
 
     /// The params object as forwarded (without the progress token).
-    pub fn body(&self) -> &str {
+    pub(super) fn body(&self) -> &str {
         &self.body
     }
 
@@ -367,7 +372,7 @@ impl Forward {
     /// client asked for progress, and the raw `"key":value` members `meta` (the
     /// stateless revision's per-request fields; empty for handshake-era backends)
     /// added to `_meta`. One allocation.
-    pub fn frame(&self, id: u64, method: &str, progress: bool, meta: &str) -> String {
+    pub(super) fn frame(&self, id: u64, method: &str, progress: bool, meta: &str) -> String {
         let body = self.body.as_str();
         if (!progress && meta.is_empty()) || self.meta_opaque {
             return protocol::request(id, method, Some(body));
@@ -394,7 +399,7 @@ impl Forward {
 
     /// These params with fields added or replaced (raw JSON values), for a
     /// request sent again with more in it (a stateless retry with inputs).
-    pub fn with_fields(&self, fields: &[(&str, Option<&str>)]) -> Forward {
+    pub(super) fn with_fields(&self, fields: &[(&str, Option<&str>)]) -> Forward {
         let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(&self.body).unwrap_or_default();
         for (key, value) in fields {
             match value.and_then(|v| serde_json::from_str(v).ok()) {

@@ -49,7 +49,7 @@ impl Level {
     ];
 
     /// The level a `logging/setLevel` names, if it is one.
-    pub fn parse(name: &str) -> Option<Level> {
+    pub(super) fn parse(name: &str) -> Option<Level> {
         Self::ALL.iter().find(|(_, n)| *n == name).map(|(l, _)| *l)
     }
 
@@ -107,13 +107,13 @@ impl Journal {
     }
 
     /// The number the next event will get: the cursor for "from now on".
-    pub fn next_seq(&self) -> u64 {
+    pub(super) fn next_seq(&self) -> u64 {
         self.next_seq + 1
     }
 
     /// Events numbered `since` or later (oldest first), and how many of those
     /// are gone from the journal already.
-    pub fn since(&self, since: u64) -> (impl Iterator<Item = &Journaled>, u64) {
+    pub(super) fn since(&self, since: u64) -> (impl Iterator<Item = &Journaled>, u64) {
         let oldest = self.entries.front().map_or(self.next_seq + 1, |e| e.seq);
         let missed = oldest.saturating_sub(since.max(1));
         (self.entries.iter().filter(move |e| e.seq >= since), missed)

@@ -73,6 +73,12 @@ impl Gateway {
         if clear_history || given_up {
             b.sup.reset_history();
         }
+        // A backend waiting for a login asks the credential store afresh.
+        if given_up {
+            if let Some(c) = b.credential.as_mut() {
+                c.reset();
+            }
+        }
         if self.backends[server].sup.is_connected() {
             self.drop_connection(server, "reconnect requested", false).into_iter().for_each(|c| {
                 self.fail_unavailable(server, c);

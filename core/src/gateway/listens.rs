@@ -32,7 +32,7 @@ pub(super) struct ClientListen {
 
 impl ClientListen {
     /// Whether it wants the `list_changed` notification of `kind`.
-    pub fn wants(&self, kind: ListKind) -> bool {
+    pub(super) fn wants(&self, kind: ListKind) -> bool {
         match kind {
             ListKind::Tools => self.tools,
             ListKind::Prompts => self.prompts,

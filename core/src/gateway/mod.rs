@@ -1,22 +1,6 @@
-//! The gateway: composes supervisor, catalog and router behind one
-//! `handle` / `poll_action` / `poll_timeout` surface.
-//!
-//! # Host contract
-//!
-//! ```text
-//! let mut gw = Gateway::new(config, seed, now)?;
-//! loop {
-//!     while let Some(action) = gw.poll_action() { host.execute(action) }
-//!     let deadline = gw.poll_timeout();          // sleep until then or until input arrives
-//!     gw.handle(host.now(), input_or_tick)?;
-//! }
-//! ```
-//!
-//! After every [`Gateway::handle`], drain [`Gateway::poll_action`] to `None`, then
-//! read [`Gateway::poll_timeout`]. `handle` returns `Err` only when the host breaks
-//! the contract (time going backwards, a generation that was never issued, an
-//! admin command for an unknown backend). Every fault of a peer becomes actions.
-//! Early or spurious [`Input::Tick`]s are harmless.
+//! The gateway: composes the supervisors, the catalog, the router and the
+//! sessions behind one `handle` / `poll_action` / `poll_timeout` surface. The
+//! host contract (the run loop and the call-order rules) is in the crate docs.
 
 mod backend;
 mod backend_frames;

@@ -55,7 +55,7 @@ impl OwnTool {
     /// The admin tools flat mode adds when `admin_tools` is on.
     const ADMIN: [OwnTool; 3] = [OwnTool::ListServers, OwnTool::ReconnectServer, OwnTool::ServerEvents];
 
-    pub fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             OwnTool::ListServers => "list_servers",
             OwnTool::SearchTools => "search_tools",
@@ -67,7 +67,7 @@ impl OwnTool {
     }
 
     /// The tool's definition as listed.
-    pub fn definition(self) -> &'static str {
+    pub(super) fn definition(self) -> &'static str {
         match self {
             OwnTool::ListServers => concat!(
                 r#"{"name":"list_servers","description":"List the backend MCP servers behind this gateway with their health: status (online, offline, error, requires_reauth, permanently_failed, ...), circuit breaker, reconnect attempt and ms until the next retry, crashes, tool count and estimated tokens, and the last error. Use it when a tool fails or seems missing.","#,

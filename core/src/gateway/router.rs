@@ -58,7 +58,7 @@ impl Default for Router {
 
 impl Router {
     /// Every router deadline, in the order they fire when several are due.
-    pub fn timers(&self) -> impl Iterator<Item = (Instant, RouterTimer<'_>)> {
+    pub(super) fn timers(&self) -> impl Iterator<Item = (Instant, RouterTimer<'_>)> {
         let calls = self.calls.iter().filter_map(|(id, c)| Some((c.deadline?, RouterTimer::Call(*id))));
         let parked = self.parked_lists.iter().map(|p| p.deadline).min().map(|at| (at, RouterTimer::ParkedLists));
         let inputs = self.pending_inputs.iter().map(|(state, p)| (p.deadline, RouterTimer::Input(state)));
@@ -67,14 +67,14 @@ impl Router {
     }
 
     /// A fresh id for a request the gateway sends.
-    pub fn alloc_id(&mut self) -> u64 {
+    pub(super) fn alloc_id(&mut self) -> u64 {
         let id = self.next_request_id;
         self.next_request_id += 1;
         id
     }
 
     /// Checks the router's own bounds and cross-references between its tables.
-    pub fn check_invariants(&self, limits: &Limits, internal_calls: usize) -> Result<(), String> {
+    pub(super) fn check_invariants(&self, limits: &Limits, internal_calls: usize) -> Result<(), String> {
         if self.calls.len() > limits.max_in_flight as usize + internal_calls {
             return Err(format!("{} calls in flight, limit {}", self.calls.len(), limits.max_in_flight));
         }

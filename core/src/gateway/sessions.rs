@@ -40,7 +40,7 @@ pub(super) enum SessionTimer {
 
 impl Sessions {
     /// Every session deadline, in the order they fire when several are due.
-    pub fn timers(&self, idle_ms: u32) -> impl Iterator<Item = (Instant, SessionTimer)> + '_ {
+    pub(super) fn timers(&self, idle_ms: u32) -> impl Iterator<Item = (Instant, SessionTimer)> + '_ {
         let held = self
             .open
             .iter()
@@ -51,7 +51,7 @@ impl Sessions {
     }
 
     /// Checks the sessions' own bounds.
-    pub fn check_invariants(&self, limits: &Limits) -> Result<(), String> {
+    pub(super) fn check_invariants(&self, limits: &Limits) -> Result<(), String> {
         if self.open.len() > limits.max_sessions as usize {
             return Err("too many sessions".into());
         }
@@ -100,7 +100,7 @@ pub(super) struct Session {
 }
 
 impl Session {
-    pub fn new(expires: bool, now: Instant) -> Self {
+    pub(super) fn new(expires: bool, now: Instant) -> Self {
         Session {
             expires,
             last_active: now,
@@ -121,19 +121,19 @@ impl Session {
     }
 
     /// When this session expires if idle: never while it has requests in flight.
-    pub fn expiry(&self, idle_ms: u32) -> Option<Instant> {
+    pub(super) fn expiry(&self, idle_ms: u32) -> Option<Instant> {
         (self.expires && self.in_flight.is_empty())
             .then(|| self.last_active + Duration::from_millis(u64::from(idle_ms)))
     }
 
     /// A stateless-era session over HTTP: it serves one request and closes with
     /// its answer (the revision has no sessions; the host opens one per POST).
-    pub fn per_request(&self) -> bool {
+    pub(super) fn per_request(&self) -> bool {
         self.expires && self.era == Era::Stateless
     }
 
     /// Whether the client announced a capability (`sampling`, `elicitation`, `roots`).
-    pub fn supports(&self, capability: &str) -> bool {
+    pub(super) fn supports(&self, capability: &str) -> bool {
         self.capabilities.get(capability).is_some_and(|v| !v.is_null())
     }
 }

@@ -66,7 +66,7 @@ pub(super) struct StreamEnd {
 
 impl Streams {
     /// The earliest scheduled resumption.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
         self.ended.values().filter_map(|r| r.resume_at).min()
     }
 
@@ -83,7 +83,7 @@ impl Streams {
     }
 
     /// Checks the bounds.
-    pub fn check_invariants(&self, max_ended: usize) -> Result<(), String> {
+    pub(super) fn check_invariants(&self, max_ended: usize) -> Result<(), String> {
         if self.seen.len() > SEEN_EVENTS {
             return Err("event id window over its bound".into());
         }

@@ -7,7 +7,7 @@ pub mod crash_window;
 pub mod health;
 
 pub use backoff::Backoff;
-pub use breaker::{Admission, BreakerState, BreakerTransition, CircuitBreaker, Rejection};
-pub use classify::{Classification, Delivery, Failure, FailureStatus};
-pub use crash_window::{restart_delay, CrashWindow, MAX_CRASH_LIMIT};
+pub use breaker::{Admission, BreakerState, BreakerTransition, CircuitBreaker};
+pub use classify::{Delivery, Failure, FailureStatus};
+pub use crash_window::{restart_delay, CrashWindow};
 pub use health::{HealthChange, HealthTracker};
