@@ -85,7 +85,7 @@ fn call(gw: &mut Gateway, request: &str, answer: impl Fn(u64) -> String) -> Stri
 
 /// The tool-call hot path. calls/s = 1 / time per iteration.
 #[divan::bench]
-fn hot_path(bencher: divan::Bencher) {
+fn hot_path(bencher: divan::Bencher<'_, '_>) {
     let mut gw = booted(1, 10, 500);
     let request =
         r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"b00__tool3","arguments":{"text":"hello"}}}"#;
@@ -98,7 +98,7 @@ fn hot_path(bencher: divan::Bencher) {
 
 /// Resolving a served tool name among 1,000.
 #[divan::bench]
-fn catalog_lookup_1000_tools(bencher: divan::Bencher) {
+fn catalog_lookup_1000_tools(bencher: divan::Bencher<'_, '_>) {
     let mut catalog = Catalog::new("__");
     for b in 0..10 {
         let name = format!("server{b}");
@@ -123,7 +123,7 @@ fn catalog_lookup_1000_tools(bencher: divan::Bencher) {
 
 /// An aggregated `tools/list` over 50 backends × 40 tools (one page of 2,000).
 #[divan::bench]
-fn aggregated_tools_list_50x40(bencher: divan::Bencher) {
+fn aggregated_tools_list_50x40(bencher: divan::Bencher<'_, '_>) {
     let mut gw = booted(50, 40, 5000);
     let request = r#"{"jsonrpc":"2.0","id":9,"method":"tools/list"}"#;
     bencher.bench_local(|| {
@@ -144,7 +144,7 @@ fn aggregated_tools_list_50x40(bencher: divan::Bencher) {
 
 /// A 1 MiB tool result passing through (results are forwarded as raw JSON).
 #[divan::bench]
-fn one_mib_result_through(bencher: divan::Bencher) {
+fn one_mib_result_through(bencher: divan::Bencher<'_, '_>) {
     let mut gw = booted(1, 10, 500);
     let text = "x".repeat(1 << 20);
     let request = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"b00__tool1","arguments":{}}}"#;

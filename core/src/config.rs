@@ -20,7 +20,7 @@ use crate::time::Duration;
 /// the all-optional [`PolicyOverrides`] a backend may carry.
 macro_rules! policy_fields {
     ($( $(#[doc = $doc:literal])* $name:ident : $ty:ty = $default:expr, )*) => {
-        /// Resilience policy with every default of DESIGN.md. Times are milliseconds.
+        /// Resilience policy; every default is the documented one (docs/reference.md). Times are milliseconds.
         #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
         #[serde(default, deny_unknown_fields)]
         pub struct Policy {

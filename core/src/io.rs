@@ -456,7 +456,7 @@ impl fmt::Display for Status {
     }
 }
 
-/// Events of DESIGN.md's event table.
+/// What happened, for logs, the status page, `/events` and clients (docs/reference.md lists them).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {

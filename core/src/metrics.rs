@@ -40,7 +40,7 @@ pub struct BackendMetrics {
     pub latency_buckets: [u64; LATENCY_BUCKETS_MS.len() + 1],
     /// Sum of all call latencies, ms.
     pub latency_sum_ms: u64,
-    /// The last [`RECENT_LATENCIES`] call latencies (ms), oldest first.
+    /// The last `RECENT_LATENCIES` call latencies (ms), oldest first.
     pub recent_latency_ms: VecDeque<u32>,
     /// Stdio processes started again after the first (crash restarts, manual ones).
     pub restarts: u64,

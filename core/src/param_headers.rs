@@ -6,11 +6,11 @@
 //! header `Mcp-Param-Region`, so load balancers and gateways can route on it
 //! without parsing the body, and the server refuses a call whose header and body
 //! disagree (`HeaderMismatch`, -32020, HTTP 400). tether stands on both sides:
-//! it checks the headers of its stateless HTTP clients ([`check`]) and adds them
-//! to its calls to stateless HTTP backends ([`request_headers`]), both from the
-//! declarations [`declarations`] reads out of the backend's schema.
+//! it checks the headers of its stateless HTTP clients (`check`) and adds them
+//! to its calls to stateless HTTP backends (`request_headers`), both from the
+//! declarations `declarations` reads out of the backend's schema.
 //!
-//! Values are encoded like `Mcp-Name` (see [`crate::http_headers::header_value`]):
+//! Values are encoded like `Mcp-Name` (see `http_headers::header_value`):
 //! plain when header-safe, else `=?base64?…?=`; integers in decimal; booleans
 //! `true`/`false`; a null or absent argument has no header.
 
@@ -95,7 +95,7 @@ pub(crate) fn request_headers(declared: &[ParamHeader], arguments: Option<&Value
 }
 
 /// The lowercased `{Name}` of a received header named `Mcp-Param-{Name}` (any
-/// case), the key [`check`] looks headers up by; `None` for any other header.
+/// case), the key `check` looks headers up by; `None` for any other header.
 pub fn received_name(header: &str) -> Option<String> {
     let prefix = header.get(..HEADER_PREFIX.len())?;
     let name = &header[HEADER_PREFIX.len()..];

@@ -4,7 +4,7 @@
 //! call-triggered reconnects, lost upstream sessions and the aggregation
 //! deadline. Each is pinned as a readable transcript (time in ms, `>` an input,
 //! indented lines the actions it caused, `#` narration) and checked with
-//! assertions on the behaviour DESIGN.md asks for.
+//! assertions on the documented behaviour (docs/reference.md).
 
 mod support;
 

@@ -1,4 +1,4 @@
-//! Whole scenarios from the design and the seed documents, each pinned as a
+//! Whole scenarios of the documented behaviour, each pinned as a
 //! readable transcript: time, input, and the actions it caused.
 
 mod support;

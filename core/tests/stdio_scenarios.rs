@@ -2,7 +2,7 @@
 //! restarts, crash loops, idling, request timeouts, disconnects, safe retries,
 //! config reloads and health checks. Each is pinned as a readable transcript
 //! (time in ms, `>` an input, indented lines the actions it caused, `#` narration)
-//! and checked with assertions on the behaviour DESIGN.md asks for.
+//! and checked with assertions on the documented behaviour (docs/reference.md).
 
 mod support;
 

@@ -101,7 +101,7 @@ pub struct ProcessTree {
 }
 
 impl ProcessTree {
-    /// The tree of the process `leader`, started with `lineage` (see [`prepare`]).
+    /// The tree of the process `leader`, started with `lineage` (see [`crate::launch::prepare`]).
     pub fn new(leader: u32, lineage: Lineage) -> ProcessTree {
         ProcessTree { leader, lineage, leader_reaped: Arc::default() }
     }

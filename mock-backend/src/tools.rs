@@ -328,7 +328,7 @@ impl Mock {
         }
     }
 
-    fn run_builtin(&self, tool: Builtin, t: &ToolCall) -> Result<Value, Stop> {
+    fn run_builtin(&self, tool: Builtin, t: &ToolCall<'_>) -> Result<Value, Stop> {
         match tool {
             Builtin::Echo => {
                 let text = t.str_arg("text")?;
@@ -398,7 +398,7 @@ impl Mock {
 
     /// `progress`: one `notifications/progress` every `ms` for `steps` steps (when
     /// the call carries a progress token), then the answer.
-    fn progress(&self, t: &ToolCall) -> Result<Value, Stop> {
+    fn progress(&self, t: &ToolCall<'_>) -> Result<Value, Stop> {
         let steps = t.count_arg("steps", Some(3))?;
         let ms = t.count_arg("ms", Some(100))?;
         t.outlet.open_stream();
@@ -419,7 +419,7 @@ impl Mock {
 
     /// `sample`: sends `sampling/createMessage` to the client and returns the text
     /// of its answer.
-    fn sample(&self, t: &ToolCall) -> Result<Value, Stop> {
+    fn sample(&self, t: &ToolCall<'_>) -> Result<Value, Stop> {
         let prompt = t.str_arg("prompt")?;
         t.outlet.open_stream();
         let id = json!(self.next_server_request.fetch_add(1, Ordering::SeqCst));
@@ -443,7 +443,7 @@ impl Mock {
 
     /// `sample` in stateless mode: asks for `sampling/createMessage` with an
     /// `input_required` result, and returns the text of the retry's answer.
-    fn sample_stateless(&self, t: &ToolCall, meta: &RequestMeta) -> Result<Value, Stop> {
+    fn sample_stateless(&self, t: &ToolCall<'_>, meta: &RequestMeta) -> Result<Value, Stop> {
         let prompt = t.str_arg("prompt")?;
         let request = json!({"method": "sampling/createMessage", "params": sampling_params(prompt)});
         let answer = self.input_response(t, meta, "sample", "sampling", request)?;
@@ -454,7 +454,7 @@ impl Mock {
 
     /// `elicit` (stateless mode only): asks for a name with a form-mode
     /// `elicitation/create`, and greets it (or says it was declined or cancelled).
-    fn elicit(&self, t: &ToolCall, meta: &RequestMeta) -> Result<Value, Stop> {
+    fn elicit(&self, t: &ToolCall<'_>, meta: &RequestMeta) -> Result<Value, Stop> {
         let request = json!({"method": "elicitation/create", "params": {
             "mode": "form",
             "message": "name?",
@@ -480,7 +480,7 @@ impl Mock {
     /// `requestState` not minted for this tool and these arguments is -32602.
     fn input_response(
         &self,
-        t: &ToolCall,
+        t: &ToolCall<'_>,
         meta: &RequestMeta,
         key: &str,
         capability: &str,
@@ -516,7 +516,7 @@ impl Mock {
 
     /// A fresh `requestState` for this call: the hex of its tool, its arguments
     /// and a serial number, remembered until the process ends.
-    fn mint_state(&self, t: &ToolCall) -> String {
+    fn mint_state(&self, t: &ToolCall<'_>) -> String {
         let serial = self.next_state.fetch_add(1, Ordering::SeqCst);
         let state = hex(json!({"n": serial, "tool": t.name, "arguments": t.arguments}).to_string().as_bytes());
         lock(&self.minted_states).insert(state.clone(), (t.name.to_string(), t.arguments.clone()));
@@ -524,7 +524,7 @@ impl Mock {
     }
 
     /// Whether `state` was minted for a call of this tool with these arguments.
-    fn check_state(&self, state: &str, t: &ToolCall) -> Result<(), RpcError> {
+    fn check_state(&self, state: &str, t: &ToolCall<'_>) -> Result<(), RpcError> {
         match lock(&self.minted_states).get(state) {
             Some((tool, arguments)) if tool == t.name && arguments == t.arguments => Ok(()),
             Some(_) => Err(RpcError::invalid_params("`requestState` was minted for another call")),

@@ -42,7 +42,7 @@ pub struct ServeArgs {
     /// Bearer token HTTP clients must send (`Authorization: Bearer TOKEN`).
     #[arg(long, env = "TETHER_AUTH_TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
-    /// A browser origin allowed besides loopback ones (repeatable), e.g. https://app.example.com.
+    /// A browser origin allowed besides loopback ones (repeatable), e.g. `https://app.example.com`.
     #[arg(long, value_name = "ORIGIN")]
     pub allow_origin: Vec<String>,
     /// Largest HTTP request body, in bytes (larger: 413).

@@ -46,7 +46,7 @@ impl Runtime {
         }
     }
 
-    /// The binary's name (in target/<profile>/).
+    /// The binary's name (in `target/<profile>/`).
     pub fn bin_name(self) -> &'static str {
         match self {
             Runtime::Smol => "tether",
@@ -62,7 +62,7 @@ impl Runtime {
         }
     }
 
-    /// The binary under test: `$<env_var>` if set, else target/<profile>/<bin_name>,
+    /// The binary under test: `$<env_var>` if set, else `target/<profile>/<bin_name>`,
     /// built on first use.
     ///
     /// `cargo test -p tether-tests` builds this package's binaries (`mock-mcp`) but

@@ -1,6 +1,6 @@
 //! End-to-end scenarios: the real tether binaries, real `mock-mcp` backends (over
 //! stdio and HTTP), and a client speaking MCP over tether's stdio. Each test walks
-//! one failure path of DESIGN.md and checks what the client sees, what tether logs
+//! one documented failure path and checks what the client sees, what tether logs
 //! and what the backend processes did.
 //!
 //! Every scenario runs against both runtimes (see `on_both_runtimes!`): the smol

@@ -7,7 +7,7 @@
 //!
 //! - **trickle**: 100 connections each send a 200-byte POST body one byte every 40 ms;
 //! - **chunked**: one POST whose body is 1 M one-byte chunks (under the body limit;
-//!   `HOSTILE_HTTP_CHUNKS=4000000` for the 4 M);
+//!   `HOSTILE_HTTP_CHUNKS=4000000` for 4 M, the figure the limit was set against);
 //! - **sse**: 40 sessions whose SSE stream is never read (20 GET streams, 20 POSTs
 //!   answered as a stream), while a backend logs 64 KiB messages to every session;
 //! - **events**: 40 `/events` subscribers that never read, while a backend that

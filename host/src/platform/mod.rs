@@ -3,7 +3,7 @@
 //! configured before it starts, how a process or a process group is signalled,
 //! how orphans are adopted and reaped.
 //!
-//! [`unix`] is the implementation tether ships; elsewhere [`unsupported`] keeps
+//! [`unix`] is the implementation tether ships; elsewhere `unsupported` keeps
 //! the crate building and does nothing (a Windows implementation, with job
 //! objects, would sit next to them and be selected here).
 

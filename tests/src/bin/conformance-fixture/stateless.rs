@@ -440,7 +440,7 @@ impl Server {
 
 /// The tools that need the client, on the stateless side: each returns its result,
 /// or halts with the `input_required` result that asks for what it lacks.
-fn input_tool(name: &str, args: &Map<String, Value>, round: &Round, meta: &RequestMeta) -> Step<Value> {
+fn input_tool(name: &str, args: &Map<String, Value>, round: &Round<'_>, meta: &RequestMeta) -> Step<Value> {
     let hello =
         |answer: &Value| text_result(&format!("Hello, {}!", answer["content"]["name"].as_str().unwrap_or("stranger")));
     let capital = || catalog::ask_llm("What is the capital of France?", 100);
@@ -508,7 +508,7 @@ fn input_tool(name: &str, args: &Map<String, Value>, round: &Round, meta: &Reque
 
 /// `test_input_required_result_multi_round`: the name (`step1`), then the color
 /// (`step2`); the state says which round it is and carries the name.
-fn multi_round(round: &Round, meta: &RequestMeta) -> Step<Value> {
+fn multi_round(round: &Round<'_>, meta: &RequestMeta) -> Step<Value> {
     meta.require(&["elicitation"])?;
     let step1 = || ask_map("step1", "elicitation/create", catalog::ask_string("Step 1: What is your name?", "name"));
     let step2 =
@@ -535,7 +535,7 @@ fn multi_round(round: &Round, meta: &RequestMeta) -> Step<Value> {
 /// `test_input_required_result_multiple_inputs`: a name, a greeting and the roots,
 /// asked at once; responses that came in an earlier round ride in the state, and
 /// only what is still missing is asked again.
-fn multiple_inputs(round: &Round, meta: &RequestMeta) -> Step<Value> {
+fn multiple_inputs(round: &Round<'_>, meta: &RequestMeta) -> Step<Value> {
     meta.require(&["elicitation", "sampling", "roots"])?;
     let asks: [(&str, &str, Value, Check); 3] = [
         ("user_name", "elicitation/create", catalog::ask_string("What is your name?", "name"), check_elicit),
@@ -573,7 +573,7 @@ fn multiple_inputs(round: &Round, meta: &RequestMeta) -> Step<Value> {
 
 /// `test_input_required_result_capabilities`: asks only what the request declares
 /// it can answer (sampling, elicitation); -32021 when it declares neither.
-fn declared_inputs(round: &Round, meta: &RequestMeta) -> Step<Value> {
+fn declared_inputs(round: &Round<'_>, meta: &RequestMeta) -> Step<Value> {
     let mut wanted: Vec<(&str, &str, Value, Check)> = Vec::new();
     if meta.declares("sampling") {
         let question = catalog::ask_llm("What is the capital of France?", 100);
