@@ -25,6 +25,9 @@ pub mod code {
     pub const INVALID_PARAMS: i64 = -32602;
     /// The gateway failed internally or a backend failed.
     pub const INTERNAL_ERROR: i64 = -32603;
+    /// An HTTP-level refusal by a host's HTTP server (too many connections, a
+    /// bad header): the transport's own; the engine never sends it.
+    pub const TRANSPORT_ERROR: i64 = -32000;
     /// A backend is unavailable (down, reconnecting, breaker open, gave up).
     pub const BACKEND_UNAVAILABLE: i64 = -32001;
     /// A request ran past its timeout.

@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod auth_cli;
+pub mod byte_queue;
 pub mod check;
 pub mod cli;
 pub mod client_stdio;

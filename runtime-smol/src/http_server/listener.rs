@@ -16,8 +16,8 @@ use hyper::service::service_fn;
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
 use super::message::{error_body, TRANSPORT_ERROR};
-use super::queue::Closer;
 use super::{service, Shared};
+use crate::byte_queue::Closer;
 
 /// How long a client may take to send a request's headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);

@@ -6,11 +6,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-pub(super) use tether_core::protocol::code::{INVALID_REQUEST, PARSE_ERROR};
-
-/// Implementation-defined server error, for HTTP-level refusals (too many
-/// connections, a bad header): the transport's own, the engine never sends it.
-pub(super) const TRANSPORT_ERROR: i64 = -32000;
+pub(super) use tether_core::protocol::code::{INVALID_REQUEST, PARSE_ERROR, TRANSPORT_ERROR};
 
 /// The kinds of message a POST may carry.
 #[derive(Debug, PartialEq, Eq)]

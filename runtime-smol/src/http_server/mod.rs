@@ -15,12 +15,14 @@
 //!   serving them with hyper (HTTP/1.1);
 //! - `service.rs`: one HTTP request: guards, then POST, GET or DELETE;
 //! - `body.rs`: reading a request body (size bound, deadline, pace, shared budget);
-//! - `queue.rs`: the byte-bounded queue feeding one SSE response;
 //! - `guards.rs`: Host, Origin, bearer token, `Accept`, `MCP-Protocol-Version`;
 //! - `message.rs`: the shape of a JSON-RPC message, request id keys, error bodies;
 //! - `reply.rs`: building responses (JSON, SSE, empty, errors);
 //! - `sessions.rs`: the session table, requests waiting for their answer, routing;
 //! - `stream.rs`: one SSE stream: event ids, the replay log, its live connection.
+//!
+//! The byte-bounded queue feeding one SSE response is [`crate::byte_queue`]
+//! (the status page's `/events` uses it too).
 //!
 //! Choices where the specification leaves one:
 //! - A second GET on a session *replaces* the connection of its standalone stream
@@ -71,7 +73,7 @@ mod body;
 mod guards;
 mod listener;
 mod message;
-pub(crate) mod queue;
+
 mod reply;
 mod service;
 mod sessions;

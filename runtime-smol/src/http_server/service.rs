@@ -13,11 +13,11 @@ use super::body::{self, BodyError};
 use super::guards::{self, Refusal, JSON, SSE};
 use super::listener::Connection;
 use super::message::{classify, Shape, INVALID_REQUEST, PARSE_ERROR};
-use super::queue;
 use super::reply::{self, Body};
 use super::sessions::{First, Refused};
 use super::status_routes;
 use super::Shared;
+use crate::byte_queue as queue;
 
 /// The session header, in requests and in the initialize response.
 const SESSION_HEADER: &str = "mcp-session-id";

@@ -8,9 +8,9 @@ use async_channel::{Receiver, Sender};
 use tether_core::SessionId;
 
 use super::message::id_key;
-use super::queue;
 use super::stream::{Conn, LogLimits, Stream};
 use super::Route;
+use crate::byte_queue as queue;
 
 /// The standalone (GET) stream's number; POST streams count from 1.
 const STANDALONE: u64 = 0;
