@@ -2,7 +2,8 @@
 //! gateway's config, and the command both runtimes start it with — its
 //! environment (tether's own variables stripped, a lineage mark added), its own
 //! process group and, on Linux, its parent-death signal (see
-//! [`crate::platform::configure_child`]).
+//! [`crate::platform::configure_child`]); on Windows its job object, right after
+//! the spawn (see [`crate::platform::contain`]).
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -89,12 +90,16 @@ pub fn prepare(cmd: &mut Command, lineage: &Lineage, explicit_env: &BTreeMap<Str
     platform::configure_child(cmd);
 }
 
-/// Starts `cmd` with its three standard streams piped, registered as a child
-/// whose owner reaps it (see [`process_tree::spawn_owned`]).
+/// Starts `cmd` (from [`Launch::command`], marked with `lineage`) with its three
+/// standard streams piped, registered as a child whose owner reaps it, and its
+/// process tree (see [`process_tree::spawn_owned`]).
 ///
 /// On Linux the child's parent-death signal fires when the *thread* that forked
 /// it exits: call it on a thread that lives as long as the host.
-pub fn spawn_piped(mut cmd: Command) -> std::io::Result<std::process::Child> {
+pub fn spawn_piped(
+    mut cmd: Command,
+    lineage: Lineage,
+) -> std::io::Result<(std::process::Child, process_tree::ProcessTree)> {
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    process_tree::spawn_owned(|| cmd.spawn(), std::process::Child::id)
+    process_tree::spawn_owned(lineage, || cmd.spawn(), std::process::Child::id)
 }

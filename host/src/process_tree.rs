@@ -13,9 +13,10 @@
 //!   `/proc`, and every process tether adopted that carries the backend's lineage
 //!   (a grandchild that left the group with `setsid` and whose parent died).
 //!
-//! Elsewhere on unix only the process group is reached. Nothing here decides when
-//! to signal: the runtimes do what the core asked, plus the mechanics of a
-//! process that is already gone.
+//! Elsewhere on unix only the process group is reached, and on Windows the job
+//! object the backend runs in (see [`crate::platform::Containment`]). Nothing
+//! here decides when to signal: the runtimes do what the core asked, plus the
+//! mechanics of a process that is already gone.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -70,14 +71,23 @@ pub fn become_subreaper() -> bool {
     }
 }
 
-/// Starts a child with `spawn` and registers its pid (read by `pid`) as one whose
-/// owner reaps it, so [`reap_orphans`] never takes its exit status. Call
-/// [`released`] once the owner has reaped it.
-pub fn spawn_owned<T>(spawn: impl FnOnce() -> std::io::Result<T>, pid: impl FnOnce(&T) -> u32) -> std::io::Result<T> {
+/// Starts a child with `spawn` (a command [`crate::launch::prepare`] set up with
+/// `lineage`), registers its pid (read by `pid`) as one whose owner reaps it, so
+/// [`reap_orphans`] never takes its exit status, and takes hold of it at once
+/// (see [`platform::contain`]); the child and its tree. Call
+/// [`ProcessTree::leader_reaped`] once the owner has reaped it.
+pub fn spawn_owned<T>(
+    lineage: Lineage,
+    spawn: impl FnOnce() -> std::io::Result<T>,
+    pid: impl FnOnce(&T) -> u32,
+) -> std::io::Result<(T, ProcessTree)> {
     let mut owned = owned();
     let child = spawn()?;
-    owned.insert(pid(&child));
-    Ok(child)
+    let leader = pid(&child);
+    let containment = platform::contain(leader);
+    owned.insert(leader);
+    let tree = ProcessTree { leader, lineage, leader_reaped: Arc::default(), containment: Arc::new(containment) };
+    Ok((child, tree))
 }
 
 /// The owner of `pid` (from [`spawn_owned`]) has reaped it.
@@ -95,17 +105,19 @@ fn owned() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<u32>> {
 #[derive(Clone, Debug)]
 pub struct ProcessTree {
     leader: u32,
+    /// What its processes are found by under `/proc` (Linux only).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     lineage: Lineage,
     /// The leader's exit status was collected: its pid may belong to someone else now.
     leader_reaped: Arc<AtomicBool>,
+    /// What the platform holds the tree with (its group, its job), shared by the
+    /// clones; dropped with the last of them. Signalled where there is no `/proc`
+    /// to find the tree in (Linux searches instead).
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
+    containment: Arc<platform::Containment>,
 }
 
 impl ProcessTree {
-    /// The tree of the process `leader`, started with `lineage` (see [`crate::launch::prepare`]).
-    pub fn new(leader: u32, lineage: Lineage) -> ProcessTree {
-        ProcessTree { leader, lineage, leader_reaped: Arc::default() }
-    }
-
     /// The leader's process id.
     pub fn leader(&self) -> u32 {
         self.leader
@@ -141,16 +153,10 @@ impl ProcessTree {
             reap_orphans();
             total
         }
-        #[cfg(all(unix, not(target_os = "linux")))]
+        #[cfg(not(target_os = "linux"))]
         {
             let _ = reaped;
-            platform::signal_group(self.leader, signal);
-            1
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = (reaped, signal);
-            0
+            self.containment.signal(signal)
         }
     }
 

@@ -27,15 +27,17 @@ fn wait_until(mut cond: impl FnMut() -> bool) -> bool {
     false
 }
 
-/// Runs `script` under `sh` as a backend would be run; the pids it prints.
-fn start(script: &str, lineage: &Lineage) -> (std::process::Child, Vec<u32>) {
+/// Runs `script` under `sh` as a backend would be run; its tree and the pids it prints.
+fn start(script: &str) -> (std::process::Child, ProcessTree, Vec<u32>) {
+    let lineage = Lineage::next();
     let mut cmd = Command::new("sh");
     cmd.args(["-c", script]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
-    tether_host::launch::prepare(&mut cmd, lineage, &BTreeMap::new());
-    let mut child = process_tree::spawn_owned(|| cmd.spawn(), std::process::Child::id).expect("sh starts");
+    tether_host::launch::prepare(&mut cmd, &lineage, &BTreeMap::new());
+    let (mut child, tree) =
+        process_tree::spawn_owned(lineage, || cmd.spawn(), std::process::Child::id).expect("sh starts");
     let lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let pids = lines.map_while(Result::ok).take_while(|l| l != "ready").filter_map(|l| l.parse().ok()).collect();
-    (child, pids)
+    (child, tree, pids)
 }
 
 #[test]
@@ -43,11 +45,9 @@ fn the_tree_is_found_and_killed_while_its_leader_runs_and_after_it_exited() {
     assert!(process_tree::become_subreaper());
 
     // A leader with a child in its group and one in a session of its own.
-    let lineage = Lineage::next();
     let script = "sleep 300 & echo $!; setsid sleep 300 & echo $!; echo ready; wait";
-    let (mut leader, pids) = start(script, &lineage);
+    let (mut leader, tree, pids) = start(script);
     assert_eq!(pids.len(), 2, "{pids:?}");
-    let tree = ProcessTree::new(leader.id(), lineage);
     assert!(
         wait_until(|| tree.members().len() == 3),
         "members: {:?} (expected the leader and {pids:?})",
@@ -61,12 +61,10 @@ fn the_tree_is_found_and_killed_while_its_leader_runs_and_after_it_exited() {
 
     // A leader that exits at once, leaving the same two behind: the one in its
     // group is found by group, the other (now ours, as subreaper) by lineage.
-    let lineage = Lineage::next();
     let script = "sleep 300 & echo $!; setsid sleep 300 & echo $!; echo ready";
-    let (mut leader, pids) = start(script, &lineage);
+    let (mut leader, tree, pids) = start(script);
     assert_eq!(pids.len(), 2, "{pids:?}");
     leader.wait().unwrap();
-    let tree = ProcessTree::new(leader.id(), lineage);
     tree.leader_reaped();
     let mut expected = pids.clone();
     expected.sort();

@@ -25,6 +25,9 @@ pub(crate) fn spawn_grandchild(place: Grandchild, pid_file: Option<&std::path::P
             });
         }
     }
+    // Elsewhere the grandchild stays in our group (no sessions to leave).
+    #[cfg(not(unix))]
+    let _ = place;
     let child = sleep.spawn()?;
     let pid = child.id();
     // Not waited for: it is meant to be left behind.

@@ -30,7 +30,7 @@ mod stdio_backend;
 pub use client::{Client, RpcError};
 pub use engine::{ClientSink, EventSink};
 pub use host::{Handle, Host, HostBuilder};
-pub use pipe_writer::PipeWriter;
+pub use pipe_writer::{Pipe, PipeWriter};
 
 pub(crate) use engine::InputSender;
 pub use line_reader::LineReader;

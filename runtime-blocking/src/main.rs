@@ -2,16 +2,18 @@
 //! same configuration files and takes the same flags as `tether` (stdio only:
 //! serving over HTTP needs the `tether` binary).
 
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
 
 use clap::{Args, Parser, Subcommand};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use tether_blocking::{Host, LineReader, PipeWriter};
 use tether_host::flags::{config_path, load_config, PolicyFlags};
+
+use crate::signals::Request;
+
+mod signals;
 
 /// tether-blocking: the tether MCP gateway on plain threads (stdio).
 #[derive(Debug, Parser)]
@@ -45,27 +47,12 @@ struct ServeArgs {
     listen: Option<String>,
 }
 
-/// Whether stdout is a pipe that stderr does not share, so making it
-/// non-blocking (a write is then tried in place, without asking poll(2) first)
-/// cannot make log lines fail. Terminals and files keep their flags.
-fn stdout_is_a_private_pipe() -> bool {
-    fn stat(fd: i32) -> Option<libc::stat> {
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: fstat fills the buffer when it returns 0.
-        (unsafe { libc::fstat(fd, st.as_mut_ptr()) } == 0).then(|| unsafe { st.assume_init() })
-    }
-    let (Some(out), err) = (stat(1), stat(2)) else { return false };
-    let fifo = out.st_mode & libc::S_IFMT == libc::S_IFIFO;
-    let shared = err.is_some_and(|e| e.st_dev == out.st_dev && e.st_ino == out.st_ino);
-    fifo && !shared
-}
-
 /// Why `serve` stops.
 enum Stop {
     /// The client closed stdin.
     Eof,
-    /// SIGTERM or SIGINT.
-    Signal(i32),
+    /// SIGTERM or SIGINT (on Windows, the console's Ctrl-C or close): what came.
+    Signal(String),
 }
 
 fn main() -> ExitCode {
@@ -97,14 +84,7 @@ fn serve(cli: &Cli) -> Result<(), String> {
     }
     let host = builder.start().map_err(|e| e.to_string())?;
 
-    let stdout = std::io::stdout().as_fd().try_clone_to_owned().map_err(|e| format!("stdout: {e}"))?;
-    let stdout = std::fs::File::from(stdout);
-    let writer = if stdout_is_a_private_pipe() {
-        PipeWriter::new_nonblocking("stdout", stdout)
-    } else {
-        PipeWriter::new("stdout", stdout)
-    };
-    let writer = writer.map_err(|e| format!("stdout: {e}"))?;
+    let writer = PipeWriter::stdout().map_err(|e| format!("stdout: {e}"))?;
     let outflow = writer.backlog().clone();
     let writer = Arc::new(Mutex::new(Some(writer)));
     let sink = writer.clone();
@@ -136,23 +116,18 @@ fn serve(cli: &Cli) -> Result<(), String> {
 
     let path = config_path(cli.config.as_deref());
     let (handle, flags) = (host.handle(), cli.policy.clone());
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(|e| e.to_string())?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for signal in signals.forever() {
-                if signal == SIGHUP {
-                    tether_host::reload::reload_config(path.as_deref(), &flags, |input| handle.input(input));
-                } else {
-                    handle.close(session);
-                    let _ = stop.send(Stop::Signal(signal));
-                }
-            }
-        })
-        .map_err(|e| format!("cannot start the signal handler: {e}"))?;
+    signals::listen(move |request| match request {
+        Request::Reload => {
+            tether_host::reload::reload_config(path.as_deref(), &flags, |input| handle.input(input));
+        }
+        Request::Stop(why) => {
+            handle.close(session);
+            let _ = stop.send(Stop::Signal(why));
+        }
+    })?;
 
     match stopped.recv() {
-        Ok(Stop::Signal(signal)) => tracing::info!("signal {signal}: shutting down"),
+        Ok(Stop::Signal(why)) => tracing::info!("{why}: shutting down"),
         Ok(Stop::Eof) | Err(_) => tracing::info!("stdin closed: shutting down"),
     }
     host.shutdown();

@@ -50,8 +50,8 @@ pub struct StdioBackend {
     inputs: InputSender,
 }
 
-/// A started process and the lineage its tree is marked with.
-pub type Started = (Child, Lineage);
+/// A started process and its tree.
+pub type Started = (Child, ProcessTree);
 
 /// Starts the backend `launch` describes (stdin, stdout and stderr piped, its own
 /// process group and lineage, killed if the thread that started it dies).
@@ -59,7 +59,7 @@ pub type Started = (Child, Lineage);
 /// Call it on a thread that lives as long as the host: on Linux the child's
 /// parent-death signal fires when the *thread* that forked it exits.
 pub fn start_process(cmd: std::process::Command, lineage: Lineage) -> std::io::Result<Started> {
-    Ok((tether_host::launch::spawn_piped(cmd)?, lineage))
+    tether_host::launch::spawn_piped(cmd, lineage)
 }
 
 /// How the streams and the process of one backend ended, as far as known.
@@ -107,11 +107,11 @@ impl StdioBackend {
     pub fn attach(launch: Launch<'_>, started: std::io::Result<Started>, inputs: &InputSender) -> Option<StdioBackend> {
         let server = launch.server.clone();
         let generation = launch.generation;
-        let started = started.and_then(|(mut child, lineage)| {
+        let started = started.and_then(|(mut child, tree)| {
             let stdin = PipeWriter::new_nonblocking(&server, child.stdin.take().expect("piped"))?;
-            Ok((child, lineage, stdin))
+            Ok((child, tree, stdin))
         });
-        let (mut child, lineage, stdin) = match started {
+        let (mut child, tree, stdin) = match started {
             Ok(started) => started,
             Err(e) => {
                 tracing::warn!(server = %server, "cannot start {}: {e}", launch.command);
@@ -121,7 +121,6 @@ impl StdioBackend {
             }
         };
         let pid = child.id();
-        let tree = ProcessTree::new(pid, lineage);
         tracing::info!(server = %server, %generation, pid, "started {}", launch.command);
         inputs.send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
 

@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use futures_lite::StreamExt;
 use tether_core::{Config, Input};
 
 use crate::cli::{Cli, ServeArgs};
@@ -101,7 +100,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
             smol::spawn(read_stdin(inputs.clone(), max_frame, frames.backlog().clone())).detach();
             smol::spawn(write_stdout(frames))
         });
-        smol::spawn(handle_signals(config_path, flags, inputs)).detach();
+        smol::spawn(crate::signals::handle_signals(config_path, flags, inputs)).detach();
         host.run(|_, input| matches!(input, Input::ClientClosed { session } if *session == STDIO_SESSION)).await;
         host.shutdown().await;
         drop(host);
@@ -156,33 +155,6 @@ fn listen_options(flag: &str, addr: &str, args: &ServeArgs) -> Result<ServerOpti
 
 fn cli_config_path(cli: &Cli) -> Option<std::path::PathBuf> {
     tether_host::flags::config_path(cli.config.as_deref())
-}
-
-/// SIGTERM/SIGINT end the session like a closed stdin; SIGHUP reloads the config.
-async fn handle_signals(
-    path: Option<std::path::PathBuf>,
-    flags: tether_host::flags::PolicyFlags,
-    inputs: async_channel::Sender<Input>,
-) {
-    let Ok(mut signals) =
-        async_signal::Signals::new([async_signal::Signal::Term, async_signal::Signal::Int, async_signal::Signal::Hup])
-    else {
-        return;
-    };
-    while let Some(Ok(signal)) = signals.next().await {
-        match signal {
-            async_signal::Signal::Hup => {
-                // The inputs channel is unbounded: the reload is queued at once.
-                tether_host::reload::reload_config(path.as_deref(), &flags, |input| {
-                    let _ = inputs.try_send(input);
-                });
-            }
-            _ => {
-                tracing::info!("signal {signal:?}: shutting down");
-                let _ = inputs.send(Input::ClientClosed { session: STDIO_SESSION }).await;
-            }
-        }
-    }
 }
 
 /// `tether replay TRACE`: the actions a trace produces, one per line.

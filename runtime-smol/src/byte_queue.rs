@@ -3,7 +3,7 @@
 //!
 //! A consumer that reads too slowly is not waited for and not buffered for: when
 //! its queue already holds its bound, the next push drops everything queued and
-//! closes the client's TCP connection (see [`Closer`]). The bound admits one
+//! closes the client's TCP connection (see `Closer`). The bound admits one
 //! event however large while the queue is under it, so a large answer is never
 //! refused to a client that keeps up.
 

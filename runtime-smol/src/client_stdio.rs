@@ -1,9 +1,11 @@
 //! The client side over stdio: frames from stdin in, frames to stdout out.
 //! stdout carries only protocol; logs go to stderr.
 //!
-//! stdin and stdout are read and written through the reactor when they are
-//! pipes, sockets or terminals (no thread hop per frame); a regular file falls
-//! back to smol's blocking pool.
+//! On unix stdin and stdout are read and written through the reactor when they
+//! are pipes, sockets or terminals (no thread hop per frame); a regular file
+//! falls back to smol's blocking pool. On Windows, whose pipes and consoles the
+//! reactor cannot poll, std's stdin and stdout always go through the blocking
+//! pool ([`smol::Unblock`]). That is the one platform split here (`sys`).
 //!
 //! Frames for a client wait in a queue counted in bytes ([`ClientSink`],
 //! [`ClientFrames`]); whatever produces frames for clients (a backend's stdout
@@ -11,12 +13,10 @@
 //! bound, so a client that reads slowly slows its producers instead of growing
 //! the queue.
 
-use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use async_channel::{Receiver, Sender};
-use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_lite::AsyncWriteExt;
 use tether_core::codec::encode_line;
 use tether_core::{Input, SessionId};
 use tether_host::backlog::Backlog;
@@ -91,27 +91,71 @@ pub fn client_queue(backlog: Arc<Backlog>) -> (ClientSink, ClientFrames) {
     (ClientSink { frames, backlog: backlog.clone() }, ClientFrames { frames: rx, backlog })
 }
 
-/// An async handle on one of the process's standard streams.
-fn standard_stream(fd: std::os::fd::BorrowedFd<'_>) -> Option<Box<dyn AsyncStream>> {
-    let owned: OwnedFd = fd.try_clone_to_owned().ok()?;
-    let file = File::from(owned);
-    match async_io::Async::new(file) {
-        Ok(stream) => Some(Box::new(stream)),
-        // Regular files cannot be polled: use the blocking pool.
-        Err(_) => {
+/// The process's standard streams as async streams, per platform.
+mod sys {
+    use futures_lite::{AsyncRead, AsyncWrite};
+
+    /// An async reader on this process's stdin (`None` if it cannot be had).
+    pub(super) fn stdin() -> Option<Box<dyn AsyncRead + Unpin + Send>> {
+        imp::stdin()
+    }
+
+    /// An async writer on this process's stdout (`None` if it cannot be had).
+    pub(super) fn stdout() -> Option<Box<dyn AsyncWrite + Unpin + Send>> {
+        imp::stdout()
+    }
+
+    #[cfg(unix)]
+    mod imp {
+        use std::fs::File;
+        use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+        use futures_lite::{AsyncRead, AsyncWrite};
+
+        /// A copy of one of the process's standard streams: registered with the
+        /// reactor, or, for a regular file, which cannot be polled, plain.
+        fn standard_stream(fd: BorrowedFd<'_>) -> Option<Result<async_io::Async<File>, File>> {
             let owned: OwnedFd = fd.try_clone_to_owned().ok()?;
-            Some(Box::new(smol::Unblock::new(File::from(owned))))
+            match async_io::Async::new(File::from(owned)) {
+                Ok(stream) => Some(Ok(stream)),
+                Err(_) => Some(Err(File::from(fd.try_clone_to_owned().ok()?))),
+            }
+        }
+
+        pub(super) fn stdin() -> Option<Box<dyn AsyncRead + Unpin + Send>> {
+            Some(match standard_stream(std::io::stdin().as_fd())? {
+                Ok(stream) => Box::new(stream),
+                // Regular files cannot be polled: use the blocking pool.
+                Err(file) => Box::new(smol::Unblock::new(file)),
+            })
+        }
+
+        pub(super) fn stdout() -> Option<Box<dyn AsyncWrite + Unpin + Send>> {
+            Some(match standard_stream(std::io::stdout().as_fd())? {
+                Ok(stream) => Box::new(stream),
+                Err(file) => Box::new(smol::Unblock::new(file)),
+            })
+        }
+    }
+
+    #[cfg(windows)]
+    mod imp {
+        use futures_lite::{AsyncRead, AsyncWrite};
+
+        pub(super) fn stdin() -> Option<Box<dyn AsyncRead + Unpin + Send>> {
+            Some(Box::new(smol::Unblock::new(std::io::stdin())))
+        }
+
+        pub(super) fn stdout() -> Option<Box<dyn AsyncWrite + Unpin + Send>> {
+            Some(Box::new(smol::Unblock::new(std::io::stdout())))
         }
     }
 }
 
-trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> AsyncStream for T {}
-
 /// Reads newline-delimited frames from stdin until EOF, then reports the client
 /// closed. Each frame waits for room in `outflow` (the answers must be read).
 pub async fn read_stdin(inputs: Sender<Input>, max_frame: usize, outflow: Arc<Backlog>) {
-    let Some(mut stdin) = standard_stream(std::io::stdin().as_fd()) else {
+    let Some(mut stdin) = sys::stdin() else {
         let _ = inputs.send(Input::ClientClosed { session: STDIO_SESSION }).await;
         return;
     };
@@ -131,7 +175,7 @@ pub async fn read_stdin(inputs: Sender<Input>, max_frame: usize, outflow: Arc<Ba
 /// beyond its first frame).
 pub async fn write_stdout(frames: ClientFrames) {
     const BATCH: usize = 256 * 1024;
-    let Some(mut stdout) = standard_stream(std::io::stdout().as_fd()) else { return };
+    let Some(mut stdout) = sys::stdout() else { return };
     let mut buf = Vec::new();
     while let Some(frame) = frames.recv().await {
         buf.clear();

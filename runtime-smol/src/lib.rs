@@ -12,6 +12,7 @@ pub mod demo;
 pub mod host;
 pub mod http_server;
 pub mod line_reader;
+pub mod signals;
 pub mod status;
 pub mod status_cli;
 pub mod stdio_backend;

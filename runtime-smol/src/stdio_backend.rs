@@ -83,8 +83,8 @@ impl StdioBackend {
             .stdin(async_process::Stdio::piped())
             .stdout(async_process::Stdio::piped())
             .stderr(async_process::Stdio::piped());
-        let mut child = match process_tree::spawn_owned(|| command.spawn(), async_process::Child::id) {
-            Ok(child) => child,
+        let (mut child, tree) = match process_tree::spawn_owned(lineage, || command.spawn(), async_process::Child::id) {
+            Ok(started) => started,
             Err(e) => {
                 tracing::warn!(server = %server, "cannot start {}: {e}", launch.command);
                 let failure = Failure::Spawn { message: format!("{}: {e}", launch.command) };
@@ -93,7 +93,6 @@ impl StdioBackend {
             }
         };
         let pid = child.id();
-        let tree = ProcessTree::new(pid, lineage);
         tracing::info!(server = %server, %generation, pid, "started {}", launch.command);
         let _ = inputs.try_send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
 

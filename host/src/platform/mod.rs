@@ -1,18 +1,20 @@
 //! The operating system's side of process handling, behind one narrow API so
 //! that the rest of tether never calls it directly: how a backend's command is
-//! configured before it starts, how a process or a process group is signalled,
-//! how orphans are adopted and reaped.
+//! configured before it starts, what holds its processes together once it runs
+//! ([`Containment`]), how a process is signalled, how orphans are adopted and
+//! reaped, and how a console asks tether to stop.
 //!
-//! [`unix`] is the implementation tether ships; elsewhere `unsupported` keeps
-//! the crate building and does nothing (a Windows implementation, with job
-//! objects, would sit next to them and be selected here).
+//! `unix` (process groups, signals, the Linux subreaper) and `windows` (job
+//! objects) are the implementations tether ships; on any other target
+//! `unsupported` keeps the crate building and does nothing.
 
 use std::process::Command;
 
 /// How hard to ask a process to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Signal {
-    /// SIGTERM: please stop.
+    /// SIGTERM: please stop (on Windows, where a process cannot be asked, the
+    /// same as [`Signal::Kill`]: the polite request is closing its stdin).
     Terminate,
     /// SIGKILL: stop now.
     Kill,
@@ -23,16 +25,51 @@ pub mod unix;
 #[cfg(unix)]
 use unix as imp;
 
-#[cfg(not(unix))]
+#[cfg(windows)]
+pub mod windows;
+#[cfg(windows)]
+use windows as imp;
+
+#[cfg(not(any(unix, windows)))]
 pub mod unsupported;
-#[cfg(not(unix))]
+#[cfg(not(any(unix, windows)))]
 use unsupported as imp;
 
-/// Sets up `cmd` to start a backend: in a process group of its own (so the
-/// group can be signalled as one), and on Linux killed when the thread that
-/// starts it exits (parent-death signal).
+/// Sets up `cmd` to start a backend: in a process group of its own (unix: so
+/// the group can be signalled as one; Windows: so a Ctrl-C in tether's console
+/// reaches tether, which stops its backends itself, and not the backends
+/// directly), and on Linux killed when the thread that starts it exits
+/// (parent-death signal).
 pub fn configure_child(cmd: &mut Command) {
     imp::configure_child(cmd);
+}
+
+/// What holds one started backend's processes together for as long as it may
+/// run, so that the whole of it can be stopped at once: on unix its process
+/// group (named by the leader's pid); on Windows a job object of its own, which
+/// also takes every process in it down when tether exits, however it exits.
+///
+/// Dropping it lets go of the processes: on Windows whatever is still running in
+/// the job is killed then.
+#[derive(Debug)]
+pub struct Containment(imp::Containment);
+
+/// Takes hold of the child `pid`, started from a command [`configure_child`] set
+/// up and not yet waited for (its pid cannot have been reused). Call it right
+/// after the spawn: on Windows the child runs from the start, and whatever it
+/// starts before this call is outside its job. Never fails: where the platform
+/// cannot contain the child, a warning is logged and only the child itself is
+/// reached.
+pub fn contain(pid: u32) -> Containment {
+    Containment(imp::contain(pid))
+}
+
+impl Containment {
+    /// Sends `signal` to every contained process; how many were reached, as far
+    /// as the platform tells (unix: 1, for the group).
+    pub fn signal(&self, signal: Signal) -> usize {
+        self.0.signal(signal)
+    }
 }
 
 /// Sends `signal` to the process `pid` (ignored if it is gone).
@@ -40,19 +77,25 @@ pub fn signal_process(pid: u32, signal: Signal) {
     imp::signal_process(pid, signal);
 }
 
-/// Sends `signal` to every process of the process group `pgid`.
-pub fn signal_group(pgid: u32, signal: Signal) {
-    imp::signal_group(pgid, signal);
-}
-
 /// Makes this process the one its orphaned descendants are reparented to
-/// (Linux child subreaper); `Err` where that is not possible.
+/// (Linux child subreaper); `Err` where that is not possible (on Windows job
+/// objects keep a backend's descendants together instead).
 pub fn become_subreaper() -> std::io::Result<()> {
     imp::become_subreaper()
 }
 
 /// Collects the exit status of the child `pid` if it has exited, without
-/// waiting; whether it was collected.
+/// waiting; whether it was collected (never on Windows, which has no zombies).
 pub fn try_reap(pid: u32) -> bool {
     imp::try_reap(pid)
+}
+
+/// Calls `handler` whenever tether's console asks it to stop (Windows: Ctrl-C,
+/// Ctrl-Break, the console window closed, logoff, shutdown), so the runtimes can
+/// shut down as they do on SIGTERM. `Err(Unsupported)` on unix, where the
+/// runtimes listen for signals themselves. After a close, logoff or shutdown
+/// Windows ends the process a few seconds after asking: the shutdown must be
+/// quick.
+pub fn on_console_stop(handler: impl Fn() + Send + Sync + 'static) -> std::io::Result<()> {
+    imp::on_console_stop(Box::new(handler))
 }

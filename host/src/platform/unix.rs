@@ -1,6 +1,9 @@
 //! The unix implementation of [`crate::platform`]: process groups, signals,
 //! the Linux parent-death signal and child subreaper, `waitpid`. Every `libc`
 //! call and `std::os::unix` use of process handling is here.
+//!
+//! A backend's [`Containment`] is its process group, which [`configure_child`]
+//! gave it (the group's number is the leader's pid).
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
@@ -35,11 +38,25 @@ pub fn signal_process(pid: u32, signal: Signal) {
     }
 }
 
-/// See [`crate::platform::signal_group`].
-pub fn signal_group(pgid: u32, signal: Signal) {
-    // SAFETY: kill(2) touches no memory; a negative pid names a process group.
-    unsafe {
-        libc::kill(-(pgid as libc::pid_t), number(signal));
+/// See [`crate::platform::Containment`]: the process group of a backend.
+#[derive(Debug)]
+pub struct Containment {
+    pgid: u32,
+}
+
+/// See [`crate::platform::contain`].
+pub fn contain(pid: u32) -> Containment {
+    Containment { pgid: pid }
+}
+
+impl Containment {
+    /// See [`crate::platform::Containment::signal`].
+    pub fn signal(&self, signal: Signal) -> usize {
+        // SAFETY: kill(2) touches no memory; a negative pid names a process group.
+        unsafe {
+            libc::kill(-(self.pgid as libc::pid_t), number(signal));
+        }
+        1
     }
 }
 
@@ -65,4 +82,9 @@ pub fn try_reap(pid: u32) -> bool {
     let mut status = 0;
     // SAFETY: waitpid on one child of ours; WNOHANG never blocks.
     unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) > 0 }
+}
+
+/// See [`crate::platform::on_console_stop`]: signals are the runtimes' own here.
+pub fn on_console_stop(_handler: Box<dyn Fn() + Send + Sync>) -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
 }

@@ -110,11 +110,10 @@ pub fn use_color(when: ColorWhen, terminal: bool, no_color: Option<OsString>, fo
 
 /// The terminal's columns (stdout's, or `$COLUMNS`).
 fn terminal_width() -> Option<usize> {
-    let mut size = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
-    // SAFETY: TIOCGWINSZ writes one `winsize` through the pointer, which points to one.
-    let known = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0 && size.ws_col > 0;
-    if known {
-        return Some(usize::from(size.ws_col));
+    if let Some((terminal_size::Width(columns), _)) = terminal_size::terminal_size_of(std::io::stdout()) {
+        if columns > 0 {
+            return Some(usize::from(columns));
+        }
     }
     std::env::var("COLUMNS").ok()?.trim().parse().ok()
 }

@@ -1,0 +1,236 @@
+//! The Windows implementation of [`crate::platform`]: job objects. Every
+//! `windows-sys` call of process handling is here.
+//!
+//! - Each backend runs in a job of its own, created with
+//!   `JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE`: every process it starts joins the job,
+//!   and when the last handle on the job closes — the backend's [`Containment`]
+//!   dropped, or tether gone, however it died — Windows kills what is left in it.
+//! - Windows cannot ask a process to stop the way SIGTERM does: the polite rung
+//!   of the kill ladder is closing stdin, and both [`Signal`]s terminate the job.
+//! - The child starts running (not suspended: std cannot resume it) and is
+//!   assigned to its job right after the spawn. Whatever it starts in between is
+//!   outside the job and not reached. That window is a few system calls wide;
+//!   closing it would take spawning suspended and resuming the main thread,
+//!   which std's `Command` does not offer.
+//! - Backends start in a process group of their own (`CREATE_NEW_PROCESS_GROUP`),
+//!   which makes them ignore Ctrl-C: a Ctrl-C in tether's console reaches tether,
+//!   which stops its backends through the ladder. (Ctrl-Break and closing the
+//!   console still reach every process attached to it.)
+//! - No subreaper and no reaping: Windows has no zombies, and jobs keep a
+//!   backend's descendants together whoever their parent is.
+
+use std::os::windows::process::CommandExt;
+use std::process::Command;
+use std::sync::Mutex;
+
+use windows_sys::Win32::Foundation::{CloseHandle, FALSE, HANDLE, TRUE};
+use windows_sys::Win32::System::Console::{
+    SetConsoleCtrlHandler, CTRL_BREAK_EVENT, CTRL_CLOSE_EVENT, CTRL_C_EVENT, CTRL_LOGOFF_EVENT, CTRL_SHUTDOWN_EVENT,
+};
+use windows_sys::Win32::System::JobObjects::{
+    AssignProcessToJobObject, CreateJobObjectW, JobObjectBasicAccountingInformation, JobObjectExtendedLimitInformation,
+    QueryInformationJobObject, SetInformationJobObject, TerminateJobObject, JOBOBJECT_BASIC_ACCOUNTING_INFORMATION,
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION, JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+};
+use windows_sys::Win32::System::Threading::{
+    OpenProcess, TerminateProcess, CREATE_NEW_PROCESS_GROUP, PROCESS_SET_QUOTA, PROCESS_TERMINATE,
+};
+
+use super::Signal;
+
+/// The exit code of a process tether terminated (what `taskkill /F` leaves too).
+const TERMINATED: u32 = 1;
+
+/// How long the console handler holds on after a close, logoff or shutdown, so
+/// the shutdown it started can finish: Windows ends the process when the handler
+/// returns (and after its own timeout anyway).
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// See [`crate::platform::configure_child`].
+pub fn configure_child(cmd: &mut Command) {
+    cmd.creation_flags(CREATE_NEW_PROCESS_GROUP);
+}
+
+/// A kernel handle we own, closed on drop.
+#[derive(Debug)]
+struct Handle(HANDLE);
+
+// SAFETY: a kernel handle is a process-wide value usable from any thread; the
+// objects used here (jobs, processes) need no thread affinity.
+unsafe impl Send for Handle {}
+// SAFETY: as above; every call made through a shared handle is thread-safe.
+unsafe impl Sync for Handle {}
+
+impl Handle {
+    /// Takes ownership of `raw`; the last OS error if it is null.
+    fn new(raw: HANDLE) -> std::io::Result<Handle> {
+        if raw.is_null() {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(Handle(raw))
+        }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle and close it once.
+        unsafe { CloseHandle(self.0) };
+    }
+}
+
+/// Whether a BOOL-returning call succeeded; the last OS error if not.
+fn check(ok: windows_sys::core::BOOL) -> std::io::Result<()> {
+    if ok == FALSE {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// See [`crate::platform::Containment`]: the backend's job, or the process
+/// alone when no job could hold it.
+#[derive(Debug)]
+pub struct Containment(Hold);
+
+/// What a [`Containment`] holds.
+#[derive(Debug)]
+enum Hold {
+    /// The job every process of the backend runs in.
+    Job(Handle),
+    /// The job could not be set up: only the leader is reached.
+    Leader(Handle),
+    /// The leader could not even be opened (it is gone already).
+    Nothing,
+}
+
+/// A job that kills its processes when its last handle closes.
+fn new_job() -> std::io::Result<Handle> {
+    // SAFETY: no security attributes, no name: a fresh, non-inheritable job.
+    let job = Handle::new(unsafe { CreateJobObjectW(std::ptr::null(), std::ptr::null()) })?;
+    let mut limits = JOBOBJECT_EXTENDED_LIMIT_INFORMATION::default();
+    limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+    // SAFETY: the pointer and length describe `limits`, which outlives the call.
+    check(unsafe {
+        SetInformationJobObject(
+            job.0,
+            JobObjectExtendedLimitInformation,
+            (&limits as *const JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
+            std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+        )
+    })?;
+    Ok(job)
+}
+
+/// See [`crate::platform::contain`].
+pub fn contain(pid: u32) -> Containment {
+    // SAFETY: OpenProcess only returns a handle (or null). The child is not
+    // waited for yet, so its handle in the caller's `Child` keeps `pid` from
+    // being reused.
+    let process = match Handle::new(unsafe { OpenProcess(PROCESS_SET_QUOTA | PROCESS_TERMINATE, FALSE, pid) }) {
+        Ok(process) => process,
+        Err(e) => {
+            tracing::warn!(pid, "cannot open the process to put it in a job: {e}");
+            return Containment(Hold::Nothing);
+        }
+    };
+    let assigned = new_job().and_then(|job| {
+        // SAFETY: both handles are open and have the rights the call needs.
+        check(unsafe { AssignProcessToJobObject(job.0, process.0) })?;
+        Ok(job)
+    });
+    match assigned {
+        Ok(job) => Containment(Hold::Job(job)),
+        Err(e) => {
+            tracing::warn!(pid, "cannot put the process in a job (what it starts will not be stopped with it): {e}");
+            Containment(Hold::Leader(process))
+        }
+    }
+}
+
+impl Containment {
+    /// See [`crate::platform::Containment::signal`]: terminates the job (both
+    /// signals alike); how many processes were running in it.
+    pub fn signal(&self, _signal: Signal) -> usize {
+        match &self.0 {
+            Hold::Job(job) => {
+                let mut info = JOBOBJECT_BASIC_ACCOUNTING_INFORMATION::default();
+                // SAFETY: the pointer and length describe `info`, which outlives the call.
+                let counted = unsafe {
+                    QueryInformationJobObject(
+                        job.0,
+                        JobObjectBasicAccountingInformation,
+                        (&mut info as *mut JOBOBJECT_BASIC_ACCOUNTING_INFORMATION).cast(),
+                        std::mem::size_of::<JOBOBJECT_BASIC_ACCOUNTING_INFORMATION>() as u32,
+                        std::ptr::null_mut(),
+                    )
+                } != FALSE;
+                let active = if counted { info.ActiveProcesses as usize } else { 1 };
+                if active > 0 {
+                    // SAFETY: the job handle is open; this ends every process in it.
+                    unsafe { TerminateJobObject(job.0, TERMINATED) };
+                }
+                active
+            }
+            Hold::Leader(process) => {
+                // SAFETY: the process handle is open with PROCESS_TERMINATE; a
+                // process already gone makes this fail harmlessly.
+                unsafe { TerminateProcess(process.0, TERMINATED) };
+                1
+            }
+            Hold::Nothing => 0,
+        }
+    }
+}
+
+/// See [`crate::platform::signal_process`]: terminates it (both signals alike).
+pub fn signal_process(pid: u32, _signal: Signal) {
+    // SAFETY: OpenProcess only returns a handle (or null).
+    let Ok(process) = Handle::new(unsafe { OpenProcess(PROCESS_TERMINATE, FALSE, pid) }) else { return };
+    // SAFETY: the handle is open with PROCESS_TERMINATE.
+    unsafe { TerminateProcess(process.0, TERMINATED) };
+}
+
+/// See [`crate::platform::become_subreaper`]: jobs do that work here.
+pub fn become_subreaper() -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+/// See [`crate::platform::try_reap`]: nothing to reap on Windows.
+pub fn try_reap(_pid: u32) -> bool {
+    false
+}
+
+type StopHandler = Box<dyn Fn() + Send + Sync>;
+
+/// The handlers [`on_console_stop`] registered, called in order.
+static STOP_HANDLERS: Mutex<Vec<StopHandler>> = Mutex::new(Vec::new());
+
+/// The console control handler: runs on a thread Windows starts for each event.
+unsafe extern "system" fn console_event(kind: u32) -> windows_sys::core::BOOL {
+    let closing = match kind {
+        CTRL_C_EVENT | CTRL_BREAK_EVENT => false,
+        CTRL_CLOSE_EVENT | CTRL_LOGOFF_EVENT | CTRL_SHUTDOWN_EVENT => true,
+        _ => return FALSE,
+    };
+    for handler in STOP_HANDLERS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        handler();
+    }
+    if closing {
+        // Returning lets Windows end the process at once: give the shutdown
+        // time (tether exits on its own when done, ending this thread too).
+        std::thread::sleep(CLOSE_WAIT);
+    }
+    TRUE
+}
+
+/// See [`crate::platform::on_console_stop`].
+pub fn on_console_stop(handler: StopHandler) -> std::io::Result<()> {
+    let mut handlers = STOP_HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
+    if handlers.is_empty() {
+        // SAFETY: registers a function that lives as long as the process.
+        check(unsafe { SetConsoleCtrlHandler(Some(console_event), TRUE) })?;
+    }
+    handlers.push(handler);
+    Ok(())
+}
