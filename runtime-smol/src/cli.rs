@@ -79,6 +79,10 @@ pub enum Command {
     /// Log in to remote servers that use OAuth, see where each login stands, log out.
     #[command(subcommand)]
     Auth(AuthCommand),
+    /// Copy the MCP servers of a client's configuration into tether's file (the
+    /// one `--config` names, else the default); with `--rewrite`, then point the
+    /// client at tether. Exit 1 when a server is defined differently in both.
+    Import(ImportArgs),
     /// Run a recorded trace through the engine and print the actions.
     Replay {
         /// The trace file.
@@ -96,6 +100,23 @@ pub enum Command {
     /// the demo puts in front of a stdio mock for its HTTP backend.
     #[command(hide = true)]
     MockBackend(tether_mock::MockOptions),
+}
+
+/// `tether import ...`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The client whose servers to import: claude-desktop, cursor, vscode
+    /// (`.vscode/mcp.json` here, else the user's `mcp.json`), claude-code, or the
+    /// path of a file with an `mcpServers` or `servers` map.
+    #[arg(long, value_name = "CLIENT|PATH", default_value = "claude-desktop")]
+    pub from: crate::import::Source,
+    /// Then rewrite the client's file (after a backup beside it) so that its only
+    /// server is tether, run with this configuration.
+    #[arg(long)]
+    pub rewrite: bool,
+    /// Print what would change; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `tether auth ...`.

@@ -11,6 +11,7 @@ pub mod client_stdio;
 pub mod demo;
 pub mod host;
 pub mod http_server;
+pub mod import;
 pub mod line_reader;
 pub mod signals;
 pub mod status;

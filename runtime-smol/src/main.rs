@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         Some(Command::Check) => check::run(&cli),
         Some(Command::Auth(ref command)) => tether_smol::auth_cli::run(&cli, command),
         Some(Command::Status(ref args)) => Ok(tether_smol::status_cli::run(args)),
+        Some(Command::Import(ref args)) => tether_smol::import::run(&cli, args),
         Some(Command::Replay { ref trace, json }) => app::replay(trace, json),
         Some(Command::Demo) => tether_smol::demo::run(),
         Some(Command::MockBackend(ref opts)) => {

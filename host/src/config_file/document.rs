@@ -6,16 +6,25 @@ use std::collections::HashMap;
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Number, Value};
 
 /// A JSON value whose objects keep their keys in document order, repeats included.
+/// Serialized, it writes its keys in that order too, so a tool that edits a file
+/// does not reorder it.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Node {
+pub enum Node {
+    /// `null`.
     Null,
+    /// `true` or `false`.
     Bool(bool),
+    /// A number.
     Number(Number),
+    /// A string.
     String(String),
+    /// An array.
     Array(Vec<Node>),
+    /// An object: its entries in document order.
     Object(Vec<(String, Node)>),
 }
 
@@ -53,7 +62,7 @@ impl Node {
 
     /// The same value as a `serde_json::Value` (a repeated key keeps its last value,
     /// as serde_json does).
-    pub(super) fn to_value(&self) -> Value {
+    pub fn to_value(&self) -> Value {
         match self {
             Node::Null => Value::Null,
             Node::Bool(b) => Value::Bool(*b),
@@ -110,6 +119,25 @@ pub(super) fn position(ordinals: &HashMap<String, usize>, path: &str) -> usize {
         match path.rfind(['.', '[']) {
             Some(cut) => path = &path[..cut],
             None => return 0,
+        }
+    }
+}
+
+impl Serialize for Node {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Node::Null => serializer.serialize_unit(),
+            Node::Bool(b) => serializer.serialize_bool(*b),
+            Node::Number(n) => n.serialize(serializer),
+            Node::String(s) => serializer.serialize_str(s),
+            Node::Array(items) => items.serialize(serializer),
+            Node::Object(entries) => {
+                let mut map = serializer.serialize_map(Some(entries.len()))?;
+                for (key, value) in entries {
+                    map.serialize_entry(key, value)?;
+                }
+                map.end()
+            }
         }
     }
 }

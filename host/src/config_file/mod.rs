@@ -73,7 +73,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use tether_core::Config;
 
-use document::Node;
+pub use document::Node;
 use expand::expand_strings;
 use jsonc::strip_jsonc;
 
@@ -251,6 +251,13 @@ pub fn oauth_sections(path: &Path) -> Result<BTreeMap<String, Value>, ConfigFile
         }
     }
     Ok(out)
+}
+
+/// `text` (a leading byte-order mark, comments and trailing commas allowed) parsed
+/// as JSON whose objects keep their keys in document order; errors are
+/// [`ConfigFileError::Syntax`] naming `origin`. Nothing is checked beyond syntax.
+pub fn parse_jsonc(text: &str, origin: &str) -> Result<Node, ConfigFileError> {
+    json(text, origin)
 }
 
 /// `text` (a leading byte-order mark, comments and trailing commas allowed) parsed
