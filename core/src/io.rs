@@ -404,6 +404,21 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, in lifecycle order (for gauges and exhaustive checks).
+    pub const ALL: [Status; 11] = [
+        Status::Provisioning,
+        Status::Connecting,
+        Status::DiscoveringTools,
+        Status::Online,
+        Status::Dormant,
+        Status::Restarting,
+        Status::Offline,
+        Status::Error,
+        Status::RequiresReauth,
+        Status::PermanentlyFailed,
+        Status::Disconnected,
+    ];
+
     /// The snake_case name used on the wire and in logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -716,23 +731,9 @@ impl fmt::Display for Event {
 mod status_tests {
     use super::Status;
 
-    const ALL: [Status; 11] = [
-        Status::Provisioning,
-        Status::Connecting,
-        Status::DiscoveringTools,
-        Status::Online,
-        Status::Dormant,
-        Status::Restarting,
-        Status::Offline,
-        Status::Error,
-        Status::RequiresReauth,
-        Status::PermanentlyFailed,
-        Status::Disconnected,
-    ];
-
     #[test]
     fn every_status_is_exactly_one_of_starting_serving_or_down() {
-        for status in ALL {
+        for status in Status::ALL {
             let kinds = [status.is_starting(), status.is_serving(), status.is_down()];
             assert_eq!(kinds.iter().filter(|k| **k).count(), 1, "{status}");
         }

@@ -144,21 +144,6 @@ struct Scrape {
     in_flight: u64,
 }
 
-/// Every status, for the `tether_backend_status` gauge (1 for the current one).
-const STATUSES: [Status; 11] = [
-    Status::Provisioning,
-    Status::Connecting,
-    Status::DiscoveringTools,
-    Status::Online,
-    Status::Dormant,
-    Status::Restarting,
-    Status::Offline,
-    Status::Error,
-    Status::RequiresReauth,
-    Status::PermanentlyFailed,
-    Status::Disconnected,
-];
-
 impl Scrape {
     /// One counter per backend, `value` read from its metrics.
     fn counter(
@@ -230,7 +215,8 @@ impl Collector for Scrape {
             MetricType::Gauge,
         )?;
         for (s, _) in &self.backends {
-            for candidate in STATUSES {
+            // Every status, 1 for the current one.
+            for candidate in Status::ALL {
                 let labels = [("server", s.server.as_str()), ("status", candidate.as_str())];
                 ConstGauge::new(i64::from(s.status == candidate)).encode(status.encode_family(&labels)?)?;
             }
