@@ -32,6 +32,10 @@ pub struct PolicyFlags {
     /// Flat mode: also serve the admin tools list_servers, reconnect_server and server_events.
     #[arg(long, global = true)]
     pub admin_tools: bool,
+    /// Do not reload the config file when it changes on disk (on unix SIGHUP
+    /// still reloads it).
+    #[arg(long, global = true)]
+    pub no_watch: bool,
 }
 
 impl PolicyFlags {

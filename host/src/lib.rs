@@ -8,11 +8,13 @@
 pub mod backlog;
 pub mod clock;
 pub mod config_file;
+pub mod config_watch;
 pub mod credentials;
 pub mod flags;
 pub mod http_backend;
 pub mod launch;
 pub mod lifecycle;
+pub mod locations;
 pub mod logging;
 pub mod oauth;
 pub mod platform;

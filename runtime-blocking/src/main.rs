@@ -11,10 +11,6 @@ use clap::{Args, Parser, Subcommand};
 use tether_blocking::{Host, LineReader, PipeWriter};
 use tether_host::flags::{config_path, load_config, PolicyFlags};
 
-use crate::signals::Request;
-
-mod signals;
-
 /// tether-blocking: the tether MCP gateway on plain threads (stdio).
 #[derive(Debug, Parser)]
 #[command(name = "tether-blocking", version, about, long_about = None)]
@@ -52,7 +48,7 @@ enum Stop {
     /// The client closed stdin.
     Eof,
     /// SIGTERM or SIGINT (on Windows, the console's Ctrl-C or close): what came.
-    Signal(String),
+    Signal(&'static str),
 }
 
 fn main() -> ExitCode {
@@ -114,17 +110,16 @@ fn serve(cli: &Cli) -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start the stdin reader: {e}"))?;
 
-    let path = config_path(cli.config.as_deref());
-    let (handle, flags) = (host.handle(), cli.policy.clone());
-    signals::listen(move |request| match request {
-        Request::Reload => {
-            tether_host::reload::reload_config(path.as_deref(), &flags, |input| handle.input(input));
-        }
-        Request::Stop(why) => {
-            handle.close(session);
+    let (feed, close) = (host.handle(), host.handle());
+    tether_host::reload::listen(
+        config_path(cli.config.as_deref()),
+        cli.policy.clone(),
+        move |input| feed.input(input),
+        move |why| {
+            close.close(session);
             let _ = stop.send(Stop::Signal(why));
-        }
-    })?;
+        },
+    );
 
     match stopped.recv() {
         Ok(Stop::Signal(why)) => tracing::info!("{why}: shutting down"),

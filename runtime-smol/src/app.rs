@@ -39,7 +39,7 @@ pub fn host(cli: &Cli, config: &Config) -> Result<Host, String> {
 
 /// `tether serve`: one client over stdio, and/or any number of Streamable HTTP
 /// clients with `--listen`, until stdin ends (stdio) or a signal arrives.
-/// SIGHUP reloads the configuration file.
+/// The configuration file is reloaded when it changes (and on SIGHUP).
 pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     let config = load_config(cli)?;
     let options = match &args.listen {
@@ -100,7 +100,19 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
             smol::spawn(read_stdin(inputs.clone(), max_frame, frames.backlog().clone())).detach();
             smol::spawn(write_stdout(frames))
         });
-        smol::spawn(crate::signals::handle_signals(config_path, flags, inputs)).detach();
+        let (feed, stop) = (inputs.clone(), inputs);
+        tether_host::reload::listen(
+            config_path,
+            flags,
+            move |input| {
+                // Unbounded: the reload is queued at once, from any thread.
+                let _ = feed.try_send(input);
+            },
+            move |why| {
+                tracing::info!("{why}: shutting down");
+                let _ = stop.try_send(Input::ClientClosed { session: STDIO_SESSION });
+            },
+        );
         host.run(|_, input| matches!(input, Input::ClientClosed { session } if *session == STDIO_SESSION)).await;
         host.shutdown().await;
         drop(host);

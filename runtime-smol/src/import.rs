@@ -65,22 +65,12 @@ pub fn client_path(
     env: &dyn Fn(&str) -> Option<String>,
     cwd: &Path,
 ) -> Result<PathBuf, String> {
-    let var = |name: &str| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    let home = || {
-        let found = if os == "windows" { var("USERPROFILE").or_else(|| var("HOME")) } else { var("HOME") };
-        found.ok_or_else(|| "cannot find the home directory (set HOME); give --from PATH".to_string())
-    };
+    let places = tether_host::locations::Locations::new(os, env);
+    let home =
+        || places.home().ok_or_else(|| "cannot find the home directory (set HOME); give --from PATH".to_string());
     // Where applications keep their settings: Application Support, %APPDATA%, XDG.
-    let app_config = || -> Result<PathBuf, String> {
-        match os {
-            "macos" => Ok(home()?.join("Library").join("Application Support")),
-            "windows" => var("APPDATA").ok_or_else(|| "APPDATA is not set; give --from PATH".to_string()),
-            _ => match var("XDG_CONFIG_HOME").filter(|d| d.is_absolute()) {
-                Some(dir) => Ok(dir),
-                None => Ok(home()?.join(".config")),
-            },
-        }
-    };
+    let app_config =
+        || places.app_config_dir().ok_or_else(|| "cannot find the settings folder; give --from PATH".to_string());
     Ok(match client {
         Client::ClaudeDesktop => app_config()?.join("Claude").join("claude_desktop_config.json"),
         Client::Cursor => home()?.join(".cursor").join("mcp.json"),

@@ -13,7 +13,6 @@ pub mod host;
 pub mod http_server;
 pub mod import;
 pub mod line_reader;
-pub mod signals;
 pub mod status;
 pub mod status_cli;
 pub mod stdio_backend;

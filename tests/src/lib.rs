@@ -305,8 +305,14 @@ impl Tether {
 
     /// Replaces the configuration file and sends SIGHUP so tether reloads it.
     pub fn reload(&self, config: &Value) {
-        std::fs::write(self.config_path(), serde_json::to_string_pretty(config).unwrap()).unwrap();
+        self.write_config(config);
         self.signal("HUP");
+    }
+
+    /// Replaces the config file (a running tether notices by itself, unless
+    /// started with `--no-watch`).
+    pub fn write_config(&self, config: &Value) {
+        std::fs::write(self.config_path(), serde_json::to_string_pretty(config).unwrap()).unwrap();
     }
 
     /// Sends a signal (`HUP`, `TERM`, …) to tether.

@@ -396,13 +396,24 @@ fn calls_in_flight_fail_when_the_backend_disconnects(rt: Runtime) {
 
 on_both_runtimes!(sighup_reloads_the_config);
 /// Scenario 8: SIGHUP reloads the config differentially: a removed backend goes, a changed
-/// one restarts with its new tools, an added one appears; the client is told.
+/// one restarts with its new tools, an added one appears; the client is told. (The file
+/// is not watched here, so only the signal can have reloaded it.)
 fn sighup_reloads_the_config(rt: Runtime) {
+    reloads_the_config(rt, &["--no-watch"], |t, config| t.reload(config));
+}
+
+on_both_runtimes!(editing_the_config_file_reloads_it);
+/// Scenario 8 without a signal (as on Windows): writing the file is enough.
+fn editing_the_config_file_reloads_it(rt: Runtime) {
+    reloads_the_config(rt, &[], |t, config| t.write_config(config));
+}
+
+fn reloads_the_config(rt: Runtime, args: &[&str], reload: impl Fn(&Tether, &Value)) {
     let servers = json!({
         "a": mock("a", &["--tools", "echo"]),
         "b": mock("b", &["--tools", "echo,pid"]),
     });
-    let mut t = Tether::start_with(rt, config(servers, fast_policy()), &[]);
+    let mut t = Tether::start_with(rt, config(servers, fast_policy()), args);
     t.initialize();
     let mut names = t.tool_names();
     names.sort();
@@ -414,7 +425,7 @@ fn sighup_reloads_the_config(rt: Runtime) {
         "b": mock("b", &["--tools", "echo,add"]),
         "c": mock("c", &["--tools", "echo"]),
     });
-    t.reload(&config(reloaded, fast_policy()));
+    reload(&t, &config(reloaded, fast_policy()));
 
     let expected = ["b__add", "b__echo", "c__echo"];
     let deadline = Instant::now() + SOON;
@@ -436,6 +447,7 @@ fn sighup_reloads_the_config(rt: Runtime) {
     assert_eq!(t.call_text("c__echo", json!({"text": "new"})), "new");
     let gone = t.call("a__echo", json!({"text": "x"}));
     assert_eq!(gone["error"]["code"], -32602, "{gone}");
+    assert_eq!(t.stderr_text().matches("reloading ").count(), 1, "one reload:\n{}", t.stderr_text());
     assert_clean_log(&t.stderr_text());
 }
 

@@ -203,23 +203,11 @@ pub fn parse(text: &str, origin: &str, env: &dyn Fn(&str) -> Option<String>) -> 
 }
 
 /// Where the configuration is read from when `--config` is absent: `$TETHER_CONFIG`
-/// if set, else `$XDG_CONFIG_HOME/tether/config.json`, else
-/// `$HOME/.config/tether/config.json`; `None` when none of these variables is set.
-/// The first candidate is returned whether or not the file exists.
+/// if set, else the system's place for it (see [`crate::locations`]); `None` when
+/// no variable says where the home directory is. Returned whether or not the
+/// file exists.
 pub fn default_path() -> Option<PathBuf> {
-    default_path_from(&|name| std::env::var_os(name).and_then(|v| v.into_string().ok()))
-}
-
-fn default_path_from(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
-    let set = |name: &str| env(name).filter(|v| !v.is_empty());
-    if let Some(file) = set("TETHER_CONFIG") {
-        return Some(PathBuf::from(file));
-    }
-    // The XDG spec says relative values are to be ignored.
-    if let Some(dir) = set("XDG_CONFIG_HOME").filter(|d| Path::new(d).is_absolute()) {
-        return Some(Path::new(&dir).join("tether").join("config.json"));
-    }
-    set("HOME").map(|home| Path::new(&home).join(".config").join("tether").join("config.json"))
+    crate::locations::Locations::here().config_file()
 }
 
 /// The `oauth` objects of the file's server entries, by server name, with `${VAR}`

@@ -8,7 +8,6 @@
 //! file created exclusively, holding its owner and the end of its lease; a lease
 //! that ran out (its owner died mid-refresh) may be taken over.
 
-use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -141,30 +140,10 @@ pub fn store_key(server_url: &str, client_id: Option<&str>) -> String {
     digest.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The default credentials directory: `$TETHER_STATE_DIR` if set; else on Windows
-/// `%LOCALAPPDATA%\tether\credentials`; on macOS
-/// `~/Library/Application Support/tether/credentials`; elsewhere
-/// `$XDG_STATE_HOME/tether/credentials` or `~/.local/state/tether/credentials`.
+/// The default credentials directory: `credentials` in tether's state directory
+/// (`$TETHER_STATE_DIR`, else the system's place: see [`crate::locations`]).
 pub fn default_dir() -> Option<PathBuf> {
-    dir_for(std::env::consts::OS, |name| std::env::var_os(name))
-}
-
-fn dir_for(os: &str, var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
-    let path = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    if let Some(dir) = path("TETHER_STATE_DIR") {
-        return Some(dir);
-    }
-    let tail: PathBuf = ["tether", "credentials"].iter().collect();
-    match os {
-        "windows" => path("LOCALAPPDATA")
-            .or_else(|| path("USERPROFILE").map(|h| h.join("AppData").join("Local")))
-            .map(|d| d.join(tail)),
-        "macos" => path("HOME").map(|h| h.join("Library").join("Application Support").join(tail)),
-        _ => path("XDG_STATE_HOME")
-            .filter(|d| d.is_absolute())
-            .or_else(|| path("HOME").map(|h| h.join(".local").join("state")))
-            .map(|d| d.join(tail)),
-    }
+    crate::locations::Locations::here().state_dir().map(|d| d.join("credentials"))
 }
 
 /// Credentials as files: `<dir>/<key>.json`, private to the user (0600 in a 0700
@@ -407,7 +386,7 @@ mod tests {
         assert_eq!(store.load(&key).unwrap().unwrap().updated_at, 2);
         // No temporary file is left behind.
         let names: Vec<_> = fs::read_dir(store.dir()).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(names, vec![OsString::from(format!("{key}.json"))]);
+        assert_eq!(names, vec![std::ffi::OsString::from(format!("{key}.json"))]);
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -437,31 +416,6 @@ mod tests {
         assert_ne!(a, store_key("https://mcp.example.com/mcp2", None));
         assert_eq!(a.len(), 32);
         assert!(FileStore::new("/x").file("../etc", "json").is_err());
-    }
-
-    #[test]
-    fn default_directories() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
-        };
-        assert_eq!(dir_for("linux", env(&[("TETHER_STATE_DIR", "/s"), ("HOME", "/h")])), Some("/s".into()));
-        assert_eq!(
-            dir_for("linux", env(&[("XDG_STATE_HOME", "/x"), ("HOME", "/h")])),
-            Some("/x/tether/credentials".into())
-        );
-        assert_eq!(
-            dir_for("linux", env(&[("XDG_STATE_HOME", "rel"), ("HOME", "/h")])),
-            Some("/h/.local/state/tether/credentials".into())
-        );
-        assert_eq!(
-            dir_for("macos", env(&[("HOME", "/h")])),
-            Some("/h/Library/Application Support/tether/credentials".into())
-        );
-        assert_eq!(
-            dir_for("windows", env(&[("LOCALAPPDATA", "C:\\L")])),
-            Some(PathBuf::from("C:\\L").join("tether").join("credentials"))
-        );
-        assert_eq!(dir_for("linux", env(&[])), None);
     }
 
     #[test]

@@ -90,12 +90,20 @@ pub fn try_reap(pid: u32) -> bool {
     imp::try_reap(pid)
 }
 
-/// Calls `handler` whenever tether's console asks it to stop (Windows: Ctrl-C,
-/// Ctrl-Break, the console window closed, logoff, shutdown), so the runtimes can
-/// shut down as they do on SIGTERM. `Err(Unsupported)` on unix, where the
-/// runtimes listen for signals themselves. After a close, logoff or shutdown
-/// Windows ends the process a few seconds after asking: the shutdown must be
-/// quick.
-pub fn on_console_stop(handler: impl Fn() + Send + Sync + 'static) -> std::io::Result<()> {
-    imp::on_console_stop(Box::new(handler))
+/// What the operating system asks of a running tether.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OsRequest {
+    /// Stop: what asked, for the log (`"SIGTERM"`, `"console Ctrl-C"`, ...).
+    Stop(&'static str),
+    /// Read the configuration file again (SIGHUP; unix only).
+    Reload,
+}
+
+/// Calls `handler` for every request the operating system makes from now on,
+/// on a thread of the platform's choosing: on unix SIGTERM and SIGINT stop,
+/// SIGHUP reloads; on Windows the console's Ctrl-C, Ctrl-Break, close, logoff
+/// and shutdown stop (after a close, logoff or shutdown Windows ends the
+/// process a few seconds later: the shutdown must be quick).
+pub fn on_os_request(handler: impl Fn(OsRequest) + Send + Sync + 'static) -> std::io::Result<()> {
+    imp::on_os_request(Box::new(handler))
 }

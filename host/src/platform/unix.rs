@@ -8,7 +8,7 @@
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use super::Signal;
+use super::{OsRequest, Signal};
 
 /// See [`crate::platform::configure_child`].
 pub fn configure_child(cmd: &mut Command) {
@@ -84,7 +84,20 @@ pub fn try_reap(pid: u32) -> bool {
     unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) > 0 }
 }
 
-/// See [`crate::platform::on_console_stop`]: signals are the runtimes' own here.
-pub fn on_console_stop(_handler: Box<dyn Fn() + Send + Sync>) -> std::io::Result<()> {
-    Err(std::io::ErrorKind::Unsupported.into())
+/// See [`crate::platform::on_os_request`]: SIGTERM, SIGINT and SIGHUP, read
+/// on a thread of their own.
+pub fn on_os_request(handler: Box<dyn Fn(OsRequest) + Send + Sync>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        for signal in signals.forever() {
+            handler(match signal {
+                SIGHUP => OsRequest::Reload,
+                SIGINT => OsRequest::Stop("SIGINT"),
+                _ => OsRequest::Stop("SIGTERM"),
+            });
+        }
+    })?;
+    Ok(())
 }

@@ -38,7 +38,7 @@ pub fn try_reap(_pid: u32) -> bool {
     false
 }
 
-/// See [`crate::platform::on_console_stop`].
-pub fn on_console_stop(_handler: Box<dyn Fn() + Send + Sync>) -> std::io::Result<()> {
+/// See [`crate::platform::on_os_request`].
+pub fn on_os_request(_handler: Box<dyn Fn(super::OsRequest) + Send + Sync>) -> std::io::Result<()> {
     Err(std::io::ErrorKind::Unsupported.into())
 }

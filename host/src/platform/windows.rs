@@ -36,7 +36,7 @@ use windows_sys::Win32::System::Threading::{
     OpenProcess, TerminateProcess, CREATE_NEW_PROCESS_GROUP, PROCESS_SET_QUOTA, PROCESS_TERMINATE,
 };
 
-use super::Signal;
+use super::{OsRequest, Signal};
 
 /// The exit code of a process tether terminated (what `taskkill /F` leaves too).
 const TERMINATED: u32 = 1;
@@ -201,20 +201,23 @@ pub fn try_reap(_pid: u32) -> bool {
     false
 }
 
-type StopHandler = Box<dyn Fn() + Send + Sync>;
+type StopHandler = Box<dyn Fn(OsRequest) + Send + Sync>;
 
-/// The handlers [`on_console_stop`] registered, called in order.
+/// The handlers [`on_os_request`] registered, called in order.
 static STOP_HANDLERS: Mutex<Vec<StopHandler>> = Mutex::new(Vec::new());
 
 /// The console control handler: runs on a thread Windows starts for each event.
 unsafe extern "system" fn console_event(kind: u32) -> windows_sys::core::BOOL {
-    let closing = match kind {
-        CTRL_C_EVENT | CTRL_BREAK_EVENT => false,
-        CTRL_CLOSE_EVENT | CTRL_LOGOFF_EVENT | CTRL_SHUTDOWN_EVENT => true,
+    let (what, closing) = match kind {
+        CTRL_C_EVENT => ("console Ctrl-C", false),
+        CTRL_BREAK_EVENT => ("console Ctrl-Break", false),
+        CTRL_CLOSE_EVENT => ("console closed", true),
+        CTRL_LOGOFF_EVENT => ("logoff", true),
+        CTRL_SHUTDOWN_EVENT => ("shutdown", true),
         _ => return FALSE,
     };
     for handler in STOP_HANDLERS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-        handler();
+        handler(OsRequest::Stop(what));
     }
     if closing {
         // Returning lets Windows end the process at once: give the shutdown
@@ -224,8 +227,8 @@ unsafe extern "system" fn console_event(kind: u32) -> windows_sys::core::BOOL {
     TRUE
 }
 
-/// See [`crate::platform::on_console_stop`].
-pub fn on_console_stop(handler: StopHandler) -> std::io::Result<()> {
+/// See [`crate::platform::on_os_request`]: the console's control events.
+pub fn on_os_request(handler: StopHandler) -> std::io::Result<()> {
     let mut handlers = STOP_HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
     if handlers.is_empty() {
         // SAFETY: registers a function that lives as long as the process.

@@ -319,17 +319,6 @@ fn load_reads_a_file_and_names_it_in_errors() {
 }
 
 #[test]
-fn default_path_prefers_tether_config_then_xdg_then_home() {
-    let all = env_of(&[("TETHER_CONFIG", "/etc/t.json"), ("XDG_CONFIG_HOME", "/xdg"), ("HOME", "/home/u")]);
-    assert_eq!(default_path_from(&all), Some(PathBuf::from("/etc/t.json")));
-    let xdg = env_of(&[("XDG_CONFIG_HOME", "/xdg"), ("HOME", "/home/u")]);
-    assert_eq!(default_path_from(&xdg), Some(PathBuf::from("/xdg/tether/config.json")));
-    let home = env_of(&[("XDG_CONFIG_HOME", "relative"), ("TETHER_CONFIG", ""), ("HOME", "/home/u")]);
-    assert_eq!(default_path_from(&home), Some(PathBuf::from("/home/u/.config/tether/config.json")));
-    assert_eq!(default_path_from(&no_env), None);
-}
-
-#[test]
 fn no_input_panics() {
     let valid = r#"{"tether": {"policy": {"crash_limit": 2}}, "mcpServers": {"a": {"command": "${X:-y}", "args": ["$$"], "env": {"K": "v"}}, "b": {"url": "https://x.test/sse", "headers": {"H": "${Y}"}}}} // end"#;
     for end in 0..=valid.len() {
