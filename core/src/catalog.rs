@@ -9,7 +9,10 @@
 //! client SDK still accepts as a URI and which round-trips exactly.
 //!
 //! The catalog keeps what a backend last listed whatever its status; callers pass
-//! a visibility predicate when serving.
+//! a visibility predicate when serving. What the config hides of a backend (its
+//! [`Selection`]) is kept aside, unserved, so that a changed selection applies
+//! without asking the backend again, and a call to a hidden name gets an answer
+//! that says why.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -20,6 +23,7 @@ use serde_json::{Map, Value};
 
 use crate::config::is_name_byte;
 use crate::param_headers::{self, ParamHeader};
+use crate::selection::{Filter, Selection};
 
 /// Longest served tool or prompt name.
 pub const MAX_NAME_LEN: usize = 64;
@@ -125,12 +129,31 @@ pub struct Entry {
     /// The tool's arguments mirrored into `Mcp-Param-*` headers on HTTP, read
     /// once here from its `inputSchema` (empty for nearly every tool).
     pub param_headers: Vec<ParamHeader>,
+    /// The item as the backend listed it, kept when the config overrides what
+    /// clients see of it (so a changed selection can start from the original).
+    raw: Option<alloc::boxed::Box<Map<String, Value>>>,
+    /// Where the backend listed it, so a changed selection keeps its order.
+    position: usize,
+}
+
+/// An item the config hides: never served, kept to apply a changed selection
+/// and to tell a client that asks for it why it is not there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Hidden {
+    /// The name (tools, prompts) or URI it would be served under.
+    served: String,
+    /// The item as the backend listed it.
+    item: Map<String, Value>,
+    /// Where the backend listed it.
+    position: usize,
 }
 
 /// What one backend last listed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackendCatalog {
     lists: [Vec<Entry>; 4],
+    /// What the selection hides of each list.
+    hidden: [Vec<Hidden>; 4],
     discovered: bool,
     /// Some tool mirrors arguments into headers.
     mirrors_params: bool,
@@ -173,6 +196,7 @@ impl BackendCatalog {
 struct Registration {
     prefixed: bool,
     alias: String,
+    selection: Selection,
     catalog: BackendCatalog,
 }
 
@@ -257,7 +281,37 @@ impl Catalog {
         }
         let alias = self.fresh_alias(server);
         self.aliases.insert(alias.clone(), server.to_string());
-        self.backends.insert(server.to_string(), Registration { prefixed, alias, catalog: BackendCatalog::default() });
+        let selection = Selection::default();
+        let reg = Registration { prefixed, alias, selection, catalog: BackendCatalog::default() };
+        self.backends.insert(server.to_string(), reg);
+    }
+
+    /// Sets which of a registered backend's items are served, and how; a change
+    /// applies at once to what it last listed.
+    pub fn select(&mut self, server: &str, selection: &Selection) {
+        let Some(reg) = self.backends.get_mut(server) else { return };
+        if reg.selection == *selection {
+            return;
+        }
+        self.version += 1;
+        reg.selection = selection.clone();
+        let prefixed = reg.prefixed;
+        self.rekey(server, prefixed);
+    }
+
+    /// The backend whose config hides the tool or prompt a client asked for by
+    /// `served` name (`None`: no backend hides one of that name).
+    pub fn hidden_by(&self, kind: ListKind, served: &str) -> Option<&str> {
+        self.backends
+            .iter()
+            .find(|(_, r)| r.catalog.hidden[kind.index()].iter().any(|h| h.served == served))
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// Whether the config of `server` hides the resource at its `uri` (the
+    /// backend's own URI), so it may not be read or subscribed to.
+    fn hides_uri(&self, server: &str, uri: &str) -> bool {
+        self.backends.get(server).is_some_and(|r| !r.selection.resources.serves(uri))
     }
 
     /// Forgets a backend and its items.
@@ -288,14 +342,22 @@ impl Catalog {
         let Some(reg) = self.backends.get(server) else {
             return Installed::default();
         };
-        let (prefixed, alias) = (reg.prefixed, reg.alias.clone());
+        let (prefixed, alias, selection) = (reg.prefixed, reg.alias.clone(), reg.selection.clone());
         self.clear_index(server);
         let mut conflicts = Vec::new();
         let mut rejected = Vec::new();
         let mut built: [Vec<Entry>; 4] = Default::default();
+        let mut hidden: [Vec<Hidden>; 4] = Default::default();
         for kind in ListKind::ALL {
             let mut seen = BTreeMap::new();
-            for item in &lists[kind.index()] {
+            let filter = selection.filter(kind);
+            for (position, item) in lists[kind.index()].iter().enumerate() {
+                let key = item.get(kind.key_field()).and_then(Value::as_str).unwrap_or("");
+                if !key.is_empty() && !filter.serves(key) {
+                    let served = self.served_key(server, prefixed, &alias, kind, key, filter);
+                    hidden[kind.index()].push(Hidden { served, item: item.clone(), position });
+                    continue;
+                }
                 let param_headers = match kind {
                     ListKind::Tools => match item.get("inputSchema").map(param_headers::declarations) {
                         None => Vec::new(),
@@ -308,9 +370,11 @@ impl Catalog {
                     },
                     _ => Vec::new(),
                 };
-                let Some(entry) = self.build_entry(server, prefixed, &alias, kind, item, param_headers) else {
+                let Some(mut entry) = self.build_entry(server, (prefixed, &alias), kind, item, filter, param_headers)
+                else {
                     continue;
                 };
+                entry.position = position;
                 let index = match kind {
                     ListKind::Tools => Some(&mut self.tools),
                     ListKind::Prompts => Some(&mut self.prompts),
@@ -332,7 +396,7 @@ impl Catalog {
         }
         let mirrors_params = built[ListKind::Tools.index()].iter().any(|e| !e.param_headers.is_empty());
         if let Some(reg) = self.backends.get_mut(server) {
-            reg.catalog = BackendCatalog { lists: built, discovered: true, mirrors_params };
+            reg.catalog = BackendCatalog { lists: built, hidden, discovered: true, mirrors_params };
         }
         Installed { conflicts, rejected }
     }
@@ -367,7 +431,18 @@ impl Catalog {
     /// `file:///x` for a prefixed backend; an unprefixed backend serves its URIs
     /// unchanged, so a bare URI goes to the unprefixed backend that lists it, else
     /// whose template's fixed prefix matches it best, else the only unprefixed one.
+    /// A URI the config hides resolves to nothing (see [`Catalog::hidden_uri`]).
     pub fn resolve_uri<'a>(&'a self, served: &'a str) -> Option<(&'a str, &'a str)> {
+        self.locate_uri(served).filter(|(server, uri)| !self.hides_uri(server, uri))
+    }
+
+    /// The backend whose config hides the resource at the served URI a client
+    /// asked for (`None`: none hides it).
+    pub fn hidden_uri<'a>(&'a self, served: &'a str) -> Option<&'a str> {
+        self.locate_uri(served).filter(|(server, uri)| self.hides_uri(server, uri)).map(|(server, _)| server)
+    }
+
+    fn locate_uri<'a>(&'a self, served: &'a str) -> Option<(&'a str, &'a str)> {
         if served.is_empty() {
             return None;
         }
@@ -514,15 +589,22 @@ impl Catalog {
         }
         let mut lists: [Vec<Map<String, Value>>; 4] = Default::default();
         for kind in ListKind::ALL {
+            // Served and hidden items, back in the order the backend listed them.
+            let mut items: Vec<(usize, Map<String, Value>)> = Vec::new();
             for e in reg.catalog.entries(kind) {
-                if let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&e.json) {
+                if let Some(raw) = &e.raw {
+                    items.push((e.position, (**raw).clone()));
+                } else if let Ok(Value::Object(mut m)) = serde_json::from_str::<Value>(&e.json) {
                     m.insert(kind.key_field().into(), Value::String(e.original.clone()));
                     if was_prefixed {
                         unalias_meta(&mut m, &reg.alias);
                     }
-                    lists[kind.index()].push(m);
+                    items.push((e.position, m));
                 }
             }
+            items.extend(reg.catalog.hidden[kind.index()].iter().map(|h| (h.position, h.item.clone())));
+            items.sort_by_key(|(position, _)| *position);
+            lists[kind.index()] = items.into_iter().map(|(_, item)| item).collect();
         }
         self.install(server, lists);
     }
@@ -546,29 +628,44 @@ impl Catalog {
         alias
     }
 
+    /// The name (tools, prompts) or URI a client sees for the item the backend
+    /// calls `key`.
+    fn served_key(&self, server: &str, prefixed: bool, alias: &str, kind: ListKind, key: &str, filter: &Filter) -> String {
+        match kind {
+            ListKind::Tools | ListKind::Prompts => {
+                let name = filter.override_for(key).and_then(|o| o.name.as_deref()).unwrap_or(key);
+                served_name(&if prefixed { format!("{server}{}{name}", self.separator) } else { name.to_string() })
+            }
+            ListKind::Resources | ListKind::ResourceTemplates if prefixed => format!("{alias}+{key}"),
+            ListKind::Resources | ListKind::ResourceTemplates => key.to_string(),
+        }
+    }
+
     fn build_entry(
         &self,
         server: &str,
-        prefixed: bool,
-        alias: &str,
+        (prefixed, alias): (bool, &str),
         kind: ListKind,
         item: &Map<String, Value>,
+        filter: &Filter,
         param_headers: Vec<ParamHeader>,
     ) -> Option<Entry> {
         let original = item.get(kind.key_field())?.as_str()?.to_string();
         if original.is_empty() {
             return None;
         }
-        let served = match kind {
-            ListKind::Tools | ListKind::Prompts => {
-                let joined = if prefixed { format!("{server}{}{original}", self.separator) } else { original.clone() };
-                served_name(&joined)
-            }
-            ListKind::Resources | ListKind::ResourceTemplates if prefixed => format!("{alias}+{original}"),
-            ListKind::Resources | ListKind::ResourceTemplates => original.clone(),
-        };
+        let served = self.served_key(server, prefixed, alias, kind, &original, filter);
         let mut obj = item.clone();
         obj.insert(kind.key_field().into(), Value::String(served.clone()));
+        let overridden = filter.override_for(&original);
+        if let Some(o) = overridden {
+            for (field, text) in [("title", &o.title), ("description", &o.description)] {
+                if let Some(text) = text {
+                    obj.insert(field.into(), Value::String(text.clone()));
+                }
+            }
+        }
+        let raw = overridden.map(|_| alloc::boxed::Box::new(item.clone()));
         if prefixed {
             alias_meta(&mut obj, alias);
         }
@@ -576,14 +673,14 @@ impl Catalog {
         let hint = |h: &str| annotations.and_then(|a| a.get(h)).and_then(Value::as_bool).unwrap_or(false);
         let retry_safe = kind == ListKind::Tools && (hint("readOnlyHint") || hint("idempotentHint"));
         let estimated_tokens = if kind == ListKind::Tools {
-            let desc = item.get("description").and_then(Value::as_str).map_or(0, str::len);
+            let desc = obj.get("description").and_then(Value::as_str).map_or(0, str::len);
             let schema = item.get("inputSchema").map_or(0, |s| serde_json::to_string(s).map_or(0, |s| s.len()));
             ((original.len() + desc + schema) / 4) as u32
         } else {
             0
         };
         let json = serde_json::to_string(&obj).ok()?;
-        Some(Entry { original, served, json, retry_safe, estimated_tokens, param_headers })
+        Some(Entry { original, served, json, retry_safe, estimated_tokens, param_headers, raw, position: 0 })
     }
 }
 

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::crash_window::MAX_CRASH_LIMIT;
 use crate::policy::{Backoff, CircuitBreaker, CrashWindow, HealthTracker};
+pub use crate::selection::{Filter, Override, Selection};
 use crate::time::Duration;
 
 /// Declares the policy knobs once: the resolved [`Policy`] with its defaults and
@@ -340,6 +341,10 @@ pub struct ServerConfig {
     /// that does not send its own `Authorization` header.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
     pub oauth: bool,
+    /// Which of its tools, prompts and resources are served, and under what
+    /// names and descriptions (default: all, as the backend says them).
+    #[serde(default, skip_serializing_if = "Selection::is_everything")]
+    pub selection: Selection,
 }
 
 fn yes() -> bool {
@@ -381,6 +386,7 @@ impl ServerConfig {
             policy: PolicyOverrides::default(),
             era: None,
             oauth: false,
+            selection: Selection::default(),
         }
     }
 }
@@ -499,6 +505,16 @@ impl Config {
                 _ => {}
             }
             self.policy.with(&server.policy).validate(&format!("{path}.policy"))?;
+            let selection = &server.selection;
+            for (kind, filter) in
+                [("tools", &selection.tools), ("prompts", &selection.prompts), ("resources", &selection.resources)]
+            {
+                filter.check().map_err(|message| ConfigError::new(format!("{path}.{kind}"), &message))?;
+            }
+            if !selection.resources.overrides.is_empty() {
+                let message = "resources take allow and deny only: overrides are for tools and prompts";
+                return Err(ConfigError::new(format!("{path}.resources.override"), message));
+            }
         }
         Ok(())
     }

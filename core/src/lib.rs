@@ -114,6 +114,7 @@ pub mod metrics;
 pub mod param_headers;
 pub mod protocol;
 pub mod redact;
+pub mod selection;
 pub mod trace;
 
 pub use config::{Config, ConfigError, ServerConfig, Transport};

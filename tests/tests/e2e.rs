@@ -451,6 +451,43 @@ fn reloads_the_config(rt: Runtime, args: &[&str], reload: impl Fn(&Tether, &Valu
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(the_config_chooses_and_renames_tools);
+/// A server's `tether.tools` section: a denied tool is neither listed nor callable, a
+/// renamed one is served under its new name and description and still reaches the
+/// backend; editing the section takes effect without restarting the backend.
+fn the_config_chooses_and_renames_tools(rt: Runtime) {
+    let chosen = |tools: Value| {
+        let mut entry = mock("fs", &["--tools", "echo,add,pid"]);
+        entry["tether"] = json!({ "tools": tools });
+        config(json!({ "fs": entry }), fast_policy())
+    };
+    let tools = json!({"deny": ["add"], "override": {"echo": {"name": "say", "description": "Say it back."}}});
+    let mut t = Tether::start_with(rt, chosen(tools), &[]);
+    t.initialize();
+    let mut names = t.tool_names();
+    names.sort();
+    assert_eq!(names, ["fs__pid", "fs__say"]);
+    assert_eq!(t.call_text("fs__say", json!({"text": "hi"})), "hi");
+    let hidden = t.call("fs__add", json!({"a": 1, "b": 2}));
+    assert!(hidden["error"]["message"].as_str().unwrap_or("").contains("hides it"), "{hidden}");
+    let pid = pid_of(&mut t, "fs__pid");
+
+    t.write_config(&chosen(json!({})));
+    let deadline = Instant::now() + SOON;
+    loop {
+        let mut names = t.tool_names();
+        names.sort();
+        if names == ["fs__add", "fs__echo", "fs__pid"] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "tools after the edit: {names:?}\n{}", t.stderr_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(t.call_text("fs__add", json!({"a": 1, "b": 2})), "3");
+    assert_eq!(pid_of(&mut t, "fs__pid"), pid, "the backend was not restarted");
+    assert_clean_log(&t.stderr_text());
+}
+
 on_both_runtimes!(progress_passes_through_with_the_clients_token);
 /// Scenario 9a: Progress notifications pass through with the client's own token, before
 /// the result.

@@ -594,6 +594,7 @@ impl Gateway {
             let mut fresh = Catalog::new(&self.config.separator);
             for name in &names {
                 fresh.register(name, self.backends[name].config.prefixed);
+                fresh.select(name, &self.backends[name].config.selection);
             }
             self.catalog = fresh;
             for name in &names {
@@ -614,6 +615,7 @@ impl Gateway {
             match self.backends.get_mut(name.as_str()) {
                 None => {
                     self.catalog.register(&name, server.prefixed);
+                    self.catalog.select(&name, &server.selection);
                     let backoff = policy.reconnect_backoff();
                     let mut sup = Supervisor::new(server.transport.is_stdio(), server.vital, policy, self.now);
                     if let Some(last) = self.retired_generations.remove(&name) {
@@ -640,6 +642,7 @@ impl Gateway {
                     let prefixed = server.prefixed;
                     b.config = server;
                     self.catalog.register(&name, prefixed);
+                    self.catalog.select(&name, &self.backends[name.as_str()].config.selection);
                     let b = &self.backends[name.as_str()];
                     if b.config.disabled {
                         if b.sup.is_connected() || !was_disabled {

@@ -242,7 +242,9 @@ impl Gateway {
             let tool: Value = serde_json::from_str(own.definition()).unwrap_or(Value::Null);
             return Ok(json!({ "server": "tether", "status": "online", "available": true, "tool": tool }));
         }
-        let Some(r) = self.catalog.resolve_tool(name) else { return Err(self.unknown_tool(name)) };
+        let Some(r) = self.catalog.resolve_tool(name) else {
+            return Err(self.hidden_message(ListKind::Tools, name).unwrap_or_else(|| self.unknown_tool(name)));
+        };
         let tool: Value = serde_json::from_str(&r.entry.json).unwrap_or(Value::Null);
         Ok(json!({
             "server": r.server,
@@ -265,10 +267,12 @@ impl Gateway {
             let msg = format!("'{target}' is one of the gateway's own tools: call it directly");
             return self.reply(session, &id, &tool_error(&msg));
         }
-        let known = self.catalog.resolve_tool(target).is_some();
-        if !known && !self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
-            let msg = self.unknown_tool(target);
-            return self.reply(session, &id, &tool_error(&msg));
+        if self.catalog.resolve_tool(target).is_none() {
+            let hidden = self.hidden_message(ListKind::Tools, target);
+            if hidden.is_some() || !self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
+                let msg = hidden.unwrap_or_else(|| self.unknown_tool(target));
+                return self.reply(session, &id, &tool_error(&msg));
+            }
         }
         let arguments = match args.get("arguments") {
             None | Some(Value::Null) => Value::Object(Map::new()),

@@ -19,6 +19,17 @@ use crate::protocol::{self, code, CacheHint, Era};
 use crate::supervisor::Readiness;
 
 impl Gateway {
+    /// Why a tool or prompt a client asked for by `name` is not served, when the
+    /// configuration hides it.
+    pub(super) fn hidden_message(&self, kind: ListKind, name: &str) -> Option<String> {
+        let server = self.catalog.hidden_by(kind, name)?;
+        let (what, key) = if kind == ListKind::Tools { ("tool", "tools") } else { ("prompt", "prompts") };
+        Some(format!(
+            "{what} '{name}' is not served: the configuration of server '{server}' hides it \
+             (its tether.{key} allow and deny lists)"
+        ))
+    }
+
     /// `tools/call` and `prompts/get`: the served name picks the backend. The
     /// params stay raw text; only the name is replaced. `may_wait`: a name not
     /// known yet may wait for backends on their first start (not again once it waited).
@@ -49,6 +60,9 @@ impl Gateway {
             _ => self.catalog.resolve_prompt(&name),
         };
         let Some(r) = resolved else {
+            if let Some(msg) = self.hidden_message(kind, &name) {
+                return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
+            }
             if may_wait && self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
                 // A backend that is still starting may bring this name: wait for it.
                 let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
@@ -82,7 +96,13 @@ impl Gateway {
         };
         let Some((server, original)) = self.catalog.resolve_uri(&uri).map(|(s, o)| (s.to_string(), o.to_string()))
         else {
-            let msg = format!("unknown resource: {uri}");
+            let msg = match self.catalog.hidden_uri(&uri) {
+                Some(server) => format!(
+                    "resource {uri} is not served: the configuration of server '{server}' hides it \
+                     (its tether.resources allow and deny lists)"
+                ),
+                None => format!("unknown resource: {uri}"),
+            };
             return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
         };
         params.insert("uri".into(), Value::String(original));

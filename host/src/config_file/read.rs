@@ -177,6 +177,9 @@ impl Reader<'_> {
                     set(&mut server.policy, self.section::<PolicyOverrides>(value, &field, Level::EntryPolicy, scope))
                 }
                 "era" => set(&mut server.era, self.era(value, &field)),
+                "tools" => set(&mut server.selection.tools, self.typed(value, &field)),
+                "prompts" => set(&mut server.selection.prompts, self.typed(value, &field)),
+                "resources" => set(&mut server.selection.resources, self.typed(value, &field)),
                 _ => {}
             }
         }
@@ -437,10 +440,17 @@ fn file_path(model: &str, servers_key: &str, config: &Config) -> String {
             .map(|name| (name, &after[name.len()..]))
     });
     match server {
-        Some((name, rest)) => match rest.strip_prefix(".policy") {
-            Some(field) => format!("{servers_key}.{name}.tether.policy{field}"),
-            None => format!("{servers_key}.{name}{rest}"),
-        },
+        Some((name, rest)) => {
+            // The engine's fields that live in the entry's `tether` section.
+            let tether = [".policy", ".tools", ".prompts", ".resources"]
+                .iter()
+                .any(|section| rest == *section || rest.starts_with(&format!("{section}.")));
+            if tether {
+                format!("{servers_key}.{name}.tether{rest}")
+            } else {
+                format!("{servers_key}.{name}{rest}")
+            }
+        }
         None => format!("tether.{model}"),
     }
 }

@@ -67,7 +67,8 @@ const GATEWAY_KEYS: &[&str] = &[
     "limits",
 ];
 const ENTRY_KEYS: &[&str] = &["type", "command", "args", "env", "cwd", "url", "headers", "disabled", "oauth", "tether"];
-const SERVER_KEYS: &[&str] = &["prefixed", "vital", "lazy", "disabled", "policy", "era"];
+const SERVER_KEYS: &[&str] =
+    &["prefixed", "vital", "lazy", "disabled", "policy", "era", "tools", "prompts", "resources"];
 
 impl Level {
     /// The keys this level reads.

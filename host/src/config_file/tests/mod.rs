@@ -288,6 +288,39 @@ fn core_validation_errors_name_the_field() {
 }
 
 #[test]
+fn tool_selection_reads_from_the_entry_tether_section() {
+    let config = parse_ok(
+        r#"{"mcpServers": {"fs": {"command": "x", "tether": {
+            "tools": {"allow": ["read_*", "list_*"], "deny": ["*media*"],
+                      "override": {"read_text_file": {"name": "read", "description": "Read a note"}}},
+            "prompts": {"deny": ["*"]},
+            "resources": {"allow": ["file:///notes/*"]}
+        }}}}"#,
+    );
+    let selection = &config.servers["fs"].selection;
+    assert_eq!(selection.tools.allow, ["read_*", "list_*"]);
+    assert_eq!(selection.tools.deny, ["*media*"]);
+    assert_eq!(selection.tools.override_for("read_text_file").and_then(|o| o.name.as_deref()), Some("read"));
+    assert!(!selection.prompts.serves("any"));
+    assert!(selection.resources.serves("file:///notes/a.md") && !selection.resources.serves("file:///etc/passwd"));
+
+    let err = parse_err(r#"{"mcpServers": {"fs": {"command": "x", "tether": {"tools": {"alow": ["x"]}}}}}"#);
+    assert!(err.starts_with("test.json: mcpServers.fs.tether.tools: unknown field `alow`"), "{err}");
+    let err = parse_err(r#"{"mcpServers": {"fs": {"command": "x", "tether": {"tools": {"deny": [""]}}}}}"#);
+    assert_eq!(err, "test.json: mcpServers.fs.tether.tools: a pattern is empty");
+    let err = parse_err(
+        r#"{"mcpServers": {"fs": {"command": "x", "tether": {"resources": {"override": {"u": {"title": "t"}}}}}}}"#,
+    );
+    assert!(
+        err.starts_with("test.json: mcpServers.fs.tether.resources.override: resources take allow and deny"),
+        "{err}"
+    );
+    // At the entry's level, the key belongs in its tether section.
+    let err = parse_err(r#"{"mcpServers": {"fs": {"command": "x", "tools": {"deny": ["x"]}}}}"#);
+    assert!(err.contains("mcpServers.fs.tether.tools"), "{err}");
+}
+
+#[test]
 fn sse_is_detected_from_the_url_path_only() {
     assert!(url_path_is_sse("https://x.test/sse"));
     assert!(url_path_is_sse("https://x.test/a/sse/"));
