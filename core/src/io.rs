@@ -572,6 +572,26 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// The backend the event is about (every event is about one).
+    pub fn server(&self) -> &str {
+        match self {
+            Event::ServerStatusChanged { server, .. }
+            | Event::ServerDisconnected { server, .. }
+            | Event::ServerReconnecting { server, .. }
+            | Event::ServerReconnected { server, .. }
+            | Event::ServerHealthDegraded { server, .. }
+            | Event::ServerHealthRestored { server, .. }
+            | Event::ServerPermanentlyFailed { server, .. }
+            | Event::CircuitOpened { server, .. }
+            | Event::CircuitClosed { server, .. }
+            | Event::ToolsDiscovered { server, .. }
+            | Event::ProtocolViolation { server, .. }
+            | Event::NameConflict { server, .. } => server,
+        }
+    }
+}
+
 /// A frame shortened for one log line, with control characters escaped.
 fn short(frame: &str) -> String {
     const MAX: usize = 240;

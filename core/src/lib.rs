@@ -118,7 +118,7 @@ pub mod selection;
 pub mod trace;
 
 pub use config::{Config, ConfigError, ServerConfig, Transport};
-pub use gateway::{BackendStatus, Gateway, HostError};
+pub use gateway::{BackendStatus, Gateway, HostError, LogLine, LogSource};
 pub use io::{
     Action, AdminCommand, ClientRoute, Event, Generation, Input, RawId, ServerName, SessionId, Status, StreamRef,
 };

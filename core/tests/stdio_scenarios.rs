@@ -867,3 +867,27 @@ fn successful_traffic_ends_a_degraded_episode() {
     assert_eq!(restored.len(), 1);
     insta::assert_snapshot!(sim.log);
 }
+
+#[test]
+fn the_recent_log_keeps_stderr_and_events_across_restarts() {
+    let mut sim = Sim::new(one_stdio());
+    sim.boot("fs", &["read"]);
+    sim.stderr("fs", "listening on stdio");
+    sim.stderr("fs", "fatal: token=abc cannot open /data");
+    sim.exit("fs", Some(1));
+    sim.advance(1_000);
+    sim.boot("fs", &["read"]);
+    sim.stderr("fs", "listening on stdio again");
+
+    let log = sim.gw.recent_log("fs", 100).unwrap();
+    let texts: Vec<&str> = log.iter().map(|l| l.text.as_str()).collect();
+    let at =
+        |needle: &str| texts.iter().position(|t| t.contains(needle)).unwrap_or_else(|| panic!("{needle}: {texts:?}"));
+    assert!(at("listening on stdio") < at("fatal:"), "oldest first");
+    assert!(at("fatal:") < at("online -> error"), "the crash's stderr, then the event");
+    assert!(at("online -> error") < at("listening on stdio again"), "kept across the restart");
+    assert_eq!(log[at("fatal:")].source, tether_core::LogSource::Stderr);
+    assert_eq!(log[at("online -> error")].source, tether_core::LogSource::Event);
+    assert_eq!(sim.gw.recent_log("fs", 1).unwrap().len(), 1, "the last lines only");
+    assert!(sim.gw.recent_log("nope", 10).is_none());
+}

@@ -36,6 +36,10 @@ pub struct PolicyFlags {
     /// still reloads it).
     #[arg(long, global = true)]
     pub no_watch: bool,
+    /// Do not listen on the local control channel (`tether status`, `restart`,
+    /// `reconnect` and `logs` then cannot reach this tether without --url).
+    #[arg(long, global = true)]
+    pub no_control: bool,
 }
 
 impl PolicyFlags {

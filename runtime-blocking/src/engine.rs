@@ -175,6 +175,17 @@ impl Engine {
         self.state.lock().expect("engine").gw.statuses()
     }
 
+    /// The `/status` document now (see [`tether_host::status_document`]).
+    pub fn status_document(&self) -> serde_json::Value {
+        let state = self.state.lock().expect("engine");
+        tether_host::status_document::document(&state.gw, state.clock.now().as_millis())
+    }
+
+    /// The last `lines` of a backend's recent log (`None`: no such backend).
+    pub fn recent_log(&self, server: &str, lines: usize) -> Option<Vec<tether_core::LogLine>> {
+        self.state.lock().expect("engine").gw.recent_log(server, lines)
+    }
+
     /// Runs `f` with the engine locked, then executes pending actions and feeds
     /// the inputs raised meanwhile, and wakes the timer if its deadline moved.
     fn with_state(self: &Arc<Self>, f: impl FnOnce(&mut State)) {

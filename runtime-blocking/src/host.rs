@@ -103,6 +103,31 @@ impl Handle {
     }
 }
 
+/// The control channel's answers (see [`tether_host::control`]), from the engine
+/// under its lock, on the control channel's threads.
+impl tether_host::control::ControlTarget for Handle {
+    fn status(&self) -> Result<serde_json::Value, String> {
+        Ok(self.engine.status_document())
+    }
+
+    fn admin(&self, command: AdminCommand) -> Result<(), String> {
+        let server = match &command {
+            AdminCommand::Reconnect { server } | AdminCommand::Restart { server } | AdminCommand::Remove { server } => {
+                server
+            }
+        };
+        if !self.engine.statuses().iter().any(|s| s.server == **server) {
+            return Err(format!("unknown backend: {server}"));
+        }
+        self.admin(command);
+        Ok(())
+    }
+
+    fn logs(&self, server: &str, lines: usize) -> Result<Vec<tether_core::LogLine>, String> {
+        self.engine.recent_log(server, lines).ok_or_else(|| format!("unknown backend: {server}"))
+    }
+}
+
 /// A running gateway on plain threads: the engine behind a lock that the thread
 /// with an input takes, a reader thread per backend stream, a timer thread, and
 /// no async runtime. Dropping it shuts it down (see [`Host::shutdown`]).

@@ -110,9 +110,11 @@ fn serve(cli: &Cli) -> Result<(), String> {
         })
         .map_err(|e| format!("cannot start the stdin reader: {e}"))?;
 
+    let path = config_path(cli.config.as_deref());
+    let _control = tether_host::control::start(path.as_deref(), cli.policy.no_control, host.handle());
     let (feed, close) = (host.handle(), host.handle());
     tether_host::reload::listen(
-        config_path(cli.config.as_deref()),
+        path,
         cli.policy.clone(),
         move |input| feed.input(input),
         move |why| {

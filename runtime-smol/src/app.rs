@@ -8,6 +8,7 @@ use tether_core::{Config, Input};
 
 use crate::cli::{Cli, ServeArgs};
 use crate::client_stdio::{read_stdin, write_stdout, STDIO_SESSION};
+use crate::control::HostControl;
 use crate::host::Host;
 use crate::http_server::{HttpServer, ServerOptions};
 
@@ -100,6 +101,8 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
             smol::spawn(read_stdin(inputs.clone(), max_frame, frames.backlog().clone())).detach();
             smol::spawn(write_stdout(frames))
         });
+        let control = HostControl::new(host.status_handle().queries);
+        let _control = tether_host::control::start(config_path.as_deref(), flags.no_control, control);
         let (feed, stop) = (inputs.clone(), inputs);
         tether_host::reload::listen(
             config_path,

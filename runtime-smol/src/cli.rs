@@ -76,6 +76,26 @@ pub enum Command {
     /// every backend is online (or dormant), 1 when one is not, 2 when tether cannot
     /// be reached or refuses the token.
     Status(StatusArgs),
+    /// Restart a backend of every running tether serving this config file (also
+    /// one that is permanently_failed); exit 1 when tether has no such backend,
+    /// 2 when no tether runs.
+    Restart {
+        /// The server's name in the configuration.
+        name: String,
+    },
+    /// Reconnect a backend now (a remote one: without waiting out its backoff).
+    Reconnect {
+        /// The server's name in the configuration.
+        name: String,
+    },
+    /// A backend's recent stderr lines and events, oldest first, across restarts.
+    Logs {
+        /// The server's name in the configuration.
+        name: String,
+        /// How many of the last lines.
+        #[arg(long, short = 'n', default_value_t = tether_host::control::DEFAULT_LOG_LINES)]
+        lines: usize,
+    },
     /// Log in to remote servers that use OAuth, see where each login stands, log out.
     #[command(subcommand)]
     Auth(AuthCommand),
@@ -142,17 +162,19 @@ pub enum AuthCommand {
 /// How `status` reaches a running tether and what it prints.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The running tether: its base URL, or its `/mcp` or `/status` URL (a bare
-    /// `host:port` or port is taken as http on it).
-    #[arg(long, env = "TETHER_STATUS_URL", default_value = "http://127.0.0.1:8080")]
-    pub url: String,
+    /// A tether serving HTTP: its base URL, or its `/mcp` or `/status` URL (a
+    /// bare `host:port` or port is taken as http on it). Without it, every tether
+    /// running with this config file is asked over its control channel.
+    #[arg(long, env = "TETHER_STATUS_URL")]
+    pub url: Option<String>,
     /// The bearer token tether was started with (`--auth-token`).
     #[arg(long, env = "TETHER_AUTH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Print the `/status` JSON as tether sent it instead of the table.
     #[arg(long, conflicts_with = "watch")]
     pub json: bool,
-    /// Keep the table up to date from `/events` until interrupted (Ctrl-C).
+    /// Keep the table up to date until interrupted (Ctrl-C): from `/events`
+    /// with `--url`, else asking again every second.
     #[arg(long)]
     pub watch: bool,
     /// When to colour the status cells (auto: when stdout is a terminal and

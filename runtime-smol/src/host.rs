@@ -223,6 +223,10 @@ impl Host {
                 let result = self.feed(Input::Admin { command }).map_err(|e| e.to_string());
                 let _ = reply.try_send(result);
             }
+            Query::Logs(server, lines, reply) => {
+                let result = self.gw.recent_log(&server, lines).ok_or_else(|| format!("unknown backend: {server}"));
+                let _ = reply.try_send(result);
+            }
         }
     }
 

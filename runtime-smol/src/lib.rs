@@ -8,6 +8,8 @@ pub mod byte_queue;
 pub mod check;
 pub mod cli;
 pub mod client_stdio;
+pub mod control;
+pub mod control_cli;
 pub mod demo;
 pub mod host;
 pub mod http_server;

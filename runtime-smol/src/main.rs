@@ -3,8 +3,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use tether_host::control::Request;
 use tether_smol::cli::{Cli, Command, ServeArgs};
-use tether_smol::{app, check};
+use tether_smol::{app, check, control_cli};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -13,12 +14,23 @@ fn main() -> ExitCode {
         // Whatever a backend leaves behind is reparented to tether, which kills it.
         tether_host::process_tree::become_subreaper();
     }
+    // The file a running tether serves, to find its control channel.
+    let config = tether_host::flags::config_path(cli.config.as_deref());
     let result = match cli.command {
         None => app::serve(&cli, &ServeArgs::default()),
         Some(Command::Serve(ref args)) => app::serve(&cli, args),
         Some(Command::Check) => check::run(&cli),
         Some(Command::Auth(ref command)) => tether_smol::auth_cli::run(&cli, command),
-        Some(Command::Status(ref args)) => Ok(tether_smol::status_cli::run(args)),
+        Some(Command::Status(ref args)) => Ok(tether_smol::status_cli::run(args, config.as_deref())),
+        Some(Command::Restart { ref name }) => {
+            Ok(control_cli::run(config.as_deref(), &Request::Restart { server: name.clone() }))
+        }
+        Some(Command::Reconnect { ref name }) => {
+            Ok(control_cli::run(config.as_deref(), &Request::Reconnect { server: name.clone() }))
+        }
+        Some(Command::Logs { ref name, lines }) => {
+            Ok(control_cli::run(config.as_deref(), &Request::Logs { server: name.clone(), lines: Some(lines) }))
+        }
         Some(Command::Import(ref args)) => tether_smol::import::run(&cli, args),
         Some(Command::Replay { ref trace, json }) => app::replay(trace, json),
         Some(Command::Demo) => tether_smol::demo::run(),

@@ -38,6 +38,8 @@ pub enum Query {
     Ready(Sender<Vec<String>>),
     /// An admin action; `Err` names what is wrong (an unknown backend).
     Admin(AdminCommand, Sender<Result<(), String>>),
+    /// The last lines of a backend's recent log; `Err` for an unknown backend.
+    Logs(String, usize, Sender<Result<Vec<tether_core::LogLine>, String>>),
 }
 
 /// What the status endpoints need from the host: a way to ask it questions and
@@ -109,31 +111,10 @@ impl EventLog {
     }
 }
 
-/// One backend's row of `/status`: the core's status row, with its calls and
-/// recent latencies.
-fn backend_json(s: &BackendStatus, m: Option<&BackendMetrics>) -> Value {
-    let default = BackendMetrics::default();
-    let m = m.unwrap_or(&default);
-    let mut row = s.to_json();
-    row["calls"] = json!({"ok": m.calls_ok, "error": m.calls_error, "failed": m.calls_failed});
-    row["latency_ms"] = json!(m.recent_latency_ms);
-    row
-}
-
-/// `/status`: the gateway and every backend, by name.
+/// `/status`: the gateway and every backend, by name (the same document the
+/// control channel serves).
 pub fn status_json(gw: &Gateway, uptime_ms: u64) -> String {
-    let backends: Vec<Value> = gw.statuses().iter().map(|s| backend_json(s, gw.metrics(&s.server))).collect();
-    json!({
-        "tether": {
-            "version": env!("CARGO_PKG_VERSION"),
-            "uptime_ms": uptime_ms,
-            "sessions": gw.session_count(),
-            "in_flight": gw.client_requests_in_flight(),
-            "mode": gw.config().mode,
-        },
-        "backends": backends,
-    })
-    .to_string()
+    tether_host::status_document::document(gw, uptime_ms).to_string()
 }
 
 /// The numbers of one scrape, taken from the engine at once.

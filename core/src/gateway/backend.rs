@@ -60,6 +60,8 @@ pub(super) struct Backend {
     /// Client calls waiting for this backend.
     pub queue: VecDeque<Queued>,
     pub stderr_tail: VecDeque<String>,
+    /// Its stderr and events lately, across restarts (for `tether logs`).
+    pub recent: super::recent::Recent,
     /// `ping` answered -32601: health checks use `tools/list`.
     pub ping_unsupported: bool,
     /// Session-lost (404) recoveries since the last success.
@@ -121,6 +123,7 @@ impl Backend {
             skip_discovery: false,
             queue: VecDeque::new(),
             stderr_tail: VecDeque::new(),
+            recent: Default::default(),
             ping_unsupported: false,
             session_losses: 0,
             last_success: None,
@@ -142,7 +145,8 @@ impl Backend {
         self.credential.as_ref().map_or(0, |c| c.epoch())
     }
 
-    pub(super) fn push_stderr(&mut self, line: String) {
+    /// Keeps a stderr line (cut to 512 bytes) in the tail; returns it as kept.
+    pub(super) fn push_stderr(&mut self, line: String) -> String {
         if self.stderr_tail.len() == STDERR_TAIL {
             self.stderr_tail.pop_front();
         }
@@ -154,7 +158,8 @@ impl Backend {
             }
             line.truncate(end);
         }
-        self.stderr_tail.push_back(line);
+        self.stderr_tail.push_back(line.clone());
+        line
     }
 
     /// The earliest of the supervisor's timers and the queue's deadlines.

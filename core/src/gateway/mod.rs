@@ -16,6 +16,7 @@ mod listens;
 mod lists;
 mod own_tools;
 mod param_headers;
+mod recent;
 mod router;
 mod routing;
 mod sessions;
@@ -40,6 +41,7 @@ use crate::time::{Duration, Instant};
 
 use backend::Backend;
 use calls::{Call, CallKind};
+pub use recent::{LogLine, LogSource};
 use router::{Router, RouterTimer};
 use sessions::{SessionTimer, Sessions};
 
@@ -235,7 +237,8 @@ impl Gateway {
             Input::BackendStderr { server, generation, line } => {
                 if self.current(&server, generation)? {
                     if let Some(b) = self.backends.get_mut(&server) {
-                        b.push_stderr(self.redactor.redact(&line).into_owned());
+                        let line = b.push_stderr(self.redactor.redact(&line).into_owned());
+                        b.recent.push(self.now, LogSource::Stderr, line);
                     }
                 }
             }
@@ -315,6 +318,13 @@ impl Gateway {
     /// Status of one backend.
     pub fn status(&self, server: &str) -> Option<BackendStatus> {
         self.backends.get(server).map(|b| self.backend_status(server, b))
+    }
+
+    /// The last `lines` of a backend's recent log (its stderr and events,
+    /// oldest first, across restarts), for an operator asking what happened;
+    /// `None` for a backend tether does not have.
+    pub fn recent_log(&self, server: &str, lines: usize) -> Option<Vec<LogLine>> {
+        self.backends.get(server).map(|b| b.recent.last(lines))
     }
 
     fn backend_status(&self, name: &str, b: &Backend) -> BackendStatus {
@@ -408,6 +418,7 @@ impl Gateway {
             if b.stderr_tail.len() > backend::STDERR_TAIL {
                 return Err(format!("{name}: stderr tail unbounded"));
             }
+            b.recent.check_invariants().map_err(|e| format!("{name}: {e}"))?;
         }
         if self.router.server_requests.values().any(|r| !open(&r.session)) {
             return Err("server request owed to a closed session".into());
@@ -449,6 +460,9 @@ impl Gateway {
     fn emit(&mut self, mut event: Event) {
         self.count_event(&event);
         self.redactor.redact_event(&mut event);
+        if let Some(b) = self.backends.get_mut(event.server()) {
+            b.recent.push(self.now, LogSource::Event, event.to_string());
+        }
         self.tell_clients(&event);
         self.push(Action::Emit { event });
     }

@@ -90,6 +90,62 @@ pub fn try_reap(pid: u32) -> bool {
     imp::try_reap(pid)
 }
 
+/// A connection on a local endpoint (a Unix domain socket; a Windows named
+/// pipe): a byte stream both ways.
+pub type LocalStream = imp::LocalStream;
+
+/// A per-user local endpoint other processes of the same user can connect to
+/// (the control channel): a Unix domain socket, readable and writable by its
+/// owner only, in a directory only they can enter; a Windows named pipe that
+/// only its owner (and the system) may open, and no remote client.
+pub struct LocalListener(imp::LocalListener);
+
+impl LocalListener {
+    /// Listens on the endpoint `name` (one path component, no separators) under
+    /// the user's endpoint directory ([`local_endpoint_dir`]).
+    pub fn bind(name: &str) -> std::io::Result<LocalListener> {
+        imp::LocalListener::bind(name).map(LocalListener)
+    }
+
+    /// Waits for the next connection.
+    pub fn accept(&self) -> std::io::Result<LocalStream> {
+        self.0.accept()
+    }
+
+    /// Where it listens, for the log.
+    pub fn address(&self) -> String {
+        self.0.address()
+    }
+}
+
+/// Connects to the local endpoint `name` (see [`LocalListener::bind`]).
+pub fn local_connect(name: &str) -> std::io::Result<LocalStream> {
+    imp::local_connect(name)
+}
+
+/// Removes what is left of the local endpoint `name` once nothing listens on
+/// it (unix: its socket file; Windows: nothing, a pipe goes with its process).
+pub fn remove_local_endpoint(name: &str) {
+    imp::remove_local_endpoint(name);
+}
+
+/// Makes reads from `stream` give up after `wait`, where the platform can
+/// (unix; a Windows pipe instance waits, bounded by the number served at once).
+pub fn limit_reads(stream: &LocalStream, wait: std::time::Duration) {
+    imp::limit_reads(stream, wait);
+}
+
+/// The names of the local endpoints that exist now and start with `prefix`.
+pub fn local_endpoints(prefix: &str) -> Vec<String> {
+    imp::local_endpoints(prefix)
+}
+
+/// Where this user's local endpoints live, for messages (unix: a private
+/// directory; Windows: the named-pipe namespace).
+pub fn local_endpoint_dir() -> String {
+    imp::local_endpoint_dir()
+}
+
 /// What the operating system asks of a running tether.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OsRequest {

@@ -5,7 +5,10 @@
 //! A backend's [`Containment`] is its process group, which [`configure_child`]
 //! gave it (the group's number is the leader's pid).
 
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::Command;
 
 use super::{OsRequest, Signal};
@@ -100,4 +103,110 @@ pub fn on_os_request(handler: Box<dyn Fn(OsRequest) + Send + Sync>) -> std::io::
         }
     })?;
     Ok(())
+}
+
+/// See [`crate::platform::LocalStream`].
+pub type LocalStream = UnixStream;
+
+/// See [`crate::platform::LocalListener`]: a Unix domain socket in the user's
+/// private endpoint directory, removed when dropped.
+pub struct LocalListener {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+/// The user's endpoint directory: `$XDG_RUNTIME_DIR/tether` (private to the user
+/// by the XDG rules), else `tether-UID` in `$TMPDIR` or `/tmp`.
+fn endpoint_dir() -> PathBuf {
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|d| d.is_absolute());
+    match runtime {
+        Some(dir) => dir.join("tether"),
+        None => {
+            let tmp = std::env::var_os("TMPDIR").map(PathBuf::from).filter(|d| d.is_absolute());
+            // SAFETY: getuid cannot fail and touches no memory.
+            let uid = unsafe { libc::getuid() };
+            tmp.unwrap_or_else(|| PathBuf::from("/tmp")).join(format!("tether-{uid}"))
+        }
+    }
+}
+
+/// The endpoint directory, created 0700 if missing; refused when someone else
+/// owns it or others may enter it (in a shared /tmp anyone could have made it
+/// first, to watch or answer in our place).
+fn private_dir() -> std::io::Result<PathBuf> {
+    let dir = endpoint_dir();
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    // SAFETY: getuid cannot fail and touches no memory.
+    let uid = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        let message = format!("{} is not a directory private to this user (mode 0700, owned by us)", dir.display());
+        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, message));
+    }
+    Ok(dir)
+}
+
+impl LocalListener {
+    /// See [`crate::platform::LocalListener::bind`].
+    pub fn bind(name: &str) -> std::io::Result<LocalListener> {
+        let path = private_dir()?.join(format!("{name}.sock"));
+        // A socket left by a process that died; ours are named by pid, so no
+        // live tether can be using it.
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(LocalListener { listener, path })
+    }
+
+    /// See [`crate::platform::LocalListener::accept`].
+    pub fn accept(&self) -> std::io::Result<LocalStream> {
+        self.listener.accept().map(|(stream, _)| stream)
+    }
+
+    /// See [`crate::platform::LocalListener::address`].
+    pub fn address(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+impl Drop for LocalListener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// See [`crate::platform::local_connect`].
+pub fn local_connect(name: &str) -> std::io::Result<LocalStream> {
+    UnixStream::connect(endpoint_dir().join(format!("{name}.sock")))
+}
+
+/// See [`crate::platform::local_endpoints`].
+pub fn local_endpoints(prefix: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(endpoint_dir()) else { return Vec::new() };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".sock").map(str::to_string))
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+/// See [`crate::platform::local_endpoint_dir`].
+pub fn local_endpoint_dir() -> String {
+    endpoint_dir().display().to_string()
+}
+
+/// See [`crate::platform::limit_reads`].
+pub fn limit_reads(stream: &LocalStream, wait: std::time::Duration) {
+    let _ = stream.set_read_timeout(Some(wait));
+}
+
+/// See [`crate::platform::remove_local_endpoint`].
+pub fn remove_local_endpoint(name: &str) {
+    let _ = std::fs::remove_file(endpoint_dir().join(format!("{name}.sock")));
 }

@@ -42,3 +42,51 @@ pub fn try_reap(_pid: u32) -> bool {
 pub fn on_os_request(_handler: Box<dyn Fn(super::OsRequest) + Send + Sync>) -> std::io::Result<()> {
     Err(std::io::ErrorKind::Unsupported.into())
 }
+
+/// See [`crate::platform::LocalStream`]: none here.
+pub type LocalStream = std::fs::File;
+
+/// See [`crate::platform::LocalListener`]: none here.
+pub struct LocalListener;
+
+impl LocalListener {
+    /// See [`crate::platform::LocalListener::bind`].
+    pub fn bind(_name: &str) -> std::io::Result<LocalListener> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+
+    /// See [`crate::platform::LocalListener::accept`].
+    pub fn accept(&self) -> std::io::Result<LocalStream> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+
+    /// See [`crate::platform::LocalListener::address`].
+    pub fn address(&self) -> String {
+        String::new()
+    }
+}
+
+/// See [`crate::platform::local_connect`].
+pub fn local_connect(_name: &str) -> std::io::Result<LocalStream> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+/// See [`crate::platform::local_endpoints`].
+pub fn local_endpoints(_prefix: &str) -> Vec<String> {
+    Vec::new()
+}
+
+/// See [`crate::platform::local_endpoint_dir`].
+pub fn local_endpoint_dir() -> String {
+    String::new()
+}
+
+/// See [`crate::platform::limit_reads`].
+pub fn limit_reads(stream: &LocalStream, wait: std::time::Duration) {
+    let _ = (stream, wait);
+}
+
+/// See [`crate::platform::remove_local_endpoint`].
+pub fn remove_local_endpoint(name: &str) {
+    let _ = name;
+}

@@ -237,3 +237,161 @@ pub fn on_os_request(handler: StopHandler) -> std::io::Result<()> {
     handlers.push(handler);
     Ok(())
 }
+
+/// See [`crate::platform::LocalStream`]: one instance of a named pipe, as a file.
+pub type LocalStream = std::fs::File;
+
+/// The namespace every named pipe lives in.
+const PIPE_DIR: &str = r"\\.\pipe\";
+
+/// Who may open tether's pipes: the owner (the user who created it) and the
+/// system, nobody else; not inherited (`P`: protected).
+const PIPE_SDDL: &str = "D:P(A;;GA;;;OW)(A;;GA;;;SY)";
+
+/// See [`crate::platform::LocalListener`]: a named pipe, a new instance of it
+/// made for each connection.
+pub struct LocalListener {
+    name: Vec<u16>,
+    address: String,
+    /// The security descriptor of every instance (from `LocalAlloc`).
+    descriptor: windows_sys::Win32::Security::PSECURITY_DESCRIPTOR,
+    /// The instance made before the last accept, which the next client takes.
+    first: Mutex<Option<Handle>>,
+}
+
+// SAFETY: the descriptor is read-only after creation and freed once, on drop.
+unsafe impl Send for LocalListener {}
+// SAFETY: as above; the waiting instance is behind a mutex.
+unsafe impl Sync for LocalListener {}
+
+fn wide(text: &str) -> Vec<u16> {
+    text.encode_utf16().chain(std::iter::once(0)).collect()
+}
+
+impl LocalListener {
+    /// See [`crate::platform::LocalListener::bind`].
+    pub fn bind(name: &str) -> std::io::Result<LocalListener> {
+        use windows_sys::Win32::Security::Authorization::{
+            ConvertStringSecurityDescriptorToSecurityDescriptorW, SDDL_REVISION_1,
+        };
+        let mut descriptor = std::ptr::null_mut();
+        let sddl = wide(PIPE_SDDL);
+        // SAFETY: a NUL-terminated SDDL string; the descriptor is written to our pointer.
+        check(unsafe {
+            ConvertStringSecurityDescriptorToSecurityDescriptorW(
+                sddl.as_ptr(),
+                SDDL_REVISION_1,
+                &mut descriptor,
+                std::ptr::null_mut(),
+            )
+        })?;
+        let address = format!("{PIPE_DIR}{name}");
+        let listener = LocalListener { name: wide(&address), address, descriptor, first: Mutex::new(None) };
+        // The first instance claims the name (FILE_FLAG_FIRST_PIPE_INSTANCE).
+        let first = listener.instance(true)?;
+        *listener.first.lock().unwrap_or_else(|p| p.into_inner()) = Some(first);
+        Ok(listener)
+    }
+
+    fn instance(&self, first: bool) -> std::io::Result<Handle> {
+        use windows_sys::Win32::Security::SECURITY_ATTRIBUTES;
+        use windows_sys::Win32::Storage::FileSystem::{FILE_FLAG_FIRST_PIPE_INSTANCE, PIPE_ACCESS_DUPLEX};
+        use windows_sys::Win32::System::Pipes::{
+            CreateNamedPipeW, PIPE_READMODE_BYTE, PIPE_REJECT_REMOTE_CLIENTS, PIPE_TYPE_BYTE, PIPE_UNLIMITED_INSTANCES,
+            PIPE_WAIT,
+        };
+        let attributes = SECURITY_ATTRIBUTES {
+            nLength: std::mem::size_of::<SECURITY_ATTRIBUTES>() as u32,
+            lpSecurityDescriptor: self.descriptor,
+            bInheritHandle: FALSE,
+        };
+        let open = PIPE_ACCESS_DUPLEX | if first { FILE_FLAG_FIRST_PIPE_INSTANCE } else { 0 };
+        let mode = PIPE_TYPE_BYTE | PIPE_READMODE_BYTE | PIPE_WAIT | PIPE_REJECT_REMOTE_CLIENTS;
+        // SAFETY: a NUL-terminated name and attributes that outlive the call.
+        let handle = unsafe {
+            CreateNamedPipeW(self.name.as_ptr(), open, mode, PIPE_UNLIMITED_INSTANCES, 65536, 65536, 0, &attributes)
+        };
+        if handle == windows_sys::Win32::Foundation::INVALID_HANDLE_VALUE {
+            return Err(std::io::Error::last_os_error());
+        }
+        Handle::new(handle)
+    }
+
+    /// See [`crate::platform::LocalListener::accept`].
+    pub fn accept(&self) -> std::io::Result<LocalStream> {
+        use std::os::windows::io::{FromRawHandle, RawHandle};
+        use windows_sys::Win32::Foundation::ERROR_PIPE_CONNECTED;
+        use windows_sys::Win32::System::Pipes::ConnectNamedPipe;
+        let waiting = self.first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let pipe = match waiting {
+            Some(pipe) => pipe,
+            None => self.instance(false)?,
+        };
+        // SAFETY: a pipe instance we own, waited on synchronously.
+        let connected = unsafe { ConnectNamedPipe(pipe.0, std::ptr::null_mut()) };
+        if connected == FALSE {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(ERROR_PIPE_CONNECTED as i32) {
+                return Err(e);
+            }
+        }
+        let raw = pipe.0;
+        std::mem::forget(pipe);
+        // SAFETY: the handle is ours and now owned by the file alone.
+        Ok(unsafe { std::fs::File::from_raw_handle(raw as RawHandle) })
+    }
+
+    /// See [`crate::platform::LocalListener::address`].
+    pub fn address(&self) -> String {
+        self.address.clone()
+    }
+}
+
+impl Drop for LocalListener {
+    fn drop(&mut self) {
+        // SAFETY: allocated by ConvertStringSecurityDescriptorToSecurityDescriptorW, freed once.
+        unsafe { windows_sys::Win32::Foundation::LocalFree(self.descriptor) };
+    }
+}
+
+/// See [`crate::platform::local_connect`]: waits a little while every instance
+/// is busy.
+pub fn local_connect(name: &str) -> std::io::Result<LocalStream> {
+    use windows_sys::Win32::Foundation::ERROR_PIPE_BUSY;
+    use windows_sys::Win32::System::Pipes::WaitNamedPipeW;
+    let address = format!("{PIPE_DIR}{name}");
+    for _ in 0..10 {
+        match std::fs::OpenOptions::new().read(true).write(true).open(&address) {
+            Err(e) if e.raw_os_error() == Some(ERROR_PIPE_BUSY as i32) => {
+                // SAFETY: a NUL-terminated name; waits at most 500 ms.
+                unsafe { WaitNamedPipeW(wide(&address).as_ptr(), 500) };
+            }
+            other => return other,
+        }
+    }
+    Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{address} stayed busy")))
+}
+
+/// See [`crate::platform::local_endpoints`].
+pub fn local_endpoints(prefix: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(PIPE_DIR) else { return Vec::new() };
+    let mut names: Vec<String> =
+        entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.starts_with(prefix)).collect();
+    names.sort();
+    names
+}
+
+/// See [`crate::platform::local_endpoint_dir`].
+pub fn local_endpoint_dir() -> String {
+    PIPE_DIR.to_string()
+}
+
+/// See [`crate::platform::limit_reads`].
+pub fn limit_reads(stream: &LocalStream, wait: std::time::Duration) {
+    let _ = (stream, wait);
+}
+
+/// See [`crate::platform::remove_local_endpoint`].
+pub fn remove_local_endpoint(name: &str) {
+    let _ = name;
+}

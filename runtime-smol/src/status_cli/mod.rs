@@ -3,6 +3,7 @@
 //! second. What is printed is [`table`]'s, the stream format [`sse`]'s; this file
 //! is the network and the redraw loop.
 
+pub mod local;
 pub mod sse;
 pub mod table;
 
@@ -35,9 +36,11 @@ const ALL_ONLINE: u8 = 0;
 const NOT_ALL_ONLINE: u8 = 1;
 const UNREACHABLE: u8 = 2;
 
-/// Runs `tether status`.
-pub fn run(args: &StatusArgs) -> ExitCode {
-    let base = match base_url(&args.url) {
+/// Runs `tether status`: over HTTP with `--url`, else over the control channel
+/// of every tether serving `config`.
+pub fn run(args: &StatusArgs, config: Option<&std::path::Path>) -> ExitCode {
+    let Some(url) = &args.url else { return local::run(args, config) };
+    let base = match base_url(url) {
         Ok(base) => base,
         Err(e) => return fail(&e),
     };
