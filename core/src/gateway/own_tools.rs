@@ -201,19 +201,8 @@ impl Gateway {
             .visible(ListKind::Tools, searched)
             .map(|(server, entry)| (server, serde_json::from_str(&entry.json).unwrap_or(Value::Null)))
             .collect();
-        let tools: Vec<Searchable<'_>> = parsed
-            .iter()
-            .map(|(server, tool)| Searchable {
-                name: tool.get("name").and_then(Value::as_str).unwrap_or(""),
-                server,
-                description: tool.get("description").and_then(Value::as_str).unwrap_or(""),
-                params: tool
-                    .pointer("/inputSchema/properties")
-                    .and_then(Value::as_object)
-                    .map(|p| p.keys().map(String::as_str).collect())
-                    .unwrap_or_default(),
-            })
-            .collect();
+        let tools: Vec<Searchable<'_>> =
+            parsed.iter().map(|(server, tool)| tool_search::searchable(server, tool)).collect();
         let hits = tool_search::rank(&tools, query, limit);
         let results: Vec<Value> = hits
             .iter()
