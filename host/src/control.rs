@@ -219,7 +219,7 @@ pub fn endpoint_dir() -> String {
 /// (`Err`: it could not be reached, or it said what was wrong).
 pub fn ask(name: &str, request: &Request) -> Result<Value, AskError> {
     let mut stream = platform::local_connect(name).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::ConnectionRefused {
+        if matches!(e.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound) {
             // Nothing listens: what a tether that died left behind.
             platform::remove_local_endpoint(name);
         }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Windows build, run: tether-core's test suite and `tether demo` to the end,
-# as Windows programs under Wine (Debian's wine64), with the demo's backends
-# spawned as Windows processes in job objects.
+# The Windows build, run: tether-core's test suite, `tether demo` to the end, and
+# the control channel (named pipes: `tether status`, `restart`, `logs` against a
+# tether serving stdio), as Windows programs under Wine (Debian's wine64), with
+# backends spawned as Windows processes in job objects.
 #
 # Debian's Wine 8.0 lacks bcryptprimitives.dll, where current Rust std gets its
 # random numbers on Windows: a stand-in (bcryptprimitives.c beside this script)
@@ -62,3 +63,36 @@ for step in "restarted: files now runs as pid" "server_permanently_failed flaky"
     fi
 done
 echo "wine: tether demo ran to the end ($(wc -l < "$log") lines)"
+
+echo "-- the control channel over a named pipe, as Windows programs"
+work="$target_dir/wine-control"
+rm -rf "$work" && mkdir -p "$work"
+python3 - "$(winepath -w "$exe")" "$work/config.json" <<'PY'
+import json, sys
+exe, path = sys.argv[1], sys.argv[2]
+json.dump({"mcpServers": {"fs": {"command": exe, "args": ["mock-backend", "--name", "fs"]}}}, open(path, "w"))
+PY
+# A tether serving stdio, whose client stays for 60 s.
+(sleep 60 | timeout 90 wine "$exe" --config "$work/config.json" > "$work/serve.out" 2> "$work/serve.err") &
+ask() { timeout 60 wine "$exe" "$@" --config "$work/config.json"; }
+for _ in $(seq 1 60); do
+    if ask status > "$work/status.txt" 2> "$work/status.err"; then break; fi
+    sleep 1
+done
+if ! grep -qE "^fs +stdio +online" "$work/status.txt"; then
+    cat "$work/status.txt" "$work/status.err" "$work/serve.err" >&2
+    echo "wine: tether status did not show the backend online over the control channel" >&2
+    exit 1
+fi
+ask restart fs > "$work/restart.txt" || { echo "wine: tether restart failed" >&2; exit 1; }
+ask logs fs > "$work/logs.txt" || { echo "wine: tether logs failed" >&2; exit 1; }
+if ! grep -q "online -> restarting\|-> connecting" "$work/logs.txt"; then
+    cat "$work/logs.txt" >&2
+    echo "wine: the restart does not show in tether logs" >&2
+    exit 1
+fi
+if ask restart nope 2> /dev/null; then
+    echo "wine: restarting an unknown backend did not fail" >&2
+    exit 1
+fi
+echo "wine: tether status, restart and logs reached a stdio tether over its named pipe"

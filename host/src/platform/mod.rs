@@ -124,7 +124,7 @@ pub fn local_connect(name: &str) -> std::io::Result<LocalStream> {
 }
 
 /// Removes what is left of the local endpoint `name` once nothing listens on
-/// it (unix: its socket file; Windows: nothing, a pipe goes with its process).
+/// it (unix: its socket file; Windows: the marker file that lists its pipe).
 pub fn remove_local_endpoint(name: &str) {
     imp::remove_local_endpoint(name);
 }

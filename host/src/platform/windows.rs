@@ -248,9 +248,17 @@ const PIPE_DIR: &str = r"\\.\pipe\";
 /// system, nobody else; not inherited (`P`: protected).
 const PIPE_SDDL: &str = "D:P(A;;GA;;;OW)(A;;GA;;;SY)";
 
+/// Where a listener leaves a marker file named like its pipe, so clients can
+/// find the pipes (enumerating `\\.\pipe\` is not possible everywhere, Wine
+/// among them): `run` in tether's state directory.
+fn marker_dir() -> Option<std::path::PathBuf> {
+    crate::locations::Locations::here().state_dir().map(|d| d.join("run"))
+}
+
 /// See [`crate::platform::LocalListener`]: a named pipe, a new instance of it
-/// made for each connection.
+/// made for each connection, and its marker file.
 pub struct LocalListener {
+    marker: Option<std::path::PathBuf>,
     name: Vec<u16>,
     address: String,
     /// The security descriptor of every instance (from `LocalAlloc`).
@@ -286,10 +294,15 @@ impl LocalListener {
             )
         })?;
         let address = format!("{PIPE_DIR}{name}");
-        let listener = LocalListener { name: wide(&address), address, descriptor, first: Mutex::new(None) };
+        let mut listener =
+            LocalListener { marker: None, name: wide(&address), address, descriptor, first: Mutex::new(None) };
         // The first instance claims the name (FILE_FLAG_FIRST_PIPE_INSTANCE).
         let first = listener.instance(true)?;
         *listener.first.lock().unwrap_or_else(|p| p.into_inner()) = Some(first);
+        let dir = marker_dir().ok_or_else(|| std::io::Error::other("no state directory (set LOCALAPPDATA)"))?;
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join(name), b"")?;
+        listener.marker = Some(dir.join(name));
         Ok(listener)
     }
 
@@ -349,6 +362,9 @@ impl LocalListener {
 
 impl Drop for LocalListener {
     fn drop(&mut self) {
+        if let Some(marker) = &self.marker {
+            let _ = std::fs::remove_file(marker);
+        }
         // SAFETY: allocated by ConvertStringSecurityDescriptorToSecurityDescriptorW, freed once.
         unsafe { windows_sys::Win32::Foundation::LocalFree(self.descriptor) };
     }
@@ -372,9 +388,9 @@ pub fn local_connect(name: &str) -> std::io::Result<LocalStream> {
     Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{address} stayed busy")))
 }
 
-/// See [`crate::platform::local_endpoints`].
+/// See [`crate::platform::local_endpoints`]: the marker files.
 pub fn local_endpoints(prefix: &str) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(PIPE_DIR) else { return Vec::new() };
+    let Some(Ok(entries)) = marker_dir().map(std::fs::read_dir) else { return Vec::new() };
     let mut names: Vec<String> =
         entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.starts_with(prefix)).collect();
     names.sort();
@@ -391,7 +407,9 @@ pub fn limit_reads(stream: &LocalStream, wait: std::time::Duration) {
     let _ = (stream, wait);
 }
 
-/// See [`crate::platform::remove_local_endpoint`].
+/// See [`crate::platform::remove_local_endpoint`]: its marker file.
 pub fn remove_local_endpoint(name: &str) {
-    let _ = name;
+    if let Some(dir) = marker_dir() {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
 }
