@@ -578,7 +578,7 @@ fn admin_reconnect_and_a_call_while_offline_try_at_once_and_a_failure_is_a_struc
     assert_eq!(data["attempt"], 3);
     assert_eq!(data["next_retry_ms"], json!(st.next_retry_ms.unwrap()));
     assert_jittered(3, data["next_retry_ms"].as_u64().unwrap());
-    assert_eq!(data["last_error"], "connection refused");
+    assert_eq!(data["last_error"], "connection refused (https://web.example)", "it says where");
     assert_eq!(request_times(&sim, "web", "tools/call").len(), 0, "the call never reached the backend");
 
     sim.note("the next scheduled attempt succeeds");

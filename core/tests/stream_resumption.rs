@@ -194,7 +194,7 @@ fn resumptions_that_keep_failing_end_the_call_with_a_clear_error() {
     sim.note("refused every time: the backend is unreachable, and its status says so");
     let status = last_status(&sim);
     assert_eq!(status.status, Status::Offline);
-    assert_eq!(status.last_error.as_deref(), Some("connection refused"));
+    assert_eq!(status.last_error.as_deref(), Some("connection refused (https://web.example)"));
     assert!(status.next_retry_ms.is_some(), "a reconnection is scheduled");
     assert_eq!(err["data"]["status"], "offline", "{err}");
     sim.advance(60_000);
@@ -282,7 +282,7 @@ fn a_standalone_stream_that_cannot_be_reopened_shows_in_the_status() {
     }
     let status = last_status(&sim);
     assert_eq!(status.status, Status::Offline);
-    assert_eq!(status.last_error.as_deref(), Some("connection refused"));
+    assert_eq!(status.last_error.as_deref(), Some("connection refused (https://web.example)"));
     sim.note("the reconnection that follows reopens it");
     sim.advance(status.next_retry_ms.unwrap());
     assert!(sim.gen("web") > generation, "a new connection was made");

@@ -1,6 +1,13 @@
 //! Logging to stderr (stdout is the protocol), how core events are logged, and
 //! the rate limit on what backends write to stderr.
 //!
+//! Quiet by default: at `info` a person sees one line per status change (a change
+//! into trouble as a warning) and the warnings that need them (a breaker opened,
+//! health degraded, a protocol violation, a name conflict). What restates a status
+//! change (disconnected, reconnecting, reconnected, permanently failed, tools
+//! discovered), process starts and exits, and the backends' own stderr are logged
+//! at `debug`: a backend's stderr and events are kept for `tether logs NAME`.
+//!
 //! A backend's stderr is its log, and a backend can write it far faster than
 //! anyone reads logs: each backend's lines go through a token bucket
 //! ([`STDERR_BURST`] lines at once, [`STDERR_PER_SECOND`] a second after that), and
@@ -13,7 +20,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use tether_core::redact::Redactor;
-use tether_core::{Event, ServerName};
+use tether_core::{Event, ServerName, Status};
 
 /// How many stderr lines of one backend are logged in a burst.
 pub const STDERR_BURST: u32 = 50;
@@ -25,6 +32,20 @@ pub const STDERR_PER_SECOND: u32 = 10;
 /// end of the stream, when the rate limit kept the latest ones from it (the core
 /// keeps as many as its crash message shows).
 pub const STDERR_KEPT: usize = 8;
+
+/// The levels `-v` and `-q` step through, quietest first.
+const LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+/// The log level to use: `explicit` (`--log-level` or `TETHER_LOG`) if given,
+/// else `base` (the command's own) stepped up once per `-v` and down once per `-q`.
+pub fn level(explicit: Option<&str>, base: &str, verbose: u8, quiet: u8) -> String {
+    if let Some(level) = explicit {
+        return level.to_string();
+    }
+    let at = LEVELS.iter().position(|l| *l == base).unwrap_or(2) as i32;
+    let stepped = (at + i32::from(verbose) - i32::from(quiet)).clamp(0, LEVELS.len() as i32 - 1);
+    LEVELS[stepped as usize].to_string()
+}
 
 /// Logs to stderr only, at `level` (a level name or a tracing filter).
 pub fn init_logging(level: &str) {
@@ -55,13 +76,22 @@ pub fn log_event(event: &Event) {
         }
     }
     match event {
-        Event::ServerStatusChanged { .. }
+        Event::ServerStatusChanged { to, .. } if to.is_down() && *to != Status::Disconnected => {
+            tracing::warn!("{event}")
+        }
+        Event::ServerStatusChanged { .. } | Event::ServerHealthRestored { .. } | Event::CircuitClosed { .. } => {
+            tracing::info!("{event}")
+        }
+        // Each restates a status change logged beside it.
+        Event::ServerDisconnected { .. }
+        | Event::ServerReconnecting { .. }
         | Event::ServerReconnected { .. }
-        | Event::ServerHealthRestored { .. }
-        | Event::CircuitClosed { .. }
-        | Event::ToolsDiscovered { .. } => tracing::info!("{event}"),
-        Event::ServerDisconnected { intentional: true, .. } => tracing::info!("{event}"),
-        _ => tracing::warn!("{event}"),
+        | Event::ServerPermanentlyFailed { .. }
+        | Event::ToolsDiscovered { .. } => tracing::debug!("{event}"),
+        Event::CircuitOpened { .. }
+        | Event::ServerHealthDegraded { .. }
+        | Event::ProtocolViolation { .. }
+        | Event::NameConflict { .. } => tracing::warn!("{event}"),
     }
 }
 
@@ -154,7 +184,7 @@ impl StderrLog {
                 if dropped > 0 {
                     self.summary(dropped);
                 }
-                tracing::info!(target: "backend", server = %self.server, "{}", self.redactor.redact(line));
+                tracing::debug!(target: "backend", server = %self.server, "{}", self.redactor.redact(line));
                 self.withheld = false;
                 true
             }
@@ -188,7 +218,18 @@ impl StderrLog {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::{Admit, LineBudget, STDERR_BURST, STDERR_PER_SECOND};
+    use super::{level, Admit, LineBudget, STDERR_BURST, STDERR_PER_SECOND};
+
+    #[test]
+    fn the_level_steps_with_v_and_q_and_an_explicit_one_wins() {
+        assert_eq!(level(None, "info", 0, 0), "info");
+        assert_eq!(level(None, "info", 1, 0), "debug");
+        assert_eq!(level(None, "info", 5, 0), "trace");
+        assert_eq!(level(None, "info", 0, 1), "warn");
+        assert_eq!(level(None, "error", 0, 3), "error");
+        assert_eq!(level(None, "error", 2, 0), "info");
+        assert_eq!(level(Some("tether=trace"), "error", 0, 2), "tether=trace");
+    }
 
     #[test]
     fn a_burst_then_the_steady_rate_and_a_count_of_what_was_dropped() {

@@ -21,9 +21,16 @@ struct Cli {
     /// Write every input to this file as a trace (replay it with `tether replay`).
     #[arg(long, global = true)]
     record: Option<PathBuf>,
-    /// Log level for stderr (error, warn, info, debug, trace) or a tracing filter.
-    #[arg(long, global = true, default_value = "info", env = "TETHER_LOG")]
-    log_level: String,
+    /// Log level for stderr (error, warn, info, debug, trace) or a tracing filter
+    /// (default: info, status changes and warnings).
+    #[arg(long, global = true, env = "TETHER_LOG")]
+    log_level: Option<String>,
+    /// More log detail: once for debug (backends' stderr, process starts and exits), twice for trace.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Less log detail: once for warnings only, twice for errors only.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    quiet: u8,
     #[command(flatten)]
     policy: PolicyFlags,
     #[command(subcommand)]
@@ -53,7 +60,12 @@ enum Stop {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tether_host::logging::init_logging(&cli.log_level);
+    tether_host::logging::init_logging(&tether_host::logging::level(
+        cli.log_level.as_deref(),
+        "info",
+        cli.verbose,
+        cli.quiet,
+    ));
     // Whatever a backend leaves behind is reparented to tether, which kills it.
     tether_host::process_tree::become_subreaper();
     match serve(&cli) {

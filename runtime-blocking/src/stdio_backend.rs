@@ -121,7 +121,7 @@ impl StdioBackend {
             }
         };
         let pid = child.id();
-        tracing::info!(server = %server, %generation, pid, "started {}", launch.command);
+        tracing::debug!(server = %server, %generation, pid, "started {}", launch.command);
         inputs.send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
 
         let ends = Arc::new(Ends::default());
@@ -190,7 +190,7 @@ impl StdioBackend {
             // outlives it or meets its successor.
             let leftovers = reaped.signal(Signal::Kill);
             if leftovers > 0 {
-                tracing::info!(server = %name, %generation, leftovers, "killed what the process left running");
+                tracing::debug!(server = %name, %generation, leftovers, "killed what the process left running");
             }
             // Frames written before the exit are reported before it, and what it
             // wrote to stderr is its crash message. Bounded: a reader may be waiting
@@ -202,7 +202,7 @@ impl StdioBackend {
                 tracing::debug!(server = %name, "stderr still open after the exit");
             }
             done.store(true, Ordering::SeqCst);
-            tracing::info!(server = %name, %generation, ?code, "process exited");
+            tracing::debug!(server = %name, %generation, ?code, "process exited");
             to_core.send(Input::BackendExited { server: name, generation, code });
         });
         Some(StdioBackend {

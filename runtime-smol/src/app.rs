@@ -71,9 +71,10 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     smol::block_on(smol::spawn(async move {
         let inputs = host.inputs();
         if let Some(options) = options {
+            let addr = options.listen;
             let server = match HttpServer::bind(options, inputs.clone()) {
                 Ok(server) => server,
-                Err(e) => return Err(format!("cannot listen: {e}")),
+                Err(e) => return Err(cannot_listen("--listen", addr, &e)),
             };
             // Scripts wait for this line to learn the port.
             tracing::info!("tether listening on http://{}/mcp", server.local_addr());
@@ -85,9 +86,10 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
             Some(options) => {
                 // Its own session numbers: it never opens one, but keep them apart.
                 let options = ServerOptions { first_session: 1 << 40, ..options };
+                let addr = options.listen;
                 let server = match HttpServer::bind(options, inputs.clone()) {
                     Ok(server) => server,
-                    Err(e) => return Err(format!("cannot listen for status: {e}")),
+                    Err(e) => return Err(cannot_listen("--status-listen", addr, &e)),
                 };
                 tracing::info!("tether status on http://{}/", server.local_addr());
                 server.serve_status(host.status_handle());
@@ -166,6 +168,19 @@ fn listen_options(flag: &str, addr: &str, args: &ServeArgs) -> Result<ServerOpti
         max_connections_per_peer: args.max_connections_per_peer,
         ..ServerOptions::default()
     })
+}
+
+/// Why `flag`'s address could not be listened on, and what to do about it.
+fn cannot_listen(flag: &str, addr: std::net::SocketAddr, e: &std::io::Error) -> String {
+    let hint = match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "; another program (or another tether) listens there: stop it, or choose another port"
+        }
+        std::io::ErrorKind::PermissionDenied => "; ports below 1024 need privileges: choose a port from 1024 up",
+        std::io::ErrorKind::AddrNotAvailable => "; this machine has no such address: try 127.0.0.1",
+        _ => "",
+    };
+    format!("{flag} {addr}: cannot listen: {e}{hint}")
 }
 
 fn cli_config_path(cli: &Cli) -> Option<std::path::PathBuf> {

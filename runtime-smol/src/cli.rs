@@ -16,10 +16,23 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub record: Option<PathBuf>,
     /// Log level for stderr (error, warn, info, debug, trace) or a tracing filter.
-    #[arg(long, global = true, default_value = "info", env = "TETHER_LOG")]
-    pub log_level: String,
+    /// Default: info for serve (status changes and warnings), error for check and
+    /// demo (they print their own report), warn for the rest.
+    #[arg(long, global = true, env = "TETHER_LOG")]
+    pub log_level: Option<String>,
+    /// More log detail: once for debug (backends' stderr, process starts and
+    /// exits), twice for trace.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Less log detail: once for warnings only, twice for errors only.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub quiet: u8,
     #[command(flatten)]
     pub policy: PolicyFlags,
+    /// `serve`'s flags, for `tether` alone (which serves): `tether --listen ADDR`
+    /// is `tether serve --listen ADDR`.
+    #[command(flatten)]
+    pub serve: ServeArgs,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -72,9 +85,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Start every backend once and print a status table; exit non-zero if any failed.
     Check,
-    /// Show the backends of a running tether (its `/status`) as a table; exit 0 when
-    /// every backend is online (or dormant), 1 when one is not, 2 when tether cannot
-    /// be reached or refuses the token.
+    /// Show the backends of every running tether serving this config file (or of
+    /// the one at --url) as a table; exit 0 when every backend is online (or
+    /// dormant), 1 when one is not, 2 when no tether is reached.
     Status(StatusArgs),
     /// Restart a backend of every running tether serving this config file (also
     /// one that is permanently_failed); exit 1 when tether has no such backend,

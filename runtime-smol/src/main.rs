@@ -4,12 +4,18 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tether_host::control::Request;
-use tether_smol::cli::{Cli, Command, ServeArgs};
+use tether_smol::cli::{Cli, Command};
 use tether_smol::{app, check, control_cli};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    app::init_logging(&cli.log_level);
+    let base = match cli.command {
+        None | Some(Command::Serve(_)) => "info",
+        // They print their own report of what happened.
+        Some(Command::Check | Command::Demo) => "error",
+        _ => "warn",
+    };
+    app::init_logging(&tether_host::logging::level(cli.log_level.as_deref(), base, cli.verbose, cli.quiet));
     if matches!(cli.command, None | Some(Command::Serve(_) | Command::Check | Command::Demo)) {
         // Whatever a backend leaves behind is reparented to tether, which kills it.
         tether_host::process_tree::become_subreaper();
@@ -17,7 +23,7 @@ fn main() -> ExitCode {
     // The file a running tether serves, to find its control channel.
     let config = tether_host::flags::config_path(cli.config.as_deref());
     let result = match cli.command {
-        None => app::serve(&cli, &ServeArgs::default()),
+        None => app::serve(&cli, &cli.serve),
         Some(Command::Serve(ref args)) => app::serve(&cli, args),
         Some(Command::Check) => check::run(&cli),
         Some(Command::Auth(ref command)) => tether_smol::auth_cli::run(&cli, command),

@@ -93,7 +93,7 @@ impl StdioBackend {
             }
         };
         let pid = child.id();
-        tracing::info!(server = %server, %generation, pid, "started {}", launch.command);
+        tracing::debug!(server = %server, %generation, pid, "started {}", launch.command);
         let _ = inputs.try_send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
 
         let (frames, frames_rx) = async_channel::unbounded::<String>();
@@ -291,7 +291,7 @@ impl Watch {
         // outlives it or meets its successor.
         let leftovers = self.tree.signal(Signal::Kill);
         if leftovers > 0 {
-            tracing::info!(server = %server, %generation, leftovers, "killed what the process left running");
+            tracing::debug!(server = %server, %generation, leftovers, "killed what the process left running");
         }
         // Frames written before the exit are reported before it, and what it
         // wrote to stderr is its crash message. Bounded: a reader may be waiting
@@ -302,7 +302,7 @@ impl Watch {
         )
         .await;
         self.exited.store(true, Ordering::SeqCst);
-        tracing::info!(server = %server, %generation, ?code, "process exited");
+        tracing::debug!(server = %server, %generation, ?code, "process exited");
         let _ = self.inputs.send(Input::BackendExited { server, generation, code }).await;
     }
 

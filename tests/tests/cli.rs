@@ -95,6 +95,7 @@ fn check_succeeds_when_every_backend_is_online() {
     let out = run(&["--config", &config, "check"], Duration::from_secs(30));
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "check failed:\n{stdout}\n{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "check prints its table and nothing else by default");
     for name in ["one", "two"] {
         let row = stdout.lines().find(|l| l.split_whitespace().next() == Some(name));
         assert!(row.is_some_and(|r| r.contains("online")), "{name}:\n{stdout}");
@@ -390,4 +391,18 @@ fn status_watch_redraws_when_a_backend_changes() {
         "no escape sequences when not a terminal:\n{}",
         seen.join("\n")
     );
+}
+
+#[test]
+fn a_busy_port_is_named_with_what_to_do_and_listen_works_without_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &with_policy(json!({ "one": mock_server(&["--name", "one"]) })));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    // `tether --listen` is `tether serve --listen`.
+    let out = run(&["--config", &config, "--listen", &addr], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&format!("--listen {addr}: cannot listen")), "{stderr}");
+    assert!(stderr.contains("choose another port"), "{stderr}");
 }

@@ -60,6 +60,9 @@ pub(super) struct Backend {
     /// Client calls waiting for this backend.
     pub queue: VecDeque<Queued>,
     pub stderr_tail: VecDeque<String>,
+    /// The most telling stderr line of this connection's process, with its score
+    /// (see [`telling`]): what its failure shows.
+    pub telling_line: Option<(u8, String)>,
     /// Its stderr and events lately, across restarts (for `tether logs`).
     pub recent: super::recent::Recent,
     /// `ping` answered -32601: health checks use `tools/list`.
@@ -123,6 +126,7 @@ impl Backend {
             skip_discovery: false,
             queue: VecDeque::new(),
             stderr_tail: VecDeque::new(),
+            telling_line: None,
             recent: Default::default(),
             ping_unsupported: false,
             session_losses: 0,
@@ -159,6 +163,10 @@ impl Backend {
             line.truncate(end);
         }
         self.stderr_tail.push_back(line.clone());
+        let score = telling(&line);
+        if self.telling_line.as_ref().map_or(score > 0, |(best, _)| outranks(score, *best)) {
+            self.telling_line = Some((score, line.clone()));
+        }
         line
     }
 
@@ -193,17 +201,26 @@ impl Backend {
         self.capabilities.keys().cloned().collect()
     }
 
-    /// The message a crash or failure carries: the failure plus the stderr tail.
+    /// The message a crash or failure carries: the failure, and the most telling
+    /// line of what the process last wrote to stderr, whole (the rest is in the
+    /// backend's recent log).
+    /// A network failure of a remote names where it went: the URL's scheme,
+    /// host and port (never its path or query, which may hold a key).
     pub(super) fn failure_message(&self, failure: &Failure) -> String {
         let mut m = failure.describe();
-        if self.config.transport.is_stdio() && !self.stderr_tail.is_empty() {
+        if let (true, Some((_, line))) = (self.config.transport.is_stdio(), &self.telling_line) {
             m.push_str("; stderr: ");
-            for (i, line) in self.stderr_tail.iter().enumerate() {
-                if i > 0 {
-                    m.push_str(" | ");
-                }
-                m.push_str(line);
-            }
+            m.push_str(line.trim());
+        }
+        let network = match failure {
+            Failure::Refused | Failure::Dns | Failure::Timeout | Failure::Reset => true,
+            Failure::Http { status } => !matches!(status, 401 | 403),
+            _ => false,
+        };
+        if let (true, Transport::Http { url, .. } | Transport::Sse { url, .. }) = (network, &self.config.transport) {
+            m.push_str(" (");
+            m.push_str(&url_origin(url));
+            m.push(')');
         }
         m
     }
@@ -226,6 +243,7 @@ impl Gateway {
         b.first_connect_at.get_or_insert(now);
         b.connect_started_at = Some(now);
         b.stderr_tail.clear();
+        b.telling_line = None;
         b.discovery = None;
         b.streams = Default::default();
         let action = match &b.config.transport {
@@ -659,4 +677,107 @@ pub(super) fn kind_bit(kind: ListKind) -> u8 {
 /// Reads `error.code` from a raw JSON-RPC error object.
 fn error_code(error: &str) -> Option<i64> {
     serde_json::from_str::<Map<String, Value>>(error).ok()?.get("code")?.as_i64()
+}
+
+/// `scheme://host:port` of a URL: no user, password, path, query or fragment.
+fn url_origin(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return String::new() };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    alloc::format!("{scheme}://{host}")
+}
+
+/// Whether a line scoring `score` replaces the one kept, scoring `best`: a
+/// higher score does; of trouble, the first stays (a cause comes before its
+/// consequences); of chatter, the latest.
+fn outranks(score: u8, best: u8) -> bool {
+    score > best || (score == 1 && best == 1)
+}
+
+/// How much a stderr line says about a failure (the line of a process's stderr
+/// that [`outranks`] the others is the one its failure shows): 0 nothing (blank, a stack frame,
+/// punctuation), 1 an ordinary line, 2 one that mentions trouble, 3 an error
+/// message (`Error: ...`, `ModuleNotFoundError: ...`, `fatal: ...`, a panic).
+fn telling(line: &str) -> u8 {
+    let t = line.trim();
+    let frame = t.starts_with("at ") || t.starts_with("File \"") || t.starts_with("^");
+    if frame || !t.chars().any(char::is_alphanumeric) {
+        return 0;
+    }
+    let lower = t.to_ascii_lowercase();
+    let head = lower.split(':').next().unwrap_or("");
+    let typed = t.contains(':')
+        && !head.contains(' ')
+        && (head.ends_with("error") || head.ends_with("exception") || matches!(head, "fatal" | "panic" | "critical"));
+    if typed || lower.contains("panicked at") {
+        return 3;
+    }
+    #[rustfmt::skip]
+    const TROUBLE: [&str; 16] = [
+        "error", "fatal", "fail", "cannot", "can't", "unable", "denied", "refused", "not found", "no such", "panic",
+        "exception", "out of memory", "timed out", "killed", "crash",
+    ];
+    if TROUBLE.iter().any(|w| lower.contains(w)) {
+        return 2;
+    }
+    1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{telling, url_origin};
+
+    #[test]
+    fn a_url_origin_keeps_nothing_secret() {
+        assert_eq!(url_origin("https://mcp.example.com/mcp?key=s3cr3t"), "https://mcp.example.com");
+        assert_eq!(url_origin("http://127.0.0.1:9/sse"), "http://127.0.0.1:9");
+        assert_eq!(url_origin("https://user:pw@host.test:8443/x"), "https://host.test:8443");
+        assert_eq!(url_origin("https://h.test#frag"), "https://h.test");
+    }
+
+    /// The line a failure would show, as the backend picks it while lines come.
+    fn pick(lines: &[&'static str]) -> Option<&'static str> {
+        let mut best: Option<(u8, &str)> = None;
+        for line in lines {
+            let score = telling(line);
+            if best.map_or(score > 0, |(b, _)| super::outranks(score, b)) {
+                best = Some((score, line));
+            }
+        }
+        best.map(|(_, line)| line.trim())
+    }
+
+    #[test]
+    fn the_error_message_wins_over_chatter_and_stack_frames() {
+        // Node: the message, then a stack, then chatter.
+        let node = [
+            "Starting default (STDIO) server...",
+            "node:internal/modules/cjs/loader:1228",
+            "  throw err;",
+            "  ^",
+            "Error: Cannot find module '/nonexistent/index.js'",
+            "    at Module._resolveFilename (node:internal/modules/cjs/loader:1225:15)",
+            "  code: 'MODULE_NOT_FOUND',",
+            "Node.js v20.20.2",
+        ];
+        assert_eq!(pick(&node), Some("Error: Cannot find module '/nonexistent/index.js'"));
+        // Python: the last line of a traceback.
+        let python = [
+            "Traceback (most recent call last):",
+            "  File \"/srv/server.py\", line 1, in <module>",
+            "ModuleNotFoundError: No module named 'mcp'",
+        ];
+        assert_eq!(pick(&python), Some("ModuleNotFoundError: No module named 'mcp'"));
+        assert_eq!(
+            pick(&["loading index", "thread 'main' panicked at src/main.rs:3:5:", "index is corrupt"]),
+            Some("thread 'main' panicked at src/main.rs:3:5:")
+        );
+        assert_eq!(
+            pick(&["listening on stdio", "could not open /data: permission denied"]),
+            Some("could not open /data: permission denied")
+        );
+        assert_eq!(pick(&["one", "two"]), Some("two"), "no trouble: the last line");
+        assert_eq!(pick(&["error: cannot open /x", "fatal: giving up"]), Some("error: cannot open /x"), "the cause");
+        assert_eq!(pick(&["", "  "]), None);
+    }
 }

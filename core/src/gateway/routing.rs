@@ -300,7 +300,7 @@ impl Gateway {
             Status::PermanentlyFailed => {
                 let p = b.sup.policy();
                 let msg = format!(
-                    "backend '{server}' crashed {} times within {} s and will not be restarted; fix it, then restart it (admin restart or config change). Last error: {}",
+                    "backend '{server}' crashed {} times within {} s and will not be restarted; fix it, then restart it (`tether restart {server}`, or change its entry in the config file). Last error: {}",
                     p.crash_limit,
                     p.crash_window_ms / 1000,
                     b.sup.message().unwrap_or("unknown")
