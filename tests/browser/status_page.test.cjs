@@ -181,6 +181,14 @@ async function run(page, pageErrors, foreign) {
         await page.screenshot({ path: path.join(OUT, "status-page.png"), fullPage: true });
     });
 
+    await step(`Logs (GET /logs/${CRASH}) shows what the crashed backend wrote and went through`, async () => {
+        await page.click(`${row(CRASH)} button[data-action="logs"]`);
+        await page.waitForSelector("#logs:not([hidden])", { timeout: 10000 });
+        const text = await page.$eval("#log-lines", (e) => e.textContent);
+        check(/stderr/.test(text) && /crash/.test(text), `its stderr is shown: ${JSON.stringify(text.slice(0, 400))}`);
+        check(/server_status_changed/.test(text), `its events are shown: ${JSON.stringify(text.slice(0, 400))}`);
+    });
+
     await step(`Restart (POST /admin/restart/${CRASH}) brings it back online`, async () => {
         await page.click(`${row(CRASH)} button[data-action="restart"]`);
         await page.waitForFunction(() => /accepted/.test(document.getElementById("message").textContent), null, { timeout: 10000 });

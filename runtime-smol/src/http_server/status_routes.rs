@@ -1,5 +1,6 @@
 //! The operator endpoints beside `/mcp`: `/healthz`, `/readyz`, `/status`,
-//! `/metrics`, `/events` (SSE), the admin actions, and the status page at `/`.
+//! `/metrics`, `/events` (SSE), `/logs/NAME` (a backend's recent stderr and
+//! events), the admin actions, and the status page at `/`.
 //! Answers come from the host loop ([`crate::status::Query`]); nothing here
 //! decides anything but the HTTP shape. Every answer refuses to be framed by
 //! another site (`X-Frame-Options`, CSP `frame-ancestors`).
@@ -23,7 +24,9 @@ const PAGE: &str = include_str!("../status_page/index.html");
 
 /// Whether `path` is one of these endpoints (they need the status handle).
 pub(super) fn is_status_path(path: &str) -> bool {
-    matches!(path, "/" | "/healthz" | "/readyz" | "/status" | "/metrics" | "/events") || path.starts_with("/admin/")
+    matches!(path, "/" | "/healthz" | "/readyz" | "/status" | "/metrics" | "/events")
+        || path.starts_with("/admin/")
+        || path.starts_with("/logs/")
 }
 
 /// The page itself holds no data (everything it shows comes from the endpoints,
@@ -57,6 +60,9 @@ async fn answer(shared: &Arc<Shared>, connection: &Connection, request: Request<
     }
     if method != Method::GET {
         return reply::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: GET only");
+    }
+    if let Some(server) = path.strip_prefix("/logs/") {
+        return logs(status, &percent_decode(server), request.uri().query()).await;
     }
     match path.as_str() {
         "/" => page(),
@@ -92,6 +98,22 @@ async fn ask<T>(status: &StatusHandle, query: impl FnOnce(async_channel::Sender<
     let (tx, rx) = async_channel::bounded(1);
     status.queries.send(query(tx)).await.ok()?;
     rx.recv().await.ok()
+}
+
+/// `GET /logs/NAME[?lines=N]`: the last N (default 50, at most 1000) lines of a
+/// backend's recent log, oldest first; 404 for a backend tether does not have.
+async fn logs(status: &StatusHandle, server: &str, query: Option<&str>) -> Response<Body> {
+    let lines = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("lines=")?.parse::<usize>().ok())
+        .unwrap_or(tether_host::control::DEFAULT_LOG_LINES)
+        .min(1000);
+    match ask(status, |reply| Query::Logs(server.to_string(), lines, reply)).await {
+        Some(Ok(lines)) => reply::json(StatusCode::OK, json!({"server": server, "lines": lines}).to_string()),
+        Some(Err(e)) => reply::error(StatusCode::NOT_FOUND, &format!("not found: {e}")),
+        None => gone(),
+    }
 }
 
 fn gone() -> Response<Body> {
