@@ -574,7 +574,7 @@ pub enum Event {
 
 impl Event {
     /// The backend the event is about (every event is about one).
-    pub fn server(&self) -> &str {
+    pub fn server(&self) -> &ServerName {
         match self {
             Event::ServerStatusChanged { server, .. }
             | Event::ServerDisconnected { server, .. }

@@ -128,24 +128,6 @@ pub(super) struct Ration {
     suppressed: u32,
 }
 
-/// The server an event is about.
-pub(super) fn server_name(event: &Event) -> &ServerName {
-    match event {
-        Event::ServerStatusChanged { server, .. }
-        | Event::ServerDisconnected { server, .. }
-        | Event::ServerReconnecting { server, .. }
-        | Event::ServerReconnected { server, .. }
-        | Event::ServerHealthDegraded { server, .. }
-        | Event::ServerHealthRestored { server }
-        | Event::ServerPermanentlyFailed { server, .. }
-        | Event::CircuitOpened { server, .. }
-        | Event::CircuitClosed { server }
-        | Event::ToolsDiscovered { server, .. }
-        | Event::ProtocolViolation { server, .. }
-        | Event::NameConflict { server, .. } => server,
-    }
-}
-
 /// An event as JSON: its serde form (`{"event": "server_status_changed", ...}`)
 /// plus its number and time.
 pub(super) fn event_json(e: &Journaled) -> Value {
@@ -175,7 +157,7 @@ impl Gateway {
         if listening.is_empty() {
             return;
         }
-        let Some(suppressed) = self.ration(server_name(event)) else { return };
+        let Some(suppressed) = self.ration(event.server()) else { return };
         let journaled = Journaled { seq, at: self.now, event: event.clone() };
         let mut data = match event_json(&journaled) {
             Value::Object(m) => m,

@@ -15,7 +15,7 @@ use alloc::vec::Vec;
 use serde_json::{json, Map, Value};
 
 use super::calls::RawFields;
-use super::client_events::{event_json, server_name, Journaled, JOURNAL_LEN};
+use super::client_events::{event_json, Journaled, JOURNAL_LEN};
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::Mode;
@@ -316,7 +316,7 @@ impl Gateway {
             None | Some(Value::Null) => None,
             Some(v) => Some(v.as_u64().ok_or("argument 'since' must be a whole number")?),
         };
-        let wanted = |e: &&Journaled| only.is_none_or_eq(server_name(&e.event));
+        let wanted = |e: &&Journaled| only.is_none_or_eq(e.event.server());
         let next = self.journal.next_seq();
         let (events, missed, next_since) = match since {
             // From a cursor: the oldest first, as many as fit; the rest next time.
