@@ -154,6 +154,10 @@ pub struct BackendCatalog {
     lists: [Vec<Entry>; 4],
     /// What the selection hides of each list.
     hidden: [Vec<Hidden>; 4],
+    /// Items not served for another reason (a name another item holds, an
+    /// invalid definition), with where the backend listed them: kept so that a
+    /// changed selection (which may free a name) can try them again.
+    held: [Vec<(usize, Map<String, Value>)>; 4],
     discovered: bool,
     /// Some tool mirrors arguments into headers.
     mirrors_params: bool,
@@ -288,6 +292,8 @@ impl Catalog {
 
     /// Sets which of a registered backend's items are served, and how; a change
     /// applies at once to what it last listed.
+    /// Items another backend's names kept out are tried again, since a name the
+    /// change freed may now be theirs.
     pub fn select(&mut self, server: &str, selection: &Selection) {
         let Some(reg) = self.backends.get_mut(server) else { return };
         if reg.selection == *selection {
@@ -297,6 +303,15 @@ impl Catalog {
         reg.selection = selection.clone();
         let prefixed = reg.prefixed;
         self.rekey(server, prefixed);
+        let waiting: Vec<(String, bool)> = self
+            .backends
+            .iter()
+            .filter(|(name, r)| name.as_str() != server && r.catalog.held.iter().any(|h| !h.is_empty()))
+            .map(|(name, r)| (name.clone(), r.prefixed))
+            .collect();
+        for (name, prefixed) in waiting {
+            self.rekey(&name, prefixed);
+        }
     }
 
     /// The backend whose config hides the tool or prompt a client asked for by
@@ -348,6 +363,7 @@ impl Catalog {
         let mut rejected = Vec::new();
         let mut built: [Vec<Entry>; 4] = Default::default();
         let mut hidden: [Vec<Hidden>; 4] = Default::default();
+        let mut held: [Vec<(usize, Map<String, Value>)>; 4] = Default::default();
         for kind in ListKind::ALL {
             let mut seen = BTreeMap::new();
             let filter = selection.filter(kind);
@@ -365,6 +381,7 @@ impl Catalog {
                         Some(Err(reason)) => {
                             let name = item.get("name").and_then(Value::as_str).unwrap_or("").to_string();
                             rejected.push(Rejected { name, reason });
+                            held[kind.index()].push((position, item.clone()));
                             continue;
                         }
                     },
@@ -382,11 +399,13 @@ impl Catalog {
                 };
                 if seen.insert(entry.served.clone(), ()).is_some() {
                     conflicts.push(Conflict { name: entry.served });
+                    held[kind.index()].push((position, item.clone()));
                     continue;
                 }
                 if let Some(index) = index {
                     if index.contains_key(&entry.served) {
                         conflicts.push(Conflict { name: entry.served });
+                        held[kind.index()].push((position, item.clone()));
                         continue;
                     }
                     index.insert(entry.served.clone(), server.to_string());
@@ -396,7 +415,7 @@ impl Catalog {
         }
         let mirrors_params = built[ListKind::Tools.index()].iter().any(|e| !e.param_headers.is_empty());
         if let Some(reg) = self.backends.get_mut(server) {
-            reg.catalog = BackendCatalog { lists: built, hidden, discovered: true, mirrors_params };
+            reg.catalog = BackendCatalog { lists: built, hidden, held, discovered: true, mirrors_params };
         }
         Installed { conflicts, rejected }
     }
@@ -603,6 +622,7 @@ impl Catalog {
                 }
             }
             items.extend(reg.catalog.hidden[kind.index()].iter().map(|h| (h.position, h.item.clone())));
+            items.extend(reg.catalog.held[kind.index()].iter().cloned());
             items.sort_by_key(|(position, _)| *position);
             lists[kind.index()] = items.into_iter().map(|(_, item)| item).collect();
         }

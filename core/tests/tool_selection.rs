@@ -204,3 +204,26 @@ fn prompts_and_resources_are_chosen_the_same_way() {
     sim.client(json!({"jsonrpc":"2.0","id":6,"method":"resources/read","params":{"uri":"fs+file:///notes/a.md"}}));
     assert_eq!(sim.requests_to("fs", "resources/read").len(), 1);
 }
+
+#[test]
+fn hiding_a_name_hands_it_to_the_backend_it_kept_out() {
+    let unprefixed =
+        |selection: Selection| ServerConfig { prefixed: false, selection, ..ServerConfig::stdio("x", &[]) };
+    let config =
+        |a: Selection| Config::default().server("a", unprefixed(a)).server("b", unprefixed(Selection::default()));
+    let mut sim = Sim::new(config(Selection::default()));
+    sim.boot("a", &["search"]);
+    sim.boot("b", &["search", "other"]);
+    sim.client_init();
+    assert_eq!(listed_tools(&mut sim, 1), ["search", "other"], "a holds `search`");
+
+    sim.note("reload: a hides its search; b's is served");
+    let deny = Selection { tools: Filter { deny: vec!["search".into()], ..Filter::default() }, ..Selection::default() };
+    sim.input(Input::ConfigReloaded { config: config(deny) });
+    let mut names = listed_tools(&mut sim, 2);
+    names.sort();
+    assert_eq!(names, ["other", "search"]);
+    sim.call(3, "search");
+    assert_eq!(sim.requests_to("b", "tools/call").len(), 1, "the call goes to b");
+    assert!(sim.requests_to("a", "tools/call").is_empty());
+}

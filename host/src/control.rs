@@ -12,9 +12,12 @@
 //!   `{"op": "restart", "server": "fs"}`, `{"op": "reconnect", ...}`,
 //!   `{"op": "logs", "server": "fs", "lines": 100}`), answered by one line of
 //!   JSON (`{"ok": true, ...}` or `{"ok": false, "error": "..."}`).
-//! - **Bounds**: a request line is at most [`MAX_REQUEST`] bytes and must come
-//!   within [`REQUEST_WAIT`]; at most [`MAX_CONNECTIONS`] are served at once,
-//!   others are closed at once.
+//! - **Bounds**: a request line is at most [`MAX_REQUEST`] bytes, and the whole
+//!   exchange must fit in [`REQUEST_WAIT`] (on unix; Windows pipes cannot time
+//!   out); at most [`MAX_CONNECTIONS`] are served at once, others are closed at
+//!   once. A client waits [`ANSWER_WAIT`] for each tether at most.
+//! - **Trust**: clients look only in the user's private endpoint directory
+//!   (unix), and remove an endpoint only when the process named in it is gone.
 //!
 //! The runtime answers through a [`ControlTarget`]; what the answers mean (a
 //! restart, a status) is the core's, as for the HTTP admin endpoints.
@@ -23,7 +26,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -134,6 +137,7 @@ pub fn start(config: Option<&Path>, disabled: bool, target: impl ControlTarget) 
 /// Starts listening for control requests for the tether serving `config`,
 /// answered by `target`, on threads of their own for the rest of the process.
 pub fn serve(config: Option<&Path>, target: impl ControlTarget) -> std::io::Result<Control> {
+    sweep();
     let name = format!("{}{}", prefix(config), std::process::id());
     let listener = LocalListener::bind(&name)?;
     let address = listener.address();
@@ -165,11 +169,28 @@ pub fn serve(config: Option<&Path>, target: impl ControlTarget) -> std::io::Resu
     Ok(control)
 }
 
-/// Reads one request from `stream` and writes its answer.
+/// The process an endpoint name belongs to (its last `-` part).
+fn pid_of(name: &str) -> Option<u32> {
+    name.rsplit('-').next()?.parse().ok()
+}
+
+/// Removes the endpoints of tethers that are gone (killed, so they could not
+/// remove their own), whatever config they served.
+fn sweep() {
+    for name in platform::local_endpoints("tether-") {
+        if pid_of(&name).is_some_and(|pid| !platform::process_alive(pid)) {
+            platform::remove_local_endpoint(&name);
+        }
+    }
+}
+
+/// Reads one request from `stream` and writes its answer; the whole exchange
+/// must fit in [`REQUEST_WAIT`] (where the platform can time out I/O).
 fn answer(mut stream: LocalStream, target: &dyn ControlTarget) {
-    platform::limit_reads(&stream, REQUEST_WAIT);
+    let deadline = Instant::now() + REQUEST_WAIT;
     let mut line = Vec::new();
-    let read = BufReader::new((&mut stream).take(MAX_REQUEST as u64 + 1)).read_until(b'\n', &mut line);
+    let within = Within { stream: &stream, deadline };
+    let read = BufReader::new(within.take(MAX_REQUEST as u64 + 1)).read_until(b'\n', &mut line);
     let reply = match read {
         Err(e) => json!({"ok": false, "error": format!("reading the request: {e}")}),
         Ok(_) if line.len() > MAX_REQUEST => json!({"ok": false, "error": "request too long"}),
@@ -180,7 +201,27 @@ fn answer(mut stream: LocalStream, target: &dyn ControlTarget) {
     };
     let mut text = reply.to_string();
     text.push('\n');
+    platform::limit_io(&stream, deadline.saturating_duration_since(Instant::now()));
     let _ = stream.write_all(text.as_bytes()).and_then(|()| stream.flush());
+}
+
+/// Reads from a stream until a deadline: each read may wait only for what is
+/// left, so a client trickling bytes cannot hold a connection.
+struct Within<'a> {
+    stream: &'a LocalStream,
+    deadline: Instant,
+}
+
+impl Read for Within<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        platform::limit_io(self.stream, left);
+        let mut stream = self.stream;
+        stream.read(buf)
+    }
 }
 
 fn execute(request: Request, target: &dyn ControlTarget) -> Value {
@@ -215,21 +256,36 @@ pub fn endpoint_dir() -> String {
     platform::local_endpoint_dir()
 }
 
+/// How long [`ask`] waits for a tether (one suspended or stuck is passed over).
+pub const ANSWER_WAIT: Duration = Duration::from_secs(10);
+
 /// Sends `request` to the tether at endpoint `name` and returns its answer
-/// (`Err`: it could not be reached, or it said what was wrong).
+/// (`Err`: it could not be reached in [`ANSWER_WAIT`], or it said what was
+/// wrong). An endpoint whose tether is gone is removed.
 pub fn ask(name: &str, request: &Request) -> Result<Value, AskError> {
-    let mut stream = platform::local_connect(name).map_err(|e| {
-        if matches!(e.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound) {
-            // Nothing listens: what a tether that died left behind.
+    let mut line = serde_json::to_string(request).expect("requests serialize");
+    line.push('\n');
+    let (tx, rx) = std::sync::mpsc::channel();
+    let endpoint = name.to_string();
+    // On a thread of its own: a Windows pipe cannot time out its reads.
+    std::thread::Builder::new()
+        .name("control-ask".into())
+        .spawn(move || {
+            let _ = tx.send(exchange(&endpoint, &line));
+        })
+        .map_err(AskError::Unreachable)?;
+    let answer = match rx.recv_timeout(ANSWER_WAIT) {
+        Ok(answer) => answer,
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time")),
+    };
+    let answer = answer.map_err(|e| {
+        let gone = matches!(e.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound);
+        if gone && pid_of(name).is_some_and(|pid| !platform::process_alive(pid)) {
+            // What a tether that died left behind.
             platform::remove_local_endpoint(name);
         }
         AskError::Unreachable(e)
     })?;
-    let mut line = serde_json::to_string(request).expect("requests serialize");
-    line.push('\n');
-    stream.write_all(line.as_bytes()).map_err(AskError::Unreachable)?;
-    let mut answer = String::new();
-    BufReader::new(stream.take(MAX_ANSWER)).read_line(&mut answer).map_err(AskError::Unreachable)?;
     let value: Value = serde_json::from_str(&answer)
         .map_err(|e| AskError::Refused(format!("answer is not JSON ({e}): {}", answer.trim())))?;
     if value["ok"] == true {
@@ -237,6 +293,16 @@ pub fn ask(name: &str, request: &Request) -> Result<Value, AskError> {
     } else {
         Err(AskError::Refused(value["error"].as_str().unwrap_or("refused").to_string()))
     }
+}
+
+/// Sends one request line to endpoint `name` and reads the answer line.
+fn exchange(name: &str, line: &str) -> std::io::Result<String> {
+    let mut stream = platform::local_connect(name)?;
+    platform::limit_io(&stream, ANSWER_WAIT);
+    stream.write_all(line.as_bytes())?;
+    let mut answer = String::new();
+    BufReader::new(stream.take(MAX_ANSWER)).read_line(&mut answer)?;
+    Ok(answer)
 }
 
 /// Why [`ask`] got no answer.

@@ -129,10 +129,16 @@ pub fn remove_local_endpoint(name: &str) {
     imp::remove_local_endpoint(name);
 }
 
-/// Makes reads from `stream` give up after `wait`, where the platform can
-/// (unix; a Windows pipe instance waits, bounded by the number served at once).
-pub fn limit_reads(stream: &LocalStream, wait: std::time::Duration) {
-    imp::limit_reads(stream, wait);
+/// Makes reads from and writes to `stream` give up after `wait`, where the
+/// platform can (unix; a Windows pipe instance waits, bounded by the number
+/// served at once).
+pub fn limit_io(stream: &LocalStream, wait: std::time::Duration) {
+    imp::limit_io(stream, wait);
+}
+
+/// Whether the process `pid` still runs (before removing an endpoint named by it).
+pub fn process_alive(pid: u32) -> bool {
+    imp::process_alive(pid)
 }
 
 /// The names of the local endpoints that exist now and start with `prefix`.

@@ -140,6 +140,16 @@ fn private_dir() -> std::io::Result<PathBuf> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
+    checked(dir)
+}
+
+/// The endpoint directory if it exists and is private to this user; clients
+/// look nowhere else, so sockets another user placed are never asked.
+fn checked_dir() -> std::io::Result<PathBuf> {
+    checked(endpoint_dir())
+}
+
+fn checked(dir: PathBuf) -> std::io::Result<PathBuf> {
     let meta = std::fs::symlink_metadata(&dir)?;
     // SAFETY: getuid cannot fail and touches no memory.
     let uid = unsafe { libc::getuid() };
@@ -181,12 +191,12 @@ impl Drop for LocalListener {
 
 /// See [`crate::platform::local_connect`].
 pub fn local_connect(name: &str) -> std::io::Result<LocalStream> {
-    UnixStream::connect(endpoint_dir().join(format!("{name}.sock")))
+    UnixStream::connect(checked_dir()?.join(format!("{name}.sock")))
 }
 
 /// See [`crate::platform::local_endpoints`].
 pub fn local_endpoints(prefix: &str) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(endpoint_dir()) else { return Vec::new() };
+    let Ok(entries) = checked_dir().and_then(std::fs::read_dir) else { return Vec::new() };
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter_map(|n| n.strip_suffix(".sock").map(str::to_string))
@@ -201,12 +211,23 @@ pub fn local_endpoint_dir() -> String {
     endpoint_dir().display().to_string()
 }
 
-/// See [`crate::platform::limit_reads`].
-pub fn limit_reads(stream: &LocalStream, wait: std::time::Duration) {
+/// See [`crate::platform::limit_io`].
+pub fn limit_io(stream: &LocalStream, wait: std::time::Duration) {
+    let wait = wait.max(std::time::Duration::from_millis(1));
     let _ = stream.set_read_timeout(Some(wait));
+    let _ = stream.set_write_timeout(Some(wait));
+}
+
+/// See [`crate::platform::process_alive`].
+pub fn process_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists; touches no memory.
+    let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
+    alive || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// See [`crate::platform::remove_local_endpoint`].
 pub fn remove_local_endpoint(name: &str) {
-    let _ = std::fs::remove_file(endpoint_dir().join(format!("{name}.sock")));
+    if let Ok(dir) = checked_dir() {
+        let _ = std::fs::remove_file(dir.join(format!("{name}.sock")));
+    }
 }

@@ -81,9 +81,14 @@ pub fn local_endpoint_dir() -> String {
     String::new()
 }
 
-/// See [`crate::platform::limit_reads`].
-pub fn limit_reads(stream: &LocalStream, wait: std::time::Duration) {
+/// See [`crate::platform::limit_io`].
+pub fn limit_io(stream: &LocalStream, wait: std::time::Duration) {
     let _ = (stream, wait);
+}
+
+/// See [`crate::platform::process_alive`].
+pub fn process_alive(_pid: u32) -> bool {
+    true
 }
 
 /// See [`crate::platform::remove_local_endpoint`].

@@ -348,6 +348,12 @@ impl LocalListener {
                 return Err(e);
             }
         }
+        // The next instance exists before this one is handed over, so a client
+        // arriving meanwhile finds the pipe (never "not found" while tether runs).
+        match self.instance(false) {
+            Ok(next) => *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some(next),
+            Err(e) => tracing::warn!("control channel: cannot make the next pipe instance: {e}"),
+        }
         let raw = pipe.0;
         std::mem::forget(pipe);
         // SAFETY: the handle is ours and now owned by the file alone.
@@ -402,9 +408,24 @@ pub fn local_endpoint_dir() -> String {
     PIPE_DIR.to_string()
 }
 
-/// See [`crate::platform::limit_reads`].
-pub fn limit_reads(stream: &LocalStream, wait: std::time::Duration) {
+/// See [`crate::platform::limit_io`]: synchronous pipes have no timeouts.
+pub fn limit_io(stream: &LocalStream, wait: std::time::Duration) {
     let _ = (stream, wait);
+}
+
+/// See [`crate::platform::process_alive`].
+pub fn process_alive(pid: u32) -> bool {
+    use windows_sys::Win32::System::Threading::{GetExitCodeProcess, PROCESS_QUERY_LIMITED_INFORMATION};
+    /// What `GetExitCodeProcess` says of a process still running.
+    const STILL_ACTIVE: u32 = 259;
+    // SAFETY: OpenProcess only returns a handle (or null).
+    let Ok(process) = Handle::new(unsafe { OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, pid) }) else {
+        return false;
+    };
+    let mut code = 0u32;
+    // SAFETY: an open process handle and a place for the code.
+    let asked = unsafe { GetExitCodeProcess(process.0, &mut code) };
+    asked == FALSE || code == STILL_ACTIVE
 }
 
 /// See [`crate::platform::remove_local_endpoint`]: its marker file.
