@@ -73,10 +73,10 @@ fn read(path: &Path) -> Option<Vec<u8>> {
     std::fs::read(path).ok()
 }
 
-/// Watches `path` on a thread of its own, calling `changed` each time the file
-/// settles on new contents, until the process ends.
-pub fn spawn(path: &Path, changed: impl Fn() + Send + 'static) -> std::io::Result<()> {
-    let mut watch = ConfigWatch::new(path);
+/// Goes on with `watch` on a thread of its own, calling `changed` each time the
+/// file settles on contents other than the ones last taken, until the process
+/// ends.
+pub fn spawn(mut watch: ConfigWatch, changed: impl Fn() + Send + 'static) -> std::io::Result<()> {
     std::thread::Builder::new().name("config-watch".into()).spawn(move || loop {
         std::thread::sleep(POLL);
         if watch.check() {
@@ -143,7 +143,7 @@ mod tests {
         let path = dir.path().join("config.json");
         std::fs::write(&path, "{}").unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        spawn(&path, move || {
+        spawn(ConfigWatch::new(&path), move || {
             let _ = tx.send(());
         })
         .unwrap();

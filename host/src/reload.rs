@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use tether_core::Input;
 
+use crate::config_watch::ConfigWatch;
 use crate::flags::{load_config, PolicyFlags};
 use crate::platform::OsRequest;
 
@@ -28,23 +29,31 @@ pub fn reload_config(path: Option<&Path>, flags: &PolicyFlags, feed: impl FnOnce
     }
 }
 
+/// Takes the config file's contents as they are now, to watch it from (unless
+/// `--no-watch`). Call it before loading the file: an edit made while tether
+/// starts is then seen (at worst reloaded twice), never missed.
+pub fn watch(path: Option<&Path>, flags: &PolicyFlags) -> Option<ConfigWatch> {
+    path.filter(|_| !flags.no_watch).map(ConfigWatch::new)
+}
+
 /// Starts listening for everything outside the protocol that asks a running
 /// tether to reload or stop: the system's requests (SIGHUP reloads; SIGTERM,
-/// SIGINT and the Windows console's Ctrl-C or close stop) and, unless
-/// `flags.no_watch`, the config file `path` changing. Reloads reach the engine
+/// SIGINT and the Windows console's Ctrl-C or close stop) and, with a `watch`
+/// (see [`watch`]), the config file `path` changing. Reloads reach the engine
 /// through `feed`; a stop calls `stop` with what asked. Both may be called from
 /// other threads.
 pub fn listen(
     path: Option<PathBuf>,
     flags: PolicyFlags,
+    watch: Option<ConfigWatch>,
     feed: impl Fn(Input) + Send + Sync + 'static,
     stop: impl Fn(&'static str) + Send + Sync + 'static,
 ) {
-    let watched = path.clone().filter(|_| !flags.no_watch);
+    let shown = path.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
     let reload = Arc::new(move || reload_config(path.as_deref(), &flags, &feed));
-    if let Some(file) = watched {
-        let (on_change, shown) = (reload.clone(), file.display().to_string());
-        let started = crate::config_watch::spawn(&file, move || {
+    if let Some(watch) = watch {
+        let on_change = reload.clone();
+        let started = crate::config_watch::spawn(watch, move || {
             tracing::info!("{shown} changed");
             on_change();
         });

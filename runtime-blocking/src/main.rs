@@ -81,6 +81,7 @@ fn serve(cli: &Cli) -> Result<(), String> {
     if let Some(Command::Serve(ServeArgs { listen: Some(_) })) = &cli.command {
         return Err("--listen is not available in tether-blocking (stdio only); use `tether serve --listen`".into());
     }
+    let watch = tether_host::reload::watch(config_path(cli.config.as_deref()).as_deref(), &cli.policy);
     let config = load_config(cli.config.as_deref(), &cli.policy)?;
     let max_frame = config.limits.max_frame_bytes as usize;
     let backends = config.servers.len();
@@ -128,6 +129,7 @@ fn serve(cli: &Cli) -> Result<(), String> {
     tether_host::reload::listen(
         path,
         cli.policy.clone(),
+        watch,
         move |input| feed.input(input),
         move |why| {
             close.close(session);

@@ -42,6 +42,7 @@ pub fn host(cli: &Cli, config: &Config) -> Result<Host, String> {
 /// clients with `--listen`, until stdin ends (stdio) or a signal arrives.
 /// The configuration file is reloaded when it changes (and on SIGHUP).
 pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
+    let watch = tether_host::reload::watch(cli_config_path(cli).as_deref(), &cli.policy);
     let config = load_config(cli)?;
     let options = match &args.listen {
         Some(addr) => Some(ServerOptions {
@@ -109,6 +110,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
         tether_host::reload::listen(
             config_path,
             flags,
+            watch,
             move |input| {
                 // Unbounded: the reload is queued at once, from any thread.
                 let _ = feed.try_send(input);
