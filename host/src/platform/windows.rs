@@ -388,10 +388,28 @@ pub fn local_connect(name: &str) -> std::io::Result<LocalStream> {
                 // SAFETY: a NUL-terminated name; waits at most 500 ms.
                 unsafe { WaitNamedPipeW(wide(&address).as_ptr(), 500) };
             }
-            other => return other,
+            Ok(pipe) => return served_by_its_tether(pipe, name),
+            Err(e) => return Err(e),
         }
     }
     Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{address} stayed busy")))
+}
+
+/// `pipe` if the process serving it is the one its name says (`...-PID`): a
+/// pipe of that name made by anyone else (for a tether that is gone) is refused,
+/// so nobody can answer in a tether's place.
+fn served_by_its_tether(pipe: LocalStream, name: &str) -> std::io::Result<LocalStream> {
+    use std::os::windows::io::AsRawHandle;
+    use windows_sys::Win32::System::Pipes::GetNamedPipeServerProcessId;
+    let named = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
+    let mut server = 0u32;
+    // SAFETY: an open pipe handle and a place for the pid.
+    check(unsafe { GetNamedPipeServerProcessId(pipe.as_raw_handle() as HANDLE, &mut server) })?;
+    if named != Some(server) {
+        let message = format!("{name} is served by process {server}, not by the tether it names");
+        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, message));
+    }
+    Ok(pipe)
 }
 
 /// See [`crate::platform::local_endpoints`]: the marker files.
