@@ -23,16 +23,14 @@
 mod client;
 mod engine;
 mod host;
-mod line_reader;
-mod pipe_writer;
 mod stdio_backend;
 
 pub use client::{Client, RpcError};
 pub use engine::{ClientSink, EventSink};
 pub use host::{Handle, Host, HostBuilder};
-pub use pipe_writer::{Pipe, PipeWriter};
+pub use tether_host::pipe_writer::{Pipe, PipeWriter};
 
 pub(crate) use engine::InputSender;
-pub use line_reader::LineReader;
 pub use tether_core::{AdminCommand, BackendStatus, ClientRoute, Config, Event, SessionId, Status};
 pub use tether_host::backlog::Backlog;
+pub use tether_host::line_reader::LineReader;

@@ -31,9 +31,9 @@ use tether_host::lifecycle::{
 use tether_host::logging::StderrLog;
 use tether_host::process_tree::{Lineage, ProcessTree, Signal};
 
-use crate::line_reader::LineReader;
-use crate::pipe_writer::PipeWriter;
 use crate::InputSender;
+use tether_host::line_reader::LineReader;
+use tether_host::pipe_writer::PipeWriter;
 
 pub use tether_host::launch::Launch;
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use tether_core::{Config, Input};
 
 use crate::cli::{Cli, ServeArgs};
-use crate::client_stdio::{read_stdin, write_stdout, STDIO_SESSION};
+use crate::client_stdio::STDIO_SESSION;
 use crate::control::HostControl;
 use crate::host::Host;
 use crate::http_server::{HttpServer, ServerOptions};
@@ -99,11 +99,9 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
             None => None,
         };
         tracing::info!("tether {} serving {backends} backend(s) over {transports}", env!("CARGO_PKG_VERSION"));
-        let writer = stdio.then(|| {
-            let frames = host.attach_client(STDIO_SESSION);
-            smol::spawn(read_stdin(inputs.clone(), max_frame, frames.backlog().clone())).detach();
-            smol::spawn(write_stdout(frames))
-        });
+        if stdio {
+            host.attach_stdio(STDIO_SESSION, max_frame)?;
+        }
         let control = HostControl::new(host.status_handle().queries);
         let _control = tether_host::control::start(config_path.as_deref(), flags.no_control, control);
         let (feed, stop) = (inputs.clone(), inputs);
@@ -120,15 +118,8 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
                 let _ = stop.try_send(Input::ClientClosed { session: STDIO_SESSION });
             },
         );
-        host.run(|_, input| matches!(input, Input::ClientClosed { session } if *session == STDIO_SESSION)).await;
+        host.run(|_, closed| closed == Some(STDIO_SESSION)).await;
         host.shutdown().await;
-        drop(host);
-        if let Some(writer) = writer {
-            let _ = futures_lite::future::or(writer, async {
-                async_io::Timer::after(tether_host::lifecycle::CLIENT_FLUSH).await;
-            })
-            .await;
-        }
         Ok(())
     }))?;
     Ok(ExitCode::SUCCESS)

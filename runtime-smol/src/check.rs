@@ -61,7 +61,7 @@ pub fn run(cli: &Cli) -> Result<ExitCode, String> {
         .await;
         let _ = host.shutdown().await;
     });
-    let statuses = host.gateway().statuses();
+    let statuses = host.statuses();
     println!("{:<20} {:<6} {:<20} {:>6} {:>10}  last error", "server", "via", "status", "tools", "ready");
     let mut failed = false;
     for now in statuses {

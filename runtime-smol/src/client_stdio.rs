@@ -1,27 +1,25 @@
 //! The client side over stdio: frames from stdin in, frames to stdout out.
 //! stdout carries only protocol; logs go to stderr.
 //!
-//! On unix stdin and stdout are read and written through the reactor when they
-//! are pipes, sockets or terminals (no thread hop per frame); a regular file
-//! falls back to smol's blocking pool. On Windows, whose pipes and consoles the
-//! reactor cannot poll, std's stdin and stdout always go through the blocking
-//! pool ([`smol::Unblock`]). That is the one platform split here (`sys`).
+//! stdin is read by a thread of its own (`read_stdin`), which feeds each frame
+//! to the engine itself; frames for the client are written to stdout by
+//! whichever thread has them (a [`tether_host::pipe_writer::PipeWriter`], which
+//! hands what would block to its own thread). Both bound what waits in bytes:
+//! whatever produces frames for clients (a backend's stdout reader, the client's
+//! own stdin reader) waits while the clients' backlog is over its bound, so a
+//! client that reads slowly slows its producers instead of growing the queue.
 //!
-//! Frames for a client wait in a queue counted in bytes ([`ClientSink`],
-//! [`ClientFrames`]); whatever produces frames for clients (a backend's stdout
-//! reader, the client's own stdin reader) waits while that backlog is over its
-//! bound, so a client that reads slowly slows its producers instead of growing
-//! the queue.
+//! An in-process client (the demo) takes its frames from a queue counted in the
+//! same backlog ([`ClientSink`], [`ClientFrames`]).
 
 use std::sync::Arc;
 
 use async_channel::{Receiver, Sender};
-use futures_lite::AsyncWriteExt;
-use tether_core::codec::encode_line;
 use tether_core::{Input, SessionId};
 use tether_host::backlog::Backlog;
+use tether_host::line_reader::LineReader;
 
-use crate::line_reader::LineReader;
+use crate::host::Engine;
 
 /// The session number of the stdio client.
 pub const STDIO_SESSION: SessionId = SessionId(1);
@@ -91,101 +89,25 @@ pub fn client_queue(backlog: Arc<Backlog>) -> (ClientSink, ClientFrames) {
     (ClientSink { frames, backlog: backlog.clone() }, ClientFrames { frames: rx, backlog })
 }
 
-/// The process's standard streams as async streams, per platform.
-mod sys {
-    use futures_lite::{AsyncRead, AsyncWrite};
-
-    /// An async reader on this process's stdin (`None` if it cannot be had).
-    pub(super) fn stdin() -> Option<Box<dyn AsyncRead + Unpin + Send>> {
-        imp::stdin()
-    }
-
-    /// An async writer on this process's stdout (`None` if it cannot be had).
-    pub(super) fn stdout() -> Option<Box<dyn AsyncWrite + Unpin + Send>> {
-        imp::stdout()
-    }
-
-    #[cfg(unix)]
-    mod imp {
-        use std::fs::File;
-        use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-
-        use futures_lite::{AsyncRead, AsyncWrite};
-
-        /// A copy of one of the process's standard streams: registered with the
-        /// reactor, or, for a regular file, which cannot be polled, plain.
-        fn standard_stream(fd: BorrowedFd<'_>) -> Option<Result<async_io::Async<File>, File>> {
-            let owned: OwnedFd = fd.try_clone_to_owned().ok()?;
-            match async_io::Async::new(File::from(owned)) {
-                Ok(stream) => Some(Ok(stream)),
-                Err(_) => Some(Err(File::from(fd.try_clone_to_owned().ok()?))),
-            }
+/// Starts the thread that reads newline-delimited frames from stdin and feeds
+/// each to `engine` itself, after the clients' output backlog (`outflow`) has
+/// room (the answers must be read). At the end of stdin it reports the client
+/// closed through the host loop's channel (`inputs`), after every frame.
+pub(crate) fn read_stdin(
+    engine: Arc<Engine>,
+    inputs: Sender<Input>,
+    session: SessionId,
+    max_frame: usize,
+    outflow: Arc<Backlog>,
+) -> std::io::Result<()> {
+    let read = move || {
+        for line in LineReader::new(tether_host::pipe_reader::stdin(), max_frame, 64 * 1024) {
+            // The core answers an unreadable frame with the right JSON-RPC error.
+            let frame = line.unwrap_or_else(|e| format!("<{e}>"));
+            outflow.wait_room();
+            engine.feed(Input::ClientFrame { session, frame, param_headers: None });
         }
-
-        pub(super) fn stdin() -> Option<Box<dyn AsyncRead + Unpin + Send>> {
-            Some(match standard_stream(std::io::stdin().as_fd())? {
-                Ok(stream) => Box::new(stream),
-                // Regular files cannot be polled: use the blocking pool.
-                Err(file) => Box::new(smol::Unblock::new(file)),
-            })
-        }
-
-        pub(super) fn stdout() -> Option<Box<dyn AsyncWrite + Unpin + Send>> {
-            Some(match standard_stream(std::io::stdout().as_fd())? {
-                Ok(stream) => Box::new(stream),
-                Err(file) => Box::new(smol::Unblock::new(file)),
-            })
-        }
-    }
-
-    #[cfg(windows)]
-    mod imp {
-        use futures_lite::{AsyncRead, AsyncWrite};
-
-        pub(super) fn stdin() -> Option<Box<dyn AsyncRead + Unpin + Send>> {
-            Some(Box::new(smol::Unblock::new(std::io::stdin())))
-        }
-
-        pub(super) fn stdout() -> Option<Box<dyn AsyncWrite + Unpin + Send>> {
-            Some(Box::new(smol::Unblock::new(std::io::stdout())))
-        }
-    }
-}
-
-/// Reads newline-delimited frames from stdin until EOF, then reports the client
-/// closed. Each frame waits for room in `outflow` (the answers must be read).
-pub async fn read_stdin(inputs: Sender<Input>, max_frame: usize, outflow: Arc<Backlog>) {
-    let Some(mut stdin) = sys::stdin() else {
-        let _ = inputs.send(Input::ClientClosed { session: STDIO_SESSION }).await;
-        return;
+        let _ = inputs.try_send(Input::ClientClosed { session });
     };
-    let mut lines = LineReader::new(&mut stdin, max_frame, 64 * 1024);
-    while let Some(line) = lines.next().await {
-        // The core answers an unreadable frame with the right JSON-RPC error.
-        let frame = line.unwrap_or_else(|e| format!("<{e}>"));
-        outflow.room().await;
-        if inputs.send(Input::ClientFrame { session: STDIO_SESSION, frame, param_headers: None }).await.is_err() {
-            return;
-        }
-    }
-    let _ = inputs.send(Input::ClientClosed { session: STDIO_SESSION }).await;
-}
-
-/// Writes frames to stdout, one write and flush per burst (of at most 256 KiB
-/// beyond its first frame).
-pub async fn write_stdout(frames: ClientFrames) {
-    const BATCH: usize = 256 * 1024;
-    let Some(mut stdout) = sys::stdout() else { return };
-    let mut buf = Vec::new();
-    while let Some(frame) = frames.recv().await {
-        buf.clear();
-        encode_line(&frame, &mut buf);
-        while buf.len() < BATCH {
-            let Some(more) = frames.try_recv() else { break };
-            encode_line(&more, &mut buf);
-        }
-        if stdout.write_all(&buf).await.is_err() || stdout.flush().await.is_err() {
-            break;
-        }
-    }
+    std::thread::Builder::new().name("stdin".into()).spawn(read).map(drop)
 }

@@ -1,16 +1,25 @@
 //! A stdio backend: one process tree (see [`tether_host::process_tree`]), frames
 //! over stdin/stdout, stderr logged under a rate limit and handed to the core.
 //!
+//! The pipes are where a call spends its time, so on unix they are not read and
+//! written through the reactor: a thread of the backend's own reads stdout with
+//! blocking reads and feeds each frame to the engine itself (see
+//! [`crate::host`]), and a frame for stdin is written in place by whichever
+//! thread has it ([`PipeWriter`]; what would block goes to the writer's thread).
+//! That is a read and a write per frame, where the reactor costs a readiness
+//! wait, re-arms and a read that finds nothing. On Windows, whose anonymous
+//! pipes `async-process` reads on the blocking pool, both go through tasks.
+//!
 //! Every queue is bounded in bytes and pushes back instead of growing:
 //!
-//! - frames read from stdout wait for room in this backend's share of the
-//!   engine's input queue ([`UNREAD_LIMIT`] bytes, a small frame counting as
-//!   4 KiB; released as the host loop takes them) and in the clients' output
-//!   queue, so a flooding backend is read no faster than tether forwards, and the
-//!   others keep their turn;
+//! - frames read from stdout wait for room in the clients' output queue, so a
+//!   flooding backend is read no faster than tether forwards; frames a task
+//!   hands to the host loop also wait for room in this backend's share of its
+//!   input queue ([`UNREAD_LIMIT`] bytes, a small frame counting as 4 KiB), so
+//!   the other backends keep their turn;
 //! - frames for stdin are counted ([`STDIN_LIMIT`]); a backend that stops reading
 //!   its input until that fills is reported as a failed connection;
-//! - readers yield to the executor regularly even while their pipe has data.
+//! - reader tasks yield to the executor regularly even while their pipe has data.
 //!
 //! The process's exit is awaited on its own, whatever its pipes do. When it
 //! exits, the rest of its tree is killed and the exit is reported after the last
@@ -34,7 +43,10 @@ use tether_host::lifecycle::{
 use tether_host::logging::StderrLog;
 use tether_host::process_tree::{self, ProcessTree, Signal};
 
-use crate::line_reader::LineReader;
+use crate::host::Engine;
+use crate::line_reader::{ByteSource, LineReader, Plain};
+#[cfg(unix)]
+use tether_host::pipe_writer::PipeWriter;
 
 pub use tether_host::launch::Launch;
 
@@ -55,24 +67,40 @@ fn frame_cost(len: usize) -> usize {
 pub struct StdioBackend {
     server: ServerName,
     generation: tether_core::Generation,
-    frames: Sender<String>,
-    /// Bytes queued for stdin and not yet written.
-    stdin_backlog: Arc<Backlog>,
-    /// Bytes of frames read from stdout that the host loop has not taken yet.
+    stdin: Stdin,
+    /// Bytes of frames read from stdout that the host loop has not taken yet
+    /// (frames a reader task hands on through the host loop's channel).
     unread: Arc<Backlog>,
+    /// Set when the connection is closed: the stdout reader drops what it reads.
+    retired: Arc<AtomicBool>,
     tree: ProcessTree,
     exited: Arc<AtomicBool>,
     /// Set once stdin overflowed and that was reported.
-    overflowed: AtomicBool,
+    overflowed: bool,
     inputs: Sender<Input>,
 }
 
+/// What starting a backend gave: the backend (if it started) and the input that
+/// reports it, to be fed before anything its pipes say.
+pub struct Started {
+    /// The running backend.
+    pub backend: Option<StdioBackend>,
+    /// [`Input::BackendStarted`], or [`Input::BackendFailed`] with the reason.
+    pub report: Input,
+}
+
 impl StdioBackend {
-    /// Starts the process and its tasks. A process that cannot be started is
-    /// reported as [`Failure::Spawn`] through `inputs`. Frames read from stdout
-    /// wait for room in `outflow` (the clients' output queue) before they are
-    /// handed on; the host reports each one it takes with [`StdioBackend::taken`].
-    pub fn spawn(launch: Launch<'_>, inputs: Sender<Input>, outflow: Arc<Backlog>) -> Option<StdioBackend> {
+    /// Starts the process and what reads and writes its pipes. Frames read from
+    /// stdout wait for room in `outflow` (the clients' output queue) before they
+    /// are handed on: fed to `engine` on the reader's own thread where the pipe
+    /// allows (unix), else sent to the host loop, which reports each one it takes
+    /// with [`StdioBackend::taken`].
+    pub(crate) fn spawn(
+        launch: Launch<'_>,
+        engine: &Arc<Engine>,
+        inputs: &Sender<Input>,
+        outflow: Arc<Backlog>,
+    ) -> Started {
         let server = launch.server.clone();
         let generation = launch.generation;
         let (cmd, lineage) = launch.command();
@@ -88,18 +116,15 @@ impl StdioBackend {
             Err(e) => {
                 tracing::warn!(server = %server, "cannot start {}: {e}", launch.command);
                 let failure = Failure::Spawn { message: format!("{}: {e}", launch.command) };
-                let _ = inputs.try_send(Input::BackendFailed { server, generation, request: None, failure });
-                return None;
+                let report = Input::BackendFailed { server, generation, request: None, failure };
+                return Started { backend: None, report };
             }
         };
         let pid = child.id();
         tracing::debug!(server = %server, %generation, pid, "started {}", launch.command);
-        let _ = inputs.try_send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
+        let report = Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) };
 
-        let (frames, frames_rx) = async_channel::unbounded::<String>();
-        let stdin_backlog = Arc::new(Backlog::new(STDIN_LIMIT));
-        let stdin = child.stdin.take().expect("piped");
-        smol::spawn(write_frames(stdin, frames_rx, stdin_backlog.clone())).detach();
+        let stdin = Stdin::new(&server, child.stdin.take().expect("piped"));
 
         // Each of these is closed when its stream ends.
         let (stderr_open, stderr_closed) = async_channel::bounded::<()>(1);
@@ -116,20 +141,17 @@ impl StdioBackend {
         .detach();
 
         let unread = Arc::new(Backlog::new(UNREAD_LIMIT));
-        let stdout = child.stdout.take().expect("piped");
+        let retired = Arc::new(AtomicBool::new(false));
         let reader = FrameReader {
             server: server.clone(),
             generation,
             max_frame: launch.max_frame,
             inputs: inputs.clone(),
             unread: unread.clone(),
+            retired: retired.clone(),
             outflow,
         };
-        smol::spawn(async move {
-            reader.run(stdout).await;
-            drop(stdout_open);
-        })
-        .detach();
+        reader.start(child.stdout.take().expect("piped"), engine, stdout_open);
 
         let reaped = tree.clone();
         smol::spawn(async move {
@@ -151,41 +173,38 @@ impl StdioBackend {
             stderr_closed,
         };
         smol::spawn(watch.run()).detach();
-        Some(StdioBackend {
+        let backend = StdioBackend {
             server,
             generation,
-            frames,
-            stdin_backlog,
+            stdin,
             unread,
+            retired,
             tree,
             exited,
-            overflowed: AtomicBool::new(false),
-            inputs,
-        })
+            overflowed: false,
+            inputs: inputs.clone(),
+        };
+        Started { backend: Some(backend), report }
     }
 
-    /// Queues one frame for the process's stdin. A backend with [`STDIN_LIMIT`]
-    /// bytes already waiting is not reading: its connection is reported as
-    /// failed (once) and the frame is dropped.
-    pub fn send(&self, frame: String) {
-        if self.stdin_backlog.is_full() {
-            if !self.overflowed.swap(true, Ordering::SeqCst) {
-                let queued = self.stdin_backlog.bytes();
-                tracing::warn!(server = %self.server, queued, "not reading its stdin: connection failed");
-                let message = format!("the process is not reading its input ({queued} bytes waiting)");
-                let _ = self.inputs.try_send(Input::BackendFailed {
-                    server: self.server.clone(),
-                    generation: self.generation,
-                    request: None,
-                    failure: Failure::Other { message },
-                });
-            }
+    /// Writes (or queues) one frame for the process's stdin. A backend with
+    /// [`STDIN_LIMIT`] bytes already waiting is not reading: its connection is
+    /// reported as failed (once) and the frame is dropped.
+    pub fn send(&mut self, frame: &str) {
+        let queued = self.stdin.queued();
+        if queued < STDIN_LIMIT {
+            self.stdin.send(frame);
             return;
         }
-        let len = frame.len();
-        self.stdin_backlog.add(len);
-        if self.frames.try_send(frame).is_err() {
-            self.stdin_backlog.sub(len);
+        if !std::mem::replace(&mut self.overflowed, true) {
+            tracing::warn!(server = %self.server, queued, "not reading its stdin: connection failed");
+            let message = format!("the process is not reading its input ({queued} bytes waiting)");
+            let _ = self.inputs.try_send(Input::BackendFailed {
+                server: self.server.clone(),
+                generation: self.generation,
+                request: None,
+                failure: Failure::Other { message },
+            });
         }
     }
 
@@ -197,10 +216,10 @@ impl StdioBackend {
 
     /// Closes stdin, then signals the whole process tree until the process is
     /// gone (the kill ladder, [`Ladder::retire`]).
-    pub fn close(self) {
-        self.frames.close();
+    pub fn close(mut self) {
+        self.close_stdin();
         // Nothing read from now on is wanted: the reader discards it.
-        self.unread.close();
+        self.retire();
         smol::spawn(async move {
             stop(&mut [self], Ladder::retire()).await;
         })
@@ -208,8 +227,8 @@ impl StdioBackend {
     }
 
     /// Closes stdin (the polite way to ask a stdio server to stop).
-    pub fn close_stdin(&self) {
-        self.frames.close();
+    pub fn close_stdin(&mut self) {
+        self.stdin.close();
     }
 
     /// Sends `signal` to the process tree, including what is left of it after
@@ -222,6 +241,83 @@ impl StdioBackend {
     pub fn has_exited(&self) -> bool {
         self.exited.load(Ordering::SeqCst)
     }
+
+    fn retire(&self) {
+        self.retired.store(true, Ordering::SeqCst);
+        self.unread.close();
+    }
+}
+
+/// A backend's stdin: written in place on unix (the thread that has the frame
+/// writes it; a full pipe hands the rest to the writer's thread), through a
+/// writer task elsewhere.
+enum Stdin {
+    #[cfg(unix)]
+    Pipe(PipeWriter),
+    Task {
+        frames: Sender<String>,
+        /// Bytes queued and not yet written.
+        backlog: Arc<Backlog>,
+    },
+    Closed,
+}
+
+impl Stdin {
+    fn new(server: &str, stdin: async_process::ChildStdin) -> Stdin {
+        #[cfg(unix)]
+        match own_pipe(&stdin).and_then(|pipe| PipeWriter::new_nonblocking(server, pipe)) {
+            Ok(writer) => return Stdin::Pipe(writer),
+            Err(e) => tracing::debug!(server, "stdin written by a task: {e}"),
+        }
+        #[cfg(not(unix))]
+        let _ = server;
+        let (frames, frames_rx) = async_channel::unbounded::<String>();
+        let backlog = Arc::new(Backlog::new(STDIN_LIMIT));
+        smol::spawn(write_frames(stdin, frames_rx, backlog.clone())).detach();
+        Stdin::Task { frames, backlog }
+    }
+
+    fn send(&mut self, frame: &str) {
+        match self {
+            #[cfg(unix)]
+            Stdin::Pipe(writer) => writer.send(frame),
+            Stdin::Task { frames, backlog } => {
+                backlog.add(frame.len());
+                if frames.try_send(frame.to_string()).is_err() {
+                    backlog.sub(frame.len());
+                }
+            }
+            Stdin::Closed => {}
+        }
+    }
+
+    /// Bytes waiting to be written.
+    fn queued(&self) -> usize {
+        match self {
+            #[cfg(unix)]
+            Stdin::Pipe(writer) => writer.backlog().bytes(),
+            Stdin::Task { backlog, .. } => backlog.bytes(),
+            Stdin::Closed => 0,
+        }
+    }
+
+    /// Closes the pipe once what is queued is written (the backend sees EOF).
+    fn close(&mut self) {
+        match std::mem::replace(self, Stdin::Closed) {
+            #[cfg(unix)]
+            Stdin::Pipe(writer) => writer.close(),
+            Stdin::Task { frames, .. } => {
+                frames.close();
+            }
+            Stdin::Closed => {}
+        }
+    }
+}
+
+/// A copy of a child's pipe as a plain file (its mode unchanged).
+#[cfg(unix)]
+fn own_pipe(pipe: &impl std::os::fd::AsFd) -> std::io::Result<std::fs::File> {
+    Ok(std::fs::File::from(pipe.as_fd().try_clone_to_owned()?))
 }
 
 impl Stoppable for StdioBackend {
@@ -255,7 +351,7 @@ pub async fn stop<P: Stoppable>(processes: &mut [P], mut ladder: Ladder) -> bool
 
 impl Drop for StdioBackend {
     fn drop(&mut self) {
-        self.unread.close();
+        self.retire();
     }
 }
 
@@ -361,15 +457,73 @@ struct FrameReader {
     generation: tether_core::Generation,
     max_frame: usize,
     inputs: Sender<Input>,
-    /// This backend's frames in the engine's input queue.
+    /// This backend's frames in the host loop's input queue (the task's way).
     unread: Arc<Backlog>,
+    /// The connection was closed: what is read now is dropped.
+    retired: Arc<AtomicBool>,
     /// The clients' output queue.
     outflow: Arc<Backlog>,
 }
 
 impl FrameReader {
+    /// Starts reading: on unix a thread of its own that feeds `engine` directly,
+    /// elsewhere (or if the thread cannot be had) a task that sends frames to the
+    /// host loop. `open` is dropped when stdout has ended.
+    fn start(self, stdout: async_process::ChildStdout, engine: &Arc<Engine>, open: Sender<()>) {
+        #[cfg(unix)]
+        {
+            match tether_host::pipe_reader::blocking_copy(&stdout) {
+                Ok(pipe) => {
+                    let (reader, engine) = (self, engine.clone());
+                    let name = format!("stdout {}", reader.server);
+                    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+                        reader.run_thread(pipe, &engine);
+                        drop(open);
+                    });
+                    match spawned {
+                        Ok(_) => return,
+                        // The closure (reader, pipe, `open`) is gone with the error:
+                        // nothing reads this stdout, and the watcher sees it closed.
+                        Err(e) => return tracing::warn!("cannot start a thread to read stdout: {e}"),
+                    }
+                }
+                Err(e) => tracing::debug!(server = %self.server, "stdout read by a task: {e}"),
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = engine;
+        smol::spawn(async move {
+            self.run(stdout).await;
+            drop(open);
+        })
+        .detach();
+    }
+
+    /// The thread's way: each frame is fed on this thread, after the clients'
+    /// output backlog has room.
+    #[cfg(unix)]
+    fn run_thread(self, pipe: std::fs::File, engine: &Arc<Engine>) {
+        for line in tether_host::line_reader::LineReader::new(pipe, self.max_frame, 64 * 1024) {
+            let frame = match line {
+                Ok(frame) => frame,
+                Err(e) => {
+                    tracing::warn!(server = %self.server, "dropped a frame from stdout: {e}");
+                    continue;
+                }
+            };
+            if self.retired.load(Ordering::SeqCst) {
+                continue;
+            }
+            // A closed outflow has no client left to wait for.
+            self.outflow.wait_room();
+            engine.feed(Input::BackendFrame { server: self.server.clone(), generation: self.generation, frame });
+        }
+    }
+
+    /// The task's way: frames go to the host loop's channel, at most
+    /// [`UNREAD_LIMIT`] bytes of them waiting there.
     async fn run(self, stdout: async_process::ChildStdout) {
-        let mut lines = LineReader::new(stdout, self.max_frame, 64 * 1024);
+        let mut lines = LineReader::new(output_source(stdout), self.max_frame, 64 * 1024);
         // Once the connection is closed, the rest is read and discarded.
         let mut forwarding = true;
         while let Some(line) = lines.next().await {
@@ -383,7 +537,7 @@ impl FrameReader {
             if forwarding {
                 // A closed outflow has no client left to wait for.
                 self.outflow.room().await;
-                forwarding = self.unread.room().await;
+                forwarding = self.unread.room().await && !self.retired.load(Ordering::SeqCst);
             }
             if !forwarding {
                 continue;
@@ -397,6 +551,31 @@ impl FrameReader {
     }
 }
 
+/// One of a child's output pipes as a line reader's source: on unix its own
+/// descriptor registered with the reactor, read only once readable.
+fn output_source<P>(pipe: P) -> Box<dyn ByteSource + Send>
+where
+    P: futures_lite::AsyncRead + Unpin + Send + 'static,
+    P: PipeFd,
+{
+    #[cfg(unix)]
+    if let Ok(source) = crate::line_reader::child_pipe(&pipe) {
+        return Box::new(source);
+    }
+    Box::new(Plain(pipe))
+}
+
+/// What [`output_source`] needs of a pipe: its descriptor, where there is one to poll.
+#[cfg(unix)]
+trait PipeFd: std::os::fd::AsFd {}
+#[cfg(unix)]
+impl<T: std::os::fd::AsFd> PipeFd for T {}
+/// What [`output_source`] needs of a pipe: nothing, where pipes are read on threads.
+#[cfg(not(unix))]
+trait PipeFd {}
+#[cfg(not(unix))]
+impl<T> PipeFd for T {}
+
 async fn read_stderr(
     stderr: async_process::ChildStderr,
     mut log: StderrLog,
@@ -404,7 +583,7 @@ async fn read_stderr(
     generation: tether_core::Generation,
     inputs: Sender<Input>,
 ) {
-    let mut lines = LineReader::new(stderr, 16 * 1024, 8 * 1024);
+    let mut lines = LineReader::new(output_source(stderr), 16 * 1024, 8 * 1024);
     while let Some(line) = lines.next().await {
         let line = line.unwrap_or_else(|e| format!("<{e}>"));
         if log.line(&line) {

@@ -100,12 +100,12 @@ fn stdout_is_a_private_pipe() -> bool {
 }
 
 /// See [`super::PipeWriter::stdout`]: a copy of fd 1.
-pub(super) fn stdout() -> std::io::Result<super::PipeWriter> {
+pub(super) fn stdout(backlog: std::sync::Arc<crate::backlog::Backlog>) -> std::io::Result<super::PipeWriter> {
     let stdout = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
     if stdout_is_a_private_pipe() {
-        super::PipeWriter::new_nonblocking("stdout", stdout)
+        super::PipeWriter::counted_nonblocking("stdout", stdout, backlog)
     } else {
-        super::PipeWriter::new("stdout", stdout)
+        super::PipeWriter::counted("stdout", stdout, backlog)
     }
 }
 

@@ -21,8 +21,8 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::backlog::Backlog;
 use tether_core::codec::encode_line;
-use tether_host::backlog::Backlog;
 
 #[cfg(unix)]
 mod unix;
@@ -39,6 +39,11 @@ pub use sys::Pipe;
 /// How many bytes may wait for the writer's thread before producers that watch
 /// [`PipeWriter::backlog`] wait.
 pub const WRITE_BACKLOG: usize = 1024 * 1024;
+
+/// A backlog of [`WRITE_BACKLOG`] bytes.
+fn new_backlog() -> Arc<Backlog> {
+    Arc::new(Backlog::new(WRITE_BACKLOG))
+}
 
 /// A line writer owning one pipe (or file) and a thread for the slow path.
 pub struct PipeWriter {
@@ -68,27 +73,42 @@ impl PipeWriter {
     /// Takes ownership of `out` (a `File` on a copy of fd 1, ...), leaving its
     /// flags alone.
     pub fn new<W: Pipe>(name: &str, out: W) -> std::io::Result<PipeWriter> {
+        Self::counted(name, out, new_backlog())
+    }
+
+    /// [`PipeWriter::new`], counting what waits for the thread in `backlog`
+    /// (shared with whoever else produces for the same reader).
+    pub fn counted<W: Pipe>(name: &str, out: W, backlog: Arc<Backlog>) -> std::io::Result<PipeWriter> {
         let direct = sys::Direct::shared(&out);
-        Self::start(name, out, direct)
+        Self::start(name, out, direct, backlog)
     }
 
     /// Takes ownership of a pipe nobody else writes to (a child's stdin) and, on
     /// unix, makes it non-blocking, so every write is tried in place.
     pub fn new_nonblocking<W: Pipe>(name: &str, out: W) -> std::io::Result<PipeWriter> {
+        Self::counted_nonblocking(name, out, new_backlog())
+    }
+
+    /// [`PipeWriter::new_nonblocking`], counting what waits in `backlog`.
+    pub fn counted_nonblocking<W: Pipe>(name: &str, out: W, backlog: Arc<Backlog>) -> std::io::Result<PipeWriter> {
         let direct = sys::Direct::private(&out)?;
-        Self::start(name, out, direct)
+        Self::start(name, out, direct, backlog)
     }
 
     /// A writer on this process's stdout (a copy of it: the original stays
     /// open). On unix a pipe that stderr does not share is made non-blocking
     /// ([`PipeWriter::new_nonblocking`]); terminals and files keep their flags.
     pub fn stdout() -> std::io::Result<PipeWriter> {
-        sys::stdout()
+        sys::stdout(new_backlog())
     }
 
-    fn start<W: Pipe>(name: &str, mut out: W, direct: sys::Direct) -> std::io::Result<Self> {
+    /// [`PipeWriter::stdout`], counting what waits in `backlog`.
+    pub fn stdout_counted(backlog: Arc<Backlog>) -> std::io::Result<PipeWriter> {
+        sys::stdout(backlog)
+    }
+
+    fn start<W: Pipe>(name: &str, mut out: W, direct: sys::Direct, backlog: Arc<Backlog>) -> std::io::Result<Self> {
         let (queue, rx) = channel::<Vec<u8>>();
-        let backlog = Arc::new(Backlog::new(WRITE_BACKLOG));
         let done = backlog.clone();
         let thread = std::thread::Builder::new().name(format!("write {name}")).spawn(move || {
             let mut ok = true;

@@ -39,8 +39,8 @@ pub(super) fn write_all_waiting<W: Write>(out: &mut W, buf: &[u8]) -> std::io::R
 
 /// See [`super::PipeWriter::stdout`]: std's stdout, which also writes text to a
 /// console correctly (as UTF-16).
-pub(super) fn stdout() -> std::io::Result<super::PipeWriter> {
-    super::PipeWriter::new("stdout", std::io::stdout())
+pub(super) fn stdout(backlog: std::sync::Arc<crate::backlog::Backlog>) -> std::io::Result<super::PipeWriter> {
+    super::PipeWriter::counted("stdout", std::io::stdout(), backlog)
 }
 
 #[cfg(test)]
