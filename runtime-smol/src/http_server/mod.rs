@@ -77,6 +77,7 @@ mod message;
 mod reply;
 mod service;
 mod sessions;
+mod socket;
 mod status_routes;
 mod stream;
 
@@ -288,7 +289,8 @@ impl HttpServer {
 
     /// A frame for `session` from the core. Frames for a session that is gone are dropped.
     pub fn deliver(&self, session: SessionId, route: Route, frame: String) {
-        self.shared.table().deliver(session, route, frame);
+        let handoff = self.shared.table().deliver(session, route, frame);
+        handoff.send();
     }
 
     /// The core closed the session (limit, idle expiry, shutdown): its streams end;

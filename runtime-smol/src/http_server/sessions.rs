@@ -52,6 +52,20 @@ pub(super) enum Refused {
     Duplicate,
 }
 
+/// An answer for a waiting POST, handed over once the table is unlocked: waking
+/// the POST's task then does not keep its own lookups in the table waiting.
+#[must_use = "the answer reaches its POST only when sent"]
+pub(super) struct Handoff(Option<(async_channel::Sender<First>, First)>);
+
+impl Handoff {
+    /// Gives the answer to its POST (nothing if it was not for a waiting one).
+    pub(super) fn send(self) {
+        if let Some((first, answer)) = self.0 {
+            let _ = first.try_send(answer);
+        }
+    }
+}
+
 /// A POST's place in the table while it waits for its first frame.
 pub(super) struct Waiter {
     /// Names this wait (ids can be reused once a request is answered).
@@ -146,17 +160,18 @@ impl Table {
     }
 
     /// Routes one frame from the core.
-    pub(super) fn deliver(&mut self, session: SessionId, route: Route, frame: String) {
+    pub(super) fn deliver(&mut self, session: SessionId, route: Route, frame: String) -> Handoff {
         let (keep, get_stream, queue_bytes) = (self.keep, self.get_stream, self.queue_bytes);
         let Some(state) = self.sessions.get_mut(&session) else {
             tracing::debug!(session = session.0, "frame for a closed HTTP session dropped");
-            return;
+            return Handoff(None);
         };
         match route {
-            Route::Reply(id) => state.reply(session, &id_key(&id), frame),
+            Route::Reply(id) => return state.reply(session, &id_key(&id), frame),
             Route::Related(id) => state.related(session, &id_key(&id), frame, keep, queue_bytes, get_stream),
             Route::Session => state.standalone(session, &frame, keep, get_stream),
         }
+        Handoff(None)
     }
 
     /// Continues the stream `last_event_id` belongs to on `conn`, replaying what
@@ -207,11 +222,9 @@ impl Table {
 }
 
 impl Session {
-    fn reply(&mut self, session: SessionId, id: &str, frame: String) {
+    fn reply(&mut self, session: SessionId, id: &str, frame: String) -> Handoff {
         match self.requests.remove(id) {
-            Some(Pending::Waiting { first, .. }) => {
-                let _ = first.try_send(First::Reply(frame));
-            }
+            Some(Pending::Waiting { first, .. }) => return Handoff(Some((first, First::Reply(frame)))),
             Some(Pending::Streaming(number)) => {
                 if let Some(stream) = self.streams.get_mut(&number) {
                     stream.push(&frame);
@@ -226,6 +239,7 @@ impl Session {
             }
             None => tracing::debug!(session = session.0, "answer to a request no POST waits for dropped"),
         }
+        Handoff(None)
     }
 
     fn related(
@@ -312,11 +326,11 @@ mod tests {
         let json = table.expect(s, "1").unwrap();
         let streamed = table.expect(s, r#""x""#).unwrap();
         assert!(matches!(table.expect(s, "1"), Err(Refused::Duplicate)));
-        table.deliver(s, Route::Reply(" 1".into()), "answer".into());
+        table.deliver(s, Route::Reply(" 1".into()), "answer".into()).send();
         assert!(matches!(json.first.try_recv(), Ok(First::Reply(f)) if f == "answer"));
-        table.deliver(s, Route::Related(r#""\u0078""#.into()), "progress".into());
+        table.deliver(s, Route::Related(r#""\u0078""#.into()), "progress".into()).send();
         let Ok(First::Stream(rx)) = streamed.first.try_recv() else { panic!("expected a stream") };
-        table.deliver(s, Route::Reply(r#""x""#.into()), "done".into());
+        table.deliver(s, Route::Reply(r#""x""#.into()), "done".into()).send();
         assert_eq!(drain(&rx), "id: 2-1-0\ndata:\n\nid: 2-1-1\ndata: progress\n\nid: 2-1-2\ndata: done\n\n");
         assert!(rx.is_closed());
         // The id is free again once answered.
@@ -331,7 +345,7 @@ mod tests {
         table.abandon(s, "1", first.token);
         let second = table.expect(s, "1").unwrap();
         table.abandon(s, "1", first.token);
-        table.deliver(s, Route::Reply("1".into()), "answer".into());
+        table.deliver(s, Route::Reply("1".into()), "answer".into()).send();
         assert!(matches!(second.first.try_recv(), Ok(First::Reply(_))));
     }
 
@@ -340,8 +354,8 @@ mod tests {
         let mut table = table(2, true);
         let a = table.open("a".into()).unwrap();
         let b = table.open("b".into()).unwrap();
-        table.deliver(a, Route::Session, "for a".into());
-        table.deliver(b, Route::Session, "for b".into());
+        table.deliver(a, Route::Session, "for a".into()).send();
+        table.deliver(b, Route::Session, "for b".into()).send();
         let (tx, rx) = queue::channel(1 << 20);
         // Session b's id, presented in session a: not resumed.
         let tx = table.resume(a, "3-0-0", tx).unwrap_err();
@@ -372,7 +386,7 @@ mod tests {
     fn without_get_streams_session_frames_are_dropped() {
         let mut table = table(2, false);
         let s = table.open("k".into()).unwrap();
-        table.deliver(s, Route::Session, "lost".into());
+        table.deliver(s, Route::Session, "lost".into()).send();
         let (tx, _rx) = queue::channel(1 << 20);
         assert!(table.resume(s, "2-0-0", tx).is_err());
     }
