@@ -1,5 +1,6 @@
 //! The measuring parts of `tether-bench`: a minimal MCP client over a child's
-//! stdio, latency statistics and `/proc` memory readings.
+//! stdio, latency statistics, and processes' memory and CPU readings. (The client
+//! over Streamable HTTP is in [`crate::bench_http`].)
 //!
 //! The client writes each request as one newline-delimited JSON-RPC line with one
 //! `write` to the child's stdin, and one reader thread reads the child's stdout,
@@ -355,14 +356,15 @@ pub fn proc_status_kib(pid: u32, field: &str) -> io::Result<u64> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("no {field} in /proc/{pid}/status")))
 }
 
-/// What a process's threads have used so far: CPU time and context switches,
-/// summed over the threads alive now (from `/proc/<pid>/task/*/schedstat` and
-/// `status`; threads that already exited are not counted).
+/// What a process has used so far: CPU time of all its threads, those that
+/// already exited included (its CPU-time clock, see [`process_cpu_ns`]), and
+/// context switches summed over the threads alive now (`/proc/<pid>/task/*/status`:
+/// the switches of threads that exited are not counted).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProcCost {
     /// Nanoseconds on a CPU.
     pub cpu_ns: u64,
-    /// Voluntary and involuntary context switches.
+    /// Voluntary and involuntary context switches of the live threads.
     pub switches: u64,
     /// Threads.
     pub threads: usize,
@@ -371,17 +373,11 @@ pub struct ProcCost {
 impl ProcCost {
     /// Reads the counters of process `pid` now.
     pub fn read(pid: u32) -> io::Result<ProcCost> {
-        let mut cost = ProcCost::default();
+        let mut cost = ProcCost { cpu_ns: process_cpu_ns(pid)?, ..ProcCost::default() };
         for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-            let dir = entry?.path();
             // A thread may exit between listing and reading: skip it.
-            let (Ok(schedstat), Ok(status)) =
-                (std::fs::read_to_string(dir.join("schedstat")), std::fs::read_to_string(dir.join("status")))
-            else {
-                continue;
-            };
+            let Ok(status) = std::fs::read_to_string(entry?.path().join("status")) else { continue };
             cost.threads += 1;
-            cost.cpu_ns += schedstat.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
             for line in status.lines() {
                 if let Some(rest) = line
                     .strip_prefix("voluntary_ctxt_switches:")
@@ -394,12 +390,53 @@ impl ProcCost {
         Ok(cost)
     }
 
+    /// CPU microseconds per call between `before` and `self`.
+    pub fn cpu_per_call_since(&self, before: &ProcCost, calls: usize) -> f64 {
+        self.cpu_ns.saturating_sub(before.cpu_ns) as f64 / 1e3 / calls.max(1) as f64
+    }
+
     /// CPU microseconds and context switches per call between `before` and `self`.
     pub fn per_call_since(&self, before: &ProcCost, calls: usize) -> (f64, f64) {
-        let calls = calls.max(1) as f64;
-        let cpu_us = self.cpu_ns.saturating_sub(before.cpu_ns) as f64 / 1e3 / calls;
-        (cpu_us, self.switches.saturating_sub(before.switches) as f64 / calls)
+        let switches = self.switches.saturating_sub(before.switches) as f64 / calls.max(1) as f64;
+        (self.cpu_per_call_since(before, calls), switches)
     }
+}
+
+/// The CPU time process `pid` has used, in ns: its CPU-time clock
+/// (`clock_getcpuclockid`), the sum over all its threads, live and exited, which
+/// is what `utime + stime` in `/proc/<pid>/stat` count, but to the nanosecond
+/// rather than in 10 ms ticks.
+#[cfg(target_os = "linux")]
+pub fn process_cpu_ns(pid: u32) -> io::Result<u64> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is a valid, writable clockid_t.
+    let rc = unsafe { libc::clock_getcpuclockid(pid, &mut clock) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid, writable timespec.
+    if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64)
+}
+
+/// The CPU time of another process is read on Linux only.
+#[cfg(not(target_os = "linux"))]
+pub fn process_cpu_ns(_pid: u32) -> io::Result<u64> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// The pid of a child of process `pid` (any of its threads' children), if it has
+/// one (`/proc/<pid>/task/*/children`).
+pub fn child_pid(pid: u32) -> Option<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks.filter_map(Result::ok).find_map(|task| {
+        let children = std::fs::read_to_string(task.path().join("children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    })
 }
 
 /// The median of some numbers (the mean of the middle two for an even count); NaN
@@ -438,5 +475,36 @@ mod tests {
     fn reads_own_peak_rss() {
         let kib = proc_status_kib(std::process::id(), "VmHWM").unwrap();
         assert!(kib > 0);
+    }
+
+    /// `utime + stime` of `/proc/<pid>/stat`, in ms (10 ms ticks).
+    fn proc_stat_cpu_ms(pid: u32) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+        // utime and stime are fields 14 and 15; `fields` starts at field 3.
+        (fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()) * 10
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_cpu_counts_threads_that_exited() {
+        let pid = std::process::id();
+        let before = process_cpu_ns(pid).unwrap();
+        std::thread::spawn(|| {
+            let start = Instant::now();
+            let mut x = 0u64;
+            while start.elapsed() < Duration::from_millis(200) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        })
+        .join()
+        .unwrap();
+        let used_ms = (process_cpu_ns(pid).unwrap() - before) / 1_000_000;
+        // Most of the 200 ms busy loop, even on a machine shared with other tests.
+        assert!(used_ms >= 50, "the exited thread's CPU time is missing: {used_ms} ms");
+        // The same sum as /proc/<pid>/stat, to its 10 ms ticks (and what ran between the readings).
+        let stat_ms = proc_stat_cpu_ms(pid);
+        let clock_ms = process_cpu_ns(pid).unwrap() / 1_000_000;
+        assert!(stat_ms.abs_diff(clock_ms) <= 50, "/proc/{pid}/stat {stat_ms} ms vs clock {clock_ms} ms");
     }
 }

@@ -4,6 +4,7 @@
 //! by a small blocking MCP client.
 
 pub mod bench;
+pub mod bench_http;
 pub mod oauth_backend;
 
 use std::ffi::OsStr;

@@ -1,6 +1,7 @@
-//! `tether-bench --quick` still runs end to end: every path answers, the report
-//! has its ratio line and its targets. (The figures themselves are not checked:
-//! this is a debug build on a shared machine.)
+//! `tether-bench --quick` still runs end to end: every path answers, the stdio
+//! ones and the HTTP ones (`mock-mcp --http`, `tether serve --listen`), and the
+//! report has its ratio line, its CPU table and its targets. (The figures
+//! themselves are not checked: this is a debug build on a shared machine.)
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use tether_tests::tether_bin;
 
 #[test]
-fn quick_bench_runs_and_prints_the_ratio_line() {
+fn quick_bench_runs_every_path_and_prints_the_targets() {
     let child = Command::new(env!("CARGO_BIN_EXE_tether-bench"))
         .arg("--quick")
         .arg("--tether")
@@ -38,6 +39,22 @@ fn quick_bench_runs_and_prints_the_ratio_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "tether-bench --quick failed ({})\n{stdout}\n{stderr}", out.status);
     assert!(stdout.lines().any(|l| l.starts_with("ratios ")), "no ratio line:\n{stdout}");
-    let verdicts = stdout.lines().filter(|l| l.ends_with(" MET") || l.ends_with(" MISSED")).count();
-    assert_eq!(verdicts, 5, "expected five targets with a verdict:\n{stdout}");
+    for row in ["direct HTTP", "tether HTTP"] {
+        assert!(stdout.lines().any(|l| l.trim_start().starts_with(row)), "no {row} row:\n{stdout}");
+    }
+    assert!(stdout.contains("CPU per call, µs"), "no CPU table:\n{stdout}");
+    assert!(stdout.contains("targets for the HTTP front"), "no HTTP targets:\n{stdout}");
+    let verdicts: Vec<&str> = stdout.lines().filter(|l| l.ends_with(" MET") || l.ends_with(" MISSED")).collect();
+    // Five for tether over stdio, one for its HTTP front.
+    assert_eq!(verdicts.len(), 6, "expected six targets with a verdict:\n{stdout}");
+    for target in [
+        "proxy CPU per call (sequential) <= 35 µs",
+        "p50 added latency <= 1.3× the null relay's",
+        "throughput with 32 concurrent calls >= 0.95× direct",
+        "peak RSS with 10 idle backends <= 15 MiB",
+        "median recovery after a stdio crash",
+        "CPU per request over HTTP (sequential) <= 60 µs",
+    ] {
+        assert!(verdicts.iter().any(|l| l.contains(target)), "no target line `{target}`:\n{stdout}");
+    }
 }

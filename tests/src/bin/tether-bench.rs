@@ -1,4 +1,4 @@
-//! tether-bench: what tether costs over a direct stdio connection, and how fast it
+//! tether-bench: what tether costs over a direct connection, and how fast it
 //! recovers, for each runtime: `tether` (the smol runtime) and
 //! `tether-blocking` (the plain-threads runtime).
 //!
@@ -7,15 +7,19 @@
 //! cargo run --release -p tether-tests --bin tether-bench
 //! ```
 //!
-//! It measures, over stdio, `mock-mcp` called directly, behind `null-relay` (the
+//! It measures `mock-mcp` called directly over stdio, behind `null-relay` (the
 //! smallest possible proxy: it copies bytes both ways and nothing else) and behind
-//! each tether binary: sequential calls (rate, p50, p99), calls with C in flight,
-//! the proxy's peak RSS; then each tether's peak RSS with 10 idle backends, and the
-//! time it takes to answer again after its backend crashed, beside the backend's own
-//! start time. Every measurement is repeated (`--runs`), direct, relay and the
-//! tethers interleaved within each run; the report gives medians of the runs, and
-//! ratios computed within each run, then their median, and the performance targets for
-//! each tether binary. It builds nothing: the binaries must exist.
+//! each tether binary over stdio; then over Streamable HTTP, `mock-mcp --http`
+//! called directly and `tether serve --listen` in front of a stdio mock (`tether`
+//! only: `tether-blocking` has no HTTP front; `--no-http` leaves both out). For
+//! each path: sequential calls (rate, p50, p99), calls with C in flight, the CPU
+//! time per call of every process on it (proxy, backend, the client itself), the
+//! proxy's context switches and peak RSS; then each tether's peak RSS with 10 idle
+//! backends, and the time it takes to answer again after its backend crashed,
+//! beside the backend's own start time. Every measurement is repeated (`--runs`),
+//! the paths interleaved within each run; the report gives medians of the runs,
+//! and ratios computed within each run, then their median, and the performance
+//! targets. It builds nothing: the binaries must exist.
 //!
 //! Which tethers: with neither `--tether` nor `--tether-blocking`, `tether` next to
 //! this executable and `tether-blocking` next to that if it was built; with either
@@ -26,14 +30,15 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tether_tests::bench::{self, median, proc_status_kib, tool_ok, tool_text, Peer, ProcCost, Series};
+use tether_tests::bench::{self, child_pid, median, proc_status_kib, tool_ok, tool_text, Peer, ProcCost, Series};
+use tether_tests::bench_http::{self, BodyKinds, HttpClient, HttpServer};
 
 const USAGE: &str = "\
 usage: tether-bench [--runs R] [--calls N] [--warmup W] [--concurrency C] [--quick]
-                    [--tether PATH] [--tether-blocking PATH] [--no-blocking]
+                    [--tether PATH] [--tether-blocking PATH] [--no-blocking] [--no-http]
                     [--mock PATH] [--relay PATH]
 
-  --runs R         repeat every measurement R times (default 3); medians are reported
+  --runs R         repeat every measurement R times (default 5); medians are reported
   --calls N        calls per measurement (default 2000)
   --warmup W       warm-up calls before each measurement (default 200)
   --concurrency C  calls in flight in the concurrent measurement (default 32)
@@ -43,6 +48,7 @@ usage: tether-bench [--runs R] [--calls N] [--warmup W] [--concurrency C] [--qui
                    the tether-blocking binary (plain-threads runtime; default: next to
                    the tether binary, measured if it is there)
   --no-blocking    measure tether only
+  --no-http        leave out the HTTP paths (mock-mcp --http, tether serve --listen)
   --mock PATH      the mock-mcp binary (default: next to this executable)
   --relay PATH     the null-relay binary (default: next to this executable)
 
@@ -60,12 +66,22 @@ const IDLE_BACKENDS: usize = 10;
 /// The echo call's arguments.
 const ECHO_TEXT: &str = "hello from tether-bench";
 
-// The performance targets each tether binary is held to.
-const TARGET_ADDED_P50_US: f64 = 25.0;
-const TARGET_ADDED_VS_RELAY: f64 = 1.5;
-const TARGET_THROUGHPUT_VS_DIRECT: f64 = 0.8;
+// The performance targets each tether binary is held to over stdio.
+const TARGET_PROXY_CPU_US: f64 = 35.0;
+const TARGET_ADDED_VS_RELAY: f64 = 1.3;
+/// The added-latency target when the relay adds nothing measurable (its added p50
+/// is <= 0, so the ratio is undefined).
+const TARGET_ADDED_FLOOR_US: f64 = 5.0;
+const TARGET_THROUGHPUT_VS_DIRECT: f64 = 0.95;
 const TARGET_IDLE_RSS_MIB: f64 = 15.0;
 const TARGET_RECOVERY_SLACK_MS: f64 = 20.0;
+// The HTTP front's target.
+const TARGET_HTTP_CPU_US: f64 = 60.0;
+
+/// What `mock-mcp --http` logs before the address it bound.
+const MOCK_LISTENING: &str = "listening on ";
+/// What `tether serve --listen` logs before its endpoint's URL.
+const TETHER_LISTENING: &str = "tether listening on ";
 
 struct Options {
     runs: usize,
@@ -77,6 +93,9 @@ struct Options {
     quick: bool,
     /// The tether binaries to measure, in report order.
     tethers: Vec<TetherBin>,
+    /// The one among `tethers` whose HTTP front is measured (the smol `tether`),
+    /// unless `--no-http`.
+    http: Option<usize>,
     mock: PathBuf,
     relay: PathBuf,
 }
@@ -94,7 +113,7 @@ fn parse_args() -> Result<Options, String> {
     let mut args = std::env::args().skip(1);
     let (mut runs, mut calls, mut warmup, mut concurrency) = (None, None, None, None);
     let (mut tether, mut blocking, mut mock, mut relay) = (None, None, None, None);
-    let (mut quick, mut no_blocking) = (false, false);
+    let (mut quick, mut no_blocking, mut no_http) = (false, false, false);
     fn number(flag: &str, value: Option<String>) -> Result<usize, String> {
         let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
         match value.parse::<usize>() {
@@ -119,6 +138,7 @@ fn parse_args() -> Result<Options, String> {
                 blocking = Some(PathBuf::from(value().ok_or("--tether-blocking needs a path")?));
             }
             "--no-blocking" => no_blocking = true,
+            "--no-http" => no_http = true,
             "--mock" => mock = Some(PathBuf::from(value().ok_or("--mock needs a path")?)),
             "--relay" => relay = Some(PathBuf::from(value().ok_or("--relay needs a path")?)),
             "-h" | "--help" => {
@@ -170,8 +190,9 @@ fn parse_args() -> Result<Options, String> {
     }
     let mock = locate(mock, "mock-mcp", "--mock", "tether-tests")?;
     let relay = locate(relay, "null-relay", "--relay", "tether-tests")?;
+    let http = if no_http { None } else { tethers.iter().position(|t| t.label == "tether") };
     Ok(Options {
-        runs: runs.unwrap_or(if quick { 1 } else { 3 }),
+        runs: runs.unwrap_or(if quick { 1 } else { 5 }),
         calls: calls.unwrap_or(if quick { 200 } else { 2000 }),
         warmup: warmup.unwrap_or(if quick { 50 } else { 200 }),
         concurrency: concurrency.unwrap_or(32),
@@ -179,24 +200,107 @@ fn parse_args() -> Result<Options, String> {
         start_samples: if quick { 3 } else { 10 },
         quick,
         tethers,
+        http,
         mock,
         relay,
     })
 }
 
 /// How the client reaches the mock.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Via {
     Direct,
     Relay,
-    /// Through `opts.tethers[i]`.
+    /// Through `opts.tethers[i]`, over stdio.
     Tether(usize),
+    /// `mock-mcp --http`, over Streamable HTTP.
+    DirectHttp,
+    /// Through `opts.tethers[i]`'s HTTP front.
+    TetherHttp(usize),
 }
 
 impl Via {
-    /// Every path, in report order: direct, relay, then each tether.
-    fn all(tethers: usize) -> Vec<Via> {
-        [Via::Direct, Via::Relay].into_iter().chain((0..tethers).map(Via::Tether)).collect()
+    /// Every path, in report order: direct, relay, each tether, then the HTTP paths.
+    fn all(opts: &Options) -> Vec<Via> {
+        let stdio = [Via::Direct, Via::Relay].into_iter().chain((0..opts.tethers.len()).map(Via::Tether));
+        let http = opts.http.into_iter().flat_map(|t| [Via::DirectHttp, Via::TetherHttp(t)]);
+        stdio.chain(http).collect()
+    }
+
+    /// The path's name in the report.
+    fn name(self, opts: &Options) -> String {
+        match self {
+            Via::Direct => "direct".to_string(),
+            Via::Relay => "relay".to_string(),
+            Via::Tether(t) => opts.tethers[t].label.to_string(),
+            Via::DirectHttp => "direct HTTP".to_string(),
+            Via::TetherHttp(t) => format!("{} HTTP", opts.tethers[t].label),
+        }
+    }
+
+    /// The echo tool's name on this path.
+    fn echo_tool(self) -> &'static str {
+        match self {
+            Via::Direct | Via::Relay | Via::DirectHttp => "echo",
+            Via::Tether(_) | Via::TetherHttp(_) => "m__echo",
+        }
+    }
+}
+
+/// The processes on a path besides the client: the proxy (relay, tether) if
+/// any, and the backend (the mock).
+#[derive(Clone, Copy)]
+struct Pids {
+    proxy: Option<u32>,
+    backend: Option<u32>,
+}
+
+impl Pids {
+    /// A direct path: the mock alone.
+    fn direct(backend: u32) -> Pids {
+        Pids { proxy: None, backend: Some(backend) }
+    }
+
+    /// A proxy and the backend it started.
+    fn proxied(proxy: u32) -> Pids {
+        Pids { proxy: Some(proxy), backend: child_pid(proxy) }
+    }
+
+    /// Every process's counters now, the client's (this process) included.
+    fn snapshot(&self) -> Snapshot {
+        let read = |pid: Option<u32>| pid.and_then(|pid| ProcCost::read(pid).ok());
+        Snapshot { proxy: read(self.proxy), backend: read(self.backend), client: read(Some(std::process::id())) }
+    }
+}
+
+/// The counters of the processes on a path at one moment.
+#[derive(Clone, Copy)]
+struct Snapshot {
+    proxy: Option<ProcCost>,
+    backend: Option<ProcCost>,
+    client: Option<ProcCost>,
+}
+
+/// What each process on a path spent per call during one measurement.
+#[derive(Clone, Copy, Default)]
+struct PhaseCost {
+    /// The proxy's CPU µs and context switches per call.
+    proxy: Option<(f64, f64)>,
+    /// The backend's CPU µs per call.
+    backend_cpu: Option<f64>,
+    /// The client's (this process's) CPU µs per call.
+    client_cpu: Option<f64>,
+}
+
+impl PhaseCost {
+    /// The cost of `calls` calls made between `before` and `after`.
+    fn between(before: &Snapshot, after: &Snapshot, calls: usize) -> PhaseCost {
+        let cpu = |a: Option<ProcCost>, b: Option<ProcCost>| Some(b?.cpu_per_call_since(&a?, calls));
+        PhaseCost {
+            proxy: before.proxy.zip(after.proxy).map(|(a, b)| b.per_call_since(&a, calls)),
+            backend_cpu: cpu(before.backend, after.backend),
+            client_cpu: cpu(before.client, after.client),
+        }
     }
 }
 
@@ -207,16 +311,17 @@ struct PathSample {
     conc: Series,
     /// Peak RSS of the proxy process (relay, tether), KiB.
     proxy_hwm_kib: Option<u64>,
-    /// The proxy's CPU µs and context switches per call, sequential and concurrent.
-    seq_cost: Option<(f64, f64)>,
-    conc_cost: Option<(f64, f64)>,
+    /// What the processes spent per call, sequential and concurrent.
+    seq_cost: PhaseCost,
+    conc_cost: PhaseCost,
     /// The proxy's threads at the end.
     threads: usize,
+    /// Over HTTP: how the measured answers came (JSON bodies or SSE streams).
+    kinds: BodyKinds,
 }
 
-/// What one run measured of one tether binary.
+/// What one run measured of one tether binary besides its path.
 struct TetherRun {
-    path: PathSample,
     idle_hwm_kib: u64,
     recovery_ms: Vec<f64>,
     recovery_attempts: Vec<usize>,
@@ -224,8 +329,8 @@ struct TetherRun {
 
 /// Everything one run measured.
 struct Run {
-    direct: PathSample,
-    relay: PathSample,
+    /// Every path's figures, in `Via::all` order.
+    paths: Vec<(Via, PathSample)>,
     /// One per `opts.tethers`, in that order.
     tethers: Vec<TetherRun>,
     start_ms: Vec<f64>,
@@ -233,11 +338,7 @@ struct Run {
 
 impl Run {
     fn path(&self, via: Via) -> &PathSample {
-        match via {
-            Via::Direct => &self.direct,
-            Via::Relay => &self.relay,
-            Via::Tether(i) => &self.tethers[i].path,
-        }
+        &self.paths.iter().find(|(v, _)| *v == via).expect("every path is measured in every run").1
     }
 }
 
@@ -298,61 +399,138 @@ impl Bench {
         Ok(())
     }
 
+    /// The echo call's params, as JSON text.
+    fn echo_params(via: Via) -> String {
+        json!({"name": via.echo_tool(), "arguments": {"text": ECHO_TEXT}}).to_string()
+    }
+
     /// Sequential and concurrent echo calls through one path.
-    fn measure_path(&mut self, path: Via) -> Result<PathSample, String> {
-        let mock = self.opts.mock.display().to_string();
-        let (mut peer, tool) = match path {
+    fn measure_path(&mut self, via: Via) -> Result<PathSample, String> {
+        match via {
+            Via::DirectHttp | Via::TetherHttp(_) => self.measure_http(via),
+            Via::Direct | Via::Relay | Via::Tether(_) => self.measure_stdio(via),
+        }
+    }
+
+    /// Starts a stdio path's first process (mock, relay or tether), handshake done.
+    fn open_stdio(&mut self, via: Via) -> Result<Peer, String> {
+        let mock_args = vec!["--name".to_string(), "m".to_string()];
+        let mut peer = match via {
             Via::Direct => {
                 let stderr = self.scratch("direct.stderr");
-                let args = vec!["--name".to_string(), "m".to_string()];
-                (Peer::spawn("mock-mcp (direct)", &self.opts.mock, &args, Some(&stderr))?, "echo")
+                Peer::spawn("mock-mcp (direct)", &self.opts.mock, &mock_args, Some(&stderr))?
             }
             Via::Relay => {
                 let stderr = self.scratch("relay.stderr");
-                let args = vec![mock, "--name".to_string(), "m".to_string()];
-                (Peer::spawn("null-relay", &self.opts.relay, &args, Some(&stderr))?, "echo")
+                let args: Vec<String> = [self.opts.mock.display().to_string()].into_iter().chain(mock_args).collect();
+                Peer::spawn("null-relay", &self.opts.relay, &args, Some(&stderr))?
             }
             Via::Tether(t) => {
                 let config = json!({"mcpServers": {"m": self.mock_entry("m")}});
-                (self.start_tether(t, "", &config)?, "m__echo")
+                return self.start_tether(t, "", &config);
             }
+            Via::DirectHttp | Via::TetherHttp(_) => unreachable!("an HTTP path"),
         };
-        if !matches!(path, Via::Tether(_)) {
-            peer.initialize()?;
-        }
-        peer.wait_for_tools(tool, 1, Duration::from_secs(15))?;
-        let params = json!({"name": tool, "arguments": {"text": ECHO_TEXT}}).to_string();
-        let warm = bench::sequential(&mut peer, "tools/call", &params, self.opts.warmup)?;
-        let frame = peer.request("tools/call", &json!({"name": tool, "arguments": {"text": ECHO_TEXT}}))?;
+        peer.initialize()?;
+        Ok(peer)
+    }
+
+    /// A stdio path: the client writes lines to the first process's stdin.
+    fn measure_stdio(&mut self, via: Via) -> Result<PathSample, String> {
+        let mut peer = self.open_stdio(via)?;
+        peer.wait_for_tools(via.echo_tool(), 1, Duration::from_secs(15))?;
+        let params = Self::echo_params(via);
+        bench::sequential(&mut peer, "tools/call", &params, self.opts.warmup)?;
+        let frame = peer.request("tools/call", &serde_json::from_str(&params).expect("json"))?;
         if tool_text(&frame.value) != Some(ECHO_TEXT) {
             return Err(format!("{}: echo answered {}", peer.label, frame.value));
         }
-        drop(warm);
-        // The proxy's own cost; the direct mock runs every request on a thread that
-        // exits, so its counters would miss most of it.
-        let pid = peer.pid();
-        let cost = || match path {
-            Via::Direct => None,
-            _ => ProcCost::read(pid).ok(),
+        let pids = match via {
+            Via::Direct => Pids::direct(peer.pid()),
+            _ => Pids::proxied(peer.pid()),
         };
-        let before = cost();
+        let before = pids.snapshot();
         let seq = bench::sequential(&mut peer, "tools/call", &params, self.opts.calls)?;
-        let after_seq = cost();
+        let after_seq = pids.snapshot();
         let c = self.opts.concurrency;
         bench::concurrent(&mut peer, "tools/call", &params, self.opts.warmup.max(c), c)?;
-        let before_conc = cost();
+        let before_conc = pids.snapshot();
         let conc = bench::concurrent(&mut peer, "tools/call", &params, self.opts.calls, c)?;
-        let after_conc = cost();
-        let per_call = |a: Option<ProcCost>, b: Option<ProcCost>, n| Some(b?.per_call_since(&a?, n));
-        let seq_cost = per_call(before, after_seq, seq.calls);
-        let conc_cost = per_call(before_conc, after_conc, conc.calls);
-        let threads = after_conc.map_or(0, |c| c.threads);
-        let proxy_hwm_kib = match path {
-            Via::Direct => None,
-            _ => Some(proc_status_kib(peer.pid(), "VmHWM").map_err(|e| format!("{}: {e}", peer.label))?),
-        };
+        let after_conc = pids.snapshot();
+        let proxy_hwm_kib = peak_rss(pids.proxy, &peer.label)?;
         peer.finish(Duration::from_secs(5));
-        Ok(PathSample { seq, conc, proxy_hwm_kib, seq_cost, conc_cost, threads })
+        Ok(PathSample {
+            seq_cost: PhaseCost::between(&before, &after_seq, seq.calls),
+            conc_cost: PhaseCost::between(&before_conc, &after_conc, conc.calls),
+            seq,
+            conc,
+            proxy_hwm_kib,
+            threads: after_conc.proxy.map_or(0, |c| c.threads),
+            kinds: BodyKinds::default(),
+        })
+    }
+
+    /// Starts an HTTP path's server: `mock-mcp --http` or `tether serve --listen`,
+    /// each on a port of its choosing (`127.0.0.1:0`).
+    fn start_http(&mut self, via: Via) -> Result<HttpServer, String> {
+        let listen = "127.0.0.1:0".to_string();
+        match via {
+            Via::DirectHttp => {
+                let stderr = self.scratch("direct-http.stderr");
+                let args = ["--name", "m", "--http", &listen].map(String::from);
+                HttpServer::spawn("mock-mcp --http", &self.opts.mock, &args, &stderr, MOCK_LISTENING)
+            }
+            Via::TetherHttp(t) => {
+                let config = self.write_config(&json!({"mcpServers": {"m": self.mock_entry("m")}}))?;
+                let stderr = self.scratch("tether-http.stderr");
+                let args = ["serve", "--listen", &listen, "--config", &config.display().to_string()].map(String::from);
+                let label = format!("{} serve --listen", self.opts.tethers[t].label);
+                HttpServer::spawn(&label, &self.opts.tethers[t].path, &args, &stderr, TETHER_LISTENING)
+            }
+            Via::Direct | Via::Relay | Via::Tether(_) => unreachable!("a stdio path"),
+        }
+    }
+
+    /// An HTTP path: sequential calls on one keep-alive connection, then C
+    /// connections on C threads.
+    fn measure_http(&mut self, via: Via) -> Result<PathSample, String> {
+        let server = self.start_http(via)?;
+        let label = server.label.clone();
+        let with_label = |e: String| format!("{label}: {e}");
+        let mut client = HttpClient::new(server.url());
+        client.initialize().map_err(with_label)?;
+        client.wait_for_tool(via.echo_tool(), Duration::from_secs(15)).map_err(with_label)?;
+        let params = Self::echo_params(via);
+        client.calls("tools/call", &params, self.opts.warmup).map_err(with_label)?;
+        let answer = client.request("tools/call", &serde_json::from_str(&params).expect("json")).map_err(with_label)?;
+        if tool_text(&answer) != Some(ECHO_TEXT) {
+            return Err(format!("{label}: echo answered {answer}"));
+        }
+        let pids = match via {
+            Via::DirectHttp => Pids::direct(server.pid()),
+            _ => Pids::proxied(server.pid()),
+        };
+        let before = pids.snapshot();
+        let (seq, seq_kinds) =
+            bench_http::sequential(&mut client, "tools/call", &params, self.opts.calls).map_err(with_label)?;
+        let after_seq = pids.snapshot();
+        let (c, warm_each) = (self.opts.concurrency, (self.opts.warmup / self.opts.concurrency).max(2));
+        let (conc, conc_kinds, before_conc, after_conc) =
+            bench_http::concurrent(&client.session(), "tools/call", &params, (self.opts.calls, c, warm_each), || {
+                pids.snapshot()
+            })
+            .map_err(with_label)?;
+        let proxy_hwm_kib = peak_rss(pids.proxy, &label)?;
+        server.stop(Duration::from_secs(5));
+        Ok(PathSample {
+            seq_cost: PhaseCost::between(&before, &after_seq, seq.calls),
+            conc_cost: PhaseCost::between(&before_conc, &after_conc, conc.calls),
+            seq,
+            conc,
+            proxy_hwm_kib,
+            threads: after_conc.proxy.map_or(0, |c| c.threads),
+            kinds: BodyKinds { json: seq_kinds.json + conc_kinds.json, sse: seq_kinds.sse + conc_kinds.sse },
+        })
     }
 
     /// `opts.tethers[t]`'s peak RSS once `IDLE_BACKENDS` mocks are online and listed.
@@ -431,24 +609,28 @@ impl Bench {
     }
 
     fn run(&mut self, r: usize) -> Result<Run, String> {
-        let all = Via::all(self.opts.tethers.len());
+        let all = Via::all(&self.opts);
         let mut paths: Vec<Option<PathSample>> = vec![None; all.len()];
         // Rotate the order from run to run so no path always goes first.
         for k in 0..all.len() {
             let i = (k + r) % all.len();
             paths[i] = Some(self.measure_path(all[i])?);
         }
-        let mut paths = paths.into_iter().map(|p| p.expect("measured"));
-        let (direct, relay) = (paths.next().expect("direct"), paths.next().expect("relay"));
+        let paths = all.iter().copied().zip(paths.into_iter().map(|p| p.expect("measured"))).collect();
         let mut tethers = Vec::new();
-        for (t, path) in paths.enumerate() {
+        for t in 0..self.opts.tethers.len() {
             let idle_hwm_kib = self.idle_backends(t)?;
             let (recovery_ms, recovery_attempts) = self.recovery(t)?;
-            tethers.push(TetherRun { path, idle_hwm_kib, recovery_ms, recovery_attempts });
+            tethers.push(TetherRun { idle_hwm_kib, recovery_ms, recovery_attempts });
         }
         let start_ms = self.backend_start()?;
-        Ok(Run { direct, relay, tethers, start_ms })
+        Ok(Run { paths, tethers, start_ms })
     }
+}
+
+/// The peak RSS of `pid`, if there is one, in KiB.
+fn peak_rss(pid: Option<u32>, label: &str) -> Result<Option<u64>, String> {
+    pid.map(|pid| proc_status_kib(pid, "VmHWM")).transpose().map_err(|e| format!("{label}: {e}"))
 }
 
 // ---------------------------------------------------------------------------
@@ -530,7 +712,9 @@ impl Row {
         }
     }
 
-    fn median_of(rows: &[Row]) -> Row {
+    /// The medians over `runs` of `via`'s figures.
+    fn median_of(runs: &[&Run], via: Via) -> Row {
+        let rows: Vec<Row> = runs.iter().map(|r| Row::of(r.path(via))).collect();
         let m = |f: fn(&Row) -> f64| median(&rows.iter().map(f).collect::<Vec<_>>());
         Row {
             seq_rate: m(|r| r.seq_rate),
@@ -557,100 +741,122 @@ impl Row {
     }
 }
 
-fn print_header(c: usize) {
+/// Every path's latency and rate figures (medians over `runs`).
+fn print_table(opts: &Options, runs: &[&Run]) {
     println!(
         "  {:<15} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>12}",
         "",
         "seq/s",
         "p50 µs",
         "p99 µs",
-        format!("c={c} /s"),
+        format!("c={} /s", opts.concurrency),
         "p50 µs",
         "p99 µs",
         "proxy VmHWM"
     );
-}
-
-/// Ratios within one run, of one tether binary against direct and relay.
-struct Ratios {
-    relay_p50: f64,
-    tether_p50: f64,
-    relay_added: f64,
-    tether_added: f64,
-    added_vs_relay: f64,
-    relay_conc: f64,
-    tether_conc: f64,
-    tether_conc_vs_relay: f64,
-}
-
-impl Ratios {
-    fn of(run: &Run, t: usize) -> Ratios {
-        let [d, r, t] = [Via::Direct, Via::Relay, Via::Tether(t)].map(|via| Row::of(run.path(via)));
-        let (relay_added, tether_added) = (r.seq_p50 - d.seq_p50, t.seq_p50 - d.seq_p50);
-        Ratios {
-            relay_p50: r.seq_p50 / d.seq_p50,
-            tether_p50: t.seq_p50 / d.seq_p50,
-            relay_added,
-            tether_added,
-            // Undefined when the relay added nothing measurable.
-            added_vs_relay: if relay_added > 0.0 { tether_added / relay_added } else { f64::NAN },
-            relay_conc: r.conc_rate / d.conc_rate,
-            tether_conc: t.conc_rate / d.conc_rate,
-            tether_conc_vs_relay: t.conc_rate / r.conc_rate,
-        }
+    for via in Via::all(opts) {
+        Row::median_of(runs, via).print(&via.name(opts));
     }
+}
 
-    fn median_of(all: &[Ratios]) -> Ratios {
-        let m = |f: fn(&Ratios) -> f64| median(&all.iter().map(f).collect::<Vec<_>>());
-        Ratios {
-            relay_p50: m(|r| r.relay_p50),
-            tether_p50: m(|r| r.tether_p50),
-            relay_added: m(|r| r.relay_added),
-            tether_added: m(|r| r.tether_added),
-            added_vs_relay: m(|r| r.added_vs_relay),
-            relay_conc: m(|r| r.relay_conc),
-            tether_conc: m(|r| r.tether_conc),
-            tether_conc_vs_relay: m(|r| r.tether_conc_vs_relay),
+/// One figure of a [`PhaseCost`].
+#[derive(Clone, Copy)]
+enum Field {
+    ProxyCpu,
+    ProxySwitches,
+    BackendCpu,
+    ClientCpu,
+}
+
+impl PhaseCost {
+    fn get(&self, field: Field) -> Option<f64> {
+        match field {
+            Field::ProxyCpu => self.proxy.map(|p| p.0),
+            Field::ProxySwitches => self.proxy.map(|p| p.1),
+            Field::BackendCpu => self.backend_cpu,
+            Field::ClientCpu => self.client_cpu,
         }
     }
 }
 
-/// A path's name in the report.
-fn via_name(opts: &Options, via: Via) -> &'static str {
-    match via {
-        Via::Direct => "direct",
-        Via::Relay => "relay",
-        Via::Tether(t) => opts.tethers[t].label,
+impl PathSample {
+    /// The cost of the sequential or the concurrent measurement.
+    fn cost(&self, concurrent: bool) -> &PhaseCost {
+        if concurrent {
+            &self.conc_cost
+        } else {
+            &self.seq_cost
+        }
     }
 }
 
-/// The proxies' CPU time and context switches per call (medians over `runs`).
-fn print_cost(opts: &Options, runs: &[&Run], c: usize) {
-    let mut parts = Vec::new();
-    for via in Via::all(opts.tethers.len()).into_iter().skip(1) {
-        let samples: Vec<&PathSample> = runs.iter().map(|r| r.path(via)).collect();
-        let m =
-            |f: &dyn Fn(&PathSample) -> Option<f64>| median(&samples.iter().filter_map(|s| f(s)).collect::<Vec<_>>());
-        parts.push(format!(
-            "{} {:.1} µs, {:.1} switches | {:.1} µs, {:.1} switches ({} threads)",
-            via_name(opts, via),
-            m(&|s| s.seq_cost.map(|c| c.0)),
-            m(&|s| s.seq_cost.map(|c| c.1)),
-            m(&|s| s.conc_cost.map(|c| c.0)),
-            m(&|s| s.conc_cost.map(|c| c.1)),
-            m(&|s| Some(s.threads as f64)),
-        ));
+/// The median over `runs` of a figure of each run (runs without it left out).
+fn median_over(runs: &[&Run], f: impl Fn(&Run) -> Option<f64>) -> f64 {
+    median(&runs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+}
+
+/// `via`'s proxy CPU per call over the relay's, within one run.
+fn cpu_vs_relay(run: &Run, via: Via, concurrent: bool) -> Option<f64> {
+    let cpu = |v: Via| run.path(v).cost(concurrent).get(Field::ProxyCpu);
+    Some(cpu(via)? / cpu(Via::Relay)?)
+}
+
+/// "a | b": a sequential and a concurrent figure, "—" when neither is known.
+fn pair(seq: f64, conc: f64, f: fn(f64) -> String) -> String {
+    if seq.is_nan() && conc.is_nan() {
+        "—".to_string()
+    } else {
+        format!("{} | {}", f(seq), f(conc))
     }
-    println!("  proxy CPU time and context switches per call (sequential | c={c}): {}", parts.join("; "));
+}
+
+/// A figure with one decimal.
+fn dec(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.1}")
+    } else {
+        "n/a".to_string()
+    }
+}
+
+/// Every path's CPU time per call (medians over `runs`): the proxy's, also as a
+/// multiple of the relay's, its context switches and threads; the backend's; the
+/// client's (this process).
+fn print_cpu(opts: &Options, runs: &[&Run]) {
+    println!(
+        "  CPU per call, µs (sequential | c={}); proxy × relay: the proxy's CPU per call over the null relay's, \
+         within each run",
+        opts.concurrency
+    );
+    println!(
+        "  {:<15} {:>15} {:>15} {:>13} {:>7} {:>15} {:>15}",
+        "", "proxy", "proxy × relay", "switches", "threads", "backend", "client"
+    );
+    for via in Via::all(opts) {
+        let fig = |field: Field| {
+            let m = |conc: bool| median_over(runs, |r| r.path(via).cost(conc).get(field));
+            (m(false), m(true))
+        };
+        let rel = |conc: bool| median_over(runs, |r| cpu_vs_relay(r, via, conc));
+        let threads = median_over(runs, |r| r.path(via).seq_cost.proxy.map(|_| r.path(via).threads as f64));
+        let [proxy, switches, backend, client] =
+            [Field::ProxyCpu, Field::ProxySwitches, Field::BackendCpu, Field::ClientCpu].map(fig);
+        println!(
+            "  {:<15} {:>15} {:>15} {:>13} {:>7} {:>15} {:>15}",
+            via.name(opts),
+            pair(proxy.0, proxy.1, dec),
+            pair(rel(false), rel(true), ratio),
+            pair(switches.0, switches.1, dec),
+            if threads.is_nan() { "—".to_string() } else { int(threads) },
+            pair(backend.0, backend.1, dec),
+            pair(client.0, client.1, dec),
+        );
+    }
 }
 
 fn print_run(opts: &Options, run: &Run) {
-    let c = opts.concurrency;
-    print_header(c);
-    for via in Via::all(opts.tethers.len()) {
-        Row::of(run.path(via)).print(via_name(opts, via));
-    }
-    print_cost(opts, &[run], c);
+    print_table(opts, &[run]);
+    print_cpu(opts, &[run]);
     for (bin, t) in opts.tethers.iter().zip(&run.tethers) {
         let attempts: Vec<f64> = t.recovery_attempts.iter().map(|&a| a as f64).collect();
         println!(
@@ -667,44 +873,89 @@ fn print_run(opts: &Options, run: &Run) {
     println!("  backend start ({}×): median {:.1} ms", run.start_ms.len(), median(&run.start_ms));
 }
 
+/// Ratios within one run, of one tether binary against direct and relay.
+struct Ratios {
+    relay_p50: f64,
+    tether_p50: f64,
+    relay_added: f64,
+    tether_added: f64,
+    added_vs_relay: f64,
+    relay_conc: f64,
+    tether_conc: f64,
+    tether_conc_vs_relay: f64,
+    cpu_vs_relay: f64,
+}
+
+impl Ratios {
+    fn of(run: &Run, t: usize) -> Ratios {
+        let [d, r, t] = [Via::Direct, Via::Relay, Via::Tether(t)].map(|via| Row::of(run.path(via)));
+        let (relay_added, tether_added) = (r.seq_p50 - d.seq_p50, t.seq_p50 - d.seq_p50);
+        Ratios {
+            relay_p50: r.seq_p50 / d.seq_p50,
+            tether_p50: t.seq_p50 / d.seq_p50,
+            relay_added,
+            tether_added,
+            // Undefined when the relay added nothing measurable.
+            added_vs_relay: if relay_added > 0.0 { tether_added / relay_added } else { f64::NAN },
+            relay_conc: r.conc_rate / d.conc_rate,
+            tether_conc: t.conc_rate / d.conc_rate,
+            tether_conc_vs_relay: t.conc_rate / r.conc_rate,
+            cpu_vs_relay: f64::NAN,
+        }
+    }
+
+    fn median_of(all: &[Ratios]) -> Ratios {
+        let m = |f: fn(&Ratios) -> f64| median(&all.iter().map(f).collect::<Vec<_>>());
+        Ratios {
+            relay_p50: m(|r| r.relay_p50),
+            tether_p50: m(|r| r.tether_p50),
+            relay_added: m(|r| r.relay_added),
+            tether_added: m(|r| r.tether_added),
+            added_vs_relay: m(|r| r.added_vs_relay),
+            relay_conc: m(|r| r.relay_conc),
+            tether_conc: m(|r| r.tether_conc),
+            tether_conc_vs_relay: m(|r| r.tether_conc_vs_relay),
+            cpu_vs_relay: m(|r| r.cpu_vs_relay),
+        }
+    }
+}
+
 /// The medians over the runs of one tether binary's own measurements.
 struct TetherSummary {
     idle_kib: f64,
     recovery_ms: f64,
     recovery_max_ms: f64,
+    /// Its proxy CPU µs per call, sequential and with C in flight.
+    cpu_us: (f64, f64),
     ratios: Ratios,
 }
 
 impl TetherSummary {
-    fn of(runs: &[Run], t: usize) -> TetherSummary {
+    fn of(runs: &[&Run], t: usize) -> TetherSummary {
+        let cpu = |conc: bool| median_over(runs, |r| r.path(Via::Tether(t)).cost(conc).get(Field::ProxyCpu));
+        let ratios = runs
+            .iter()
+            .map(|r| Ratios {
+                cpu_vs_relay: cpu_vs_relay(r, Via::Tether(t), false).unwrap_or(f64::NAN),
+                ..Ratios::of(r, t)
+            })
+            .collect::<Vec<_>>();
         TetherSummary {
-            idle_kib: median(&runs.iter().map(|r| r.tethers[t].idle_hwm_kib as f64).collect::<Vec<_>>()),
-            recovery_ms: median(&runs.iter().map(|r| median(&r.tethers[t].recovery_ms)).collect::<Vec<_>>()),
+            idle_kib: median_over(runs, |r| Some(r.tethers[t].idle_hwm_kib as f64)),
+            recovery_ms: median_over(runs, |r| Some(median(&r.tethers[t].recovery_ms))),
             recovery_max_ms: runs
                 .iter()
                 .flat_map(|r| r.tethers[t].recovery_ms.iter().copied())
                 .fold(f64::NAN, f64::max),
-            ratios: Ratios::median_of(&runs.iter().map(|r| Ratios::of(r, t)).collect::<Vec<_>>()),
+            cpu_us: (cpu(false), cpu(true)),
+            ratios: Ratios::median_of(&ratios),
         }
     }
 }
 
-fn report(opts: &Options, runs: &[Run]) {
-    let c = opts.concurrency;
-    let n = runs.len();
-    let all = Via::all(opts.tethers.len());
-    println!();
-    println!("medians of {n} run(s)");
-    print_header(c);
-    let rows: Vec<Row> =
-        all.iter().map(|&via| Row::median_of(&runs.iter().map(|r| Row::of(r.path(via))).collect::<Vec<_>>())).collect();
-    for (&via, row) in all.iter().zip(&rows) {
-        row.print(via_name(opts, via));
-    }
-    print_cost(opts, &runs.iter().collect::<Vec<_>>(), c);
-    let start = median(&runs.iter().map(|r| median(&r.start_ms)).collect::<Vec<_>>());
-    let summaries: Vec<TetherSummary> = (0..opts.tethers.len()).map(|t| TetherSummary::of(runs, t)).collect();
-    for (bin, sum) in opts.tethers.iter().zip(&summaries) {
+/// Peak RSS with idle backends, recovery and the backend's start time (medians).
+fn print_tether_extras(opts: &Options, summaries: &[TetherSummary], start: f64) {
+    for (bin, sum) in opts.tethers.iter().zip(summaries) {
         println!("  {} with {IDLE_BACKENDS} idle backends: VmHWM {}", bin.label, mib(sum.idle_kib));
         println!(
             "  {} recovery after a stdio crash: median {:.1} ms, max {:.1} ms \
@@ -713,71 +964,190 @@ fn report(opts: &Options, runs: &[Run]) {
         );
     }
     println!("  backend start (spawn mock-mcp -> its initialize answer): median {start:.1} ms");
+}
 
-    let direct = &rows[0];
-    for (t, (bin, sum)) in opts.tethers.iter().zip(&summaries).enumerate() {
-        let label = bin.label;
-        let ratios = &sum.ratios;
-        let row = &rows[2 + t];
-        println!();
-        println!(
-            "ratios for {label} (median over runs, each within a run): seq p50 relay/direct {}, {label}/direct {}; \
-             added p50 relay {}, {label} {}, {label}/relay {}; c={c} throughput relay/direct {}, \
-             {label}/direct {}, {label}/relay {}",
-            ratio(ratios.relay_p50),
-            ratio(ratios.tether_p50),
-            signed_us(ratios.relay_added),
-            signed_us(ratios.tether_added),
-            ratio(ratios.added_vs_relay),
-            ratio(ratios.relay_conc),
-            ratio(ratios.tether_conc),
-            ratio(ratios.tether_conc_vs_relay),
-        );
+/// One target: what it is, the figure, and MET or MISSED.
+fn target_line(target: &str, figure: String, met: bool) {
+    println!("  {target:<76} {figure:<40} {}", verdict(met));
+}
 
-        println!();
-        println!("targets for {label} ({}, {})", bin.runtime, bin.path.display());
-        let line = |target: &str, figure: String, met: bool| println!("  {target:<72} {figure:<34} {}", verdict(met));
-        line(
-            &format!("p50 added latency per sequential call <= {TARGET_ADDED_P50_US} µs over direct"),
-            format!("{label} {}", signed_us(ratios.tether_added)),
-            ratios.tether_added <= TARGET_ADDED_P50_US,
+/// The ratio line of one stdio tether binary.
+fn print_ratios(label: &str, c: usize, r: &Ratios) {
+    println!();
+    println!(
+        "ratios for {label} (median over runs, each within a run): seq p50 relay/direct {}, {label}/direct {}; \
+         added p50 relay {}, {label} {}, {label}/relay {}; c={c} throughput relay/direct {}, \
+         {label}/direct {}, {label}/relay {}; proxy CPU per call {label}/relay {}",
+        ratio(r.relay_p50),
+        ratio(r.tether_p50),
+        signed_us(r.relay_added),
+        signed_us(r.tether_added),
+        ratio(r.added_vs_relay),
+        ratio(r.relay_conc),
+        ratio(r.tether_conc),
+        ratio(r.tether_conc_vs_relay),
+        ratio(r.cpu_vs_relay),
+    );
+}
+
+/// The added-latency target's figure and verdict: within 1.3× the relay's added
+/// p50, or, when the relay adds nothing measurable (<= 0, ratio undefined), at
+/// most `TARGET_ADDED_FLOOR_US`.
+fn added_latency_target(label: &str, r: &Ratios) -> (String, bool) {
+    if r.relay_added > 0.0 && r.added_vs_relay.is_finite() {
+        let figure = format!(
+            "{} ({} vs relay {})",
+            ratio(r.added_vs_relay),
+            signed_us(r.tether_added),
+            signed_us(r.relay_added)
         );
-        line(
-            &format!("p50 added latency <= {TARGET_ADDED_VS_RELAY}× the null relay's added latency"),
-            format!(
-                "{} ({} vs {})",
-                ratio(ratios.added_vs_relay),
-                signed_us(ratios.tether_added),
-                signed_us(ratios.relay_added)
-            ),
-            ratios.added_vs_relay <= TARGET_ADDED_VS_RELAY,
+        (figure, r.added_vs_relay <= TARGET_ADDED_VS_RELAY)
+    } else {
+        let figure = format!(
+            "relay {} <= 0, ratio undefined: {label} {} vs <= {TARGET_ADDED_FLOOR_US} µs",
+            signed_us(r.relay_added),
+            signed_us(r.tether_added)
         );
-        let at = if c == 32 { String::new() } else { format!(" (measured at c={c})") };
-        line(
-            &format!("throughput with 32 concurrent calls through tether >= {TARGET_THROUGHPUT_VS_DIRECT}× direct{at}"),
-            format!("{} ({} vs {} calls/s)", ratio(ratios.tether_conc), int(row.conc_rate), int(direct.conc_rate)),
-            ratios.tether_conc >= TARGET_THROUGHPUT_VS_DIRECT,
-        );
-        line(
-            &format!("peak RSS with {IDLE_BACKENDS} idle backends <= {TARGET_IDLE_RSS_MIB} MiB"),
-            mib(sum.idle_kib),
-            sum.idle_kib / 1024.0 <= TARGET_IDLE_RSS_MIB,
-        );
-        line(
-            &format!("median recovery after a stdio crash <= backend start + {TARGET_RECOVERY_SLACK_MS} ms"),
-            format!("{:.1} ms vs {start:.1} + {TARGET_RECOVERY_SLACK_MS} ms", sum.recovery_ms),
-            sum.recovery_ms <= start + TARGET_RECOVERY_SLACK_MS,
-        );
+        (figure, r.tether_added <= TARGET_ADDED_FLOOR_US)
     }
+}
 
-    // Side by side, when there is more than one tether binary (against the first).
+/// The targets of one stdio tether binary.
+fn print_tether_targets(opts: &Options, t: usize, sum: &TetherSummary, medians: &[&Run], start: f64) {
+    let (bin, c, r) = (&opts.tethers[t], opts.concurrency, &sum.ratios);
+    let (direct, row) = (Row::median_of(medians, Via::Direct), Row::median_of(medians, Via::Tether(t)));
+    println!();
+    println!("targets for {} ({}, {})", bin.label, bin.runtime, bin.path.display());
+    target_line(
+        &format!("proxy CPU per call (sequential) <= {TARGET_PROXY_CPU_US} µs"),
+        format!("{:.1} µs ({} relay's; c={c}: {:.1} µs)", sum.cpu_us.0, ratio(r.cpu_vs_relay), sum.cpu_us.1),
+        sum.cpu_us.0 <= TARGET_PROXY_CPU_US,
+    );
+    let (figure, met) = added_latency_target(bin.label, r);
+    target_line(
+        &format!(
+            "p50 added latency <= {TARGET_ADDED_VS_RELAY}× the null relay's (<= {TARGET_ADDED_FLOOR_US} µs if the relay's is <= 0)"
+        ),
+        figure,
+        met,
+    );
+    let at = if c == 32 { String::new() } else { format!(" (measured at c={c})") };
+    target_line(
+        &format!("throughput with 32 concurrent calls >= {TARGET_THROUGHPUT_VS_DIRECT}× direct{at}"),
+        format!("{} ({} vs {} calls/s)", ratio(r.tether_conc), int(row.conc_rate), int(direct.conc_rate)),
+        r.tether_conc >= TARGET_THROUGHPUT_VS_DIRECT,
+    );
+    target_line(
+        &format!("peak RSS with {IDLE_BACKENDS} idle backends <= {TARGET_IDLE_RSS_MIB} MiB"),
+        mib(sum.idle_kib),
+        sum.idle_kib / 1024.0 <= TARGET_IDLE_RSS_MIB,
+    );
+    target_line(
+        &format!("median recovery after a stdio crash <= backend start + {TARGET_RECOVERY_SLACK_MS} ms"),
+        format!("{:.1} ms vs {start:.1} + {TARGET_RECOVERY_SLACK_MS} ms", sum.recovery_ms),
+        sum.recovery_ms <= start + TARGET_RECOVERY_SLACK_MS,
+    );
+}
+
+/// The HTTP front's target, its latency and throughput against direct HTTP, how
+/// the answers came, and whether the client could have been the limit.
+fn print_http(opts: &Options, runs: &[&Run], t: usize) {
+    let (bin, c) = (&opts.tethers[t], opts.concurrency);
+    let (dv, tv) = (Via::DirectHttp, Via::TetherHttp(t));
+    let (direct, front) = (Row::median_of(runs, dv), Row::median_of(runs, tv));
+    let cpu = |conc: bool| median_over(runs, |r| r.path(tv).cost(conc).get(Field::ProxyCpu));
+    let added = median_over(runs, |r| Some(Row::of(r.path(tv)).seq_p50 - Row::of(r.path(dv)).seq_p50));
+    let vs_direct = |f: fn(&Row) -> f64| median_over(runs, |r| Some(f(&Row::of(r.path(tv))) / f(&Row::of(r.path(dv)))));
+    let name = tv.name(opts);
+    println!();
+    println!("targets for the HTTP front ({} serve --listen, {}, {})", bin.label, bin.runtime, bin.path.display());
+    target_line(
+        &format!("{}'s CPU per request over HTTP (sequential) <= {TARGET_HTTP_CPU_US} µs", bin.label),
+        format!(
+            "{:.1} µs ({} relay's; c={c}: {:.1} µs)",
+            cpu(false),
+            ratio(median_over(runs, |r| cpu_vs_relay(r, tv, false))),
+            cpu(true)
+        ),
+        cpu(false) <= TARGET_HTTP_CPU_US,
+    );
+    println!(
+        "  no target: p50 added latency over direct HTTP {} ({name} {} µs vs direct HTTP {} µs, {})",
+        signed_us(added),
+        int(front.seq_p50),
+        int(direct.seq_p50),
+        ratio(vs_direct(|r| r.seq_p50)),
+    );
+    println!(
+        "  no target: c={c} throughput vs direct HTTP {} ({} vs {} calls/s)",
+        ratio(vs_direct(|r| r.conc_rate)),
+        int(front.conc_rate),
+        int(direct.conc_rate),
+    );
+    print_http_client_check(opts, runs, (dv, tv), (&direct, &front));
+}
+
+/// How the HTTP answers came, and whether the client could be what limits the
+/// HTTP figures: sequentially, it is not when the same client drove direct HTTP
+/// faster; with C in flight, the CPU time per call of client, proxy and backend
+/// together bounds the rate on this machine's CPUs, and the client's share of it
+/// is what it takes from the others.
+fn print_http_client_check(opts: &Options, runs: &[&Run], (dv, tv): (Via, Via), (direct, front): (&Row, &Row)) {
+    let kinds = |via: Via| {
+        let (json, sse) = runs.iter().map(|r| r.path(via).kinds).fold((0, 0), |(j, s), k| (j + k.json, s + k.sse));
+        format!("{} {json} JSON, {sse} SSE", via.name(opts))
+    };
+    println!("  answers to the measured calls: {}; {}", kinds(dv), kinds(tv));
+    let c = opts.concurrency;
+    let fig = |via: Via, conc: bool, field: Field| median_over(runs, |r| r.path(via).cost(conc).get(field));
+    println!(
+        "  HTTP client check: the client's own CPU per call {} µs (direct HTTP), {} µs (tether HTTP), sequential | c={c}",
+        pair(fig(dv, false, Field::ClientCpu), fig(dv, true, Field::ClientCpu), dec),
+        pair(fig(tv, false, Field::ClientCpu), fig(tv, true, Field::ClientCpu), dec),
+    );
+    let sequential = if direct.seq_rate > front.seq_rate {
+        "not the limit: it drove direct HTTP faster"
+    } else {
+        "it may be the limit: it drove direct HTTP no faster"
+    };
+    println!(
+        "    sequential: direct HTTP {} calls/s, tether HTTP {}: {sequential}",
+        int(direct.seq_rate),
+        int(front.seq_rate)
+    );
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let [client, proxy, backend] = [Field::ClientCpu, Field::ProxyCpu, Field::BackendCpu].map(|f| fig(tv, true, f));
+    let total = client + proxy + backend;
+    let ceiling = cpus as f64 * 1e6 / total;
+    let bound = if front.conc_rate >= 0.8 * ceiling {
+        format!("CPU-bound, the client's share of the CPU {:.0} %", 100.0 * client / total)
+    } else {
+        "not CPU-bound".to_string()
+    };
+    println!(
+        "    c={c}: tether HTTP CPU per call client {} + proxy {} + backend {} = {} µs, at most {} calls/s on {cpus} \
+         CPUs; it ran at {} ({:.0} % of that): {bound}",
+        dec(client),
+        dec(proxy),
+        dec(backend),
+        dec(total),
+        int(ceiling),
+        int(front.conc_rate),
+        100.0 * front.conc_rate / ceiling,
+    );
+}
+
+/// Each further tether binary beside the first.
+fn print_side_by_side(opts: &Options, runs: &[&Run], summaries: &[TetherSummary]) {
+    let c = opts.concurrency;
     let (first, base) = (&opts.tethers[0], &summaries[0]);
-    for (t, (bin, sum)) in opts.tethers.iter().zip(&summaries).enumerate().skip(1) {
-        let (a, b) = (&rows[2], &rows[2 + t]);
+    let a = Row::median_of(runs, Via::Tether(0));
+    for (t, (bin, sum)) in opts.tethers.iter().zip(summaries).enumerate().skip(1) {
+        let b = Row::median_of(runs, Via::Tether(t));
         println!();
         println!(
-            "{} vs {}: seq p50 {} vs {} µs, c={c} throughput {} vs {} calls/s ({}), idle VmHWM {} vs {}, \
-             recovery median {:.1} vs {:.1} ms",
+            "{} vs {}: seq p50 {} vs {} µs, c={c} throughput {} vs {} calls/s ({}), proxy CPU per call {:.1} vs \
+             {:.1} µs, idle VmHWM {} vs {}, recovery median {:.1} vs {:.1} ms",
             bin.label,
             first.label,
             int(b.seq_p50),
@@ -785,6 +1155,8 @@ fn report(opts: &Options, runs: &[Run]) {
             int(b.conc_rate),
             int(a.conc_rate),
             ratio(b.conc_rate / a.conc_rate),
+            sum.cpu_us.0,
+            base.cpu_us.0,
             mib(sum.idle_kib),
             mib(base.idle_kib),
             sum.recovery_ms,
@@ -793,21 +1165,27 @@ fn report(opts: &Options, runs: &[Run]) {
     }
 }
 
-fn main() -> ExitCode {
-    let opts = match parse_args() {
-        Ok(opts) => opts,
-        Err(e) => {
-            eprintln!("tether-bench: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let dir = match tempfile::Builder::new().prefix("tether-bench").tempdir() {
-        Ok(dir) => dir,
-        Err(e) => {
-            eprintln!("tether-bench: cannot create a scratch directory: {e}");
-            return ExitCode::from(2);
-        }
-    };
+fn report(opts: &Options, runs: &[Run]) {
+    let runs: Vec<&Run> = runs.iter().collect();
+    println!();
+    println!("medians of {} run(s)", runs.len());
+    print_table(opts, &runs);
+    print_cpu(opts, &runs);
+    let start = median_over(&runs, |r| Some(median(&r.start_ms)));
+    let summaries: Vec<TetherSummary> = (0..opts.tethers.len()).map(|t| TetherSummary::of(&runs, t)).collect();
+    print_tether_extras(opts, &summaries, start);
+    for (t, sum) in summaries.iter().enumerate() {
+        print_ratios(opts.tethers[t].label, opts.concurrency, &sum.ratios);
+        print_tether_targets(opts, t, sum, &runs, start);
+    }
+    if let Some(t) = opts.http {
+        print_http(opts, &runs, t);
+    }
+    print_side_by_side(opts, &runs, &summaries);
+}
+
+/// What is measured, and with which binaries.
+fn print_intro(opts: &Options) {
     println!(
         "tether-bench: {} run(s); per path {} sequential calls and {} with {} in flight, each after {} warm-up calls{}",
         opts.runs,
@@ -827,11 +1205,38 @@ fn main() -> ExitCode {
          tether = client <-> tether --config (one mock, default policy) <-> mock-mcp, for each tether binary; \
          call: echo / m__echo"
     );
+    match opts.http {
+        Some(t) => println!(
+            "  HTTP paths: direct HTTP = client <-> mock-mcp --http; {0} HTTP = client <-> {0} serve --listen \
+             <-> mock-mcp (stdio); Streamable HTTP, one keep-alive connection per client thread, {1} threads \
+             in the concurrent measurement",
+            opts.tethers[t].label, opts.concurrency
+        ),
+        None => println!("  HTTP paths: not measured (--no-http, or no smol `tether` among the binaries)"),
+    }
     println!(
         "  recovery: {} crashes per run with tether policy {RECOVERY_POLICY} (restart at once, never give up); \
          backend start: {} spawns per run",
         opts.recoveries, opts.start_samples
     );
+}
+
+fn main() -> ExitCode {
+    let opts = match parse_args() {
+        Ok(opts) => opts,
+        Err(e) => {
+            eprintln!("tether-bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = match tempfile::Builder::new().prefix("tether-bench").tempdir() {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("tether-bench: cannot create a scratch directory: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    print_intro(&opts);
     let mut bench = Bench { opts, dir, mock_tools: 0, spawned: 0 };
     if let Err(e) = bench.probe_mock() {
         eprintln!("tether-bench: {e}");
@@ -854,4 +1259,33 @@ fn main() -> ExitCode {
     }
     report(&bench.opts, &runs);
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ratios with only the added latencies set, as `Ratios::of` computes them.
+    fn added(relay_added: f64, tether_added: f64) -> Ratios {
+        Ratios {
+            relay_p50: f64::NAN,
+            tether_p50: f64::NAN,
+            relay_added,
+            tether_added,
+            added_vs_relay: if relay_added > 0.0 { tether_added / relay_added } else { f64::NAN },
+            relay_conc: f64::NAN,
+            tether_conc: f64::NAN,
+            tether_conc_vs_relay: f64::NAN,
+            cpu_vs_relay: f64::NAN,
+        }
+    }
+
+    #[test]
+    fn added_latency_is_held_to_the_relays_or_to_the_floor_when_the_relay_adds_nothing() {
+        assert!(added_latency_target("tether", &added(10.0, 13.0)).1);
+        assert!(!added_latency_target("tether", &added(10.0, 13.5)).1);
+        let (figure, met) = added_latency_target("tether", &added(-1.0, 4.0));
+        assert!(met && figure.contains("ratio undefined"), "{figure}");
+        assert!(!added_latency_target("tether", &added(0.0, 6.0)).1);
+    }
 }
