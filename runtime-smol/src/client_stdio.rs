@@ -101,11 +101,17 @@ pub(crate) fn read_stdin(
     outflow: Arc<Backlog>,
 ) -> std::io::Result<()> {
     let read = move || {
-        for line in LineReader::new(tether_host::pipe_reader::stdin(), max_frame, 64 * 1024) {
+        let mut lines = LineReader::new(tether_host::pipe_reader::stdin(), max_frame, 64 * 1024);
+        let mut burst = Vec::new();
+        while let Some(line) = lines.next() {
             // The core answers an unreadable frame with the right JSON-RPC error.
             let frame = line.unwrap_or_else(|e| format!("<{e}>"));
-            outflow.wait_room();
-            engine.feed(Input::ClientFrame { session, frame, param_headers: None });
+            burst.push(Input::ClientFrame { session, frame, param_headers: None });
+            // Frames read together are fed together (forwarded in one write per backend).
+            if !lines.has_line() || burst.len() >= crate::stdio_backend::MAX_BURST {
+                outflow.wait_room();
+                engine.feed_burst(burst.drain(..));
+            }
         }
         let _ = inputs.try_send(Input::ClientClosed { session });
     };

@@ -121,6 +121,17 @@ pub(crate) struct Core {
     deferred: Option<Action>,
     /// When the host loop's alarm goes off (`None`: not set).
     alarm_at: Option<std::time::Instant>,
+    /// Feeding a burst of inputs: frames for stdio pipes are gathered per pipe
+    /// and written together at its end.
+    gathering: bool,
+    /// The pipes holding gathered frames.
+    held: Vec<Held>,
+}
+
+/// A pipe writer holding frames gathered during a burst.
+enum Held {
+    Client(SessionId),
+    Backend(tether_core::ServerName),
 }
 
 /// Who is executing actions.
@@ -158,6 +169,8 @@ impl Host {
             raised: Vec::new(),
             deferred: None,
             alarm_at: None,
+            gathering: false,
+            held: Vec::new(),
         };
         Ok(Host {
             engine: Arc::new(Engine { core: Mutex::new(core) }),
@@ -387,12 +400,19 @@ impl Engine {
         self.core.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Feeds `input` on the calling thread (a pipe's reader) and executes what
-    /// it can of the resulting actions in place.
-    pub(crate) fn feed(self: &Arc<Self>, input: Input) {
+    /// Feeds a burst of inputs read together, on the calling thread (a pipe's
+    /// reader), under one lock, and executes what it can of the resulting actions
+    /// in place; what they produce for each stdio pipe is written with one system
+    /// call at the end.
+    pub(crate) fn feed_burst(self: &Arc<Self>, inputs: impl IntoIterator<Item = Input>) {
         let mut core = self.lock();
-        core.feed(input);
-        core.execute_pending(self, Executor::Reader);
+        core.gathering = true;
+        for input in inputs {
+            core.feed(input);
+            core.execute_pending(self, Executor::Reader);
+        }
+        core.gathering = false;
+        core.release_held();
         core.wake_loop_if_needed();
     }
 }
@@ -447,6 +467,24 @@ impl Core {
         }
     }
 
+    /// Writes what the burst gathered for each pipe.
+    fn release_held(&mut self) {
+        for held in std::mem::take(&mut self.held) {
+            match held {
+                Held::Client(session) => {
+                    if let Some(ClientOut::Pipe(writer)) = self.clients.get_mut(&session) {
+                        writer.release();
+                    }
+                }
+                Held::Backend(server) => {
+                    if let Some((_, Connection::Stdio(b))) = self.connections.get_mut(&server) {
+                        b.release_stdin();
+                    }
+                }
+            }
+        }
+    }
+
     /// Wakes the host loop when a reader thread left it a spawn, or brought the
     /// next deadline before the loop's alarm.
     fn wake_loop_if_needed(&mut self) {
@@ -493,7 +531,12 @@ impl Core {
             }
             Action::SendToBackend { server, generation, frame, request, headers } => {
                 match self.connections.get_mut(&server) {
-                    Some((g, Connection::Stdio(b))) if *g == generation => b.send(&frame),
+                    Some((g, Connection::Stdio(b))) if *g == generation => {
+                        if self.gathering && b.hold_stdin() {
+                            self.held.push(Held::Backend(server.clone()));
+                        }
+                        b.send(&frame);
+                    }
                     Some((g, Connection::Http(b))) if *g == generation => b.send_with_headers(frame, request, headers),
                     _ => tracing::debug!(server = %server, %generation, "dropped a frame for a closed connection"),
                 }
@@ -508,7 +551,13 @@ impl Core {
                 }
             }
             Action::SendToClient { session, frame, route } => match self.clients.get_mut(&session) {
-                Some(ClientOut::Pipe(writer)) => writer.send(&frame),
+                Some(ClientOut::Pipe(writer)) => {
+                    if self.gathering && !writer.is_held() {
+                        writer.hold();
+                        self.held.push(Held::Client(session));
+                    }
+                    writer.send(&frame);
+                }
                 Some(ClientOut::Queue(sink)) => sink.send(frame),
                 None => {
                     if let Some(http) = &self.http {

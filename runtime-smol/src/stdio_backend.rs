@@ -53,6 +53,10 @@ pub use tether_host::launch::Launch;
 /// How many bytes of one backend's frames may wait in the engine's input queue.
 pub const UNREAD_LIMIT: usize = 1024 * 1024;
 
+/// Most frames a reader thread feeds under one lock (the rest of a burst waits
+/// for the next turn, so other inputs are not held up behind a flood).
+pub const MAX_BURST: usize = 64;
+
 /// What a frame counts for in [`UNREAD_LIMIT`] at least: a flood of tiny frames
 /// (each with its cost in the engine) queues at most 256 of them ahead of another
 /// backend's answer.
@@ -205,6 +209,27 @@ impl StdioBackend {
                 request: None,
                 failure: Failure::Other { message },
             });
+        }
+    }
+
+    /// Starts gathering frames for stdin (written together by
+    /// [`StdioBackend::release_stdin`]); whether it was not gathering already.
+    pub fn hold_stdin(&mut self) -> bool {
+        match &mut self.stdin {
+            #[cfg(unix)]
+            Stdin::Pipe(writer) if !writer.is_held() => {
+                writer.hold();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Writes the frames gathered for stdin.
+    pub fn release_stdin(&mut self) {
+        #[cfg(unix)]
+        if let Stdin::Pipe(writer) = &mut self.stdin {
+            writer.release();
         }
     }
 
@@ -503,20 +528,22 @@ impl FrameReader {
     /// output backlog has room.
     #[cfg(unix)]
     fn run_thread(self, pipe: std::fs::File, engine: &Arc<Engine>) {
-        for line in tether_host::line_reader::LineReader::new(pipe, self.max_frame, 64 * 1024) {
-            let frame = match line {
-                Ok(frame) => frame,
-                Err(e) => {
-                    tracing::warn!(server = %self.server, "dropped a frame from stdout: {e}");
-                    continue;
+        let mut lines = tether_host::line_reader::LineReader::new(pipe, self.max_frame, 64 * 1024);
+        let mut burst = Vec::new();
+        while let Some(line) = lines.next() {
+            match line {
+                Ok(frame) if !self.retired.load(Ordering::SeqCst) => {
+                    burst.push(Input::BackendFrame { server: self.server.clone(), generation: self.generation, frame });
                 }
-            };
-            if self.retired.load(Ordering::SeqCst) {
-                continue;
+                Ok(_) => {}
+                Err(e) => tracing::warn!(server = %self.server, "dropped a frame from stdout: {e}"),
             }
-            // A closed outflow has no client left to wait for.
-            self.outflow.wait_room();
-            engine.feed(Input::BackendFrame { server: self.server.clone(), generation: self.generation, frame });
+            // Frames read together are fed together (the answers go out in one write).
+            if !lines.has_line() || burst.len() >= MAX_BURST {
+                // A closed outflow has no client left to wait for.
+                self.outflow.wait_room();
+                engine.feed_burst(burst.drain(..));
+            }
         }
     }
 

@@ -53,11 +53,16 @@ pub struct PipeWriter {
     /// Bytes handed to the thread and not yet written.
     backlog: Arc<Backlog>,
     thread: Option<JoinHandle<()>>,
-    /// Reused for every frame written directly.
+    /// What is encoded and not yet written or queued (reused for every frame).
     buf: Vec<u8>,
+    /// Frames are gathered in `buf` until [`PipeWriter::release`].
+    held: bool,
     /// The peer closed its end: further frames are dropped.
     broken: bool,
 }
+
+/// How many bytes a held writer gathers before it writes anyway.
+const GATHER_LIMIT: usize = 64 * 1024;
 
 /// What a direct write did.
 enum Direct {
@@ -122,30 +127,74 @@ impl PipeWriter {
             done.close();
             // Dropping `out` closes the pipe: the peer sees end of file.
         })?;
-        Ok(PipeWriter { direct, queue: Some(queue), backlog, thread: Some(thread), buf: Vec::new(), broken: false })
+        Ok(PipeWriter {
+            direct,
+            queue: Some(queue),
+            backlog,
+            thread: Some(thread),
+            buf: Vec::new(),
+            held: false,
+            broken: false,
+        })
     }
 
     /// Writes one frame plus its newline.
+    /// While the writer is held, the frame is gathered with the others instead.
     pub fn send(&mut self, frame: &str) {
         if self.broken {
             return;
         }
-        self.buf.clear();
         encode_line(frame, &mut self.buf);
+        if !self.held || self.buf.len() >= GATHER_LIMIT {
+            self.write_gathered();
+        }
+    }
+
+    /// Gathers the frames sent from now on, to be written together (one system
+    /// call for a burst) by [`PipeWriter::release`].
+    pub fn hold(&mut self) {
+        self.held = true;
+    }
+
+    /// Whether frames are being gathered.
+    pub fn is_held(&self) -> bool {
+        self.held
+    }
+
+    /// Writes what was gathered while held, and stops holding.
+    pub fn release(&mut self) {
+        self.held = false;
+        self.write_gathered();
+    }
+
+    /// Writes `buf` in place if nothing is queued before it and it can go
+    /// without blocking; hands the rest to the thread.
+    fn write_gathered(&mut self) {
+        if self.buf.is_empty() || self.broken {
+            self.buf.clear();
+            return;
+        }
         if self.backlog.bytes() == 0 {
             match self.direct.write(&self.buf) {
-                Direct::Wrote(n) if n == self.buf.len() => return,
+                Direct::Wrote(n) if n == self.buf.len() => {
+                    self.buf.clear();
+                    return;
+                }
                 Direct::Wrote(n) => {
                     // Full, interrupted, short or not tried: the thread writes the rest.
                     self.buf.drain(..n);
                 }
                 Direct::Broken => {
                     self.broken = true;
+                    self.buf.clear();
                     return;
                 }
             }
         }
-        let Some(queue) = &self.queue else { return };
+        let Some(queue) = &self.queue else {
+            self.buf.clear();
+            return;
+        };
         let len = self.buf.len();
         self.backlog.add(len);
         if queue.send(std::mem::take(&mut self.buf)).is_err() {
@@ -161,6 +210,7 @@ impl PipeWriter {
     /// Closes the pipe once everything queued is written (or the peer is gone).
     /// Does not wait: a peer that never reads must not hold up shutdown.
     pub fn close(mut self) {
+        self.release();
         self.queue.take();
         self.thread.take();
     }
@@ -168,6 +218,7 @@ impl PipeWriter {
     /// Closes the pipe after everything queued is written, waiting for that at
     /// most `limit` (a peer that stopped reading must not hold up an exit).
     pub fn close_within(mut self, limit: std::time::Duration) {
+        self.release();
         self.queue.take();
         let deadline = std::time::Instant::now() + limit;
         while self.backlog.bytes() > 0 && std::time::Instant::now() < deadline {
@@ -183,6 +234,8 @@ impl PipeWriter {
 
 impl Drop for PipeWriter {
     fn drop(&mut self) {
+        // Gathered frames are written like queued ones.
+        self.release();
         self.queue.take();
     }
 }

@@ -132,11 +132,19 @@ mod tests {
     /// arrives, in order, once it reads.
     #[test]
     fn frames_arrive_in_order_and_a_slow_reader_never_blocks_the_sender() {
-        in_order_without_blocking(false);
-        in_order_without_blocking(true);
+        in_order_without_blocking(false, false);
+        in_order_without_blocking(true, false);
     }
 
-    fn in_order_without_blocking(nonblocking: bool) {
+    /// The same with frames gathered ten at a time (held, then released), the
+    /// last ten still held when the writer closes.
+    #[test]
+    fn gathered_frames_arrive_in_order_too() {
+        in_order_without_blocking(false, true);
+        in_order_without_blocking(true, true);
+    }
+
+    fn in_order_without_blocking(nonblocking: bool, gather: bool) {
         let (mut read, write) = pipe();
         let frames: Vec<String> = (0..400)
             .map(|i| format!(r#"{{"n":{i},"pad":"{}"}}"#, "x".repeat(if i % 7 == 0 { 9000 } else { 40 })))
@@ -149,8 +157,14 @@ mod tests {
             } else {
                 PipeWriter::new("test", write).unwrap()
             };
-            for f in &frames {
+            for (i, f) in frames.iter().enumerate() {
+                if gather && i % 10 == 0 {
+                    w.hold();
+                }
                 w.send(f);
+                if gather && i % 10 == 9 && i < 390 {
+                    w.release();
+                }
             }
             done.send(()).unwrap();
             w.close_within(Duration::from_secs(60));

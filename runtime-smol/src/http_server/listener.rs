@@ -16,7 +16,6 @@ use hyper::service::service_fn;
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
 use super::message::{error_body, TRANSPORT_ERROR};
-use super::socket::Socket;
 use super::{service, Shared};
 use crate::byte_queue::Closer;
 
@@ -140,7 +139,7 @@ fn refuse(stream: &std::net::TcpStream) {
 /// Serves one connection; on shutdown, finishes the request in progress and
 /// closes. A connection whose event stream overflowed is reset at once.
 async fn serve(shared: Arc<Shared>, stream: Async<std::net::TcpStream>, peer: SocketAddr, _slot: Slot) {
-    let stream = Arc::new(stream);
+    let stream = smol::net::TcpStream::from(stream);
     let stop = shared.stop_rx.clone();
     let (closer, closed) = Closer::new();
     let connection_info = Arc::new(Connection { peer, closer: closer.clone() });
@@ -152,7 +151,7 @@ async fn serve(shared: Arc<Shared>, stream: Async<std::net::TcpStream>, peer: So
     });
     let mut builder = http1::Builder::new();
     builder.timer(SmolTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
-    let mut connection = pin!(builder.serve_connection(FuturesIo::new(Socket::new(stream.clone())), service));
+    let mut connection = pin!(builder.serve_connection(FuturesIo::new(stream.clone()), service));
     /// How the connection's serving ended.
     enum End {
         Served(hyper::Result<()>),
@@ -181,7 +180,7 @@ async fn serve(shared: Arc<Shared>, stream: Async<std::net::TcpStream>, peer: So
         }
         End::TooSlow => {
             // A reset frees the kernel's buffers too, at once: the client does not read them.
-            let _ = socket2::SockRef::from(stream.get_ref()).set_linger(Some(Duration::ZERO));
+            let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
             tracing::debug!(%peer, "HTTP connection closed: its client reads too slowly");
             return;
         }

@@ -77,7 +77,6 @@ mod message;
 mod reply;
 mod service;
 mod sessions;
-mod socket;
 mod status_routes;
 mod stream;
 
