@@ -218,14 +218,22 @@ pub struct Resolved<'a> {
 pub struct Catalog {
     separator: String,
     backends: BTreeMap<String, Registration>,
-    /// Served tool name -> backend.
-    tools: BTreeMap<String, String>,
-    /// Served prompt name -> backend.
-    prompts: BTreeMap<String, String>,
+    /// Served tool name -> backend and entry.
+    tools: BTreeMap<String, Slot>,
+    /// Served prompt name -> backend and entry.
+    prompts: BTreeMap<String, Slot>,
     /// URI scheme alias -> backend.
     aliases: BTreeMap<String, String>,
     /// Bumped on every change, so callers can cache what they derive from it.
     version: u64,
+}
+
+/// Where a served tool or prompt name leads: its backend, and the position of
+/// its entry in that backend's list (so a call finds it without a search).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Slot {
+    server: String,
+    entry: usize,
 }
 
 /// A name clash found while installing a list: the item was not served.
@@ -408,7 +416,8 @@ impl Catalog {
                         held[kind.index()].push((position, item.clone()));
                         continue;
                     }
-                    index.insert(entry.served.clone(), server.to_string());
+                    let slot = Slot { server: server.to_string(), entry: built[kind.index()].len() };
+                    index.insert(entry.served.clone(), slot);
                 }
                 built[kind.index()].push(entry);
             }
@@ -435,15 +444,12 @@ impl Catalog {
         self.resolve(&self.prompts, ListKind::Prompts, served)
     }
 
-    fn resolve<'a>(
-        &'a self,
-        index: &'a BTreeMap<String, String>,
-        kind: ListKind,
-        served: &str,
-    ) -> Option<Resolved<'a>> {
-        let server = index.get(served)?;
-        let entry = self.backends.get(server)?.catalog.entries(kind).iter().find(|e| e.served == served)?;
-        Some(Resolved { server, entry })
+    fn resolve<'a>(&'a self, index: &'a BTreeMap<String, Slot>, kind: ListKind, served: &str) -> Option<Resolved<'a>> {
+        let slot = index.get(served)?;
+        let entries = self.backends.get(&slot.server)?.catalog.entries(kind);
+        let entry = entries.get(slot.entry).filter(|e| e.served == served);
+        let entry = entry.or_else(|| entries.iter().find(|e| e.served == served))?;
+        Some(Resolved { server: &slot.server, entry })
     }
 
     /// The backend and original URI behind a served URI: `fs+file:///x` -> `fs`,
@@ -576,13 +582,13 @@ impl Catalog {
         for (index, kind) in [(&self.tools, ListKind::Tools), (&self.prompts, ListKind::Prompts)] {
             let mut served = 0;
             for (server, reg) in &self.backends {
-                for entry in reg.catalog.entries(kind) {
+                for (position, entry) in reg.catalog.entries(kind).iter().enumerate() {
                     served += 1;
                     let name = &entry.served;
                     if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(is_name_byte) {
                         return Err(format!("served name {name:?} is not a valid name"));
                     }
-                    if index.get(name) != Some(server) {
+                    if index.get(name) != Some(&Slot { server: server.clone(), entry: position }) {
                         return Err(format!("served name {name:?} of {server} does not resolve back to it"));
                     }
                 }
@@ -630,8 +636,8 @@ impl Catalog {
     }
 
     fn clear_index(&mut self, server: &str) {
-        self.tools.retain(|_, s| s != server);
-        self.prompts.retain(|_, s| s != server);
+        self.tools.retain(|_, slot| slot.server != server);
+        self.prompts.retain(|_, slot| slot.server != server);
     }
 
     fn fresh_alias(&self, server: &str) -> String {

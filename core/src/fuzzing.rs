@@ -237,6 +237,8 @@ impl Harness {
     pub fn input(&mut self, input: Input) -> Result<(), Violation> {
         match &input {
             Input::ClientFrame { session, frame, .. } => {
+                // The engine reads frames in one pass: it must read them as `parse` does.
+                protocol::check_read_agrees(frame)?;
                 self.note_client_frame(session.0, frame);
                 // A client's `reconnect_server` is an admin command too, when served.
                 let config = self.gw.config();
@@ -249,6 +251,9 @@ impl Harness {
                         }
                     }
                 }
+            }
+            Input::BackendFrame { frame, .. } | Input::BackendEvent { frame, .. } => {
+                protocol::check_read_agrees(frame)?;
             }
             Input::ClientClosed { session } => self.forget_session(session.0),
             Input::Admin { command } => {

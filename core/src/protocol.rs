@@ -13,6 +13,15 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+mod fields;
+mod incoming;
+mod scan;
+
+pub(crate) use fields::RawFields;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use incoming::check_read_agrees;
+pub(crate) use incoming::{gateway_id, read, Incoming};
+
 /// JSON-RPC error codes the gateway sends.
 pub mod code {
     /// The frame was not JSON.
@@ -100,6 +109,16 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
         }
         deserializer.deserialize_str(Visitor(core::marker::PhantomData))
     }
+}
+
+/// The string a raw JSON value holds (`None`: not a string): borrowed when it
+/// has nothing to decode, else decoded by `serde_json`.
+pub(crate) fn string_value(raw: &str) -> Option<Text<'_>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    if inner.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        return Some(Text(Cow::Borrowed(inner)));
+    }
+    serde_json::from_str(raw).ok()
 }
 
 /// One parsed JSON-RPC message, borrowing from its frame.
@@ -193,11 +212,6 @@ fn valid_id(id: &RawValue) -> bool {
     serde_json::from_str::<i64>(text).is_ok() || serde_json::from_str::<u64>(text).is_ok()
 }
 
-/// A request id the gateway allocated, when `id` is one (a non-negative integer).
-pub(crate) fn gateway_id(id: &RawValue) -> Option<u64> {
-    serde_json::from_str::<u64>(id.get()).ok()
-}
-
 /// Quotes `text` as a JSON string.
 pub(crate) fn quote(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""))
@@ -223,12 +237,17 @@ pub(crate) fn request_parts(id: u64, method: &str, params: &[&str]) -> String {
     };
     let mut digits = [0; 20];
     let id = decimal(id, &mut digits);
-    let head = [r#"{"jsonrpc":"2.0","id":"#, id, r#","method":""#, method, "\""];
+    let (open, between, params_key) = (r#"{"jsonrpc":"2.0","id":"#, r#","method":""#, r#","params":"#);
     let params_len: usize = params.iter().map(|p| p.len()).sum();
-    let mut out = String::with_capacity(head.iter().map(|p| p.len()).sum::<usize>() + params_len + 12);
-    head.iter().for_each(|p| out.push_str(p));
+    let len = open.len() + id.len() + between.len() + method.len() + params_key.len() + params_len + 2;
+    let mut out = String::with_capacity(len);
+    out.push_str(open);
+    out.push_str(id);
+    out.push_str(between);
+    out.push_str(method);
+    out.push('"');
     if !params.is_empty() {
-        out.push_str(r#","params":"#);
+        out.push_str(params_key);
         params.iter().for_each(|p| out.push_str(p));
     }
     out.push('}');
@@ -274,7 +293,14 @@ pub(crate) fn notification(method: &str, params: Option<&str>) -> String {
 
 /// A success response; `id` and `result` are raw JSON.
 pub(crate) fn response(id: &str, result: &str) -> String {
-    joined(&[r#"{"jsonrpc":"2.0","id":"#, id, r#","result":"#, result, "}"])
+    let (open, between) = (r#"{"jsonrpc":"2.0","id":"#, r#","result":"#);
+    let mut out = String::with_capacity(open.len() + id.len() + between.len() + result.len() + 1);
+    out.push_str(open);
+    out.push_str(id);
+    out.push_str(between);
+    out.push_str(result);
+    out.push('}');
+    out
 }
 
 /// An error response with a raw JSON error object.

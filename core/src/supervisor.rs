@@ -219,7 +219,7 @@ impl Supervisor {
 
     /// The earliest timer.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.iter().flatten().min().copied()
+        self.timers.iter().fold(None, |at, timer| crate::time::earliest(at, *timer))
     }
 
     /// Takes the earliest timer due at `now`, if any.

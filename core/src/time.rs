@@ -37,6 +37,15 @@ impl Instant {
     }
 }
 
+/// The earlier of two optional deadlines (`None`: no deadline).
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
 impl Duration {
     /// No time at all.
     pub const ZERO: Duration = Duration(0);

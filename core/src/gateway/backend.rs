@@ -16,7 +16,7 @@ use crate::metrics::BackendMetrics;
 use crate::policy::{Failure, HealthChange};
 use crate::protocol::{self, code, CacheHint, Era};
 use crate::supervisor::Supervisor;
-use crate::time::Instant;
+use crate::time::{earliest, Instant};
 
 /// Lines of stderr kept per backend for crash messages.
 pub(super) const STDERR_TAIL: usize = 8;
@@ -170,8 +170,24 @@ impl Backend {
         line
     }
 
-    /// The earliest of the supervisor's timers and the queue's deadlines.
+    /// The earliest of the supervisor's timers, the credential's, the ended
+    /// streams' and the queue's deadlines. Asked after every input: empty parts cost nothing.
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
+        let mut at = self.sup.poll_timeout();
+        if let Some(credential) = &self.credential {
+            at = earliest(at, credential.deadline());
+        }
+        if !self.streams.ended.is_empty() {
+            at = earliest(at, self.streams.next_deadline());
+        }
+        if !self.queue.is_empty() {
+            at = earliest(at, self.queue_deadline());
+        }
+        at
+    }
+
+    /// The earliest deadline of the calls waiting in the queue.
+    fn queue_deadline(&self) -> Option<Instant> {
         let ready = self.sup.is_ready();
         let epoch = self.credential_epoch();
         let queue = self.queue.iter().map(|q| {
@@ -181,9 +197,7 @@ impl Backend {
                 q.deadline
             }
         });
-        let credential = self.credential.as_ref().and_then(|c| c.deadline());
-        let streams = self.streams.next_deadline();
-        self.sup.poll_timeout().into_iter().chain(queue).chain(credential).chain(streams).min()
+        queue.min()
     }
 
     /// Whether clients see this backend's catalog: while it is online or dormant, and

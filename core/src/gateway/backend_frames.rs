@@ -9,12 +9,12 @@ use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
 use super::backend::kind_bit;
-use super::calls::{CallKind, ServerRequest};
+use super::calls::{CallKind, RawFields, ServerRequest};
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::Event;
 use crate::policy::BreakerTransition;
-use crate::protocol::{self, code, Era, Message};
+use crate::protocol::{self, code, Era, Incoming};
 
 impl Gateway {
     /// A frame from the live connection of `server`.
@@ -26,7 +26,8 @@ impl Gateway {
             });
             return;
         }
-        let message = match protocol::parse(frame) {
+        let mut fields = RawFields::default();
+        let message = match protocol::read(frame, &mut fields) {
             Ok(m) => m,
             Err(e) => {
                 self.emit(Event::ProtocolViolation { server: self.name(server), detail: e.message });
@@ -34,24 +35,20 @@ impl Gateway {
             }
         };
         match message {
-            Message::Response { id, result } => {
+            Incoming::Response { id, result } => {
                 let Some(call_id) = protocol::gateway_id(id) else {
-                    return self.unknown_response(server, id.get());
+                    return self.unknown_response(server, id);
                 };
-                self.backend_answer(server, call_id, Ok(result.get()));
+                self.backend_answer(server, call_id, Ok(result));
             }
-            Message::Error { id, error } => {
+            Incoming::Error { id, error } => {
                 let Some(call_id) = id.and_then(protocol::gateway_id) else {
-                    return self.unknown_response(server, id.map_or("null", |id| id.get()));
+                    return self.unknown_response(server, id.unwrap_or("null"));
                 };
-                self.backend_answer(server, call_id, Err(error.get()));
+                self.backend_answer(server, call_id, Err(error));
             }
-            Message::Notification { method, params } => {
-                self.backend_notification(server, &method, params.map(|p| p.get()));
-            }
-            Message::Request { id, method, params } => {
-                self.backend_request(server, id.get(), &method, params.map(|p| p.get()));
-            }
+            Incoming::Notification { method, params } => self.backend_notification(server, &method, params),
+            Incoming::Request { id, method, params, .. } => self.backend_request(server, id, &method, params),
         }
     }
 

@@ -2,6 +2,7 @@
 //! backend, backend-to-client requests, and list requests waiting on the
 //! aggregation deadline.
 
+use alloc::borrow::Cow;
 use alloc::string::String;
 
 use crate::catalog::ListKind;
@@ -200,83 +201,7 @@ impl ParkedList {
     }
 }
 
-type RawValue = serde_json::value::RawValue;
-
-/// The top-level fields of a params object, values left as raw JSON text and
-/// keys borrowed from the frame. Up to [`RawFields::INLINE`] fields (every MCP
-/// request's params) live on the stack in arrival order; a larger object moves
-/// to a map. A repeated key keeps its last value, as JSON parsers do.
-#[derive(Debug)]
-#[allow(clippy::large_enum_variant)] // on the stack on purpose: that is the point
-pub(super) enum RawFields<'a> {
-    Few(heapless::Vec<(Key<'a>, &'a RawValue), { RawFields::INLINE }>),
-    Many(alloc::collections::BTreeMap<Key<'a>, &'a RawValue>),
-}
-
-impl<'a> RawFields<'a> {
-    const INLINE: usize = 8;
-
-    /// The raw value of field `name`.
-    pub(super) fn get(&self, name: &str) -> Option<&'a RawValue> {
-        match self {
-            RawFields::Few(v) => v.iter().find(|(k, _)| &**k == name).map(|(_, v)| *v),
-            RawFields::Many(m) => m.get(name).copied(),
-        }
-    }
-
-    /// Every field once, in arrival order (small objects) or key order (large).
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&Key<'a>, &'a RawValue)> + '_ {
-        let few = match self {
-            RawFields::Few(v) => Some(v.iter().map(|(k, v)| (k, *v))),
-            RawFields::Many(_) => None,
-        };
-        let many = match self {
-            RawFields::Many(m) => Some(m.iter().map(|(k, v)| (k, *v))),
-            RawFields::Few(_) => None,
-        };
-        few.into_iter().flatten().chain(many.into_iter().flatten())
-    }
-
-    fn insert(&mut self, key: Key<'a>, value: &'a RawValue) {
-        match self {
-            RawFields::Few(v) => {
-                if let Some(slot) = v.iter_mut().find(|(k, _)| *k == key) {
-                    slot.1 = value;
-                } else if let Err((key, value)) = v.push((key, value)) {
-                    let mut map: alloc::collections::BTreeMap<_, _> = core::mem::take(v).into_iter().collect();
-                    map.insert(key, value);
-                    *self = RawFields::Many(map);
-                }
-            }
-            RawFields::Many(m) => {
-                m.insert(key, value);
-            }
-        }
-    }
-}
-
-impl<'de: 'a, 'a> serde::Deserialize<'de> for RawFields<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor<'a>(core::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visitor<'a> {
-            type Value = RawFields<'a>;
-            fn expecting(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<RawFields<'a>, M::Error> {
-                let mut fields = RawFields::Few(heapless::Vec::new());
-                while let Some((key, value)) = map.next_entry::<Key<'a>, &'a RawValue>()? {
-                    fields.insert(key, value);
-                }
-                Ok(fields)
-            }
-        }
-        deserializer.deserialize_map(Visitor(core::marker::PhantomData))
-    }
-}
-
-/// An object key borrowed from the frame when it has no escapes.
-pub(super) use crate::protocol::Text as Key;
+pub(super) use crate::protocol::RawFields;
 
 /// The prefix of the stateless revision's per-request `_meta` keys
 /// (`io.modelcontextprotocol/protocolVersion`, `.../clientCapabilities`, ...).
@@ -302,7 +227,7 @@ impl Forward {
         fields: &RawFields<'_>,
         replace: &[(&str, &str)],
     ) -> (Forward, Option<serde_json::Value>) {
-        let mut body = String::with_capacity(fields.iter().map(|(_, v)| v.get().len() + 16).sum::<usize>() + 2);
+        let mut body = String::with_capacity(fields.iter().map(|(_, v)| v.len() + 16).sum::<usize>() + 2);
         let mut meta_close = None;
         let mut meta_opaque = false;
         let mut progress = None;
@@ -316,42 +241,38 @@ impl Forward {
             if let Some((_, text)) = replace.iter().find(|(k, _)| *k == &**key) {
                 protocol::push_quoted(&mut body, text);
             } else if &**key == "_meta" {
-                match serde_json::from_str::<RawFields<'_>>(value.get()) {
-                    Ok(meta) => {
-                        body.push('{');
-                        let mut first = true;
-                        for (mk, mv) in meta.iter() {
-                            if &**mk == "progressToken" {
-                                progress = serde_json::from_str(mv.get()).ok();
-                                continue;
-                            }
-                            // A stateless client's per-request protocol fields describe
-                            // its exchange with tether, not tether's with the backend.
-                            if mk.starts_with(STATELESS_META_PREFIX) {
-                                continue;
-                            }
-                            if !first {
-                                body.push(',');
-                            }
-                            first = false;
-                            protocol::push_quoted(&mut body, mk);
-                            body.push(':');
-                            body.push_str(mv.get());
-                        }
-                        meta_close = Some(body.len());
-                        body.push('}');
+                match RawFields::parse(value) {
+                    Some(meta) => {
+                        progress = push_meta(&mut body, &meta);
+                        meta_close = Some(body.len() - 1);
                     }
-                    Err(_) => {
+                    None => {
                         meta_opaque = true;
-                        body.push_str(value.get());
+                        body.push_str(value);
                     }
                 }
             } else {
-                body.push_str(value.get());
+                body.push_str(value);
             }
         }
         body.push('}');
         (Forward { body, meta_close, meta_opaque }, progress)
+    }
+
+    /// The params of a `tools/call` or `prompts/get` as forwarded: `raw` (their
+    /// text; `fields` its fields) with the name replaced by `name`. Params written
+    /// compactly (as clients write JSON) keep their text with only the name's
+    /// value swapped; others are rebuilt from their fields, which gives the same
+    /// text for compact ones. Returns the client's progress token too.
+    pub(super) fn renamed(raw: &str, fields: &RawFields<'_>, name: &str) -> (Forward, Option<serde_json::Value>) {
+        let Some((start, end)) = compact_name_span(raw, fields) else {
+            return Forward::from_fields(fields, &[("name", name)]);
+        };
+        let mut body = String::with_capacity(raw.len() - (end - start) + name.len() + 2);
+        body.push_str(&raw[..start]);
+        protocol::push_quoted(&mut body, name);
+        body.push_str(&raw[end..]);
+        (Forward { body, meta_close: None, meta_opaque: false }, None)
     }
 
     /// From a params map the gateway rewrote (not on the hot path).
@@ -359,7 +280,7 @@ impl Forward {
         params: &serde_json::Map<String, serde_json::Value>,
     ) -> (Forward, Option<serde_json::Value>) {
         let text = serde_json::to_string(params).unwrap_or_else(|_| "{}".into());
-        let fields = serde_json::from_str::<RawFields<'_>>(&text).unwrap_or(RawFields::Few(heapless::Vec::new()));
+        let fields = RawFields::parse(&text).unwrap_or_default();
         Forward::from_fields(&fields, &[])
     }
 
@@ -413,6 +334,57 @@ impl Forward {
         }
         Forward::from_map(&map).0
     }
+}
+
+/// Where the value of `name` is in `raw`, when `raw` is exactly its `fields`
+/// written compactly: in arrival order, no whitespace, no repeated or escaped
+/// key (its length says so), and no `_meta` (forwarding rewrites that one).
+fn compact_name_span(raw: &str, fields: &RawFields<'_>) -> Option<(usize, usize)> {
+    let RawFields::Few(fields) = fields else { return None };
+    let mut at = 1;
+    let mut name = None;
+    for (i, (key, value)) in fields.iter().enumerate() {
+        if matches!(key.0, Cow::Owned(_)) || &**key == "_meta" {
+            return None;
+        }
+        // `,"key":value`
+        at += usize::from(i > 0) + key.len() + 3;
+        if &**key == "name" {
+            name = Some((at, *value));
+        }
+        at += value.len();
+    }
+    let (start, value) = name.filter(|_| at + 1 == raw.len())?;
+    let end = start + value.len();
+    (raw.get(start..end)? == value).then_some((start, end))
+}
+
+/// Appends a `_meta` object as forwarded: without the client's progress token
+/// (returned) and the stateless revision's per-request fields.
+fn push_meta(body: &mut String, meta: &RawFields<'_>) -> Option<serde_json::Value> {
+    let mut progress = None;
+    let mut first = true;
+    body.push('{');
+    for (key, value) in meta.iter() {
+        if &**key == "progressToken" {
+            progress = serde_json::from_str(value).ok();
+            continue;
+        }
+        // A stateless client's per-request protocol fields describe its
+        // exchange with tether, not tether's with the backend.
+        if key.starts_with(STATELESS_META_PREFIX) {
+            continue;
+        }
+        if !first {
+            body.push(',');
+        }
+        first = false;
+        protocol::push_quoted(body, key);
+        body.push(':');
+        body.push_str(value);
+    }
+    body.push('}');
+    progress
 }
 
 #[cfg(test)]
@@ -469,6 +441,26 @@ mod tests {
         let g = f.with_fields(&[("inputResponses", Some(r#"{"k":{"x":1}}"#)), ("requestState", None)]);
         let v: Value = serde_json::from_str(&g.frame(1, "tools/call", false, "")).unwrap();
         assert_eq!(v["params"], json!({"name":"n","inputResponses":{"k":{"x":1}}}));
+    }
+
+    #[test]
+    fn renaming_compact_params_keeps_their_text_and_equals_rebuilding_them() {
+        for params in [
+            r#"{"name":"srv__x","arguments":{"a": [1, 2]}}"#,
+            r#"{"arguments":{},"name":"srv__x","other":null}"#,
+            r#"{ "name":"srv__x"}"#,
+            r#"{"name":"srv__x","name":"srv__y"}"#,
+            r#"{"n\u0061me":"srv__x"}"#,
+            r#"{"name":"srv__x","_meta":{"progressToken":1}}"#,
+            r#"{"name":5}"#,
+            r#"{"arguments":{}}"#,
+            r#"{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"name":"srv__x"}"#,
+        ] {
+            let fields = RawFields::parse(params).unwrap();
+            let (renamed, token) = Forward::renamed(params, &fields, "orig\"inal");
+            let (rebuilt, rebuilt_token) = Forward::from_fields(&fields, &[("name", "orig\"inal")]);
+            assert_eq!((renamed.body(), token), (rebuilt.body(), rebuilt_token), "{params}");
+        }
     }
 
     #[test]

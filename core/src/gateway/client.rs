@@ -8,12 +8,12 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::{CallKind, Shape};
+use super::calls::{CallKind, RawFields, Shape};
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::Mode;
 use crate::io::{Action, RawId, ServerName, SessionId, Status};
-use crate::protocol::{self, code, Era, Message};
+use crate::protocol::{self, code, Era, Incoming, Message};
 
 /// What tether announces as a server: everything it can proxy, so capabilities
 /// never depend on which backends happen to be up at `initialize`.
@@ -148,7 +148,8 @@ impl Gateway {
                 protocol::error_response("null", code::INVALID_REQUEST, &msg, None),
             );
         }
-        let message = match protocol::parse(frame) {
+        let mut fields = RawFields::default();
+        let message = match protocol::read(frame, &mut fields) {
             Ok(m) => m,
             Err(e) => {
                 let id = e.id.as_deref().unwrap_or("null");
@@ -156,16 +157,16 @@ impl Gateway {
             }
         };
         match message {
-            Message::Request { id, method, params } => {
-                let id = RawId::new(id.get());
-                let params = params.map(|p| p.get());
+            Incoming::Request { id, method, params, fields } => {
+                let id = RawId::new(id);
                 let s = self.sessions.open.get_mut(&session).expect("present");
-                if s.in_flight.contains(&id) {
+                if !s.in_flight.insert(id.clone()) {
                     let msg = "a request with this id is already in flight";
                     let frame = protocol::error_response(&id, code::INVALID_REQUEST, msg, None);
                     return self.reply_to_client(session, &id, frame);
                 }
-                if s.in_flight.len() >= self.config.limits.max_in_flight_per_session as usize {
+                if s.in_flight.len() > self.config.limits.max_in_flight_per_session as usize {
+                    s.in_flight.remove(&id);
                     let msg = "too many requests in flight for this session";
                     return self.reply_to_client(
                         session,
@@ -173,24 +174,29 @@ impl Gateway {
                         protocol::error_response(&id, code::OVERLOADED, msg, None),
                     );
                 }
-                s.in_flight.insert(id.clone());
                 if let Some(received) = param_headers.filter(|_| &*method == "tools/call") {
                     if let Err(message) = self.check_param_headers(params, received) {
                         return self.reply_error(session, &id, protocol::HEADER_MISMATCH, &message, None);
                     }
                 }
-                self.client_request(session, id, &method, params);
+                self.client_request(session, id, &method, params, fields);
             }
-            Message::Notification { method, params } => {
-                self.client_notification(session, &method, params.map(|p| p.get()))
-            }
-            Message::Response { id, result } => self.client_answer(session, id.get(), Ok(result.get())),
-            Message::Error { id: Some(id), error } => self.client_answer(session, id.get(), Err(error.get())),
-            Message::Error { id: None, .. } => {}
+            Incoming::Notification { method, params } => self.client_notification(session, &method, params),
+            Incoming::Response { id, result } => self.client_answer(session, id, Ok(result)),
+            Incoming::Error { id: Some(id), error } => self.client_answer(session, id, Err(error)),
+            Incoming::Error { id: None, .. } => {}
         }
     }
 
-    fn client_request(&mut self, session: SessionId, id: RawId, method: &str, params: Option<&str>) {
+    /// A client's request; `fields`: its params' fields, when reading the frame found them.
+    fn client_request(
+        &mut self,
+        session: SessionId,
+        id: RawId,
+        method: &str,
+        params: Option<&str>,
+        fields: Option<&RawFields<'_>>,
+    ) {
         if self.config.stateless_clients {
             if let Err((code, message, data)) = self.check_era(session, method, params) {
                 return self.reply_error(session, &id, code, &message, data.as_deref());
@@ -204,10 +210,16 @@ impl Gateway {
             }
         }
         // The hot path: routed by name from the raw params, no tree parse.
-        match method {
-            "tools/call" => return self.route_named(session, id, "tools/call", params, ListKind::Tools, true),
-            "prompts/get" => return self.route_named(session, id, "prompts/get", params, ListKind::Prompts, true),
-            _ => {}
+        let named = match method {
+            "tools/call" => Some(("tools/call", ListKind::Tools)),
+            "prompts/get" => Some(("prompts/get", ListKind::Prompts)),
+            _ => None,
+        };
+        if let Some((method, kind)) = named {
+            return match (params, fields) {
+                (Some(raw), Some(fields)) => self.route_fields(session, id, method, raw, fields, kind, true),
+                _ => self.route_named(session, id, method, params, kind, true),
+            };
         }
         let parsed: Option<Map<String, Value>> = match params {
             None => None,

@@ -174,6 +174,10 @@ impl Gateway {
     /// and goes only if the list still differs from what the session last saw.
     pub(super) fn announce_list_changes(&mut self) {
         let hashes = self.visible_hashes();
+        // Nearly every input changes no list: nothing to announce to anyone.
+        if self.sessions.open.values().all(|s| s.seen == hashes) {
+            return;
+        }
         let mut frames = Vec::new();
         let mut listening = Vec::new();
         let parked = &self.router.parked_lists;

@@ -146,7 +146,7 @@ impl Gateway {
 
     /// A `tools/call` of one of tether's own tools.
     pub(super) fn call_own_tool(&mut self, session: SessionId, id: RawId, tool: OwnTool, fields: &RawFields<'_>) {
-        let args: Map<String, Value> = match fields.get("arguments").map(|a| serde_json::from_str::<Value>(a.get())) {
+        let args: Map<String, Value> = match fields.get("arguments").map(serde_json::from_str::<Value>) {
             None | Some(Ok(Value::Null)) => Map::new(),
             Some(Ok(Value::Object(m))) => m,
             Some(_) => return self.reply(session, &id, &tool_error("arguments must be an object")),
@@ -271,7 +271,7 @@ impl Gateway {
         let mut params = String::from("{");
         params.push_str(&format!(r#""name":{},"arguments":{arguments}"#, protocol::quote(target)));
         for (key, value) in fields.iter().filter(|(k, _)| !matches!(&***k, "name" | "arguments")) {
-            params.push_str(&format!(",{}:{}", protocol::quote(key), value.get()));
+            params.push_str(&format!(",{}:{}", protocol::quote(key), value));
         }
         params.push('}');
         self.route_named(session, id, "tools/call", Some(&params), ListKind::Tools, true);

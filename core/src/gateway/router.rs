@@ -60,10 +60,18 @@ impl Router {
     /// Every router deadline, in the order they fire when several are due.
     pub(super) fn timers(&self) -> impl Iterator<Item = (Instant, RouterTimer<'_>)> {
         let calls = self.calls.iter().filter_map(|(id, c)| Some((c.deadline?, RouterTimer::Call(*id))));
+        // Asked after every input: the tables that are nearly always empty cost nothing then.
+        let rare = (!self.parked_lists.is_empty() || !self.pending_inputs.is_empty() || !self.input_rounds.is_empty())
+            .then(|| self.rare_timers());
+        calls.chain(rare.into_iter().flatten())
+    }
+
+    /// The deadlines of parked lists, calls waiting for input and input rounds.
+    fn rare_timers(&self) -> impl Iterator<Item = (Instant, RouterTimer<'_>)> {
         let parked = self.parked_lists.iter().map(|p| p.deadline).min().map(|at| (at, RouterTimer::ParkedLists));
         let inputs = self.pending_inputs.iter().map(|(state, p)| (p.deadline, RouterTimer::Input(state)));
         let rounds = self.input_rounds.iter().map(|(id, r)| (r.deadline, RouterTimer::Round(*id)));
-        calls.chain(parked).chain(inputs).chain(rounds)
+        parked.into_iter().chain(inputs).chain(rounds)
     }
 
     /// A fresh id for a request the gateway sends.

@@ -8,7 +8,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::{Call, CallKind, ClientCall, Forward, Key, Parked, ParkedList, Queued, RawFields, Shape};
+use super::calls::{Call, CallKind, ClientCall, Forward, Parked, ParkedList, Queued, RawFields, Shape};
 use super::client_events::Level;
 use super::Gateway;
 use crate::catalog::ListKind;
@@ -45,15 +45,30 @@ impl Gateway {
         let Some(raw) = params else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
         };
-        let Ok(fields) = serde_json::from_str::<RawFields<'_>>(raw) else {
+        let Some(fields) = RawFields::parse(raw) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "params must be an object", None);
         };
-        let name = fields.get("name").and_then(|v| serde_json::from_str::<Key<'_>>(v.get()).ok());
-        let Some(name) = name else {
+        self.route_fields(session, id, method, raw, &fields, kind, may_wait);
+    }
+
+    /// [`Gateway::route_named`] with the params' fields found: `raw` is the
+    /// params' text, `fields` its fields.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn route_fields(
+        &mut self,
+        session: SessionId,
+        id: RawId,
+        method: &'static str,
+        raw: &str,
+        fields: &RawFields<'_>,
+        kind: ListKind,
+        may_wait: bool,
+    ) {
+        let Some(name) = fields.get("name").and_then(protocol::string_value) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing name", None);
         };
         if let Some(tool) = self.own_tool(&name).filter(|_| kind == ListKind::Tools) {
-            return self.call_own_tool(session, id, tool, &fields);
+            return self.call_own_tool(session, id, tool, fields);
         }
         let resolved = match kind {
             ListKind::Tools => self.catalog.resolve_tool(&name),
@@ -75,7 +90,7 @@ impl Gateway {
             return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
         };
         let (server, retry_safe) = (self.name(r.server), r.entry.retry_safe);
-        let (params, progress) = Forward::from_fields(&fields, &[("name", &r.entry.original)]);
+        let (params, progress) = Forward::renamed(raw, fields, &r.entry.original);
         self.submit(&server, session, id, method, params, progress, retry_safe, Shape::Plain);
     }
 
@@ -387,10 +402,10 @@ impl Gateway {
         let meta = if stateless { self.stateless_call_meta(&call) } else { String::new() };
         let frame = call.params.frame(id, call.method, call.progress.is_some(), &meta);
         let headers = if stateless { self.param_headers_to(server, &call) } else { Vec::new() };
+        let server = self.name(server);
         self.router
             .calls
-            .insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Client(call) });
-        let server = self.name(server);
+            .insert(id, Call { server: server.clone(), generation, deadline, kind: CallKind::Client(call) });
         self.push(Action::SendToBackend { server, generation, frame, request: Some(id), headers });
     }
 
@@ -461,8 +476,7 @@ impl Gateway {
                     let result = rewritten.as_deref().unwrap_or(result);
                     // A read is cacheable in the stateless revision: as its backend
                     // says, or (a handshake-era one says nothing) stale at once.
-                    let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
-                    match stateless.then(|| protocol::cacheable_result(result, CacheHint::STALE)) {
+                    match stateless_client.then(|| protocol::cacheable_result(result, CacheHint::STALE)) {
                         Some(Some(hinted)) => protocol::response(&call.id, &hinted),
                         _ => protocol::response(&call.id, result),
                     }
@@ -476,8 +490,7 @@ impl Gateway {
         };
         self.release(&call);
         self.touch_session(session);
-        let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
-        let frame = if stateless { super::stateless_frame(frame) } else { frame };
+        let frame = if stateless_client { super::stateless_frame(frame) } else { frame };
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
         self.answered(session);
     }
