@@ -70,8 +70,12 @@ mod tests {
     #[test]
     fn a_copy_reads_blocking_even_when_the_pipe_was_non_blocking() {
         let mut fds = [0; 2];
-        // SAFETY: pipe(2) fills two fresh descriptors, which we then own.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) }, 0);
+        // SAFETY: pipe(2) fills two fresh descriptors, which we then own; fcntl
+        // changes only the read end's status flags.
+        unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            assert_eq!(libc::fcntl(fds[0], libc::F_SETFL, libc::fcntl(fds[0], libc::F_GETFL) | libc::O_NONBLOCK), 0);
+        }
         // SAFETY: both were just created and are owned by nobody else.
         let (read, mut write) = unsafe {
             (std::fs::File::from(OwnedFd::from_raw_fd(fds[0])), std::fs::File::from(OwnedFd::from_raw_fd(fds[1])))

@@ -478,6 +478,7 @@ mod tests {
     }
 
     /// `utime + stime` of `/proc/<pid>/stat`, in ms (10 ms ticks).
+    #[cfg(target_os = "linux")]
     fn proc_stat_cpu_ms(pid: u32) -> u64 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();

@@ -153,6 +153,37 @@ where
 }
 
 /// The time `received` bytes buy at `min_rate` bytes per second.
+/// Most of an unread body a response sent without reading it takes in and drops.
+const DISCARD_LIMIT: u64 = 64 * 1024;
+/// How long it waits for that.
+const DISCARD_WAIT: Duration = Duration::from_secs(2);
+
+/// `response`, once the request's body (announced small) has been read and
+/// dropped. hyper keeps a connection open only when the request's body was read
+/// through, and tries one read itself: a body still on its way (clients often
+/// send it in a write of its own) would have the connection closed, and the
+/// client that sends its next request on it gets a reset. Larger or unannounced
+/// bodies are left to hyper, which closes the connection.
+pub(super) async fn after_discarding<T>(
+    request: hyper::Request<hyper::body::Incoming>,
+    response: hyper::Response<T>,
+) -> hyper::Response<T> {
+    let announced = request.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+    if !announced.is_some_and(|n: u64| n > 0 && n <= DISCARD_LIMIT) {
+        return response;
+    }
+    let mut body = request.into_body();
+    let discard = async {
+        // Each piece is dropped as it comes: nothing accumulates.
+        while let Some(Ok(_)) = body.frame().await {}
+    };
+    future::or(discard, async {
+        async_io::Timer::after(DISCARD_WAIT).await;
+    })
+    .await;
+    response
+}
+
 fn pace_allowance(received: usize, min_rate: u64) -> Duration {
     match min_rate {
         0 => Duration::MAX,

@@ -24,42 +24,60 @@ const SESSION_HEADER: &str = "mcp-session-id";
 
 /// Answers one request arriving on `connection`.
 pub(super) async fn handle(shared: Arc<Shared>, connection: &Connection, request: Request<Incoming>) -> Response<Body> {
+    match screen(&shared, &request) {
+        Screened::Refused(response) => body::after_discarding(request, response).await,
+        Screened::Status => status_routes::handle(&shared, connection, request).await,
+        Screened::Mcp(Method::POST) => post(&shared, connection, request).await,
+        Screened::Mcp(Method::GET) => get(&shared, connection, request.headers()),
+        Screened::Mcp(_) => delete(&shared, request.headers()).await,
+    }
+}
+
+/// Where a request goes once its headers passed the guards.
+enum Screened {
+    /// Answered without reading its body.
+    Refused(Response<Body>),
+    /// To the status endpoints.
+    Status,
+    /// To the MCP endpoint, with this method (POST, GET or DELETE).
+    Mcp(Method),
+}
+
+/// The guards, in the order the module's doc gives.
+fn screen(shared: &Shared, request: &Request<Incoming>) -> Screened {
+    let refused = |status, text| Screened::Refused(reply::error(status, text));
     let options = &shared.options;
     let status_path = shared.status.get().is_some() && status_routes::is_status_path(request.uri().path());
     match guards::admit(options, request.headers()) {
         Ok(()) => {}
         Err(Refusal::Host) => {
-            return reply::error(StatusCode::FORBIDDEN, "forbidden: the Host header does not name this server")
+            return refused(StatusCode::FORBIDDEN, "forbidden: the Host header does not name this server")
         }
-        Err(Refusal::Origin) => return reply::error(StatusCode::FORBIDDEN, "forbidden: Origin not allowed"),
+        Err(Refusal::Origin) => return refused(StatusCode::FORBIDDEN, "forbidden: Origin not allowed"),
         // The page shows nothing by itself: it asks for the token.
         Err(Refusal::Unauthorized) if status_path && request.uri().path() == "/" => {
-            return reply::unframed(status_routes::page())
+            return Screened::Refused(reply::unframed(status_routes::page()))
         }
-        Err(Refusal::Unauthorized) => return reply::unauthorized(),
+        Err(Refusal::Unauthorized) => return Screened::Refused(reply::unauthorized()),
     }
     if status_path {
-        return status_routes::handle(&shared, connection, request).await;
+        return Screened::Status;
     }
     if !options.mcp || request.uri().path() != options.path {
-        return reply::error(StatusCode::NOT_FOUND, "not found: no MCP endpoint at this path");
+        return refused(StatusCode::NOT_FOUND, "not found: no MCP endpoint at this path");
     }
     let method = request.method().clone();
     if method != Method::POST && method != Method::GET && method != Method::DELETE {
-        return reply::method_not_allowed(options.get_stream);
+        return Screened::Refused(reply::method_not_allowed(options.get_stream));
     }
     // A stateless request's revision is in its body too: the core answers an
     // unsupported one with -32022, the request's id and what tether speaks.
     let stateless_post =
         options.stateless_clients && method == Method::POST && session_key(request.headers()).is_none();
     if !stateless_post && !guards::version_supported(request.headers(), options.stateless_clients) {
-        return reply::error(StatusCode::BAD_REQUEST, "bad request: unsupported MCP-Protocol-Version");
+        return refused(StatusCode::BAD_REQUEST, "bad request: unsupported MCP-Protocol-Version");
     }
-    match method {
-        Method::POST => post(&shared, connection, request).await,
-        Method::GET => get(&shared, connection, request.headers()),
-        _ => delete(&shared, request.headers()).await,
-    }
+    Screened::Mcp(method)
 }
 
 fn session_key(headers: &HeaderMap) -> Option<&str> {

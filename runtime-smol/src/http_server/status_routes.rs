@@ -43,10 +43,12 @@ pub(super) async fn handle(
     connection: &Connection,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    reply::unframed(answer(shared, connection, request).await)
+    let response = answer(shared, connection, &request).await;
+    // No status route reads a body: one sent anyway is dropped, the connection kept.
+    reply::unframed(super::body::after_discarding(request, response).await)
 }
 
-async fn answer(shared: &Arc<Shared>, connection: &Connection, request: Request<Incoming>) -> Response<Body> {
+async fn answer(shared: &Arc<Shared>, connection: &Connection, request: &Request<Incoming>) -> Response<Body> {
     let Some(status) = shared.status.get() else {
         return reply::error(StatusCode::NOT_FOUND, "not found: status endpoints are not served here");
     };
@@ -56,7 +58,7 @@ async fn answer(shared: &Arc<Shared>, connection: &Connection, request: Request<
         if method != Method::POST {
             return reply::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: admin actions are POST");
         }
-        return admin(status, rest, &request).await;
+        return admin(status, rest, request).await;
     }
     if method != Method::GET {
         return reply::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: GET only");
@@ -89,7 +91,7 @@ async fn answer(shared: &Arc<Shared>, connection: &Connection, request: Request<
             }
             None => gone(),
         },
-        _ => events(status, connection, &request),
+        _ => events(status, connection, request),
     }
 }
 
