@@ -110,16 +110,10 @@ fn gone(shared: &Shared) -> Response<Body> {
 }
 
 async fn post(shared: &Arc<Shared>, connection: &Connection, request: Request<Incoming>) -> Response<Body> {
+    if let Some(refused) = refuse_post(request.headers()) {
+        return body::after_discarding(request, refused).await;
+    }
     let headers = request.headers();
-    if !guards::accepts(headers, JSON) || !guards::accepts(headers, SSE) {
-        return reply::error(
-            StatusCode::NOT_ACCEPTABLE,
-            "not acceptable: Accept must list application/json and text/event-stream",
-        );
-    }
-    if !guards::json_body(headers) {
-        return reply::error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported media type: send application/json");
-    }
     let key = session_key(headers).map(str::to_string);
     // The stateless revision's request headers, checked against the body below.
     let [version_header, method_header, name_header] = ["mcp-protocol-version", "mcp-method", "mcp-name"]
@@ -195,6 +189,20 @@ async fn post(shared: &Arc<Shared>, connection: &Connection, request: Request<In
 /// A request's `Mcp-Param-*` headers (tool arguments mirrored by stateless-era
 /// clients), by lowercased `{Name}`, raw: the core checks them against the body.
 /// Repeated headers are joined as HTTP joins them (`a, b`).
+/// The answer to a POST whose headers say it cannot be taken (before its body is read).
+fn refuse_post(headers: &HeaderMap) -> Option<Response<Body>> {
+    if !guards::accepts(headers, JSON) || !guards::accepts(headers, SSE) {
+        return Some(reply::error(
+            StatusCode::NOT_ACCEPTABLE,
+            "not acceptable: Accept must list application/json and text/event-stream",
+        ));
+    }
+    if !guards::json_body(headers) {
+        return Some(reply::error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported media type: send application/json"));
+    }
+    None
+}
+
 fn param_headers(headers: &HeaderMap) -> BTreeMap<String, String> {
     let mut found = BTreeMap::new();
     for (name, value) in headers {
