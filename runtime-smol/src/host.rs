@@ -349,14 +349,6 @@ impl Host {
         }
     }
 
-    /// Feeds one input now and executes the resulting actions.
-    pub fn feed(&mut self, input: Input) -> Result<(), tether_core::HostError> {
-        let mut core = self.engine.lock();
-        let result = core.handle(input);
-        core.execute_pending(&self.engine, Executor::Loop);
-        result
-    }
-
     /// Stops every backend: stdin closed, then SIGTERM, then SIGKILL to each
     /// process tree, then whatever is left of the trees; HTTP sessions are
     /// deleted. Frames still queued for the stdio client get
