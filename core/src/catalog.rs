@@ -129,11 +129,39 @@ pub struct Entry {
     /// The tool's arguments mirrored into `Mcp-Param-*` headers on HTTP, read
     /// once here from its `inputSchema` (empty for nearly every tool).
     pub param_headers: Vec<ParamHeader>,
+    /// What the tool says about running as a task (`execution.taskSupport`).
+    pub task_support: TaskSupport,
     /// The item as the backend listed it, kept when the config overrides what
     /// clients see of it (so a changed selection can start from the original).
     raw: Option<alloc::boxed::Box<Map<String, Value>>>,
     /// Where the backend listed it, so a changed selection keeps its order.
     position: usize,
+}
+
+/// What a tool says about running as a task (`execution.taskSupport`): whether
+/// a client that declared tasks may, or must, get a task for a call of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TaskSupport {
+    /// The tool says nothing: it may run as a task that tether keeps.
+    #[default]
+    Unspecified,
+    /// `"forbidden"`: always answered directly.
+    Forbidden,
+    /// `"optional"`.
+    Optional,
+    /// `"required"`: only clients that take tasks may call it.
+    Required,
+}
+
+impl TaskSupport {
+    fn of(item: &Map<String, Value>) -> TaskSupport {
+        match item.get("execution").and_then(|e| e.get("taskSupport")).and_then(Value::as_str) {
+            Some("forbidden") => TaskSupport::Forbidden,
+            Some("optional") => TaskSupport::Optional,
+            Some("required") => TaskSupport::Required,
+            _ => TaskSupport::Unspecified,
+        }
+    }
 }
 
 /// An item the config hides: never served, kept to apply a changed selection
@@ -706,7 +734,8 @@ impl Catalog {
             0
         };
         let json = serde_json::to_string(&obj).ok()?;
-        Some(Entry { original, served, json, retry_safe, estimated_tokens, param_headers, raw, position: 0 })
+        let task_support = if kind == ListKind::Tools { TaskSupport::of(item) } else { TaskSupport::Unspecified };
+        Some(Entry { original, served, json, retry_safe, estimated_tokens, param_headers, task_support, raw, position: 0 })
     }
 }
 

@@ -441,6 +441,57 @@ pub struct Config {
     /// config means 0, so older traces replay as recorded.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub list_changed_debounce_ms: u64,
+    /// Tasks tether runs itself, for clients that declared the tasks extension
+    /// and backends that do not run tasks.
+    #[serde(default)]
+    pub tasks: Tasks,
+}
+
+/// Gateway-side tasks: a `tools/call` of a client that declared the tasks
+/// extension, not answered within `sync_window_ms`, becomes a task tether keeps
+/// (status, result, cancellation) for `ttl_ms`, whatever happens to the client's
+/// connection. Bounded in count and in bytes of kept results.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tasks {
+    /// A call answered within this many ms is answered directly; a slower one
+    /// becomes a task.
+    pub sync_window_ms: u64,
+    /// How long a task and its result are kept, counted from its creation.
+    pub ttl_ms: u64,
+    /// How often clients are told to poll a task's status.
+    pub poll_interval_ms: u64,
+    /// Tasks kept at once, running and finished; 0 turns gateway-side tasks off.
+    pub max_tasks: u32,
+    /// Bytes of results kept over all tasks; a result that does not fit fails its task.
+    pub max_result_bytes: u64,
+}
+
+impl Default for Tasks {
+    fn default() -> Self {
+        Tasks {
+            sync_window_ms: 500,
+            ttl_ms: 3_600_000,
+            poll_interval_ms: 1000,
+            max_tasks: 256,
+            max_result_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+impl Tasks {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.ttl_ms < 1000 {
+            return Err(ConfigError::new("tasks.ttl_ms", "must be at least 1000"));
+        }
+        if self.poll_interval_ms == 0 || self.poll_interval_ms > self.ttl_ms {
+            return Err(ConfigError::new("tasks.poll_interval_ms", "must be between 1 and tasks.ttl_ms"));
+        }
+        if self.sync_window_ms > 60_000 {
+            return Err(ConfigError::new("tasks.sync_window_ms", "must be at most 60000"));
+        }
+        Ok(())
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -459,6 +510,7 @@ impl Default for Config {
             admin_tools: false,
             client_events: true,
             list_changed_debounce_ms: 2_000,
+            tasks: Tasks::default(),
         }
     }
 }
@@ -485,6 +537,7 @@ impl Config {
         }
         self.policy.validate("policy")?;
         self.limits.validate()?;
+        self.tasks.validate()?;
         if self.list_changed_debounce_ms > 60_000 {
             return Err(ConfigError::new("list_changed_debounce_ms", "must be at most 60000 (one minute)"));
         }

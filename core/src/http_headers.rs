@@ -1,7 +1,7 @@
 //! The request headers of the stateless revision's HTTP transport (2026-07-28,
 //! "Standard Headers"), as a client puts them on a POST: `MCP-Protocol-Version`,
-//! `Mcp-Method` and, for `tools/call`, `prompts/get` and `resources/read`,
-//! `Mcp-Name`. Servers and intermediaries route on them without parsing the body,
+//! `Mcp-Method` and, for `tools/call`, `prompts/get`, `resources/read` and the
+//! tasks extension's `tasks/get`, `tasks/update` and `tasks/cancel`, `Mcp-Name`. Servers and intermediaries route on them without parsing the body,
 //! and a server must refuse a request whose headers disagree with its body, so
 //! they are derived from the frame itself. This is the inverse of
 //! [`crate::protocol::check_stateless_headers`], which tether runs as a server.
@@ -46,6 +46,7 @@ pub fn stateless_request_headers(frame: &str) -> Option<Vec<(&'static str, Strin
     let named = match &*method {
         "tools/call" | "prompts/get" => params.name,
         "resources/read" => params.uri,
+        "tasks/get" | "tasks/update" | "tasks/cancel" => params.task_id,
         _ => None,
     };
     if let Some(name) = named.and_then(string) {
@@ -65,6 +66,8 @@ struct Params<'a> {
     name: Option<&'a RawValue>,
     #[serde(default, borrow)]
     uri: Option<&'a RawValue>,
+    #[serde(default, borrow, rename = "taskId")]
+    task_id: Option<&'a RawValue>,
 }
 
 /// The `_meta` key is [`crate::protocol::meta::PROTOCOL_VERSION`] (serde needs the literal).

@@ -176,6 +176,13 @@ pub enum Input {
     },
     /// Time passed; timers due at or before `now` fire. Harmless when early.
     Tick,
+    /// The wall clock reads `unix_ms` (ms since 1970-01-01 UTC) at this input's
+    /// `now`. Hosts send it once at start: tasks carry wall-clock timestamps,
+    /// and the engine reads no clock of its own (so a trace replays them).
+    WallClock {
+        /// Milliseconds since the Unix epoch.
+        unix_ms: u64,
+    },
     /// A new configuration; applied differentially.
     ConfigReloaded {
         /// The whole new configuration.
@@ -652,6 +659,7 @@ impl fmt::Display for Input {
                 None => write!(f, "{server}#{generation} failed: {failure}"),
             },
             Input::Tick => f.write_str("tick"),
+            Input::WallClock { unix_ms } => write!(f, "wall clock {}", crate::time::rfc3339(*unix_ms)),
             Input::ConfigReloaded { config } => {
                 write!(f, "config reloaded (servers: ")?;
                 for (i, name) in config.servers.keys().enumerate() {

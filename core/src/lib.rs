@@ -83,7 +83,7 @@ macro_rules! layer {
 mod gateway;
 mod io;
 mod rng;
-mod time;
+pub mod time;
 
 layer!(
     /// The catalog: every backend's tools, resources and prompts, namespaced.

@@ -484,6 +484,8 @@ pub fn check_stateless_headers(frame: &str, headers: StatelessHeaders<'_>) -> Re
     let named = match method {
         "tools/call" | "prompts/get" => params.and_then(|p| p.get("name")),
         "resources/read" => params.and_then(|p| p.get("uri")),
+        // The tasks extension routes its methods by task id.
+        "tasks/get" | "tasks/update" | "tasks/cancel" => params.and_then(|p| p.get("taskId")),
         _ => None,
     };
     if let Some(name) = named.and_then(serde_json::Value::as_str) {

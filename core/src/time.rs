@@ -98,3 +98,40 @@ impl fmt::Display for Duration {
         write!(f, "{}ms", self.0)
     }
 }
+
+/// Days since 1970-01-01 as a (proleptic Gregorian) `(year, month, day)`, by
+/// Howard Hinnant's `civil_from_days`: hosts stamp files with it, the engine
+/// its task timestamps.
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+/// `unix_ms` (milliseconds since 1970-01-01 UTC) as an RFC 3339 timestamp,
+/// `2026-11-27T12:05:45.123Z`: what MCP's task timestamps are.
+pub(crate) fn rfc3339(unix_ms: u64) -> alloc::string::String {
+    let (days, ms_of_day) = (unix_ms / 86_400_000, unix_ms % 86_400_000);
+    let (year, month, day) = civil_from_days(days as i64);
+    let (h, m, s, ms) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1000 % 60, ms_of_day % 1000);
+    alloc::format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    #[test]
+    fn unix_milliseconds_read_as_utc_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_781_145_123), "2026-11-27T12:05:45.123Z");
+        assert_eq!(rfc3339(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
+}

@@ -21,6 +21,14 @@ impl Clock {
         Instant::from_millis(self.origin.elapsed().as_millis() as u64)
     }
 
+    /// What the engine is told of the wall clock at start (task timestamps are
+    /// wall-clock times; the engine reads no clock).
+    pub fn wall_clock() -> tether_core::Input {
+        let unix_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        tether_core::Input::WallClock { unix_ms }
+    }
+
     /// The wall-clock instant of a core `Instant`.
     pub fn at(&self, t: Instant) -> std::time::Instant {
         self.origin + Duration::from_millis(t.as_millis())

@@ -65,6 +65,7 @@ impl HostBuilder {
         credentials.sync(&self.config);
         let (engine, threads) =
             Engine::start(gw, clock, record, self.on_event, credentials).expect("the host's threads start");
+        engine.feed(tether_host::clock::Clock::wall_clock());
         Ok(Host { engine, threads: Some(threads), next_session: AtomicU64::new(1) })
     }
 }

@@ -150,6 +150,8 @@ impl Host {
         let (inputs, inputs_rx) = async_channel::unbounded();
         let start = clock.now();
         let gw = Gateway::new(config, seed, start)?;
+        // The loop feeds it first (recorded in a trace like any input).
+        let _ = inputs.try_send(Clock::wall_clock());
         let (queries, queries_rx) = async_channel::unbounded();
         let events = Arc::<EventLog>::default();
         let outflow = Arc::new(Backlog::new(crate::client_stdio::CLIENT_BACKLOG));

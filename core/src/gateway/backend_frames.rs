@@ -129,6 +129,10 @@ impl Gateway {
             return;
         }
         let CallKind::Client(c) = &mut call.kind else { return };
+        // A task's call answers nobody directly: its deadline is its hard maximum.
+        if c.task.is_some() {
+            return;
+        }
         let Some(client_token) = c.progress.clone() else { return };
         let (session, client_id) = (c.session, c.id.clone());
         let policy = self.backends[server].sup.policy();
@@ -176,6 +180,9 @@ impl Gateway {
         let mut latest: BTreeMap<crate::io::SessionId, crate::io::RawId> = BTreeMap::new();
         for c in self.router.calls.values().filter(|c| &*c.server == server) {
             if let CallKind::Client(cc) = &c.kind {
+                if cc.task.is_some() {
+                    continue;
+                }
                 let wanted = cc.log_level.as_deref().and_then(protocol::log_severity);
                 if wanted.is_some_and(|w| severity >= w) {
                     latest.insert(cc.session, cc.id.clone());
@@ -246,6 +253,9 @@ impl Gateway {
                 return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
             }
         };
+        if let Some((call, task)) = self.task_call_on(server) {
+            return self.ask_for_task(server, call, &task, id, method, params, capability);
+        }
         if let Some(call) = self.stateless_call_on(server) {
             return self.ask_stateless_client(server, call, id, method, params, capability);
         }

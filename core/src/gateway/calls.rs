@@ -96,6 +96,11 @@ pub(super) struct ClientCall {
     pub wait_epoch: u64,
     /// Already resent once with a new credential: a second refusal fails it.
     pub auth_retried: bool,
+    /// Its client declared tasks: if no answer came by then, the client is
+    /// answered with a task and the call goes on for it.
+    pub task_window: Option<Instant>,
+    /// The task the call runs for, once its client was answered with one.
+    pub task: Option<String>,
 }
 
 /// A client call waiting for its backend (connecting, or a retry wait).

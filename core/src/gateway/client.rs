@@ -55,7 +55,8 @@ impl Gateway {
             .router.calls
             .iter()
             .filter(|(_, c)| {
-                matches!(&c.kind, CallKind::Client(cc) if cc.session == session && !(per_request && cc.awaiting_input.is_some()))
+                // A task's call goes on for its task, whoever asks for it later.
+                matches!(&c.kind, CallKind::Client(cc) if cc.session == session && cc.task.is_none() && !(per_request && cc.awaiting_input.is_some()))
             })
             .map(|(id, _)| *id)
             .collect();
@@ -73,10 +74,11 @@ impl Gateway {
         }
         for b in self.backends.values_mut() {
             b.queue.retain(|q| {
-                if q.call.session == session && q.call.probe {
+                let owed = q.call.session == session && q.call.task.is_none();
+                if owed && q.call.probe {
                     b.sup.breaker.probe_abandoned();
                 }
-                q.call.session != session
+                !owed
             });
         }
         self.router.parked_lists.retain(|p| p.session != session);
@@ -250,6 +252,7 @@ impl Gateway {
             "resources/unsubscribe" => self.subscription(session, id, "resources/unsubscribe", parsed),
             "completion/complete" => self.complete(session, id, parsed),
             "subscriptions/listen" => self.client_listen(session, id, parsed),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => self.task_request(session, &id, method, params),
             "logging/setLevel" => self.set_level(session, &id, params),
             _ => {
                 let msg = format!("method not found: {method}");
@@ -374,8 +377,17 @@ impl Gateway {
             .chain(protocol::SUPPORTED_VERSIONS.iter())
             .map(|v| protocol::quote(v))
             .collect();
+        // Tasks are the stateless revision's extension: announced to its clients only.
+        let capabilities = match self.config.tasks.max_tasks {
+            0 => String::from(SERVER_CAPABILITIES),
+            _ => format!(
+                r#"{},"extensions":{{"{}":{{}}}}}}"#,
+                &SERVER_CAPABILITIES[..SERVER_CAPABILITIES.len() - 1],
+                super::tasks::EXTENSION
+            ),
+        };
         let result = format!(
-            r#"{{"supportedVersions":[{}],"capabilities":{SERVER_CAPABILITIES},"instructions":{},"ttlMs":0,"cacheScope":"private","_meta":{{"{}":{{"name":"tether","version":"{}"}}}}}}"#,
+            r#"{{"supportedVersions":[{}],"capabilities":{capabilities},"instructions":{},"ttlMs":0,"cacheScope":"private","_meta":{{"{}":{{"name":"tether","version":"{}"}}}}}}"#,
             versions.join(","),
             self.instructions(),
             protocol::meta::SERVER_INFO,

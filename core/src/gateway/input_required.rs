@@ -25,16 +25,19 @@ impl Gateway {
     /// The stateless client's call on `server` that a backend request arriving
     /// now belongs to (the newest such call), if the newest call is one.
     pub(super) fn stateless_call_on(&self, server: &str) -> Option<u64> {
-        let (id, call) = self
-            .router
-            .calls
-            .iter()
-            .rev()
-            .find(|(_, c)| &*c.server == server && matches!(c.kind, CallKind::Client(_)))?;
-        let CallKind::Client(cc) = &call.kind else { return None };
+        let (id, cc) = self.newest_client_call(server)?;
         let stateless =
             cc.awaiting_input.is_some() || self.sessions.open.get(&cc.session).is_some_and(|s| s.era == Era::Stateless);
-        stateless.then_some(*id)
+        stateless.then_some(id)
+    }
+
+    /// The newest client call in flight on `server`: a handshake-era backend's
+    /// request names no call, and is taken to be for that one.
+    pub(super) fn newest_client_call(&self, server: &str) -> Option<(u64, &super::calls::ClientCall)> {
+        self.router.calls.iter().rev().find_map(|(id, c)| match &c.kind {
+            CallKind::Client(cc) if &*c.server == server => Some((*id, cc)),
+            _ => None,
+        })
     }
 
     /// A handshake-era backend asks `method` during stateless call `call`: ask the
@@ -257,10 +260,19 @@ impl Gateway {
         };
         // The retry takes the call over: its answer (and progress) now go here.
         call.deadline = Some(deadline);
+        let mut window = None;
         if let CallKind::Client(cc) = &mut call.kind {
             cc.awaiting_input = None;
             cc.session = session;
             cc.id = id;
+            // A call that may become a task gets a fresh sync window from the retry.
+            if cc.task_window.is_some() {
+                window = Some(self.now + Self::duration(self.config.tasks.sync_window_ms));
+                cc.task_window = window;
+            }
+        }
+        if let Some(window) = window {
+            self.watch_task_window(pending.call, window);
         }
     }
 

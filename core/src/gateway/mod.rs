@@ -21,6 +21,7 @@ mod router;
 mod routing;
 mod sessions;
 mod streams;
+mod tasks;
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
@@ -40,7 +41,7 @@ use crate::supervisor::{Supervisor, Timer};
 use crate::time::{Duration, Instant};
 
 use backend::Backend;
-use calls::{Call, CallKind};
+use calls::{Call, CallKind, ClientCall};
 pub use recent::{LogLine, LogSource};
 use router::{Router, RouterTimer};
 use sessions::{SessionTimer, Sessions};
@@ -171,6 +172,10 @@ pub struct Gateway {
     journal: client_events::Journal,
     /// Each backend's share of event notifications to clients.
     rations: client_events::Rations,
+    /// Tasks tether runs for clients (gateway-side tasks).
+    tasks: tasks::TaskStore,
+    /// The wall clock as the host last told it: `(engine time, ms since the Unix epoch)`.
+    wall_clock: Option<(Instant, u64)>,
     actions: VecDeque<Action>,
 }
 
@@ -193,6 +198,8 @@ impl Gateway {
             retired_generations: BTreeMap::new(),
             journal: client_events::Journal::default(),
             rations: client_events::Rations::new(),
+            tasks: tasks::TaskStore::default(),
+            wall_clock: None,
             actions: VecDeque::new(),
         };
         gw.apply_config(config);
@@ -256,6 +263,7 @@ impl Gateway {
                 }
             }
             Input::Tick => {}
+            Input::WallClock { unix_ms } => self.wall_clock = Some((now, unix_ms)),
             Input::ConfigReloaded { config } => {
                 config.validate().map_err(HostError::InvalidConfig)?;
                 self.apply_config(config);
@@ -287,7 +295,8 @@ impl Gateway {
         let router = self.router.timers().map(|(at, t)| (at, Deadline::Router(t)));
         let sessions =
             self.sessions.timers(self.config.limits.idle_session_ms).map(|(at, t)| (at, Deadline::Session(t)));
-        backends.chain(router).chain(sessions)
+        let tasks = self.tasks.next_expiry().map(|(at, id)| (at, Deadline::Task(id)));
+        backends.chain(router).chain(sessions).chain(tasks)
     }
 
     /// The time of the latest input.
@@ -400,7 +409,7 @@ impl Gateway {
                 return Err(format!("call {id} sits on a stale connection of {}", call.server));
             }
             if let CallKind::Client(c) = &call.kind {
-                if !open(&c.session) && c.awaiting_input.is_none() {
+                if !open(&c.session) && c.awaiting_input.is_none() && c.task.is_none() {
                     return Err(format!("call {id} is owed to a closed session"));
                 }
             }
@@ -409,7 +418,7 @@ impl Gateway {
             if b.queue.len() > limits.max_queued_per_backend as usize {
                 return Err(format!("{name}: queue over its bound"));
             }
-            if b.queue.iter().any(|q| !open(&q.call.session)) {
+            if b.queue.iter().any(|q| !open(&q.call.session) && q.call.task.is_none()) {
                 return Err(format!("{name}: queued call owed to a closed session"));
             }
             b.sup.check_invariants(self.now).map_err(|e| format!("{name}: {e}"))?;
@@ -425,6 +434,14 @@ impl Gateway {
         }
         if self.router.input_rounds.values().any(|r| !open(&r.call.session)) {
             return Err("input round owed to a closed session".into());
+        }
+        self.tasks.check_invariants(&self.config.tasks)?;
+        for (id, call) in &self.router.calls {
+            if let CallKind::Client(ClientCall { task: Some(task), .. }) = &call.kind {
+                if self.tasks.tasks.get(task).map_or(true, |t| !t.is_running()) {
+                    return Err(format!("call {id} runs for task {task}, which is gone or finished"));
+                }
+            }
         }
         Ok(())
     }
@@ -544,6 +561,8 @@ impl Gateway {
                 Due::ParkedLists => self.answer_parked_lists(true),
                 Due::Input(state) => self.input_expired(&state),
                 Due::Round(round) => self.input_round_expired(round),
+                Due::TaskWindow(call) => self.task_window_passed(call),
+                Due::Task(task) => self.task_expired(&task),
                 // `settle` sends the held `list_changed` if it is still owed.
                 Due::Session(SessionTimer::ListChangedHeld(session)) => {
                     if let Some(s) = self.sessions.open.get_mut(&session) {
@@ -684,6 +703,8 @@ enum Deadline<'a> {
     Router(RouterTimer<'a>),
     /// A session deadline.
     Session(SessionTimer),
+    /// A task expires (by id).
+    Task(&'a str),
 }
 
 /// A [`Deadline`] that came due, owned so that firing it may change the tables.
@@ -693,7 +714,9 @@ enum Due {
     ParkedLists,
     Input(String),
     Round(u64),
+    TaskWindow(u64),
     Session(SessionTimer),
+    Task(String),
 }
 
 impl Deadline<'_> {
@@ -704,7 +727,9 @@ impl Deadline<'_> {
             Deadline::Router(RouterTimer::ParkedLists) => Due::ParkedLists,
             Deadline::Router(RouterTimer::Input(state)) => Due::Input(state.into()),
             Deadline::Router(RouterTimer::Round(id)) => Due::Round(id),
+            Deadline::Router(RouterTimer::TaskWindow(id)) => Due::TaskWindow(id),
             Deadline::Session(t) => Due::Session(t),
+            Deadline::Task(id) => Due::Task(id.into()),
         }
     }
 }

@@ -28,6 +28,9 @@ pub(super) struct Router {
     /// Handshake-era clients' calls waiting for the inputs a stateless backend
     /// asked for, by round id.
     pub input_rounds: BTreeMap<u64, InputRound>,
+    /// Calls that become tasks if not answered by then, by the call's id (an
+    /// entry outlives its call by at most the window: it is dropped when due).
+    pub task_windows: BTreeMap<u64, Instant>,
 }
 
 /// A router deadline that came due.
@@ -41,6 +44,8 @@ pub(super) enum RouterTimer<'a> {
     Input(&'a str),
     /// A round of inputs asked of a handshake-era client expired.
     Round(u64),
+    /// A call's sync window passed: it may become a task.
+    TaskWindow(u64),
 }
 
 impl Default for Router {
@@ -52,6 +57,7 @@ impl Default for Router {
             parked_lists: Vec::new(),
             pending_inputs: BTreeMap::new(),
             input_rounds: BTreeMap::new(),
+            task_windows: BTreeMap::new(),
         }
     }
 }
@@ -61,8 +67,11 @@ impl Router {
     pub(super) fn timers(&self) -> impl Iterator<Item = (Instant, RouterTimer<'_>)> {
         let calls = self.calls.iter().filter_map(|(id, c)| Some((c.deadline?, RouterTimer::Call(*id))));
         // Asked after every input: the tables that are nearly always empty cost nothing then.
-        let rare = (!self.parked_lists.is_empty() || !self.pending_inputs.is_empty() || !self.input_rounds.is_empty())
-            .then(|| self.rare_timers());
+        let rare = (!self.parked_lists.is_empty()
+            || !self.pending_inputs.is_empty()
+            || !self.input_rounds.is_empty()
+            || !self.task_windows.is_empty())
+        .then(|| self.rare_timers());
         calls.chain(rare.into_iter().flatten())
     }
 
@@ -71,7 +80,8 @@ impl Router {
         let parked = self.parked_lists.iter().map(|p| p.deadline).min().map(|at| (at, RouterTimer::ParkedLists));
         let inputs = self.pending_inputs.iter().map(|(state, p)| (p.deadline, RouterTimer::Input(state)));
         let rounds = self.input_rounds.iter().map(|(id, r)| (r.deadline, RouterTimer::Round(*id)));
-        parked.into_iter().chain(inputs).chain(rounds)
+        let windows = self.task_windows.iter().map(|(id, at)| (*at, RouterTimer::TaskWindow(*id)));
+        parked.into_iter().chain(inputs).chain(rounds).chain(windows)
     }
 
     /// A fresh id for a request the gateway sends.
@@ -91,6 +101,9 @@ impl Router {
         }
         if self.server_requests.values().any(|r| r.round.is_some_and(|round| !self.input_rounds.contains_key(&round))) {
             return Err("input request of a round that is gone".into());
+        }
+        if self.task_windows.len() > 2 * (limits.max_in_flight as usize + internal_calls) {
+            return Err(format!("{} task windows watched", self.task_windows.len()));
         }
         if self.pending_inputs.len() > limits.max_pending_server_requests as usize {
             return Err("too many calls waiting for inputs".into());

@@ -90,8 +90,17 @@ impl Gateway {
             return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
         };
         let (server, retry_safe) = (self.name(r.server), r.entry.retry_safe);
+        let task_window = match kind {
+            ListKind::Tools => match self.task_window(session, r.entry.task_support) {
+                Ok(window) => window,
+                Err(()) => return self.refuse_task_required(session, &id, &name),
+            },
+            _ => None,
+        };
         let (params, progress) = Forward::renamed(raw, fields, &r.entry.original);
-        self.submit(&server, session, id, method, params, progress, retry_safe, Shape::Plain);
+        let mut call = self.client_call(session, id, method, params, progress, retry_safe, Shape::Plain);
+        call.task_window = task_window;
+        self.admit(&server, call);
     }
 
     /// `resources/read`: the served URI picks the backend.
@@ -123,7 +132,8 @@ impl Gateway {
         params.insert("uri".into(), Value::String(original));
         let (params, progress) = Forward::from_map(&params);
         // Reading a resource changes nothing: safe to retry.
-        self.submit(&server, session, id, method, params, progress, true, shape);
+        let call = self.client_call(session, id, method, params, progress, true, shape);
+        self.admit(&server, call);
     }
 
     pub(super) fn subscription(
@@ -238,7 +248,8 @@ impl Gateway {
         reference.insert(field.into(), Value::String(original));
         params.insert("ref".into(), Value::Object(reference));
         let (params, progress) = Forward::from_map(&params);
-        self.submit(&server, session, id, "completion/complete", params, progress, true, Shape::Plain);
+        let call = self.client_call(session, id, "completion/complete", params, progress, true, Shape::Plain);
+        self.admit(&server, call);
     }
 
     pub(super) fn set_level(&mut self, session: SessionId, id: &str, params: Option<&str>) {
@@ -265,12 +276,11 @@ impl Gateway {
         self.reply(session, id, "{}");
     }
 
-    /// Sends a call to `server` now, queues it until the backend is ready, or
-    /// refuses it with a message that says what is wrong and what to do.
+    /// A client's request as a call to forward, with what its session declared
+    /// for this request (a stateless client's capabilities and log level).
     #[allow(clippy::too_many_arguments)]
-    fn submit(
+    fn client_call(
         &mut self,
-        server: &str,
         session: SessionId,
         id: RawId,
         method: &'static str,
@@ -278,8 +288,8 @@ impl Gateway {
         progress: Option<Value>,
         retry_safe: bool,
         shape: Shape,
-    ) {
-        let call = ClientCall {
+    ) -> ClientCall {
+        ClientCall {
             session,
             id,
             method,
@@ -297,8 +307,9 @@ impl Gateway {
             awaiting_input: None,
             wait_epoch: 0,
             auth_retried: false,
-        };
-        self.admit(server, call);
+            task_window: None,
+            task: None,
+        }
     }
 
     /// Sends `call` to `server` now, queues it until the backend is ready, or
@@ -403,9 +414,18 @@ impl Gateway {
         let frame = call.params.frame(id, call.method, call.progress.is_some(), &meta);
         let headers = if stateless { self.param_headers_to(server, &call) } else { Vec::new() };
         let server = self.name(server);
+        let window = call.task_window.filter(|_| call.task.is_none() && call.awaiting_input.is_none());
+        let deadline = match &call.task {
+            // Nobody waits on a task's call: only its hard maximum bounds it.
+            Some(_) => Some(hard.max(now)),
+            None => deadline,
+        };
         self.router
             .calls
             .insert(id, Call { server: server.clone(), generation, deadline, kind: CallKind::Client(call) });
+        if let Some(window) = window {
+            self.watch_task_window(id, window);
+        }
         self.push(Action::SendToBackend { server, generation, frame, request: Some(id), headers });
     }
 
@@ -415,6 +435,14 @@ impl Gateway {
     /// its `initialize`, limited to what tether turns into requests to it).
     fn stateless_call_meta(&self, call: &ClientCall) -> String {
         let caps = match &call.caps {
+            // tether runs the task: the backend is asked for a plain answer.
+            Some(caps) if super::tasks::declares_tasks(Some(caps)) => {
+                let mut caps = caps.clone();
+                if let Some(Value::Object(extensions)) = caps.get_mut("extensions") {
+                    extensions.remove(super::tasks::EXTENSION);
+                }
+                Value::Object(caps).to_string()
+            }
             Some(caps) => Value::Object(caps.clone()).to_string(),
             None => {
                 let declared = self.sessions.open.get(&call.session).map(|s| &s.capabilities);
@@ -439,6 +467,9 @@ impl Gateway {
 
     /// Turns a backend's answer into the client's.
     pub(super) fn answer_client_call(&mut self, server: &str, call: ClientCall, answer: Result<&str, &str>) {
+        if call.task.is_some() {
+            return self.task_answered(server, &call, answer);
+        }
         if let Some(state) = &call.awaiting_input {
             // The client was told to retry with inputs: the answer waits for that retry.
             if let Some(p) = self.router.pending_inputs.get_mut(state) {
@@ -527,6 +558,9 @@ impl Gateway {
     }
 
     pub(super) fn reply(&mut self, session: SessionId, id: &str, result: &str) {
+        if let Some(task) = super::tasks::task_of(id) {
+            return self.finish_task(task, Ok(result.to_string()));
+        }
         if !self.owed(session, id) {
             return self.answer_for_retry(session, id, Ok(result.to_string()));
         }
@@ -536,6 +570,10 @@ impl Gateway {
     pub(super) fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str, data: Option<&str>) {
         let message = self.redactor.redact(message);
         let data = data.map(|d| self.redactor.redact(d));
+        if let Some(task) = super::tasks::task_of(id) {
+            let error = protocol::error_object(code, &message, data.as_deref());
+            return self.finish_task(task, Err(error));
+        }
         if !self.owed(session, id) {
             let error = protocol::error_object(code, &message, data.as_deref());
             return self.answer_for_retry(session, id, Err(error));

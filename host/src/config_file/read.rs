@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use tether_core::config::{Limits, Mode, Policy, PolicyOverrides};
+use tether_core::config::{Limits, Mode, Policy, PolicyOverrides, Tasks};
 use tether_core::protocol::Era;
 use tether_core::{Config, ServerConfig, Transport};
 
@@ -158,6 +158,7 @@ impl Reader<'_> {
                 "list_changed_debounce_ms" => set(&mut config.list_changed_debounce_ms, self.typed(value, &path)),
                 "policy" => set(&mut config.policy, self.section::<Policy>(value, &path, Level::GatewayPolicy, scope)),
                 "limits" => set(&mut config.limits, self.section::<Limits>(value, &path, Level::Limits, scope)),
+                "tasks" => set(&mut config.tasks, self.section::<Tasks>(value, &path, Level::Tasks, scope)),
                 _ => {}
             }
         }
@@ -394,6 +395,7 @@ impl Reader<'_> {
             Config { separator: config.separator.clone(), ..Config::default() },
             Config { policy: config.policy.clone(), ..Config::default() },
             Config { limits: config.limits.clone(), ..Config::default() },
+            Config { tasks: config.tasks.clone(), ..Config::default() },
             Config { list_changed_debounce_ms: config.list_changed_debounce_ms, ..Config::default() },
         ];
         for part in &parts {

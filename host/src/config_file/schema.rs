@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use serde::Serialize;
 use serde_json::Value;
-use tether_core::config::{Limits, Policy};
+use tether_core::config::{Limits, Policy, Tasks};
 
 /// A kind of object in a config file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub(super) enum Level {
     GatewayPolicy,
     /// `tether.limits`.
     Limits,
+    /// `tether.tasks`.
+    Tasks,
     /// A server entry, `mcpServers.NAME`.
     Entry,
     /// A server entry's `tether` section.
@@ -35,22 +37,24 @@ pub(super) enum Level {
 
 /// Levels in the order a key's home is looked for from outside any server entry;
 /// from inside one, the server's own levels come first (see [`preference`]).
-const GATEWAY_FIRST: [Level; 7] = [
+const GATEWAY_FIRST: [Level; 8] = [
     Level::Gateway,
     Level::GatewayPolicy,
     Level::Limits,
+    Level::Tasks,
     Level::Root,
     Level::Entry,
     Level::EntryTether,
     Level::EntryPolicy,
 ];
-const SERVER_FIRST: [Level; 7] = [
+const SERVER_FIRST: [Level; 8] = [
     Level::EntryTether,
     Level::EntryPolicy,
     Level::Entry,
     Level::Gateway,
     Level::GatewayPolicy,
     Level::Limits,
+    Level::Tasks,
     Level::Root,
 ];
 
@@ -65,6 +69,7 @@ const GATEWAY_KEYS: &[&str] = &[
     "list_changed_debounce_ms",
     "policy",
     "limits",
+    "tasks",
 ];
 const ENTRY_KEYS: &[&str] = &["type", "command", "args", "env", "cwd", "url", "headers", "disabled", "oauth", "tether"];
 const SERVER_KEYS: &[&str] =
@@ -78,6 +83,7 @@ impl Level {
             Level::Gateway => GATEWAY_KEYS,
             Level::GatewayPolicy | Level::EntryPolicy => policy_keys(),
             Level::Limits => limits_keys(),
+            Level::Tasks => tasks_keys(),
             Level::Entry => ENTRY_KEYS,
             Level::EntryTether => SERVER_KEYS,
         }
@@ -138,7 +144,7 @@ pub(super) fn is_engine_key(key: &str) -> bool {
     Level::Gateway.accepts(key)
 }
 
-fn preference(scope: Scope<'_>) -> [Level; 7] {
+fn preference(scope: Scope<'_>) -> [Level; 8] {
     if scope.server.is_some() {
         SERVER_FIRST
     } else {
@@ -154,6 +160,7 @@ fn location(level: Level, key: &str, scope: Scope<'_>) -> String {
         Level::Gateway => format!("tether.{key}"),
         Level::GatewayPolicy => format!("tether.policy.{key}"),
         Level::Limits => format!("tether.limits.{key}"),
+        Level::Tasks => format!("tether.tasks.{key}"),
         Level::Entry => format!("{server}.{key}"),
         Level::EntryTether => format!("{server}.tether.{key}"),
         Level::EntryPolicy => format!("{server}.tether.policy.{key}"),
@@ -168,6 +175,11 @@ fn policy_keys() -> &'static [&'static str] {
 fn limits_keys() -> &'static [&'static str] {
     static KEYS: OnceLock<Vec<&'static str>> = OnceLock::new();
     KEYS.get_or_init(|| field_names(&Limits::default()))
+}
+
+fn tasks_keys() -> &'static [&'static str] {
+    static KEYS: OnceLock<Vec<&'static str>> = OnceLock::new();
+    KEYS.get_or_init(|| field_names(&Tasks::default()))
 }
 
 /// The field names of a struct, read from its serialized form (computed once per

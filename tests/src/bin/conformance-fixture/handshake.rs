@@ -5,9 +5,10 @@
 //! Tool calls (and the prompt that asks for input) run on their own threads, so a
 //! tool can wait for the client's answer to its request while the reader goes on
 //! reading; a `notifications/cancelled` for a call still running suppresses its
-//! response.
+//! response and cuts short the pauses of the tasks scenarios' tools, which only
+//! this mode offers ([`tasks_tools`]).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use crate::catalog::{self, Dynamic, Level, INPUT_PROMPT, WATCHED_URI, WATCH_INTERVAL};
+use crate::tasks_tools::{self, Cancel};
 use crate::wire::{
     lock, params_object, parse_line, required_str, text_result, tool_arguments, tool_error, Answer, Incoming, Out,
     RpcError,
@@ -42,10 +44,9 @@ struct Session {
     subscriptions: BTreeSet<String>,
     /// How often the watched resource has changed.
     watched_revision: u64,
-    /// Ids (as JSON text) of tool calls still running.
-    in_flight: HashSet<String>,
-    /// Ids (as JSON text) of running tool calls the client cancelled.
-    cancelled: HashSet<String>,
+    /// Tool calls still running by id (as JSON text), each with its cancellation;
+    /// an entry goes when its call is answered.
+    in_flight: HashMap<String, Arc<Cancel>>,
 }
 
 /// The server: its output, its session, and its requests to the client awaiting answers.
@@ -101,10 +102,11 @@ impl Fixture {
         }
         if method == "tools/call" {
             // Tools may wait for the client; the reader must go on reading meanwhile.
-            lock(&self.session).in_flight.insert(id.to_string());
+            let cancel = Arc::new(Cancel::default());
+            lock(&self.session).in_flight.insert(id.to_string(), Arc::clone(&cancel));
             let fixture = Arc::clone(self);
             thread::spawn(move || {
-                let answer = fixture.call_tool(&params);
+                let answer = fixture.call_tool(&params, &cancel);
                 fixture.finish(&id, answer);
             });
             return;
@@ -117,7 +119,11 @@ impl Fixture {
         match method {
             "initialize" => Ok(self.initialize(params)),
             "ping" => Ok(json!({})),
-            "tools/list" => Ok(json!({ "tools": catalog::tools(&self.dynamic) })),
+            "tools/list" => {
+                let mut tools = catalog::tools(&self.dynamic);
+                tools.extend(tasks_tools::tools());
+                Ok(json!({ "tools": tools }))
+            }
             "resources/list" => Ok(json!({ "resources": catalog::resources() })),
             "resources/templates/list" => Ok(json!({ "resourceTemplates": catalog::resource_templates(false) })),
             "resources/read" => {
@@ -142,10 +148,8 @@ impl Fixture {
             let Some(request) = params.and_then(|p| p.get("requestId")) else {
                 return;
             };
-            let mut session = lock(&self.session);
-            let key = request.to_string();
-            if session.in_flight.contains(&key) {
-                session.cancelled.insert(key);
+            if let Some(cancel) = lock(&self.session).in_flight.get(&request.to_string()) {
+                cancel.cancel();
             }
         }
         // notifications/initialized, roots/list_changed and the rest need nothing.
@@ -165,13 +169,9 @@ impl Fixture {
 
     /// Answers a request, unless the client cancelled it.
     fn finish(&self, id: &Value, answer: Answer) {
-        let key = id.to_string();
-        {
-            let mut session = lock(&self.session);
-            session.in_flight.remove(&key);
-            if session.cancelled.remove(&key) {
-                return;
-            }
+        let cancelled = lock(&self.session).in_flight.remove(&id.to_string()).is_some_and(|c| c.is_cancelled());
+        if cancelled {
+            return;
         }
         match answer {
             Ok(result) => self.out.send_result(id, result),
@@ -275,9 +275,16 @@ impl Fixture {
 
     /// Runs one `tools/call` (on its own thread). Unknown tools and malformed params
     /// are protocol errors; a tool that fails is an `isError` result.
-    fn call_tool(&self, params: &Map<String, Value>) -> Answer {
+    fn call_tool(&self, params: &Map<String, Value>, cancel: &Cancel) -> Answer {
         let name = required_str(params, "name")?;
         let args = tool_arguments(params)?;
+        let elicit = |id: Option<&str>, asked: Value| match id {
+            Some(id) => self.ask_client_as(id, "elicitation/create", asked),
+            None => self.ask_client("elicitation/create", asked),
+        };
+        if let Some(answer) = tasks_tools::call(name, &args, cancel, &elicit) {
+            return answer;
+        }
         if let Some(result) = catalog::plain_tool(name, &args, &self.dynamic) {
             return Ok(result);
         }

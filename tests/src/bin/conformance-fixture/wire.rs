@@ -12,6 +12,8 @@ pub mod code {
     pub const INVALID_REQUEST: i64 = -32600;
     pub const METHOD_NOT_FOUND: i64 = -32601;
     pub const INVALID_PARAMS: i64 = -32602;
+    /// The server failed (`protocol_error_job` fails this way on purpose).
+    pub const INTERNAL_ERROR: i64 = -32603;
     /// 2026-07-28: `MissingRequiredClientCapability`.
     pub const MISSING_CAPABILITY: i64 = -32021;
     /// 2026-07-28: `UnsupportedProtocolVersion`.
