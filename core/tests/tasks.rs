@@ -1,0 +1,350 @@
+//! Gateway-side tasks (the stateless revision's tasks extension, served by tether
+//! for a backend that runs none): a call not answered within the sync window
+//! becomes a task that outlives its client's connection; status, result,
+//! inputs and cancellation through `tasks/*`; crashes, expiry and the store's
+//! bounds. Every client request here comes on its own short-lived HTTP session,
+//! as a stateless client's do.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+use tether_core::{Config, Input, SessionId};
+
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+/// 2026-11-27T12:00:00.000Z
+const WALL: u64 = 1_795_780_800_000;
+
+fn config() -> Config {
+    let mut config = one_stdio();
+    config.stateless_clients = true;
+    config
+}
+
+/// `fs` (a handshake-era backend without tasks) online with `slow`, the
+/// read-only `lookup`, `quick` (forbidden as a task) and `batch` (tasks only).
+fn booted(config: Config) -> Sim {
+    let mut sim = Sim::new(config);
+    sim.input(Input::WallClock { unix_ms: WALL });
+    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
+    let tools = json!({"tools":[
+        {"name":"slow","inputSchema":{"type":"object"}},
+        {"name":"lookup","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
+        {"name":"quick","inputSchema":{"type":"object"},"execution":{"taskSupport":"forbidden"}},
+        {"name":"batch","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}},
+    ]});
+    sim.answer("fs", "tools/list", tools);
+    sim
+}
+
+/// Client capabilities that declare tasks (and elicitation).
+fn with_tasks() -> Value {
+    json!({"elicitation":{},"extensions":{ TASKS: {} }})
+}
+
+fn meta(caps: Value) -> Value {
+    let mut m = stateless_meta();
+    m["io.modelcontextprotocol/clientCapabilities"] = caps;
+    m
+}
+
+/// A client request on a fresh per-request session `session` (an HTTP POST).
+fn post(sim: &mut Sim, session: u64, id: u64, method: &str, mut params: Value, caps: Value) {
+    params["_meta"] = meta(caps);
+    let session = SessionId(session);
+    sim.input(Input::ClientConnected { session, expires: true });
+    sim.session(session, json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}));
+}
+
+/// The answers session `session` got to request `id`.
+fn answers(sim: &Sim, session: u64, id: u64) -> Vec<Value> {
+    sim.frames_to(SessionId(session))
+        .into_iter()
+        .filter(|f| f["id"] == json!(id) && f.get("method").is_none())
+        .collect()
+}
+
+/// The one answer of session `session` (panics unless exactly one).
+fn answer(sim: &Sim, session: u64, id: u64) -> Value {
+    let a = answers(sim, session, id);
+    assert_eq!(a.len(), 1, "expected one answer to {id} on session {session}, got {a:?}\n{}", sim.log);
+    a.into_iter().next().unwrap()
+}
+
+/// Answers the latest `tools/call` fs got.
+fn reply_last(sim: &mut Sim, result: Value) {
+    let id = sim.last_request("fs", "tools/call");
+    reply(sim, "fs", id, result);
+}
+
+fn call(sim: &mut Sim, session: u64, tool: &str, caps: Value) {
+    post(sim, session, 1, "tools/call", json!({"name": format!("fs__{tool}"), "arguments":{}}), caps);
+}
+
+fn task_request(sim: &mut Sim, session: u64, method: &str, task: &str) -> Value {
+    post(sim, session, 1, method, json!({ "taskId": task }), with_tasks());
+    answer(sim, session, 1)
+}
+
+/// Starts a call of `tool` as a task on session `session`; returns the task id.
+fn start_task(sim: &mut Sim, session: u64, tool: &str) -> String {
+    call(sim, session, tool, with_tasks());
+    sim.advance(500);
+    let created = answer(sim, session, 1)["result"].clone();
+    assert_eq!(created["resultType"], "task", "{created}");
+    created["taskId"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_slow_call_becomes_a_task_that_outlives_its_client_and_keeps_its_result() {
+    let mut sim = booted(config());
+    sim.note("a stateless client that takes tasks calls a slow tool on its own HTTP request");
+    call(&mut sim, 10, "slow", with_tasks());
+    let backend_call = sim.last_request("fs", "tools/call");
+    let (_, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert!(params["_meta"].get(TASKS).is_none() && params.get("task").is_none(), "{params}");
+    sim.advance(499);
+    assert!(answers(&sim, 10, 1).is_empty(), "inside the sync window the client waits");
+    sim.note("the sync window passes: the client is answered with a task, its session closes");
+    sim.advance(1);
+    let created = answer(&sim, 10, 1)["result"].clone();
+    assert_eq!(created["resultType"], "task");
+    assert_eq!(created["status"], "working");
+    assert_eq!(created["createdAt"], "2026-11-27T12:00:00.500Z");
+    assert_eq!(created["lastUpdatedAt"], created["createdAt"]);
+    assert_eq!((created["ttlMs"].clone(), created["pollIntervalMs"].clone()), (json!(3_600_000), json!(1000)));
+    for absent in ["task", "result", "error", "inputRequests", "requestState", "ttl", "pollInterval"] {
+        assert!(created.get(absent).is_none(), "{absent} in {created}");
+    }
+    let task = created["taskId"].as_str().unwrap().to_string();
+    assert_eq!(task.len(), 32, "128 bits, unguessable");
+    assert!(!sim.log.contains("notifications/cancelled"), "the call goes on without its client");
+
+    sim.note("another request, another connection: the task is still working");
+    let working = task_request(&mut sim, 11, "tasks/get", &task)["result"].clone();
+    assert_eq!((working["status"].clone(), working["resultType"].clone()), (json!("working"), json!("complete")));
+    assert!(working.get("result").is_none());
+
+    sim.note("fs answers two minutes later (past request_timeout_ms: a task waits up to the hard maximum)");
+    sim.advance(120_000);
+    reply(&mut sim, "fs", backend_call, text_result("all done"));
+    let done = task_request(&mut sim, 12, "tasks/get", &task)["result"].clone();
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["result"]["content"][0]["text"], "all done");
+    assert_eq!(done["lastUpdatedAt"], "2026-11-27T12:02:00.500Z");
+    assert!(done["result"].get("_meta").is_none());
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn a_call_answered_within_the_window_or_of_a_tool_that_forbids_tasks_is_answered_directly() {
+    let mut sim = booted(config());
+    call(&mut sim, 10, "slow", with_tasks());
+    sim.advance(300);
+    reply_last(&mut sim, text_result("fast"));
+    let result = answer(&sim, 10, 1)["result"].clone();
+    assert_eq!(
+        (result["resultType"].clone(), result["content"][0]["text"].clone()),
+        (json!("complete"), json!("fast"))
+    );
+
+    call(&mut sim, 11, "quick", with_tasks());
+    sim.advance(5000);
+    assert!(answers(&sim, 11, 1).is_empty(), "a tool that forbids tasks never becomes one");
+    reply_last(&mut sim, text_result("slowly"));
+    assert_eq!(answer(&sim, 11, 1)["result"]["content"][0]["text"], "slowly");
+
+    sim.note("a client without the extension waits as before");
+    call(&mut sim, 12, "slow", json!({}));
+    sim.advance(5000);
+    assert!(answers(&sim, 12, 1).is_empty());
+    reply_last(&mut sim, text_result("waited"));
+    assert_eq!(answer(&sim, 12, 1)["result"]["content"][0]["text"], "waited");
+}
+
+#[test]
+fn a_tool_that_runs_only_as_a_task_refuses_clients_without_tasks() {
+    let mut sim = booted(config());
+    call(&mut sim, 10, "batch", json!({}));
+    let error = answer(&sim, 10, 1)["error"].clone();
+    assert_eq!(error["code"], -32021);
+    assert_eq!(error["data"], json!({"requiredCapabilities":{"extensions":{ TASKS: {} }}}));
+    assert!(sim.requests_to("fs", "tools/call").is_empty(), "not sent");
+    let task = start_task(&mut sim, 11, "batch");
+    assert_eq!(task.len(), 32);
+}
+
+#[test]
+fn tasks_methods_need_the_extension_and_a_known_task() {
+    let mut sim = booted(config());
+    let task = start_task(&mut sim, 10, "slow");
+    post(&mut sim, 11, 1, "tasks/get", json!({ "taskId": task }), json!({}));
+    let error = answer(&sim, 11, 1)["error"].clone();
+    assert_eq!(
+        (error["code"].clone(), error["data"].clone()),
+        (json!(-32021), json!({"requiredCapabilities":{"extensions":{ TASKS: {} }}}))
+    );
+    for (session, method) in [(12, "tasks/get"), (13, "tasks/update"), (14, "tasks/cancel")] {
+        let params = json!({"taskId":"0123456789abcdef0123456789abcdef","inputResponses":{}});
+        post(&mut sim, session, 1, method, params, with_tasks());
+        assert_eq!(answer(&sim, session, 1)["error"]["code"], -32602, "{method}");
+    }
+    for (session, method) in [(15, "tasks/result"), (16, "tasks/list")] {
+        post(&mut sim, session, 1, method, json!({ "taskId": task }), with_tasks());
+        assert_eq!(answer(&sim, session, 1)["error"]["code"], -32601, "{method} is not part of the extension");
+    }
+    post(&mut sim, 17, 1, "tasks/get", json!({}), with_tasks());
+    assert_eq!(answer(&sim, 17, 1)["error"]["code"], -32602);
+    sim.note("server/discover announces the extension");
+    post(&mut sim, 18, 1, "server/discover", json!({}), json!({}));
+    let caps = answer(&sim, 18, 1)["result"]["capabilities"].clone();
+    assert_eq!(caps["extensions"], json!({ TASKS: {} }));
+    assert!(caps.get("tasks").is_none());
+}
+
+#[test]
+fn cancelling_a_task_stops_its_call_at_the_backend_and_later_answers_change_nothing() {
+    let mut sim = booted(config());
+    let task = start_task(&mut sim, 10, "slow");
+    let backend_call = sim.last_request("fs", "tools/call");
+    sim.note("the client cancels: fs is told, the task ends cancelled");
+    let ack = task_request(&mut sim, 11, "tasks/cancel", &task);
+    assert_eq!(ack["result"], json!({"resultType":"complete"}));
+    let cancel = format!(r#""method":"notifications/cancelled","params":{{"requestId":{backend_call},"#);
+    assert!(sim.log.contains(&cancel), "{}", sim.log);
+    let got = task_request(&mut sim, 12, "tasks/get", &task)["result"].clone();
+    assert_eq!(got["status"], "cancelled");
+    assert!(got.get("result").is_none() && got.get("error").is_none());
+    sim.note("fs answers anyway; the task stays cancelled, a second cancel is acknowledged the same");
+    reply(&mut sim, "fs", backend_call, text_result("too late"));
+    assert_eq!(task_request(&mut sim, 13, "tasks/get", &task)["result"]["status"], "cancelled");
+    assert_eq!(task_request(&mut sim, 14, "tasks/cancel", &task)["result"], json!({"resultType":"complete"}));
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn a_tool_error_completes_the_task_and_a_protocol_error_fails_it() {
+    let mut sim = booted(config());
+    let tool_error = start_task(&mut sim, 10, "slow");
+    let first = sim.last_request("fs", "tools/call");
+    let protocol_error = start_task(&mut sim, 11, "slow");
+    let second = sim.last_request("fs", "tools/call");
+    reply(&mut sim, "fs", first, json!({"content":[{"type":"text","text":"no such file"}],"isError":true}));
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":second,"error":{"code":-32603,"message":"the tool crashed"}}));
+    let completed = task_request(&mut sim, 12, "tasks/get", &tool_error)["result"].clone();
+    assert_eq!(
+        (completed["status"].clone(), completed["result"]["isError"].clone()),
+        (json!("completed"), json!(true))
+    );
+    let failed = task_request(&mut sim, 13, "tasks/get", &protocol_error)["result"].clone();
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["error"], json!({"code":-32603,"message":"the tool crashed"}));
+    assert!(failed.get("result").is_none());
+}
+
+#[test]
+fn a_backend_crash_during_tasks_resends_the_safe_call_and_fails_the_other_with_a_clear_error() {
+    let mut sim = booted(config());
+    let safe = start_task(&mut sim, 10, "lookup");
+    let unsafe_task = start_task(&mut sim, 11, "slow");
+    sim.note("fs crashes with both calls in flight");
+    sim.exit("fs", Some(1));
+    let failed = task_request(&mut sim, 12, "tasks/get", &unsafe_task)["result"].clone();
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let message = failed["error"]["message"].as_str().unwrap();
+    assert!(message.contains("fs"), "{message}");
+    assert_eq!(task_request(&mut sim, 13, "tasks/get", &safe)["result"]["status"], "working");
+    sim.note("fs restarts; the read-only call is sent again on the new process and finishes its task");
+    sim.advance(1000);
+    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
+    let resent = sim.last_request("fs", "tools/call");
+    reply(&mut sim, "fs", resent, text_result("found it"));
+    let done = task_request(&mut sim, 14, "tasks/get", &safe)["result"].clone();
+    assert_eq!(
+        (done["status"].clone(), done["result"]["content"][0]["text"].clone()),
+        (json!("completed"), json!("found it"))
+    );
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn what_the_backend_asks_during_a_task_waits_for_tasks_update() {
+    let mut sim = booted(config());
+    let task = start_task(&mut sim, 10, "slow");
+    let backend_call = sim.last_request("fs", "tools/call");
+    sim.note("fs asks two questions at once, the handshake-era way");
+    for key in ["q1", "q2"] {
+        let ask = json!({"message": key, "requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}});
+        sim.backend("fs", json!({"jsonrpc":"2.0","id":key,"method":"elicitation/create","params": ask}));
+    }
+    let waiting = task_request(&mut sim, 11, "tasks/get", &task)["result"].clone();
+    assert_eq!(waiting["status"], "input_required");
+    assert_eq!(waiting["inputRequests"]["q1"]["method"], "elicitation/create");
+    assert_eq!(waiting["inputRequests"]["q2"]["params"]["message"], "q2");
+    sim.note("one answer (and one key fs never asked): the task waits for the other");
+    let params =
+        json!({"taskId": task, "inputResponses": {"q1": {"action":"accept","content":{"ok":true}}, "nope": {}}});
+    post(&mut sim, 12, 1, "tasks/update", params, with_tasks());
+    assert_eq!(answer(&sim, 12, 1)["result"], json!({"resultType":"complete"}));
+    assert!(sim
+        .log
+        .contains(r#"fs#1 <- {"jsonrpc":"2.0","id":"q1","result":{"action":"accept","content":{"ok":true}}}"#));
+    let partial = task_request(&mut sim, 13, "tasks/get", &task)["result"].clone();
+    assert_eq!(partial["status"], "input_required");
+    assert_eq!(partial["inputRequests"].as_object().unwrap().keys().collect::<Vec<_>>(), ["q2"]);
+    let params = json!({"taskId": task, "inputResponses": {"q2": {"action":"decline"}}});
+    post(&mut sim, 14, 1, "tasks/update", params, with_tasks());
+    assert_eq!(task_request(&mut sim, 15, "tasks/get", &task)["result"]["status"], "working");
+    reply(&mut sim, "fs", backend_call, text_result("answered"));
+    assert_eq!(task_request(&mut sim, 16, "tasks/get", &task)["result"]["status"], "completed");
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn a_task_expires_after_its_ttl_and_one_still_running_is_cancelled() {
+    let mut config = config();
+    config.tasks.ttl_ms = 60_000;
+    config.policy.request_timeout_max_ms = 600_000;
+    let mut sim = booted(config);
+    let finished = start_task(&mut sim, 10, "slow");
+    reply_last(&mut sim, text_result("kept a minute"));
+    let running = start_task(&mut sim, 11, "slow");
+    let backend_call = sim.last_request("fs", "tools/call");
+    sim.advance(59_000);
+    assert_eq!(task_request(&mut sim, 12, "tasks/get", &finished)["result"]["status"], "completed");
+    sim.note("a minute after creation both are gone; fs is told to stop the running one");
+    sim.advance(1000);
+    for (session, task) in [(13, &finished), (14, &running)] {
+        assert_eq!(task_request(&mut sim, session, "tasks/get", task)["error"]["code"], -32602);
+    }
+    let cancel = format!(
+        r#""method":"notifications/cancelled","params":{{"requestId":{backend_call},"reason":"the task expired"}}"#
+    );
+    assert!(sim.log.contains(&cancel), "{}", sim.log);
+}
+
+#[test]
+fn the_store_is_bounded_in_count_and_in_bytes_of_results() {
+    let mut config = config();
+    config.tasks.max_tasks = 2;
+    config.tasks.max_result_bytes = 200;
+    let mut sim = booted(config);
+    let first = start_task(&mut sim, 10, "slow");
+    let first_call = sim.last_request("fs", "tools/call");
+    start_task(&mut sim, 11, "slow");
+    sim.note("two tasks running, the store is full: a third slow call is answered directly");
+    call(&mut sim, 12, "slow", with_tasks());
+    sim.advance(2000);
+    assert!(answers(&sim, 12, 1).is_empty());
+    reply_last(&mut sim, text_result("direct"));
+    assert_eq!(answer(&sim, 12, 1)["result"]["content"][0]["text"], "direct");
+    sim.note("a result too large for the store fails its task with a message saying so");
+    reply(&mut sim, "fs", first_call, text_result(&"x".repeat(500)));
+    let failed = task_request(&mut sim, 13, "tasks/get", &first)["result"].clone();
+    assert_eq!(failed["status"], "failed");
+    assert!(failed["error"]["message"].as_str().unwrap().contains("tasks.max_result_bytes"), "{failed}");
+    sim.note("a finished task makes room: the oldest finished one goes");
+    let third = start_task(&mut sim, 14, "slow");
+    assert_eq!(task_request(&mut sim, 15, "tasks/get", &first)["error"]["code"], -32602);
+    assert_eq!(task_request(&mut sim, 16, "tasks/get", &third)["result"]["status"], "working");
+}
