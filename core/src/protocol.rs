@@ -510,6 +510,17 @@ pub(crate) fn decode_header(value: &str) -> Option<String> {
 /// `HeaderMismatch`: a stateless request's HTTP headers disagree with its body.
 pub const HEADER_MISMATCH: i64 = -32020;
 
+/// The client capability a server-to-client request needs (`sampling`,
+/// `elicitation`, `roots`); `None` for a method tether does not forward.
+pub(crate) fn input_capability(method: &str) -> Option<&'static str> {
+    match method {
+        "sampling/createMessage" => Some("sampling"),
+        "elicitation/create" => Some("elicitation"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
 /// Whether `frame` is a JSON-RPC error response.
 pub fn is_error_response(frame: &str) -> bool {
     matches!(parse(frame), Ok(Message::Error { .. }))

@@ -116,7 +116,7 @@ pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
 
 /// `unix_ms` (milliseconds since 1970-01-01 UTC) as an RFC 3339 timestamp,
 /// `2026-11-27T12:05:45.123Z`: what MCP's task timestamps are.
-pub(crate) fn rfc3339(unix_ms: u64) -> alloc::string::String {
+pub fn rfc3339(unix_ms: u64) -> alloc::string::String {
     let (days, ms_of_day) = (unix_ms / 86_400_000, unix_ms % 86_400_000);
     let (year, month, day) = civil_from_days(days as i64);
     let (h, m, s, ms) = (ms_of_day / 3_600_000, ms_of_day / 60_000 % 60, ms_of_day / 1000 % 60, ms_of_day % 1000);

@@ -348,3 +348,178 @@ fn the_store_is_bounded_in_count_and_in_bytes_of_results() {
     assert_eq!(task_request(&mut sim, 15, "tasks/get", &first)["error"]["code"], -32602);
     assert_eq!(task_request(&mut sim, 16, "tasks/get", &third)["result"]["status"], "working");
 }
+
+// ----- 2025-11-25's experimental tasks (handshake-era clients) -----
+
+/// Session `session` initializes at 2025-11-25 (with elicitation); its answer.
+fn init_2025(sim: &mut Sim, session: u64) -> Value {
+    let s = SessionId(session);
+    sim.input(Input::ClientConnected { session: s, expires: true });
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"old","version":"1"}}});
+    sim.session(s, init);
+    sim.session(s, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    answer(sim, session, 0)
+}
+
+fn send(sim: &mut Sim, session: u64, id: u64, method: &str, params: Value) {
+    sim.session(SessionId(session), json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}));
+}
+
+#[test]
+fn a_2025_client_gets_its_task_at_once_and_fetches_the_result_from_a_new_session() {
+    let mut sim = booted(config());
+    let init = init_2025(&mut sim, 20)["result"].clone();
+    assert_eq!(init["capabilities"]["tasks"], json!({"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}));
+    sim.note("the client asks for a task: it has one before fs is even asked");
+    send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{"ttl":60000}}));
+    let created = answer(&sim, 20, 1)["result"].clone();
+    let task = created["task"]["taskId"].as_str().unwrap().to_string();
+    assert_eq!(created["task"]["status"], "working");
+    assert_eq!(
+        (created["task"]["ttl"].clone(), created["task"]["pollInterval"].clone()),
+        (json!(3_600_000), json!(1000))
+    );
+    assert!(created.get("resultType").is_none() && created["task"].get("ttlMs").is_none(), "{created}");
+    let (backend_call, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert!(params.get("task").is_none(), "fs runs no tasks: it gets a plain call: {params}");
+    send(&mut sim, 20, 2, "tasks/get", json!({ "taskId": task }));
+    let got = answer(&sim, 20, 2)["result"].clone();
+    assert_eq!((got["taskId"].clone(), got["status"].clone()), (json!(task), json!("working")));
+    send(&mut sim, 20, 3, "tasks/list", json!({}));
+    assert_eq!(answer(&sim, 20, 3)["result"]["tasks"][0]["taskId"], json!(task));
+
+    sim.note("the connection drops; the call goes on");
+    sim.input(Input::ClientClosed { session: SessionId(20) });
+    assert!(!sim.log.contains("notifications/cancelled"), "{}", sim.log);
+    sim.note("a new session asks for the result, which waits for fs");
+    init_2025(&mut sim, 21);
+    send(&mut sim, 21, 1, "tasks/list", json!({}));
+    assert_eq!(answer(&sim, 21, 1)["result"]["tasks"], json!([]), "another session's tasks are not listed");
+    send(&mut sim, 21, 2, "tasks/result", json!({ "taskId": task }));
+    assert!(answers(&sim, 21, 2).is_empty(), "tasks/result waits for the task to finish");
+    reply(&mut sim, "fs", backend_call, text_result("worth the wait"));
+    let result = answer(&sim, 21, 2)["result"].clone();
+    assert_eq!(result["content"][0]["text"], "worth the wait");
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/related-task"], json!({ "taskId": task }));
+    send(&mut sim, 21, 3, "tasks/cancel", json!({ "taskId": task }));
+    assert_eq!(answer(&sim, 21, 3)["error"]["code"], -32602, "a finished task cannot be cancelled");
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn a_2025_client_cancels_its_task_and_answers_what_it_asks() {
+    let mut sim = booted(config());
+    init_2025(&mut sim, 20);
+    send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{}}));
+    let task = answer(&sim, 20, 1)["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    sim.note("fs asks for confirmation: the question goes to the task's client, tied to the task");
+    let ask = json!({"message":"sure?","requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}});
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"c1","method":"elicitation/create","params": ask}));
+    let asked = sim.frames_to(SessionId(20)).into_iter().find(|f| f["method"] == "elicitation/create").unwrap();
+    assert_eq!(asked["params"]["_meta"]["io.modelcontextprotocol/related-task"], json!({ "taskId": task }));
+    send(&mut sim, 20, 2, "tasks/get", json!({ "taskId": task }));
+    assert_eq!(answer(&sim, 20, 2)["result"]["status"], "input_required");
+    let answer_frame =
+        json!({"jsonrpc":"2.0","id": asked["id"].clone(),"result":{"action":"accept","content":{"ok":true}}});
+    sim.session(SessionId(20), answer_frame);
+    assert!(sim
+        .log
+        .contains(r#"fs#1 <- {"jsonrpc":"2.0","id":"c1","result":{"action":"accept","content":{"ok":true}}}"#));
+    send(&mut sim, 20, 3, "tasks/get", json!({ "taskId": task }));
+    assert_eq!(answer(&sim, 20, 3)["result"]["status"], "working");
+    sim.note("a tasks/result waits; the client cancels; the wait ends with an error");
+    send(&mut sim, 20, 4, "tasks/result", json!({ "taskId": task }));
+    send(&mut sim, 20, 5, "tasks/cancel", json!({ "taskId": task }));
+    let cancelled = answer(&sim, 20, 5)["result"].clone();
+    assert_eq!((cancelled["taskId"].clone(), cancelled["status"].clone()), (json!(task), json!("cancelled")));
+    assert_eq!(answer(&sim, 20, 4)["error"]["code"], -32603);
+    assert!(sim.log.contains(r#""method":"notifications/cancelled""#));
+
+    sim.note("a tool that requires tasks, called without one; a tool that forbids them, called with one");
+    send(&mut sim, 20, 6, "tools/call", json!({"name":"fs__batch","arguments":{}}));
+    assert_eq!(answer(&sim, 20, 6)["error"]["code"], -32601);
+    send(&mut sim, 20, 7, "tools/call", json!({"name":"fs__quick","arguments":{},"task":{}}));
+    assert_eq!(answer(&sim, 20, 7)["error"]["code"], -32601);
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn clients_of_older_revisions_see_no_tasks() {
+    let mut sim = booted(config());
+    let s = SessionId(30);
+    sim.input(Input::ClientConnected { session: s, expires: true });
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"older","version":"1"}}});
+    sim.session(s, init);
+    assert!(answer(&sim, 30, 0)["result"]["capabilities"].get("tasks").is_none());
+    send(&mut sim, 30, 1, "tasks/list", json!({}));
+    assert_eq!(answer(&sim, 30, 1)["error"]["code"], -32601);
+    send(&mut sim, 30, 2, "tools/call", json!({"name":"fs__batch","arguments":{},"task":{}}));
+    assert!(answers(&sim, 30, 2).is_empty(), "called as before: forwarded and answered by fs");
+}
+
+// ----- tasks a backend runs itself: passed through, ids namespaced -----
+
+/// `fs` a stateless backend that runs tasks (the extension in its discover).
+fn booted_stateless_with_tasks() -> Sim {
+    let mut sim = Sim::new(config());
+    sim.input(Input::WallClock { unix_ms: WALL });
+    let discover = json!({"resultType":"complete","supportedVersions":[STATELESS],
+        "capabilities":{"tools":{},"extensions":{ TASKS: {} }},"ttlMs":0,"cacheScope":"private"});
+    sim.answer("fs", "server/discover", discover);
+    let tools = json!({"resultType":"complete","tools":[{"name":"slow","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}],"ttlMs":0,"cacheScope":"private"});
+    sim.answer("fs", "tools/list", tools);
+    sim
+}
+
+#[test]
+fn tasks_of_a_backend_that_runs_them_pass_through_with_namespaced_ids() {
+    let mut sim = booted_stateless_with_tasks();
+    sim.note("the client's tasks extension goes to fs, which answers with its own task");
+    call(&mut sim, 10, "slow", with_tasks());
+    let (backend_call, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(params["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"], json!({ TASKS: {} }));
+    sim.advance(2000);
+    assert!(answers(&sim, 10, 1).is_empty(), "no window of tether's own: fs decides");
+    let created = json!({"resultType":"task","taskId":"t-7","status":"working","createdAt":"2026-11-27T12:00:00Z",
+        "lastUpdatedAt":"2026-11-27T12:00:00Z","ttlMs":60000,"pollIntervalMs":500});
+    reply(&mut sim, "fs", backend_call, created);
+    let created = answer(&sim, 10, 1)["result"].clone();
+    assert_eq!((created["resultType"].clone(), created["taskId"].clone()), (json!("task"), json!("fs__t-7")));
+
+    sim.note("tasks/get of fs__t-7 goes to fs as t-7; the answer names fs__t-7 again");
+    post(&mut sim, 11, 1, "tasks/get", json!({"taskId":"fs__t-7"}), with_tasks());
+    let (get, params) = sim.requests_to("fs", "tasks/get").pop().unwrap();
+    assert_eq!(params["taskId"], "t-7");
+    assert_eq!(params["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"], json!({ TASKS: {} }));
+    let detailed = json!({"resultType":"complete","taskId":"t-7","status":"completed","createdAt":"2026-11-27T12:00:00Z",
+        "lastUpdatedAt":"2026-11-27T12:00:02Z","ttlMs":60000,"result":{"content":[{"type":"text","text":"done"}]}});
+    reply(&mut sim, "fs", get, detailed);
+    let got = answer(&sim, 11, 1)["result"].clone();
+    assert_eq!((got["taskId"].clone(), got["result"]["content"][0]["text"].clone()), (json!("fs__t-7"), json!("done")));
+
+    sim.note("cancel and update go the same way; an id of no backend is unknown");
+    post(&mut sim, 12, 1, "tasks/cancel", json!({"taskId":"fs__t-7"}), with_tasks());
+    let (cancel, params) = sim.requests_to("fs", "tasks/cancel").pop().unwrap();
+    assert_eq!(params["taskId"], "t-7");
+    reply(&mut sim, "fs", cancel, json!({"resultType":"complete"}));
+    assert_eq!(answer(&sim, 12, 1)["result"], json!({"resultType":"complete"}));
+    post(&mut sim, 13, 1, "tasks/get", json!({"taskId":"other__t-7"}), with_tasks());
+    assert_eq!(answer(&sim, 13, 1)["error"]["code"], -32602);
+    insta::assert_snapshot!(sim.log);
+}
+
+#[test]
+fn a_client_of_the_other_form_gets_tasks_tether_runs_even_from_a_backend_that_runs_its_own() {
+    let mut sim = booted_stateless_with_tasks();
+    init_2025(&mut sim, 20);
+    send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{}}));
+    let task = answer(&sim, 20, 1)["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    assert_eq!(task.len(), 32, "tether's own task");
+    let (backend_call, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert!(params.get("task").is_none(), "{params}");
+    let caps = &params["_meta"]["io.modelcontextprotocol/clientCapabilities"];
+    assert!(caps.get("extensions").is_none(), "fs is asked for a plain answer: {caps}");
+    reply(&mut sim, "fs", backend_call, text_result("plain"));
+    send(&mut sim, 20, 2, "tasks/result", json!({ "taskId": task }));
+    assert_eq!(answer(&sim, 20, 2)["result"]["content"][0]["text"], "plain");
+}

@@ -244,14 +244,9 @@ impl Gateway {
         if method == "ping" {
             return self.to_backend(server, protocol::response(id, "{}"), None);
         }
-        let capability = match method {
-            "sampling/createMessage" => "sampling",
-            "elicitation/create" => "elicitation",
-            "roots/list" => "roots",
-            _ => {
-                let msg = format!("tether does not forward {method} to clients");
-                return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
-            }
+        let Some(capability) = protocol::input_capability(method) else {
+            let msg = format!("tether does not forward {method} to clients");
+            return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
         };
         if let Some((call, task)) = self.task_call_on(server) {
             return self.ask_for_task(server, call, &task, id, method, params, capability);
@@ -279,6 +274,7 @@ impl Gateway {
                 related: related.clone(),
                 round: None,
                 defaults: (method == "elicitation/create").then(|| protocol::elicitation_defaults(params)).flatten(),
+                task: None,
             },
         );
         self.related_to_client(session, related.as_deref(), protocol::request(client_id, method, params));

@@ -55,6 +55,9 @@ pub(super) enum Shape {
     Subscribe(String),
     /// `resources/unsubscribe` of a served URI.
     Unsubscribe(String),
+    /// A call or `tasks/*` request whose answer may name tasks the backend runs:
+    /// their ids are namespaced for clients.
+    TaskIds,
 }
 
 /// A client request forwarded (or about to be forwarded) to a backend.
@@ -129,6 +132,8 @@ pub(super) struct ServerRequest {
     /// An `elicitation/create`: the defaults its schema gives (raw JSON object),
     /// filled in when the client accepts without them (SEP-1034).
     pub defaults: Option<String>,
+    /// Asked for a (2025-11-25) task: the task and the input's key there.
+    pub task: Option<(String, String)>,
 }
 
 /// A stateless backend answered a handshake-era client's call `input_required`:

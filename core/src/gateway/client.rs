@@ -82,6 +82,7 @@ impl Gateway {
             });
         }
         self.router.parked_lists.retain(|p| p.session != session);
+        self.forget_task_waiters(session);
         let pending: Vec<u64> =
             self.router.server_requests.iter().filter(|(_, r)| r.session == session).map(|(id, _)| *id).collect();
         self.drop_input_rounds(session);
@@ -252,7 +253,9 @@ impl Gateway {
             "resources/unsubscribe" => self.subscription(session, id, "resources/unsubscribe", parsed),
             "completion/complete" => self.complete(session, id, parsed),
             "subscriptions/listen" => self.client_listen(session, id, parsed),
-            "tasks/get" | "tasks/update" | "tasks/cancel" => self.task_request(session, &id, method, params),
+            "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/result" | "tasks/list" => {
+                self.task_request(session, &id, method, params)
+            }
             "logging/setLevel" => self.set_level(session, &id, params),
             _ => {
                 let msg = format!("method not found: {method}");
@@ -288,8 +291,17 @@ impl Gateway {
             Some(Value::Object(c)) => c.clone(),
             _ => Map::new(),
         };
+        // 2025-11-25 has experimental tasks: tether runs them for every backend.
+        let capabilities = if version == "2025-11-25" && self.config.tasks.max_tasks > 0 {
+            format!(
+                r#"{},"tasks":{{"list":{{}},"cancel":{{}},"requests":{{"tools":{{"call":{{}}}}}}}}}}"#,
+                &SERVER_CAPABILITIES[..SERVER_CAPABILITIES.len() - 1]
+            )
+        } else {
+            String::from(SERVER_CAPABILITIES)
+        };
         let result = format!(
-            r#"{{"protocolVersion":"{version}","capabilities":{SERVER_CAPABILITIES},"serverInfo":{{"name":"tether","version":"{}"}},"instructions":{}}}"#,
+            r#"{{"protocolVersion":"{version}","capabilities":{capabilities},"serverInfo":{{"name":"tether","version":"{}"}},"instructions":{}}}"#,
             env!("CARGO_PKG_VERSION"),
             self.instructions()
         );
@@ -496,6 +508,9 @@ impl Gateway {
         };
         if let Some(round) = r.round {
             return self.input_answered(round, &r.backend_id, answer);
+        }
+        if let Some((task, key)) = &r.task {
+            self.task_input_answered(task, key);
         }
         let live =
             self.backends.get(&r.server).is_some_and(|b| b.sup.generation() == r.generation && b.sup.is_connected());

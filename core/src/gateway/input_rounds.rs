@@ -23,15 +23,7 @@ use super::Gateway;
 use crate::io::SessionId;
 use crate::protocol::{self, code};
 
-/// The client capability an input request needs.
-fn capability(method: &str) -> Option<&'static str> {
-    match method {
-        "sampling/createMessage" => Some("sampling"),
-        "elicitation/create" => Some("elicitation"),
-        "roots/list" => Some("roots"),
-        _ => None,
-    }
-}
+use crate::protocol::input_capability as capability;
 
 impl Gateway {
     /// `result` (an `input_required` answer of stateless backend `server` to
@@ -95,6 +87,7 @@ impl Gateway {
                 defaults: (method == "elicitation/create")
                     .then(|| protocol::elicitation_defaults(params.as_deref()))
                     .flatten(),
+                task: None,
             };
             self.router.server_requests.insert(client_id, r);
             round.asked.insert(key, method);

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::calls::{Call, CallKind, ClientCall, Forward, Parked, ParkedList, Queued, RawFields, Shape};
 use super::client_events::Level;
+use super::tasks::TaskPlan;
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{Action, ClientRoute, RawId, ServerName, SessionId, Status};
@@ -90,16 +91,33 @@ impl Gateway {
             return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
         };
         let (server, retry_safe) = (self.name(r.server), r.entry.retry_safe);
-        let task_window = match kind {
-            ListKind::Tools => match self.task_window(session, r.entry.task_support) {
-                Ok(window) => window,
-                Err(()) => return self.refuse_task_required(session, &id, &name),
-            },
-            _ => None,
+        let plan = match kind {
+            ListKind::Tools => {
+                let asked = fields.get("task").is_some_and(|t| t.trim_start().starts_with('{'));
+                self.task_plan(session, &server, r.entry.task_support, asked)
+            }
+            _ => TaskPlan::Direct,
         };
+        if matches!(plan, TaskPlan::RefuseRequired | TaskPlan::RefuseForbidden) {
+            return self.refuse_task_plan(session, &id, &name, plan);
+        }
         let (params, progress) = Forward::renamed(raw, fields, &r.entry.original);
         let mut call = self.client_call(session, id, method, params, progress, retry_safe, Shape::Plain);
-        call.task_window = task_window;
+        match plan {
+            TaskPlan::Window(at) => call.task_window = Some(at),
+            // The backend may answer with a task: its id is namespaced.
+            TaskPlan::PassThrough => call.shape = Shape::TaskIds,
+            // The client asked for a task: it has one before the call is even sent.
+            TaskPlan::Now => {
+                // tether runs the task: the backend is asked for a plain answer.
+                call.params = call.params.with_fields(&[("task", None)]);
+                if !self.mint_task(&server, &mut call) {
+                    let msg = "tether keeps as many tasks as it may (tasks.max_tasks), all running; call without params.task or retry later";
+                    return self.reply_error(session, &call.id, code::OVERLOADED, msg, None);
+                }
+            }
+            _ => {}
+        }
         self.admit(&server, call);
     }
 
@@ -279,7 +297,7 @@ impl Gateway {
     /// A client's request as a call to forward, with what its session declared
     /// for this request (a stateless client's capabilities and log level).
     #[allow(clippy::too_many_arguments)]
-    fn client_call(
+    pub(super) fn client_call(
         &mut self,
         session: SessionId,
         id: RawId,
@@ -436,7 +454,7 @@ impl Gateway {
     fn stateless_call_meta(&self, call: &ClientCall) -> String {
         let caps = match &call.caps {
             // tether runs the task: the backend is asked for a plain answer.
-            Some(caps) if super::tasks::declares_tasks(Some(caps)) => {
+            Some(caps) if super::tasks::declares_tasks(Some(caps)) && call.shape != Shape::TaskIds => {
                 let mut caps = caps.clone();
                 if let Some(Value::Object(extensions)) = caps.get_mut("extensions") {
                     extensions.remove(super::tasks::EXTENSION);
@@ -517,6 +535,10 @@ impl Gateway {
                     protocol::response(&call.id, result)
                 }
                 Shape::Unsubscribe(_) => protocol::response(&call.id, result),
+                Shape::TaskIds => match self.namespace_task_ids(server, result) {
+                    Some(result) => protocol::response(&call.id, &result),
+                    None => protocol::response(&call.id, result),
+                },
             },
         };
         self.release(&call);

@@ -1,6 +1,9 @@
-//! Gateway-side tasks: the tasks extension of the stateless revision
-//! (`io.modelcontextprotocol/tasks`) served by tether itself, for backends that
-//! do not run tasks.
+//! Gateway-side tasks, served by tether itself for backends that do not run
+//! tasks, in both forms clients speak: the stateless revision's tasks extension
+//! (`io.modelcontextprotocol/tasks`: server-directed, `tasks/get` inlines the
+//! outcome, `tasks/update` answers inputs) and 2025-11-25's experimental tasks
+//! (`params.task` asks for one; `tasks/get`, blocking `tasks/result`,
+//! `tasks/list`, `tasks/cancel`).
 //!
 //! A `tools/call` of a client that declared the extension runs as usual; if the
 //! backend has not answered within `tasks.sync_window_ms`, the client is answered
@@ -10,6 +13,10 @@
 //! `tasks.ttl_ms`, whatever happens to the client's connection: `tasks/get`
 //! serves status, result or error, `tasks/update` answers what the backend asked
 //! meanwhile (elicitation, sampling: `input_required`), `tasks/cancel` stops it.
+//!
+//! A 2025-11-25 client that asks for a task (`params.task`) gets one at once;
+//! what the backend asks meanwhile goes to that client's session (tagged
+//! `io.modelcontextprotocol/related-task`) when it is open and can answer.
 //!
 //! Task ids are unguessable (128 bits from the engine's PRNG) and are the only
 //! key: a client that reconnects, or another request of a stateless client, can
@@ -27,11 +34,14 @@ use super::calls::{AskedInput, Call, CallKind, ClientCall};
 use super::Gateway;
 use crate::io::{RawId, ServerName, SessionId};
 use crate::metrics::CallOutcome;
-use crate::protocol::{self, code, stateless_code, Era};
+use crate::protocol::{self, code, input_capability as capability, stateless_code, Era};
 use crate::time::Instant;
 
 /// The extension's identifier, under `capabilities.extensions`.
 pub(super) const EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// The revision whose clients speak the experimental form of tasks.
+const EXPERIMENTAL_REVISION: &str = "2025-11-25";
 
 /// What a client call's id becomes once its client was answered with a task:
 /// no JSON-RPC id can look like this, so a later request under the old id never
@@ -40,6 +50,38 @@ const SENTINEL: &str = "task ";
 
 /// Inputs a backend may have pending on one task at once.
 const MAX_ASKED: usize = 16;
+
+/// `tasks/result` requests waiting on one task at once.
+const MAX_WAITERS: usize = 16;
+
+/// The `_meta` key that ties a message to a task (2025-11-25).
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// The form of tasks a client speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Form {
+    /// The stateless revision's extension.
+    Extension,
+    /// 2025-11-25's experimental tasks.
+    Experimental,
+}
+
+/// What happens to a `tools/call` as far as tasks go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TaskPlan {
+    /// Answered directly.
+    Direct,
+    /// Becomes a task if not answered by then.
+    Window(Instant),
+    /// Becomes a task at once (the client asked for one).
+    Now,
+    /// Refused: only a task may run the tool, and the client did not ask for one.
+    RefuseRequired,
+    /// Refused: the client asked for a task of a tool that forbids them.
+    RefuseForbidden,
+    /// Sent as asked: the backend runs tasks in the client's form, and decides.
+    PassThrough,
+}
 
 /// Where a task is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +130,13 @@ pub(super) struct Task {
     pub asked: BTreeMap<String, AskedInput>,
     /// Says why it failed or was cancelled, when tether knows.
     pub message: Option<String>,
+    /// The handshake-era session that asked for it (2025-11-25 form): where
+    /// what the backend asks goes, and whose `tasks/list` shows it.
+    pub owner: Option<SessionId>,
+    /// Keys of `asked` already sent to a client as requests.
+    pub forwarded: BTreeSet<String>,
+    /// `tasks/result` requests waiting for it to finish.
+    pub waiters: Vec<(SessionId, RawId)>,
 }
 
 impl Task {
@@ -149,6 +198,13 @@ impl TaskStore {
         if self.tasks.values().any(|t| t.asked.len() > MAX_ASKED || (t.status.is_terminal() && !t.asked.is_empty())) {
             return Err("task inputs unbounded or left on a finished task".into());
         }
+        if self
+            .tasks
+            .values()
+            .any(|t| t.waiters.len() > MAX_WAITERS || (t.status.is_terminal() && !t.waiters.is_empty()))
+        {
+            return Err("tasks/result waiters unbounded or left on a finished task".into());
+        }
         Ok(())
     }
 }
@@ -179,25 +235,125 @@ impl Gateway {
         }
     }
 
-    /// When a call of a tool with `support` becomes a task: `Ok(None)` never
-    /// (answered directly), `Err(())` when only a task may run it and the client
-    /// did not declare tasks for this request.
-    pub(super) fn task_window(
+    /// The form of tasks `session` speaks, if any: stateless clients the
+    /// extension, handshake-era clients of 2025-11-25 the experimental form.
+    pub(super) fn task_form(&self, session: SessionId) -> Option<Form> {
+        if self.config.tasks.max_tasks == 0 {
+            return None;
+        }
+        let s = self.sessions.open.get(&session)?;
+        match s.era {
+            Era::Stateless => Some(Form::Extension),
+            _ if s.protocol_version.as_deref() == Some(EXPERIMENTAL_REVISION) => Some(Form::Experimental),
+            _ => None,
+        }
+    }
+
+    /// What a `tools/call` of `server`'s tool with `support` becomes; `asked`:
+    /// its params carry a `task` object (2025-11-25's request for a task).
+    pub(super) fn task_plan(
         &self,
         session: SessionId,
+        server: &str,
         support: crate::catalog::TaskSupport,
-    ) -> Result<Option<Instant>, ()> {
+        asked: bool,
+    ) -> TaskPlan {
         use crate::catalog::TaskSupport;
-        let Some(s) = self.sessions.open.get(&session).filter(|s| s.era == Era::Stateless) else { return Ok(None) };
-        if self.config.tasks.max_tasks == 0 {
-            return Ok(None);
+        let form = self.task_form(session);
+        if form.is_some_and(|form| self.backend_runs_tasks(server, form)) {
+            // The backend runs tasks in the client's form: they pass through.
+            return TaskPlan::PassThrough;
         }
-        match (support, declares_tasks(s.request_caps.as_ref())) {
-            (TaskSupport::Forbidden, _) => Ok(None),
-            (TaskSupport::Required, false) => Err(()),
-            (_, true) => Ok(Some(self.now + Self::duration(self.config.tasks.sync_window_ms))),
-            (_, false) => Ok(None),
+        match form {
+            None => TaskPlan::Direct,
+            Some(Form::Extension) => {
+                let declared =
+                    self.sessions.open.get(&session).is_some_and(|s| declares_tasks(s.request_caps.as_ref()));
+                match (support, declared) {
+                    (TaskSupport::Forbidden, _) => TaskPlan::Direct,
+                    (TaskSupport::Required, false) => TaskPlan::RefuseRequired,
+                    (_, true) => TaskPlan::Window(self.now + Self::duration(self.config.tasks.sync_window_ms)),
+                    (_, false) => TaskPlan::Direct,
+                }
+            }
+            Some(Form::Experimental) => match (support, asked) {
+                (TaskSupport::Forbidden, true) => TaskPlan::RefuseForbidden,
+                (_, true) => TaskPlan::Now,
+                (TaskSupport::Required, false) => TaskPlan::RefuseRequired,
+                (_, false) => TaskPlan::Direct,
+            },
         }
+    }
+
+    /// Refuses a call its [`TaskPlan`] refuses, in the form the client speaks.
+    pub(super) fn refuse_task_plan(&mut self, session: SessionId, id: &str, name: &str, plan: TaskPlan) {
+        match (self.task_form(session), plan) {
+            (Some(Form::Extension), _) => self.refuse_task_required(session, id, name),
+            (_, TaskPlan::RefuseForbidden) => {
+                let msg = format!("tool '{name}' does not run as a task: call it without params.task");
+                self.reply_error(session, id, code::METHOD_NOT_FOUND, &msg, None);
+            }
+            _ => {
+                let msg = format!("tool '{name}' runs only as a task: call it with params.task");
+                self.reply_error(session, id, code::METHOD_NOT_FOUND, &msg, None);
+            }
+        }
+    }
+
+    /// Whether `server` runs tasks itself, in `form`: a stateless backend that
+    /// announced the extension, a 2025-11-25 one whose `tools/call` takes tasks.
+    /// Tasks pass through to such a backend for clients of the same form; for
+    /// clients of the other form tether runs them.
+    pub(super) fn backend_runs_tasks(&self, server: &str, form: Form) -> bool {
+        let Some(b) = self.backends.get(server) else { return false };
+        let caps = &b.capabilities;
+        match (form, b.era) {
+            (Form::Extension, Era::Stateless) => {
+                caps.get("extensions").and_then(|e| e.get(EXTENSION)).is_some_and(Value::is_object)
+            }
+            (Form::Experimental, Era::Handshake) => caps
+                .get("tasks")
+                .and_then(|t| t.get("requests"))
+                .and_then(|r| r.get("tools"))
+                .and_then(|t| t.get("call"))
+                .is_some_and(Value::is_object),
+            _ => false,
+        }
+    }
+
+    /// The backend a passed-through task id names (`{server}{separator}{id}`),
+    /// and the backend's own id, when that backend runs tasks in `form`.
+    fn task_backend(&self, task_id: &str, form: Form) -> Option<(ServerName, String)> {
+        let separator = self.config.separator.as_str();
+        self.backends.keys().filter(|name| self.backend_runs_tasks(name, form)).find_map(|name| {
+            let own = task_id.strip_prefix(&**name)?.strip_prefix(separator)?;
+            (!own.is_empty()).then(|| (name.clone(), own.to_string()))
+        })
+    }
+
+    /// A backend's answer about its tasks, with every task id in it namespaced
+    /// for clients (`taskId`, `task.taskId`, and the related-task `_meta`).
+    pub(super) fn namespace_task_ids(&self, server: &str, result: &str) -> Option<String> {
+        let mut result: Map<String, Value> = serde_json::from_str(result).ok()?;
+        let prefix = format!("{server}{}", self.config.separator);
+        let rename = |v: &mut Value| {
+            if let Some(Value::String(id)) = v.get_mut("taskId") {
+                id.insert_str(0, &prefix);
+            }
+        };
+        if result.contains_key("taskId") {
+            let mut whole = Value::Object(core::mem::take(&mut result));
+            rename(&mut whole);
+            let Value::Object(m) = whole else { unreachable!("an object") };
+            result = m;
+        }
+        if let Some(task) = result.get_mut("task") {
+            rename(task);
+        }
+        if let Some(related) = result.get_mut("_meta").and_then(|m| m.get_mut(RELATED_TASK)) {
+            rename(related);
+        }
+        serde_json::to_string(&result).ok()
     }
 
     /// A tool only a task may run, called by a client that did not declare tasks.
@@ -217,22 +373,39 @@ impl Gateway {
     pub(super) fn task_window_passed(&mut self, call_id: u64) {
         self.router.task_windows.remove(&call_id);
         let now = self.now;
-        let Some(Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get(&call_id) else { return };
+        let Some(call) = self.router.calls.get(&call_id) else { return };
+        let CallKind::Client(cc) = &call.kind else { return };
         if cc.task.is_some() || cc.awaiting_input.is_some() || cc.task_window.map_or(true, |w| w > now) {
             return;
         }
-        let (session, client_id) = (cc.session, cc.id.clone());
-        let server = self.router.calls[&call_id].server.clone();
-        if !self.room_for_task() {
-            // Full of running tasks: this call is answered directly.
-            if let Some(Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get_mut(&call_id) {
-                cc.task_window = None;
+        let server = call.server.clone();
+        let mut cc = cc.clone();
+        // Full of running tasks: the call is answered directly.
+        let minted = self.mint_task(&server, &mut cc);
+        let hard = self.config.policy_for(&server).request_timeout_max_ms;
+        if let Some(call) = self.router.calls.get_mut(&call_id) {
+            if minted {
+                // Nobody waits on the call now: only its hard maximum bounds it.
+                call.deadline = Some((cc.created + Self::duration(hard)).max(now));
             }
-            return;
+            call.kind = CallKind::Client(cc);
         }
+    }
+
+    /// Makes `call` (of `server`) run for a new task: the client is answered
+    /// with the task, in its form, and the call's outcome goes to the task from
+    /// now on. `false` when the store is full of running tasks (the call stays
+    /// a direct one).
+    pub(super) fn mint_task(&mut self, server: &ServerName, call: &mut ClientCall) -> bool {
+        call.task_window = None;
+        if !self.room_for_task() {
+            return false;
+        }
+        let now = self.now;
         let task_id = self.unguessable_id();
         let ttl_ms = self.config.tasks.ttl_ms;
         let unix = self.unix_ms(now);
+        let form = self.task_form(call.session).unwrap_or(Form::Extension);
         let task = Task {
             server: server.clone(),
             status: TaskStatus::Working,
@@ -244,21 +417,20 @@ impl Gateway {
             outcome: None,
             asked: BTreeMap::new(),
             message: None,
+            owner: (form == Form::Experimental).then_some(call.session),
+            forwarded: BTreeSet::new(),
+            waiters: Vec::new(),
         };
-        let created = format!(r#"{{"resultType":"task",{}}}"#, self.task_fields(&task_id, &task));
+        let created = match form {
+            Form::Extension => format!(r#"{{"resultType":"task",{}}}"#, self.task_fields(&task_id, &task, form)),
+            Form::Experimental => format!(r#"{{"task":{{{}}}}}"#, self.task_fields(&task_id, &task, form)),
+        };
         self.tasks.expiries.insert((task.expires, task_id.clone()));
         self.tasks.tasks.insert(task_id.clone(), task);
-        self.reply(session, &client_id, &created);
-        let hard = self.config.policy_for(&server).request_timeout_max_ms;
-        if let Some(call) = self.router.calls.get_mut(&call_id) {
-            if let CallKind::Client(cc) = &mut call.kind {
-                // Nobody waits on the call now: only its hard maximum bounds it.
-                call.deadline = Some((cc.created + Self::duration(hard)).max(now));
-                cc.id = RawId::new(format!("{SENTINEL}{task_id}"));
-                cc.task = Some(task_id);
-                cc.task_window = None;
-            }
-        }
+        self.reply(call.session, &call.id, &created);
+        call.id = RawId::new(format!("{SENTINEL}{task_id}"));
+        call.task = Some(task_id);
+        true
     }
 
     /// Whether one more task fits, after dropping the oldest finished one if needed.
@@ -281,11 +453,16 @@ impl Gateway {
         format!("{a:016x}{b:016x}")
     }
 
-    /// The task members every task message carries (raw `"key":value` pairs).
-    fn task_fields(&self, id: &str, t: &Task) -> String {
+    /// The task members every task message carries (raw `"key":value` pairs),
+    /// as `form` names them.
+    fn task_fields(&self, id: &str, t: &Task, form: Form) -> String {
         let message = t.message.as_deref().map(|m| format!(r#","statusMessage":{}"#, protocol::quote(m)));
+        let (ttl, poll) = match form {
+            Form::Extension => ("ttlMs", "pollIntervalMs"),
+            Form::Experimental => ("ttl", "pollInterval"),
+        };
         format!(
-            r#""taskId":{},"status":"{}","createdAt":"{}","lastUpdatedAt":"{}","ttlMs":{},"pollIntervalMs":{}{}"#,
+            r#""taskId":{},"status":"{}","createdAt":"{}","lastUpdatedAt":"{}","{ttl}":{},"{poll}":{}{}"#,
             protocol::quote(id),
             t.status.as_str(),
             crate::time::rfc3339(t.created_unix_ms),
@@ -330,37 +507,104 @@ impl Gateway {
             (t.server.clone(), core::mem::take(&mut t.asked))
         };
         self.refuse_inputs(&asked.0, asked.1.values());
+        self.task_ended(task_id);
     }
 
-    /// A request of a client: `tasks/get`, `tasks/update` or `tasks/cancel`.
+    /// A task reached a terminal status: the `tasks/result` requests waiting on
+    /// it get its outcome.
+    fn task_ended(&mut self, task_id: &str) {
+        let Some(t) = self.tasks.tasks.get_mut(task_id) else { return };
+        t.forwarded.clear();
+        let waiters = core::mem::take(&mut t.waiters);
+        for (session, id) in waiters {
+            self.answer_task_result(session, &id, task_id);
+        }
+    }
+
+    /// `tasks/result` of a finished task: the call's own result (tied to the
+    /// task in its `_meta`) or its error.
+    fn answer_task_result(&mut self, session: SessionId, id: &str, task_id: &str) {
+        let Some(t) = self.tasks.tasks.get(task_id) else { return };
+        match t.outcome.clone() {
+            Some(Ok(result)) => {
+                let members = format!(r#""{RELATED_TASK}":{{"taskId":{}}}"#, protocol::quote(task_id));
+                let result = protocol::params_with_meta(Some(&result), &members);
+                self.reply(session, id, &result);
+            }
+            Some(Err(error)) => {
+                let frame = protocol::raw_error_response(id, &error);
+                if let Some(s) = self.sessions.open.get_mut(&session) {
+                    s.in_flight.remove(id);
+                }
+                self.reply_to_client(session, id, frame);
+            }
+            None => {
+                let why = t.message.clone().unwrap_or_else(|| "cancelled".into());
+                let msg = format!("task {} was cancelled: {why}", protocol::quote(task_id));
+                self.reply_error(session, id, code::INTERNAL_ERROR, &msg, None);
+            }
+        }
+    }
+
+    /// A session closed: its `tasks/result` requests stop waiting (the tasks go on).
+    pub(super) fn forget_task_waiters(&mut self, session: SessionId) {
+        for t in self.tasks.tasks.values_mut() {
+            t.waiters.retain(|(s, _)| *s != session);
+        }
+    }
+
+    /// A request of a client about tasks: `tasks/get`, `tasks/update`,
+    /// `tasks/cancel` (the extension), `tasks/get`, `tasks/result`,
+    /// `tasks/list`, `tasks/cancel` (2025-11-25).
     pub(super) fn task_request(&mut self, session: SessionId, id: &RawId, method: &str, params: Option<&str>) {
-        let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
-        if !stateless || self.config.tasks.max_tasks == 0 {
+        let form = self.task_form(session);
+        let known = match form {
+            Some(Form::Extension) => matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel"),
+            Some(Form::Experimental) => matches!(method, "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel"),
+            None => false,
+        };
+        if !known {
             let msg = format!("method not found: {method}");
             return self.reply_error(session, id, code::METHOD_NOT_FOUND, &msg, None);
         }
-        let caps = self.sessions.open.get_mut(&session).and_then(|s| s.request_caps.take());
-        if !declares_tasks(caps.as_ref()) {
-            let msg = format!("{method} needs the {EXTENSION} extension declared in clientCapabilities");
-            let data = format!(r#"{{"requiredCapabilities":{{"extensions":{{"{EXTENSION}":{{}}}}}}}}"#);
-            let code = stateless_code::MISSING_REQUIRED_CLIENT_CAPABILITY;
-            return self.reply_error(session, id, code, &msg, Some(&data));
+        if form == Some(Form::Extension) {
+            let caps = self.sessions.open.get(&session).and_then(|s| s.request_caps.as_ref());
+            if !declares_tasks(caps) {
+                let msg = format!("{method} needs the {EXTENSION} extension declared in clientCapabilities");
+                let data = format!(r#"{{"requiredCapabilities":{{"extensions":{{"{EXTENSION}":{{}}}}}}}}"#);
+                let code = stateless_code::MISSING_REQUIRED_CLIENT_CAPABILITY;
+                return self.reply_error(session, id, code, &msg, Some(&data));
+            }
         }
         let params: Map<String, Value> = params.and_then(|p| serde_json::from_str(p).ok()).unwrap_or_default();
+        if method == "tasks/list" {
+            return self.list_tasks(session, id);
+        }
         let Some(task_id) = params.get("taskId").and_then(Value::as_str) else {
             return self.reply_error(session, id, code::INVALID_PARAMS, "missing taskId (a string)", None);
         };
-        if !self.tasks.tasks.contains_key(task_id) {
+        let Some(task) = self.tasks.tasks.get(task_id) else {
+            if let Some((server, own)) = form.and_then(|form| self.task_backend(task_id, form)) {
+                return self.pass_task_request(session, id.clone(), method, params, &server, &own);
+            }
             let msg = format!("unknown task {}: it never existed or has expired", protocol::quote(task_id));
             return self.reply_error(session, id, code::INVALID_PARAMS, &msg, None);
+        };
+        let (task_id, terminal) = (task_id.to_string(), task.status.is_terminal());
+        let form = form.expect("known above");
+        if let Some(s) = self.sessions.open.get_mut(&session) {
+            s.request_caps = None;
         }
-        let task_id = task_id.to_string();
-        match method {
-            "tasks/get" => {
+        match (method, form) {
+            ("tasks/get", Form::Extension) => {
                 let detailed = self.detailed_task(&task_id);
                 self.reply(session, id, &detailed);
             }
-            "tasks/update" => {
+            ("tasks/get", Form::Experimental) => {
+                let task = format!("{{{}}}", self.task_fields(&task_id, &self.tasks.tasks[&task_id], form));
+                self.reply(session, id, &task);
+            }
+            ("tasks/update", _) => {
                 let Some(Value::Object(responses)) = params.get("inputResponses") else {
                     return self.reply_error(
                         session,
@@ -373,11 +617,68 @@ impl Gateway {
                 self.answer_task_inputs(&task_id, responses);
                 self.reply(session, id, r#"{"resultType":"complete"}"#);
             }
+            ("tasks/result", _) if terminal => self.answer_task_result(session, id, &task_id),
+            ("tasks/result", _) => {
+                let t = self.tasks.tasks.get_mut(&task_id).expect("found above");
+                if t.waiters.len() >= MAX_WAITERS {
+                    let msg = "too many tasks/result requests wait on this task";
+                    return self.reply_error(session, id, code::OVERLOADED, msg, None);
+                }
+                t.waiters.push((session, id.clone()));
+                // Whoever waits for the result can answer what the task asks.
+                self.forward_task_inputs(&task_id, session);
+            }
+            ("tasks/cancel", Form::Experimental) if terminal => {
+                let msg = format!("cannot cancel task {}: it already finished", protocol::quote(&task_id));
+                self.reply_error(session, id, code::INVALID_PARAMS, &msg, None);
+            }
+            ("tasks/cancel", Form::Experimental) => {
+                self.cancel_task(&task_id, "cancelled by the client");
+                let task = format!("{{{}}}", self.task_fields(&task_id, &self.tasks.tasks[&task_id], form));
+                self.reply(session, id, &task);
+            }
             _ => {
                 self.cancel_task(&task_id, "cancelled by the client");
                 self.reply(session, id, r#"{"resultType":"complete"}"#);
             }
         }
+    }
+
+    /// A `tasks/*` request about a task its backend runs: sent there with the
+    /// backend's own id; the answer's ids are namespaced again.
+    fn pass_task_request(
+        &mut self,
+        session: SessionId,
+        id: RawId,
+        method: &str,
+        mut params: Map<String, Value>,
+        server: &ServerName,
+        own: &str,
+    ) {
+        let method: &'static str = match method {
+            "tasks/get" => "tasks/get",
+            "tasks/update" => "tasks/update",
+            "tasks/result" => "tasks/result",
+            _ => "tasks/cancel",
+        };
+        params.insert("taskId".into(), Value::String(own.to_string()));
+        let (params, progress) = super::calls::Forward::from_map(&params);
+        // Reading a task's state changes nothing: safe to retry.
+        let safe = matches!(method, "tasks/get" | "tasks/result");
+        let call = self.client_call(session, id, method, params, progress, safe, super::calls::Shape::TaskIds);
+        self.admit(server, call);
+    }
+
+    /// `tasks/list` (2025-11-25): the tasks this session asked for (ids are the
+    /// only key to a task, so no session sees another's), newest last, one page.
+    fn list_tasks(&mut self, session: SessionId, id: &RawId) {
+        let mut mine: Vec<(&String, &Task)> =
+            self.tasks.tasks.iter().filter(|(_, t)| t.owner == Some(session)).collect();
+        mine.sort_by_key(|(_, t)| t.created);
+        let tasks: Vec<String> =
+            mine.iter().map(|(tid, t)| format!("{{{}}}", self.task_fields(tid, t, Form::Experimental))).collect();
+        let result = format!(r#"{{"tasks":[{}]}}"#, tasks.join(","));
+        self.reply(session, id, &result);
     }
 
     /// `tasks/get`'s answer: the task, with its result, error or pending inputs.
@@ -399,7 +700,7 @@ impl Gateway {
             }
             (None, _) => String::new(),
         };
-        format!(r#"{{"resultType":"complete",{}{extra}}}"#, self.task_fields(task_id, t))
+        format!(r#"{{"resultType":"complete",{}{extra}}}"#, self.task_fields(task_id, t, Form::Extension))
     }
 
     /// `tasks/update`: answers to what the backend asked go to it; keys it did
@@ -475,6 +776,7 @@ impl Gateway {
         t.message = Some(why.to_string());
         let (server, asked) = (t.server.clone(), core::mem::take(&mut t.asked));
         self.refuse_inputs(&server, asked.values());
+        self.task_ended(task_id);
     }
 
     /// A task's time is up: it goes (a running one is cancelled first).
@@ -503,11 +805,14 @@ impl Gateway {
         params: Option<&str>,
         capability: &str,
     ) {
+        let experimental = self.tasks.tasks.get(task_id).is_some_and(|t| t.owner.is_some());
         let declared = match self.router.calls.get(&call) {
-            Some(Call { kind: CallKind::Client(cc), .. }) => {
-                cc.caps.as_ref().is_some_and(|caps| caps.get(capability).is_some_and(Value::is_object))
+            // A stateless client declares per request what it can be asked.
+            Some(Call { kind: CallKind::Client(ClientCall { caps: Some(caps), .. }), .. }) => {
+                caps.get(capability).is_some_and(Value::is_object)
             }
-            _ => false,
+            // 2025-11-25: kept until a session of the client that can answer is there.
+            _ => experimental,
         };
         let generation = self.backends[server].sup.generation();
         let unix = self.unix_ms(self.now);
@@ -538,6 +843,66 @@ impl Gateway {
         );
         t.status = TaskStatus::InputRequired;
         t.updated_unix_ms = unix;
+        // 2025-11-25: asked of the client that owns the task, if it is there.
+        if let Some(owner) = t.owner {
+            self.forward_task_inputs(task_id, owner);
+        }
+    }
+
+    /// Sends what a (2025-11-25) task asks, and was not sent yet, to `session`
+    /// as requests tied to the task; its answers go to the backend (see
+    /// [`Gateway::task_input_answered`]). Only inputs the session can answer.
+    fn forward_task_inputs(&mut self, task_id: &str, session: SessionId) {
+        let Some(t) = self.tasks.tasks.get(task_id) else { return };
+        let Some(s) = self.sessions.open.get(&session) else { return };
+        let pending: Vec<(String, AskedInput)> = t
+            .asked
+            .iter()
+            .filter(|(key, a)| !t.forwarded.contains(*key) && capability(&a.method).is_some_and(|c| s.supports(c)))
+            .map(|(k, a)| (k.clone(), a.clone()))
+            .collect();
+        let server = t.server.clone();
+        for (key, asked) in pending {
+            if self.router.server_requests.len() >= self.config.limits.max_pending_server_requests as usize {
+                return;
+            }
+            let client_id = self.alloc_id();
+            let members = format!(r#""{RELATED_TASK}":{{"taskId":{}}}"#, protocol::quote(task_id));
+            let params = protocol::params_with_meta(asked.params.as_deref(), &members);
+            let defaults = (asked.method == "elicitation/create")
+                .then(|| protocol::elicitation_defaults(asked.params.as_deref()))
+                .flatten();
+            self.router.server_requests.insert(
+                client_id,
+                super::calls::ServerRequest {
+                    server: server.clone(),
+                    generation: asked.generation,
+                    backend_id: asked.backend_id.clone(),
+                    session,
+                    related: None,
+                    round: None,
+                    defaults,
+                    task: Some((task_id.to_string(), key.clone())),
+                },
+            );
+            if let Some(t) = self.tasks.tasks.get_mut(task_id) {
+                t.forwarded.insert(key);
+            }
+            self.to_client(session, protocol::request(client_id, &asked.method, Some(&params)));
+        }
+    }
+
+    /// A client answered a request a (2025-11-25) task asked: it is no longer pending.
+    pub(super) fn task_input_answered(&mut self, task_id: &str, key: &str) {
+        let unix = self.unix_ms(self.now);
+        let Some(t) = self.tasks.tasks.get_mut(task_id) else { return };
+        t.forwarded.remove(key);
+        if t.asked.remove(key).is_some() {
+            t.updated_unix_ms = unix;
+        }
+        if t.asked.is_empty() && t.status == TaskStatus::InputRequired {
+            t.status = TaskStatus::Working;
+        }
     }
 
     /// Answers inputs nobody will give any more: an elicitation is cancelled,

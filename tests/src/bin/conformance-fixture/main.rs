@@ -11,10 +11,13 @@
 //!   per-request `_meta`, `input_required` results instead of server-to-client
 //!   requests, `subscriptions/listen` ([`stateless`]; run e).
 //!
-//! Both offer the same catalog ([`catalog`]); the handshake mode adds the tools of
-//! the `tasks-*` scenarios ([`tasks_tools`]: `greet`, `slow_compute`, `failing_job`,
-//! `protocol_error_job`, `confirm_delete`, `multi_input`, `test_tool_with_task`),
-//! which the gateway in front runs as tasks:
+//! Both offer the same catalog ([`catalog`]) and the tools of the `tasks-*`
+//! scenarios ([`tasks_tools`]: `greet`, `slow_compute`, `failing_job`,
+//! `protocol_error_job`, `confirm_delete`, `multi_input`, `test_tool_with_task`).
+//! The handshake mode has no tasks: the gateway in front runs those tools as tasks.
+//! The stateless mode implements the tasks extension itself ([`tasks`]), so the
+//! gateway passes tasks through to it.
+//!
 //!
 //! - Tools: `test_simple_text`, `test_image_content`, `test_audio_content`,
 //!   `test_embedded_resource`, `test_multiple_content_types`, `test_tool_with_logging`
@@ -52,6 +55,7 @@ mod catalog;
 mod handshake;
 mod request_state;
 mod stateless;
+mod tasks;
 mod tasks_tools;
 mod wire;
 

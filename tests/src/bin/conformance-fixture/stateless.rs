@@ -23,6 +23,16 @@
 //!   the client's `notifications/cancelled`.
 //! - Log messages only at the request's `_meta` log level; progress on its
 //!   `_meta.progressToken`.
+//! - The tasks extension (SEP-2663) natively ([`tasks`]): `server/discover` lists
+//!   it under `capabilities.extensions`; a `tools/call` of a task-supporting tool of
+//!   [`tasks_tools`] from a request that declares it returns a `CreateTaskResult`
+//!   (the server alone decides: a legacy `task` param changes nothing), and
+//!   `tasks/get`, `tasks/update`, `tasks/cancel` serve such tasks (-32021 without
+//!   the extension; `tasks/result` and `tasks/list` are -32601). Without the
+//!   extension the optional ones run synchronously (their questions as
+//!   `input_required`), the required ones (`failing_job`, `test_tool_with_task`)
+//!   are -32021. `test_tool_with_task` first asks the user's name the
+//!   `input_required` way, then creates its task on the round that brings it.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +43,8 @@ use serde_json::{json, Map, Value};
 
 use crate::catalog::{self, Dynamic, Level, INPUT_PROMPT, WATCHED_URI, WATCH_INTERVAL};
 use crate::request_state::Minter;
+use crate::tasks::{self, input_key};
+use crate::tasks_tools::{self, Cancel, USER_NAME_KEY};
 use crate::wire::{
     code, lock, params_object, parse_line, required_str, text_result, tool_arguments, tool_error, Answer, Incoming,
     Out, RpcError,
@@ -62,6 +74,9 @@ const METHODS: &[&str] = &[
     "prompts/get",
     "completion/complete",
     "subscriptions/listen",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
 ];
 
 /// How long clients may cache `server/discover` (it never changes).
@@ -130,6 +145,23 @@ impl RequestMeta {
         self.capabilities.get(capability).is_some_and(Value::is_object)
     }
 
+    /// Whether the request declares the tasks extension (`extensions[...]`, an object).
+    fn declares_tasks(&self) -> bool {
+        self.capabilities.get("extensions").and_then(|e| e.get(tasks::EXTENSION)).is_some_and(Value::is_object)
+    }
+
+    /// -32021 naming the tasks extension, unless the request declares it.
+    fn require_tasks(&self) -> Result<(), RpcError> {
+        if self.declares_tasks() {
+            return Ok(());
+        }
+        Err(RpcError {
+            code: code::MISSING_CAPABILITY,
+            message: format!("Missing required client capability: extension {}", tasks::EXTENSION),
+            data: Some(json!({ "requiredCapabilities": { "extensions": { (tasks::EXTENSION): {} } } })),
+        })
+    }
+
     /// -32021 naming every capability of `needed` the request does not declare.
     fn require(&self, needed: &[&str]) -> Result<(), RpcError> {
         let missing: Map<String, Value> =
@@ -171,6 +203,8 @@ pub struct Server {
     states: Minter,
     listens: Mutex<Vec<Listen>>,
     calls: Mutex<Calls>,
+    /// The tasks of the tasks extension.
+    tasks: Arc<tasks::Store>,
     /// How often the watched resource has changed.
     watched_revision: AtomicU64,
 }
@@ -238,7 +272,11 @@ impl Server {
     fn dispatch(&self, method: &str, params: &Map<String, Value>, meta: &RequestMeta) -> Answer {
         match method {
             "server/discover" => Ok(cacheable(self.discover(), DISCOVER_TTL_MS)),
-            "tools/list" => Ok(cacheable(json!({ "tools": catalog::tools(&self.dynamic) }), LIST_TTL_MS)),
+            "tools/list" => {
+                let mut tools = catalog::tools(&self.dynamic);
+                tools.extend(tasks_tools::tools());
+                Ok(cacheable(json!({ "tools": tools }), LIST_TTL_MS))
+            }
             "resources/list" => Ok(cacheable(json!({ "resources": catalog::resources() }), LIST_TTL_MS)),
             "resources/templates/list" => {
                 Ok(cacheable(json!({ "resourceTemplates": catalog::resource_templates(true) }), LIST_TTL_MS))
@@ -257,6 +295,9 @@ impl Server {
             }
             "prompts/get" => catalog::get_prompt(params, &self.dynamic),
             "completion/complete" => catalog::complete(params),
+            "tasks/get" => meta.require_tasks().and_then(|()| self.tasks.get(params)),
+            "tasks/update" => meta.require_tasks().and_then(|()| self.tasks.update(params)),
+            "tasks/cancel" => meta.require_tasks().and_then(|()| self.tasks.cancel(params)),
             _ => Err(RpcError::method_not_found(method)),
         }
     }
@@ -312,7 +353,8 @@ impl Server {
                 "resources": { "subscribe": true },
                 "prompts": { "listChanged": true },
                 "logging": {},
-                "completions": {}
+                "completions": {},
+                "extensions": { (tasks::EXTENSION): {} }
             },
             "instructions": "Test fixture for the MCP conformance suite's server scenarios (stateless revision)."
         })
@@ -389,6 +431,10 @@ impl Server {
     fn call_tool(&self, params: &Map<String, Value>, meta: &RequestMeta) -> Answer {
         let name = required_str(params, "name")?;
         let args = tool_arguments(params)?;
+        if let Some(listing) = tasks_tools::tools().into_iter().find(|tool| tool["name"] == name) {
+            let support = listing["execution"]["taskSupport"].as_str().map(str::to_string);
+            return self.call_task_tool(name, args, support.as_deref(), params, meta);
+        }
         if let Some(result) = catalog::plain_tool(name, &args, &self.dynamic) {
             return Ok(result);
         }
@@ -414,6 +460,40 @@ impl Server {
         Ok(result)
     }
 
+    /// A tool of the tasks scenarios; `support` is its `execution.taskSupport`
+    /// (`None`: never a task). With the extension declared a task-supporting tool
+    /// becomes a task; without it an optional one runs here and a required one is
+    /// -32021. `test_tool_with_task` asks the user's name first, `input_required`.
+    fn call_task_tool(
+        &self,
+        name: &str,
+        args: Map<String, Value>,
+        support: Option<&str>,
+        params: &Map<String, Value>,
+        meta: &RequestMeta,
+    ) -> Answer {
+        let native = meta.declares_tasks() && support.is_some();
+        if support == Some("required") {
+            meta.require_tasks()?;
+        }
+        let round =
+            Round::new(&self.states, params, json!({ "method": "tools/call", "name": name, "arguments": args }))?;
+        let mut prefilled = Map::new();
+        if name == "test_tool_with_task" {
+            let asked = catalog::ask_string("What is your name?", "name");
+            match round.elicit(meta, USER_NAME_KEY, asked) {
+                Ok(answer) => {
+                    prefilled.insert(USER_NAME_KEY.to_string(), answer.clone());
+                }
+                Err(halt) => return halt.into_answer(),
+            }
+        }
+        if native {
+            return Ok(self.tasks.create(name, args, prefilled, meta.declares("elicitation")));
+        }
+        sync_task_tool(name, &args, &round, meta)
+    }
+
     /// [`INPUT_PROMPT`]: asks the user for context, then builds the prompt with it.
     fn input_prompt(&self, params: &Map<String, Value>, meta: &RequestMeta) -> Answer {
         let subject = json!({ "method": "prompts/get", "name": INPUT_PROMPT, "arguments": params.get("arguments") });
@@ -436,6 +516,41 @@ impl Server {
         // A read that needed input is about this one request: not for caches.
         step.map(|result| cacheable(result, 0)).or_else(Halt::into_answer)
     }
+}
+
+/// A tool of the tasks scenarios run synchronously (no task): its questions are
+/// answered from the request's `inputResponses`; those still unanswered make an
+/// `input_required` result (keyed by [`input_key`], so the retry brings answers
+/// under the same keys; no state needed).
+fn sync_task_tool(name: &str, args: &Map<String, Value>, round: &Round<'_>, meta: &RequestMeta) -> Answer {
+    let missing = Mutex::new(Map::new());
+    let invalid = Mutex::new(None);
+    let elicit = |request: Option<&str>, asked: Value| {
+        let key = input_key(request, &asked);
+        match round.response(&key, check_elicit) {
+            Ok(Some(answer)) => Ok(answer.clone()),
+            Ok(None) => {
+                lock(&missing).insert(key, json!({ "method": "elicitation/create", "params": asked }));
+                Err("not answered yet".to_string())
+            }
+            Err(e) => {
+                let why = e.message.clone();
+                *lock(&invalid) = Some(e);
+                Err(why)
+            }
+        }
+    };
+    let answer = tasks_tools::call(name, args, &Cancel::default(), &elicit)
+        .unwrap_or_else(|| Err(RpcError::invalid_params(format!("Unknown tool: {name}"))));
+    if let Some(e) = lock(&invalid).take() {
+        return Err(e);
+    }
+    let missing = std::mem::take(&mut *lock(&missing));
+    if missing.is_empty() {
+        return answer;
+    }
+    meta.require(&["elicitation"])?;
+    Ok(round.input_required(missing, Value::Null))
 }
 
 /// The tools that need the client, on the stateless side: each returns its result,
@@ -644,7 +759,7 @@ type Step<T> = Result<T, Halt>;
 type Check = fn(&Value) -> Result<(), &'static str>;
 
 /// An `ElicitResult`: `action` accept, decline or cancel; `content` an object if any.
-fn check_elicit(answer: &Value) -> Result<(), &'static str> {
+pub(crate) fn check_elicit(answer: &Value) -> Result<(), &'static str> {
     let action = answer.get("action").and_then(Value::as_str);
     if !matches!(action, Some("accept" | "decline" | "cancel")) {
         return Err("an elicitation result needs 'action': accept, decline or cancel");

@@ -1,12 +1,14 @@
-//! The tools of the suite's `tasks-*` scenarios (handshake mode only): `greet`,
-//! `slow_compute`, `failing_job`, `protocol_error_job`, `confirm_delete`,
-//! `multi_input` and `test_tool_with_task`.
+//! The tools of the suite's `tasks-*` scenarios: `greet`, `slow_compute`,
+//! `failing_job`, `protocol_error_job`, `confirm_delete`, `multi_input` and
+//! `test_tool_with_task`.
 //!
-//! The fixture does not implement tasks and declares no `tasks` capability: the
-//! gateway in front of it creates the tasks, so these tools only behave like slow,
-//! long-running ones. Their listings say, with `execution.taskSupport`, which of
-//! them a gateway may (or must) run as a task. Each runs on its call's own thread;
-//! its pauses end at once when the client cancels the call (see [`Cancel`]).
+//! In handshake mode the fixture does not implement tasks and declares no `tasks`
+//! capability: the gateway in front of it creates the tasks, so these tools only
+//! behave like slow, long-running ones. The stateless mode runs the same tools as
+//! its own tasks ([`crate::tasks`]), with an `elicit` that parks the task in
+//! `input_required`. Their listings say, with `execution.taskSupport`, which of
+//! them may (or must) run as a task. Each runs on its call's (or task's) own
+//! thread; its pauses end at once when the call is cancelled (see [`Cancel`]).
 
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::thread;
@@ -23,7 +25,7 @@ const JOB_DELAY: Duration = Duration::from_millis(1500);
 
 /// The request id of `test_tool_with_task`'s question: a gateway serving a
 /// stateless-era client names the `input_required` entry after it.
-const USER_NAME_KEY: &str = "user_name";
+pub const USER_NAME_KEY: &str = "user_name";
 
 /// The result a cancelled call returns. Never sent: the handshake mode drops the
 /// answer of a call the client cancelled.
