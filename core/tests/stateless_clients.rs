@@ -132,6 +132,7 @@ fn a_handshake_backends_sampling_request_becomes_input_required_and_the_retry_re
     sim.note("fs asks its client to sample, the handshake-era way");
     let sampling = json!({"messages":[{"role":"user","content":{"type":"text","text":"hi?"}}],"maxTokens":5});
     sim.backend("fs", json!({"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params": sampling}));
+    sim.advance(50); // the moment tether waits for more requests of the same round
     let answer = sim.response(1)["result"].clone();
     assert_eq!(answer["resultType"], "input_required", "{answer}");
     let requests = answer["inputRequests"].as_object().unwrap();
@@ -207,6 +208,7 @@ fn an_unanswered_input_request_is_declined_when_the_call_times_out() {
     let mut sim = booted(true);
     sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({"elicitation":{}}))}));
     sim.backend("fs", json!({"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":{"message":"name?"}}));
+    sim.advance(50); // the moment tether waits for more requests of the same round
     assert_eq!(sim.response(1)["result"]["resultType"], "input_required");
     sim.advance(Config::default().policy.request_timeout_max_ms + 1);
     assert!(sim.log.contains(r#"fs#1 <- {"jsonrpc":"2.0","id":"e1","result":{"action":"cancel"}}"#), "{}", sim.log);
@@ -218,6 +220,7 @@ fn a_backend_lost_while_waiting_for_input_fails_the_retry_not_the_answered_reque
     let mut sim = booted(true);
     sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({"roots":{}}))}));
     sim.backend("fs", json!({"jsonrpc":"2.0","id":7,"method":"roots/list"}));
+    sim.advance(50); // the moment tether waits for more requests of the same round
     let answer = sim.response(1)["result"].clone();
     let key = answer["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
     sim.exit("fs", Some(1));
@@ -238,6 +241,7 @@ fn an_id_used_again_after_input_required_gets_its_own_answer() {
     sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({"roots":{}}))}));
     let waiting = sim.last_request("fs", "tools/call");
     sim.backend("fs", json!({"jsonrpc":"2.0","id":"r1","method":"roots/list"}));
+    sim.advance(50); // the moment tether waits for more requests of the same round
     let answer = sim.response(1)["result"].clone();
     assert_eq!(answer["resultType"], "input_required");
     sim.note("the client sends a new request under id 1 before it retries");
@@ -279,6 +283,7 @@ fn over_http_each_stateless_request_is_its_own_session_and_a_call_waiting_for_in
     sim.session(p2, json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": call_params(json!({"roots":{}}))}));
     let call = sim.last_request("fs", "tools/call");
     sim.backend("fs", json!({"jsonrpc":"2.0","id":"r1","method":"roots/list"}));
+    sim.advance(50); // the moment tether waits for more requests of the same round
     let answer = sim.frames_to(p2)[0]["result"].clone();
     assert_eq!(answer["resultType"], "input_required");
     assert_eq!(closes(&sim, p2), 1);
@@ -406,4 +411,40 @@ fn a_stateless_clients_log_level_brings_it_the_backends_messages_during_its_call
     m["io.modelcontextprotocol/logLevel"] = json!("loud");
     sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta": m}}));
     assert_eq!(sim.response(2)["error"]["code"], -32602);
+}
+
+/// A handshake-era backend may have several requests out at once; a stateless
+/// client gets them in one `input_required` round, as a stateless server asks.
+#[test]
+fn requests_a_backend_sends_together_make_one_round_and_a_later_one_the_next() {
+    let mut sim = booted(true);
+    let caps = json!({"elicitation":{},"sampling":{},"roots":{}});
+    sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(caps.clone())}));
+    let sampling = json!({"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":5});
+    sim.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","id":"user_name","method":"elicitation/create","params":{"message":"name?"}}),
+    );
+    sim.advance(10);
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"greeting","method":"sampling/createMessage","params": sampling}));
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"client_roots","method":"roots/list"}));
+    assert!(sim.responses_for(1).is_empty(), "still gathering");
+    sim.advance(40);
+    let answer = sim.response(1)["result"].clone();
+    let keys: Vec<&String> = answer["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["client_roots", "greeting", "user_name"], "{answer}");
+    sim.note("a request after the round was answered waits for the retry's round");
+    sim.advance(100);
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"late","method":"elicitation/create","params":{"message":"again?"}}));
+    let mut retry = call_params(caps);
+    retry["requestState"] = answer["requestState"].clone();
+    retry["inputResponses"] = json!({
+        "user_name": {"action":"accept","content":{"name":"Al"}},
+        "greeting": {"role":"assistant","content":{"type":"text","text":"hello"},"model":"m"},
+        "client_roots": {"roots":[]},
+    });
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": retry}));
+    let second = sim.response(2)["result"].clone();
+    assert_eq!(second["resultType"], "input_required");
+    assert_eq!(second["inputRequests"].as_object().unwrap().keys().collect::<Vec<_>>(), ["late"]);
 }

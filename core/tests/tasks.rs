@@ -523,3 +523,36 @@ fn a_client_of_the_other_form_gets_tasks_tether_runs_even_from_a_backend_that_ru
     send(&mut sim, 20, 2, "tasks/result", json!({ "taskId": task }));
     assert_eq!(answer(&sim, 20, 2)["result"]["content"][0]["text"], "plain");
 }
+
+#[test]
+fn a_stateless_backends_input_required_during_a_task_is_answered_through_tasks_update() {
+    let mut sim = Sim::new(config());
+    sim.input(Input::WallClock { unix_ms: WALL });
+    let discover = json!({"resultType":"complete","supportedVersions":[STATELESS],"capabilities":{"tools":{}},"ttlMs":0,"cacheScope":"private"});
+    sim.answer("fs", "server/discover", discover);
+    let tools = json!({"resultType":"complete","tools":[{"name":"slow","inputSchema":{"type":"object"}}],"ttlMs":0,"cacheScope":"private"});
+    sim.answer("fs", "tools/list", tools);
+    let task = start_task(&mut sim, 10, "slow");
+    sim.note("fs (which runs no tasks) needs a name: tether's task waits for it");
+    let ask = json!({"resultType":"input_required","requestState":"st-1",
+        "inputRequests":{"name":{"method":"elicitation/create","params":{"message":"name?"}}}});
+    reply_last(&mut sim, ask);
+    let waiting = task_request(&mut sim, 11, "tasks/get", &task)["result"].clone();
+    assert_eq!(waiting["status"], "input_required");
+    assert_eq!(waiting["inputRequests"]["name"]["params"]["message"], "name?");
+    let params = json!({"taskId": task, "inputResponses": {"name": {"action":"accept","content":{"name":"Ada"}}}});
+    post(&mut sim, 12, 1, "tasks/update", params, with_tasks());
+    assert_eq!(answer(&sim, 12, 1)["result"], json!({"resultType":"complete"}));
+    sim.note("the call goes to fs again with the answer and fs's own requestState");
+    let (retry, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(params["requestState"], "st-1");
+    assert_eq!(params["inputResponses"]["name"]["content"]["name"], "Ada");
+    assert_eq!(task_request(&mut sim, 13, "tasks/get", &task)["result"]["status"], "working");
+    reply(&mut sim, "fs", retry, text_result("hello Ada"));
+    let done = task_request(&mut sim, 14, "tasks/get", &task)["result"].clone();
+    assert_eq!(
+        (done["status"].clone(), done["result"]["content"][0]["text"].clone()),
+        (json!("completed"), json!("hello Ada"))
+    );
+    assert_eq!(sim.requests_to("fs", "tools/call").len(), 2);
+}

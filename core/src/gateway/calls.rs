@@ -174,6 +174,17 @@ pub(super) struct PendingInput {
     pub deadline: Instant,
 }
 
+/// Requests a handshake-era backend asked during a stateless client's call,
+/// gathered for one `input_required` round.
+#[derive(Clone, Debug)]
+pub(super) struct Gathering {
+    /// When the client is asked.
+    pub deadline: Instant,
+    pub server: crate::io::ServerName,
+    /// By the key the client answers under.
+    pub asked: alloc::collections::BTreeMap<String, AskedInput>,
+}
+
 /// One backend request forwarded to a stateless client as an input request.
 #[derive(Clone, Debug)]
 pub(super) struct AskedInput {

@@ -510,7 +510,9 @@ impl Gateway {
             return self.input_answered(round, &r.backend_id, answer);
         }
         if let Some((task, key)) = &r.task {
-            self.task_input_answered(task, key);
+            if self.task_input_answered(task, key, answer) {
+                return;
+            }
         }
         let live =
             self.backends.get(&r.server).is_some_and(|b| b.sup.generation() == r.generation && b.sup.is_connected());

@@ -15,11 +15,17 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::{AskedInput, CallKind, PendingInput};
+use super::calls::{AskedInput, CallKind, Gathering, PendingInput};
 use super::Gateway;
 use crate::io::{RawId, SessionId};
 use crate::metrics::CallOutcome;
 use crate::protocol::{self, code, Era};
+
+/// How long the answer to a stateless client's call waits for more requests
+/// once a handshake-era backend asked one: requests sent together (a server
+/// asking elicitation, sampling and roots at once) make one `input_required`
+/// round, as a stateless server would ask them.
+const INPUT_GATHER_MS: u64 = 50;
 
 impl Gateway {
     /// The stateless client's call on `server` that a backend request arriving
@@ -71,12 +77,13 @@ impl Gateway {
             method: method.to_string(),
             params: params.map(String::from),
         };
-        let (awaiting, session, client_id) = (cc.awaiting_input.clone(), cc.session, cc.id.clone());
+        let awaiting = cc.awaiting_input.clone();
         // The backend names its request: a string id is a fine key (ids are unique
         // among a backend's requests in flight); anything else gets one of ours.
         let named = serde_json::from_str::<String>(backend_id).ok().filter(|k| !k.is_empty() && k.len() <= 64);
         let taken = |k: &String| {
             awaiting.as_ref().and_then(|s| self.router.pending_inputs.get(s)).is_some_and(|p| p.asked.contains_key(k))
+                || self.router.gathering.get(&call).is_some_and(|g| g.asked.contains_key(k))
         };
         let key = match named {
             Some(k) if !taken(&k) => k,
@@ -89,13 +96,39 @@ impl Gateway {
             }
             return;
         }
-        if self.router.pending_inputs.len() >= self.config.limits.max_pending_server_requests as usize {
+        if let Some(gathering) = self.router.gathering.get_mut(&call) {
+            gathering.asked.insert(key, asked);
+            return;
+        }
+        let waiting = self.router.pending_inputs.len() + self.router.gathering.len();
+        if waiting >= self.config.limits.max_pending_server_requests as usize {
             let msg = "too many calls waiting for client input";
             return self.to_backend(server, protocol::error_response(backend_id, code::OVERLOADED, msg, None), None);
         }
-        let mut asked_map = BTreeMap::new();
-        asked_map.insert(key, asked);
-        self.answer_input_required(session, &client_id, call, asked_map, None);
+        // What a backend asks together (its requests out at once) goes to the
+        // client in one round: the answer waits a moment for the rest.
+        let mut gathered = BTreeMap::new();
+        gathered.insert(key, asked);
+        let deadline = self.now + Self::duration(INPUT_GATHER_MS);
+        let gathering = Gathering { deadline, server: self.name(server), asked: gathered };
+        self.router.gathering.insert(call, gathering);
+    }
+
+    /// The moment for more requests of call `call` passed: the client is
+    /// answered `input_required` with everything gathered (or, if the call
+    /// ended meanwhile, the backend's requests are refused).
+    pub(super) fn gathered(&mut self, call: u64) {
+        let Some(gathering) = self.router.gathering.remove(&call) else { return };
+        match self.router.calls.get(&call) {
+            Some(super::Call { kind: CallKind::Client(cc), .. }) if cc.awaiting_input.is_none() => {
+                let (session, client_id) = (cc.session, cc.id.clone());
+                self.answer_input_required(session, &client_id, call, gathering.asked, None);
+            }
+            _ => {
+                let why = "the call ended before its client was asked";
+                self.refuse_inputs(&gathering.server, gathering.asked.values(), why);
+            }
+        }
     }
 
     /// The backend needs `capability` from a stateless client that did not
@@ -317,15 +350,27 @@ impl Gateway {
     }
 
     fn refuse_asked(&mut self, pending: &PendingInput) {
-        let generation = self.backends.get(&pending.server).map(|b| b.sup.generation());
-        for asked in pending.asked.values().filter(|a| Some(a.generation) == generation) {
-            let frame = if asked.method == "elicitation/create" {
-                protocol::response(&asked.backend_id, r#"{"action":"cancel"}"#)
-            } else {
-                let msg = "the client did not provide this input in time";
-                protocol::error_response(&asked.backend_id, code::INTERNAL_ERROR, msg, None)
-            };
-            self.to_backend(&pending.server, frame, None);
+        let why = "the client did not provide this input in time";
+        self.refuse_inputs(&pending.server, pending.asked.values(), why);
+    }
+
+    /// Answers inputs nobody will give any more: an elicitation is cancelled,
+    /// anything else gets an error saying `why` (only on the connection they
+    /// were asked on).
+    pub(super) fn refuse_inputs<'a>(&mut self, server: &str, asked: impl Iterator<Item = &'a AskedInput>, why: &str) {
+        let generation = self.backends.get(server).map(|b| b.sup.generation());
+        let frames: Vec<String> = asked
+            .filter(|a| Some(a.generation) == generation)
+            .map(|a| {
+                if a.method == "elicitation/create" {
+                    protocol::response(&a.backend_id, r#"{"action":"cancel"}"#)
+                } else {
+                    protocol::error_response(&a.backend_id, code::INTERNAL_ERROR, why, None)
+                }
+            })
+            .collect();
+        for frame in frames {
+            self.to_backend(server, frame, None);
         }
     }
 }

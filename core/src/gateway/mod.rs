@@ -562,6 +562,7 @@ impl Gateway {
                 Due::Input(state) => self.input_expired(&state),
                 Due::Round(round) => self.input_round_expired(round),
                 Due::TaskWindow(call) => self.task_window_passed(call),
+                Due::Gathered(call) => self.gathered(call),
                 Due::Task(task) => self.task_expired(&task),
                 // `settle` sends the held `list_changed` if it is still owed.
                 Due::Session(SessionTimer::ListChangedHeld(session)) => {
@@ -715,6 +716,7 @@ enum Due {
     Input(String),
     Round(u64),
     TaskWindow(u64),
+    Gathered(u64),
     Session(SessionTimer),
     Task(String),
 }
@@ -728,6 +730,7 @@ impl Deadline<'_> {
             Deadline::Router(RouterTimer::Input(state)) => Due::Input(state.into()),
             Deadline::Router(RouterTimer::Round(id)) => Due::Round(id),
             Deadline::Router(RouterTimer::TaskWindow(id)) => Due::TaskWindow(id),
+            Deadline::Router(RouterTimer::Gathered(id)) => Due::Gathered(id),
             Deadline::Session(t) => Due::Session(t),
             Deadline::Task(id) => Due::Task(id.into()),
         }

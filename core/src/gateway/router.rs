@@ -31,6 +31,9 @@ pub(super) struct Router {
     /// Calls that become tasks if not answered by then, by the call's id (an
     /// entry outlives its call by at most the window: it is dropped when due).
     pub task_windows: BTreeMap<u64, Instant>,
+    /// Requests a handshake-era backend asked during a stateless client's call,
+    /// gathered for one `input_required` round until the deadline, by the call's id.
+    pub gathering: BTreeMap<u64, super::calls::Gathering>,
 }
 
 /// A router deadline that came due.
@@ -46,6 +49,8 @@ pub(super) enum RouterTimer<'a> {
     Round(u64),
     /// A call's sync window passed: it may become a task.
     TaskWindow(u64),
+    /// The requests of a call were gathered: its client is asked.
+    Gathered(u64),
 }
 
 impl Default for Router {
@@ -58,6 +63,7 @@ impl Default for Router {
             pending_inputs: BTreeMap::new(),
             input_rounds: BTreeMap::new(),
             task_windows: BTreeMap::new(),
+            gathering: BTreeMap::new(),
         }
     }
 }
@@ -70,7 +76,8 @@ impl Router {
         let rare = (!self.parked_lists.is_empty()
             || !self.pending_inputs.is_empty()
             || !self.input_rounds.is_empty()
-            || !self.task_windows.is_empty())
+            || !self.task_windows.is_empty()
+            || !self.gathering.is_empty())
         .then(|| self.rare_timers());
         calls.chain(rare.into_iter().flatten())
     }
@@ -81,7 +88,8 @@ impl Router {
         let inputs = self.pending_inputs.iter().map(|(state, p)| (p.deadline, RouterTimer::Input(state)));
         let rounds = self.input_rounds.iter().map(|(id, r)| (r.deadline, RouterTimer::Round(*id)));
         let windows = self.task_windows.iter().map(|(id, at)| (*at, RouterTimer::TaskWindow(*id)));
-        parked.into_iter().chain(inputs).chain(rounds).chain(windows)
+        let gathering = self.gathering.iter().map(|(id, g)| (g.deadline, RouterTimer::Gathered(*id)));
+        parked.into_iter().chain(inputs).chain(rounds).chain(windows).chain(gathering)
     }
 
     /// A fresh id for a request the gateway sends.
@@ -105,7 +113,7 @@ impl Router {
         if self.task_windows.len() > 2 * (limits.max_in_flight as usize + internal_calls) {
             return Err(format!("{} task windows watched", self.task_windows.len()));
         }
-        if self.pending_inputs.len() > limits.max_pending_server_requests as usize {
+        if self.pending_inputs.len() + self.gathering.len() > limits.max_pending_server_requests as usize {
             return Err("too many calls waiting for inputs".into());
         }
         for (state, p) in &self.pending_inputs {

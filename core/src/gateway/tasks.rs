@@ -137,6 +137,20 @@ pub(super) struct Task {
     pub forwarded: BTreeSet<String>,
     /// `tasks/result` requests waiting for it to finish.
     pub waiters: Vec<(SessionId, RawId)>,
+    /// A stateless backend answered its call `input_required`: the call waits
+    /// here for the answers (`asked` holds the backend's input requests, by key).
+    pub round: Option<TaskRound>,
+}
+
+/// A task's call a stateless backend answered `input_required`: sent again with
+/// `inputResponses` (and the backend's `requestState`) once every input is answered.
+#[derive(Clone, Debug)]
+pub(super) struct TaskRound {
+    pub call: ClientCall,
+    /// The backend's `requestState`, raw JSON.
+    pub request_state: Option<String>,
+    /// Answers so far, by key, raw JSON.
+    pub answers: BTreeMap<String, String>,
 }
 
 impl Task {
@@ -420,6 +434,7 @@ impl Gateway {
             owner: (form == Form::Experimental).then_some(call.session),
             forwarded: BTreeSet::new(),
             waiters: Vec::new(),
+            round: None,
         };
         let created = match form {
             Form::Extension => format!(r#"{{"resultType":"task",{}}}"#, self.task_fields(&task_id, &task, form)),
@@ -504,9 +519,11 @@ impl Gateway {
             t.updated_unix_ms = unix;
             self.tasks.bytes += outcome_bytes(&Some(outcome.clone()));
             t.outcome = Some(outcome);
-            (t.server.clone(), core::mem::take(&mut t.asked))
+            // A round's inputs are no backend requests: nothing to refuse.
+            let asked = core::mem::take(&mut t.asked);
+            (t.server.clone(), if t.round.take().is_some() { BTreeMap::new() } else { asked })
         };
-        self.refuse_inputs(&asked.0, asked.1.values());
+        self.refuse_inputs(&asked.0, asked.1.values(), "the task ended before the client answered");
         self.task_ended(task_id);
     }
 
@@ -713,6 +730,11 @@ impl Gateway {
         let mut frames = Vec::new();
         for (key, answer) in responses {
             let Some(asked) = t.asked.remove(key) else { continue };
+            if let Some(round) = &mut t.round {
+                round.answers.insert(key.clone(), answer.to_string());
+                t.updated_unix_ms = unix;
+                continue;
+            }
             if Some(asked.generation) == generation {
                 let frame = match answer {
                     Value::Object(_) => protocol::response(&asked.backend_id, &answer.to_string()),
@@ -733,6 +755,7 @@ impl Gateway {
         for frame in frames {
             self.to_backend(&server, frame, None);
         }
+        self.end_task_round(task_id);
     }
 
     /// Stops a task that has not finished: its call is cancelled at the backend
@@ -774,8 +797,10 @@ impl Gateway {
         t.status = TaskStatus::Cancelled;
         t.updated_unix_ms = unix;
         t.message = Some(why.to_string());
-        let (server, asked) = (t.server.clone(), core::mem::take(&mut t.asked));
-        self.refuse_inputs(&server, asked.values());
+        let asked = core::mem::take(&mut t.asked);
+        let asked = if t.round.take().is_some() { BTreeMap::new() } else { asked };
+        let server = t.server.clone();
+        self.refuse_inputs(&server, asked.values(), "the task ended before the client answered");
         self.task_ended(task_id);
     }
 
@@ -892,45 +917,105 @@ impl Gateway {
         }
     }
 
-    /// A client answered a request a (2025-11-25) task asked: it is no longer pending.
-    pub(super) fn task_input_answered(&mut self, task_id: &str, key: &str) {
+    /// A client answered a request a (2025-11-25) task asked: it is no longer
+    /// pending. `true` when the answer was for a stateless backend's round (kept
+    /// for the call's retry, not sent to the backend as a response).
+    pub(super) fn task_input_answered(&mut self, task_id: &str, key: &str, answer: Result<&str, &str>) -> bool {
         let unix = self.unix_ms(self.now);
-        let Some(t) = self.tasks.tasks.get_mut(task_id) else { return };
+        let Some(t) = self.tasks.tasks.get_mut(task_id) else { return false };
         t.forwarded.remove(key);
         if t.asked.remove(key).is_some() {
             t.updated_unix_ms = unix;
         }
-        if t.asked.is_empty() && t.status == TaskStatus::InputRequired {
+        let in_round = match &mut t.round {
+            Some(round) => {
+                // A refusal is an answer the backend reads as one.
+                let answer = answer.unwrap_or(r#"{"action":"decline"}"#);
+                round.answers.insert(key.to_string(), answer.to_string());
+                true
+            }
+            None => false,
+        };
+        if t.asked.is_empty() && t.status == TaskStatus::InputRequired && !in_round {
             t.status = TaskStatus::Working;
         }
-    }
-
-    /// Answers inputs nobody will give any more: an elicitation is cancelled,
-    /// anything else gets an error (only on the connection they were asked on).
-    fn refuse_inputs<'a>(&mut self, server: &str, asked: impl Iterator<Item = &'a AskedInput>) {
-        let generation = self.backends.get(server).map(|b| b.sup.generation());
-        let frames: Vec<String> = asked
-            .filter(|a| Some(a.generation) == generation)
-            .map(|a| {
-                if a.method == "elicitation/create" {
-                    protocol::response(&a.backend_id, r#"{"action":"cancel"}"#)
-                } else {
-                    let msg = "the task ended before the client answered";
-                    protocol::error_response(&a.backend_id, code::INTERNAL_ERROR, msg, None)
-                }
-            })
-            .collect();
-        for frame in frames {
-            self.to_backend(server, frame, None);
+        if in_round {
+            self.end_task_round(task_id);
         }
+        in_round
     }
 
     /// A task call's answer from its backend.
     pub(super) fn task_answered(&mut self, server: &str, call: &ClientCall, answer: Result<&str, &str>) {
+        let Some(task) = &call.task else { return };
+        if let Ok(result) = answer {
+            if self.backends.get(server).is_some_and(|b| b.era == Era::Stateless) && protocol::is_input_required(result)
+            {
+                return self.task_round(server, call, task, result);
+            }
+        }
         let outcome = if answer.is_ok() { CallOutcome::Ok } else { CallOutcome::Error };
         self.record_call(server, call, outcome);
-        if let Some(task) = &call.task {
-            self.finish_task(task, answer.map(String::from).map_err(String::from));
+        self.finish_task(task, answer.map(String::from).map_err(String::from));
+    }
+
+    /// A stateless backend needs input for a task's call: the task waits in
+    /// `input_required` with the backend's requests, and the call waits for them.
+    fn task_round(&mut self, server: &str, call: &ClientCall, task_id: &str, result: &str) {
+        #[derive(serde::Deserialize)]
+        struct Asked {
+            #[serde(rename = "inputRequests")]
+            requests: Map<String, Value>,
+            #[serde(default, rename = "requestState")]
+            state: Option<alloc::boxed::Box<serde_json::value::RawValue>>,
+        }
+        let asked = match serde_json::from_str::<Asked>(result) {
+            Ok(asked) if !asked.requests.is_empty() && asked.requests.len() <= MAX_ASKED => asked,
+            _ => {
+                let msg = format!("{server} answered input_required without usable inputRequests");
+                let error = protocol::error_object(code::INTERNAL_ERROR, &msg, None);
+                return self.finish_task(task_id, Err(error));
+            }
+        };
+        let generation = self.backends[server].sup.generation();
+        let unix = self.unix_ms(self.now);
+        let Some(t) = self.tasks.tasks.get_mut(task_id).filter(|t| t.is_running()) else { return };
+        for (key, request) in asked.requests {
+            let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
+            let params = request.get("params").map(Value::to_string);
+            t.asked.insert(key.clone(), AskedInput { generation, backend_id: key, method, params });
+        }
+        t.status = TaskStatus::InputRequired;
+        t.updated_unix_ms = unix;
+        let request_state = asked.state.map(|s| s.get().to_string());
+        t.round = Some(TaskRound { call: call.clone(), request_state, answers: BTreeMap::new() });
+        if let Some(owner) = t.owner {
+            self.forward_task_inputs(task_id, owner);
+        }
+    }
+
+    /// Every input of a task's round is answered: its call goes to the backend
+    /// again with them.
+    fn end_task_round(&mut self, task_id: &str) {
+        let Some(t) = self.tasks.tasks.get_mut(task_id) else { return };
+        if !t.asked.is_empty() || !t.is_running() {
+            return;
+        }
+        let Some(round) = t.round.take() else { return };
+        t.status = TaskStatus::Working;
+        let server = t.server.clone();
+        let answers: Vec<String> =
+            round.answers.iter().map(|(key, answer)| format!("{}:{answer}", protocol::quote(key))).collect();
+        let responses = format!("{{{}}}", answers.join(","));
+        let mut call = round.call;
+        call.params = call
+            .params
+            .with_fields(&[("inputResponses", Some(&responses)), ("requestState", round.request_state.as_deref())]);
+        if self.backends.contains_key(&server) {
+            self.admit(&server, call);
+        } else {
+            let error = protocol::error_object(code::BACKEND_UNAVAILABLE, "the backend was removed", None);
+            self.finish_task(task_id, Err(error));
         }
     }
 }

@@ -27,8 +27,9 @@
 //! `true`), `admin_tools` (flat mode: serve `list_servers`, `reconnect_server`,
 //! `server_events`; default `false`), `client_events` (events to clients as
 //! `notifications/message`; default `true`), `list_changed_debounce_ms` (default
-//! 2000), `policy` (any field of [`Policy`](tether_core::config::Policy)) and
-//! `limits` (any field of [`Limits`](tether_core::config::Limits)); on an entry it
+//! 2000), `policy` (any field of [`Policy`](tether_core::config::Policy)),
+//! `limits` (any field of [`Limits`](tether_core::config::Limits)) and `tasks`
+//! (any field of [`Tasks`](tether_core::config::Tasks)); on an entry it
 //! may hold `prefixed`, `vital`, `lazy`, `disabled`, `era` and `policy` (any field
 //! of [`PolicyOverrides`](tether_core::config::PolicyOverrides)).
 //!

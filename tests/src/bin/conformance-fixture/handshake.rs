@@ -56,9 +56,19 @@ pub struct Fixture {
     session: Mutex<Session>,
     dynamic: Dynamic,
     /// Our requests to the client by id (as JSON text), each with the channel its
-    /// answer (result or error object) goes to.
-    pending: Mutex<HashMap<String, mpsc::Sender<Result<Value, Value>>>>,
+    /// answer (result or error object) goes to, and which ask it is (a request
+    /// asked again under the same chosen id replaces the older one, whose end
+    /// must then leave the newer one alone).
+    pending: Mutex<HashMap<String, (u64, Waiter)>>,
     next_request: AtomicU64,
+}
+
+/// Where the client's answer to one of our requests goes: its result, or its error object.
+type Waiter = mpsc::Sender<Result<Value, Value>>;
+
+/// A scoped asking thread's outcome (a panic there is an error like any other).
+fn joined<T>(handle: thread::ScopedJoinHandle<'_, Result<T, String>>) -> Result<T, String> {
+    handle.join().unwrap_or_else(|_| Err("an asking thread panicked".to_string()))
 }
 
 impl Fixture {
@@ -158,7 +168,7 @@ impl Fixture {
     /// Routes the client's answer to the tool that asked.
     fn handle_answer(&self, id: &Value, answer: Result<Value, Value>) {
         match lock(&self.pending).remove(&id.to_string()) {
-            Some(waiter) => {
+            Some((_, waiter)) => {
                 let _ = waiter.send(answer);
             }
             None => eprintln!("conformance-fixture: ignoring a response to unknown request {id}"),
@@ -194,10 +204,15 @@ impl Fixture {
     fn ask_client_as(&self, id: &str, method: &str, params: Value) -> Result<Value, String> {
         let id = Value::String(id.to_string());
         let (waiter, answer) = mpsc::channel();
-        lock(&self.pending).insert(id.to_string(), waiter);
+        let ask = self.next_request.fetch_add(1, Ordering::Relaxed);
+        lock(&self.pending).insert(id.to_string(), (ask, waiter));
         self.out.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
         let answer = answer.recv_timeout(CLIENT_ANSWER_TIMEOUT);
-        lock(&self.pending).remove(&id.to_string());
+        let mut pending = lock(&self.pending);
+        if pending.get(&id.to_string()).is_some_and(|(current, _)| *current == ask) {
+            pending.remove(&id.to_string());
+        }
+        drop(pending);
         match answer {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(error)) => Err(format!("the client answered {method} with an error: {error}")),
@@ -371,16 +386,18 @@ impl Fixture {
                 }
             }
             "test_input_required_result_multiple_inputs" => {
-                // One request at a time: that is all this era can do.
-                let greeting = || {
-                    self.ask_client_as(
-                        "greeting",
-                        "sampling/createMessage",
-                        catalog::ask_llm("Generate a greeting", 50),
-                    )
-                };
-                let roots = || self.ask_client_as("client_roots", "roots/list", json!({}));
-                match ask_name("user_name").and_then(|n| greeting().and_then(|g| roots().map(|r| (n, g, r)))) {
+                // All three at once (JSON-RPC lets a server have several requests
+                // out), as the stateless revision's single round asks them.
+                let (name, greeting, roots) = thread::scope(|s| {
+                    let name = s.spawn(|| ask_name("user_name"));
+                    let greeting = s.spawn(|| {
+                        let question = catalog::ask_llm("Generate a greeting", 50);
+                        self.ask_client_as("greeting", "sampling/createMessage", question)
+                    });
+                    let roots = s.spawn(|| self.ask_client_as("client_roots", "roots/list", json!({})));
+                    (joined(name), joined(greeting), joined(roots))
+                });
+                match name.and_then(|n| greeting.and_then(|g| roots.map(|r| (n, g, r)))) {
                     Ok((name, greeting, roots)) => text_result(&format!(
                         "{name}: {} (roots: {})",
                         catalog::sampled_text(&greeting),
