@@ -153,6 +153,8 @@ pub struct Harness {
     server_requests: Vec<(u64, u64)>,
     /// `input_required` answers the clients got: (session, requestState, keys).
     input_rounds: Vec<(u64, String, Vec<String>)>,
+    /// Task ids the clients were given (the latest few).
+    task_ids: Vec<String>,
     /// Backend `a` answers as a server of the stateless revision (variant bit 32).
     stateless_a: bool,
     next_id: u64,
@@ -217,6 +219,7 @@ impl Harness {
             stopped: BTreeSet::new(),
             server_requests: Vec::new(),
             input_rounds: Vec::new(),
+            task_ids: Vec::new(),
             stateless_a: variant & 32 == 32,
             next_id: 1,
             oauth,
@@ -450,6 +453,13 @@ impl Harness {
                 }
                 if !is_answer && routed_as.is_some() {
                     return Err(format!("{frame} routed as a reply ({route:?})"));
+                }
+                let task = v["result"]["taskId"].as_str().or(v["result"]["task"]["taskId"].as_str());
+                if let Some(task) = task.filter(|_| !self.task_ids.iter().any(|t| t == task.unwrap_or_default())) {
+                    if self.task_ids.len() >= 16 {
+                        self.task_ids.remove(0);
+                    }
+                    self.task_ids.push(task.to_string());
                 }
                 if let Some(state) = v["result"]["requestState"].as_str() {
                     let keys = v["result"]["inputRequests"].as_object().map(|m| m.keys().cloned().collect());
@@ -745,12 +755,30 @@ impl Harness {
                     "server_events" => json!({"since": c.below(40)}),
                     _ => json!({}),
                 };
+                // Odd ids take tasks (no byte spent on it, so inputs decode as before).
+                let caps = match id % 2 {
+                    1 => {
+                        json!({"sampling":{},"roots":{},"elicitation":{},"extensions":{"io.modelcontextprotocol/tasks":{}}})
+                    }
+                    _ => json!({"sampling":{},"roots":{},"elicitation":{}}),
+                };
                 let stateless = json!({
                     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {"sampling":{},"roots":{},"elicitation":{}},
+                    "io.modelcontextprotocol/clientCapabilities": caps,
                     "progressToken": id,
                 });
+                let task = match self.task_ids.len() {
+                    0 => String::from("a__unknown"),
+                    n => self.task_ids[id as usize % n].clone(),
+                };
                 let frame = match c.below(13) {
+                    // Now and then a tasks request instead, of either form.
+                    10 if id % 3 != 0 => {
+                        let method = ["tasks/get", "tasks/update", "tasks/cancel", "tasks/result", "tasks/list"]
+                            [id as usize % 5];
+                        let meta = if id % 7 == 0 { json!({}) } else { stateless };
+                        json!({"jsonrpc":"2.0","id":id,"method":method,"params":{"taskId":task,"inputResponses":{"k":{"action":"accept"}},"_meta":meta}})
+                    }
                     10 => json!({"jsonrpc":"2.0","id":id,"method":"server/discover","params":{"_meta":stateless}}),
                     11 => {
                         json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments,"_meta":stateless}})
@@ -776,6 +804,10 @@ impl Harness {
                         json!({"jsonrpc":"2.0","id":id,"method":"initialize","params":{"capabilities":{"sampling":{},"roots":{}}}})
                     }
                     6 => json!({"jsonrpc":"2.0","id":id,"method":"logging/setLevel","params":{"level":"info"}}),
+                    // Every fifth handshake-era call asks for a task (2025-11-25).
+                    _ if id % 5 == 0 => {
+                        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments,"task":{"ttl":60000},"_meta":{"progressToken":id}}})
+                    }
                     _ => {
                         json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":arguments,"_meta":{"progressToken":id}}})
                     }
