@@ -556,3 +556,38 @@ fn a_stateless_backends_input_required_during_a_task_is_answered_through_tasks_u
     );
     assert_eq!(sim.requests_to("fs", "tools/call").len(), 2);
 }
+
+#[test]
+fn a_2025_backends_tasks_pass_through_to_a_2025_client_status_notifications_included() {
+    let mut sim = Sim::new(config());
+    sim.input(Input::WallClock { unix_ms: WALL });
+    let caps = json!({"tools":{},"tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}});
+    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities": caps}));
+    let tools =
+        json!({"tools":[{"name":"slow","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}]});
+    sim.answer("fs", "tools/list", tools);
+    init_2025(&mut sim, 20);
+    send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{"ttl":5000}}));
+    let (call, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(params["task"], json!({"ttl":5000}), "fs runs the task: it is asked for one");
+    let task = json!({"taskId":"b1","status":"working","createdAt":"2026-11-27T12:00:00Z","lastUpdatedAt":"2026-11-27T12:00:00Z","ttl":5000});
+    reply(&mut sim, "fs", call, json!({ "task": task }));
+    assert_eq!(answer(&sim, 20, 1)["result"]["task"]["taskId"], "fs__b1");
+    sim.note("fs's status notification reaches the client that asked, the id namespaced");
+    let mut status = task.clone();
+    status["status"] = json!("completed");
+    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tasks/status","params": status}));
+    let told = sim.frames_to(SessionId(20)).into_iter().find(|f| f["method"] == "notifications/tasks/status").unwrap();
+    assert_eq!(
+        (told["params"]["taskId"].clone(), told["params"]["status"].clone()),
+        (json!("fs__b1"), json!("completed"))
+    );
+    send(&mut sim, 20, 2, "tasks/result", json!({"taskId":"fs__b1"}));
+    let (result_call, params) = sim.requests_to("fs", "tasks/result").pop().unwrap();
+    assert_eq!(params["taskId"], "b1");
+    let payload = json!({"content":[{"type":"text","text":"ok"}],"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"b1"}}});
+    reply(&mut sim, "fs", result_call, payload);
+    let result = answer(&sim, 20, 2)["result"].clone();
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], "fs__b1");
+    assert_eq!(result["content"][0]["text"], "ok");
+}

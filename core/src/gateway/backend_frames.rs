@@ -114,6 +114,7 @@ impl Gateway {
             "notifications/message" => self.forward_log(server, params),
             "notifications/resources/updated" => self.forward_resource_updated(server, params),
             "notifications/cancelled" => self.backend_cancelled(server, params),
+            "notifications/tasks/status" => self.forward_task_status(server, params),
             // The listen is open; tether asked only for what it relays.
             "notifications/subscriptions/acknowledged" => {}
             _ => {}

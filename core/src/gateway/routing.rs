@@ -536,7 +536,12 @@ impl Gateway {
                 }
                 Shape::Unsubscribe(_) => protocol::response(&call.id, result),
                 Shape::TaskIds => match self.namespace_task_ids(server, result) {
-                    Some(result) => protocol::response(&call.id, &result),
+                    Some(result) => {
+                        if call.method == "tools/call" {
+                            self.remember_passed_task(session, &result);
+                        }
+                        protocol::response(&call.id, &result)
+                    }
                     None => protocol::response(&call.id, result),
                 },
             },

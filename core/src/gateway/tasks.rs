@@ -24,7 +24,7 @@
 //! finished task makes room, and with none finished a call is answered directly)
 //! and in bytes of kept results (`tasks.max_result_bytes`).
 
-use alloc::collections::{BTreeMap, BTreeSet};
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -168,6 +168,9 @@ pub(super) struct TaskStore {
     pub expiries: BTreeSet<(Instant, String)>,
     /// Bytes of outcomes kept.
     pub bytes: u64,
+    /// Tasks 2025-11-25 backends run, by namespaced id: the session that asked
+    /// for each (where its status notifications go), oldest first, bounded.
+    pub passed: VecDeque<(String, SessionId)>,
 }
 
 impl TaskStore {
@@ -203,6 +206,9 @@ impl TaskStore {
                 "task results: {bytes} bytes, counted {}, limit {}",
                 self.bytes, limits.max_result_bytes
             ));
+        }
+        if self.passed.len() > limits.max_tasks as usize {
+            return Err("passed-through tasks remembered without bound".into());
         }
         if self.expiries.len() != self.tasks.len()
             || self.expiries.iter().any(|(at, id)| self.tasks.get(id).map(|t| t.expires) != Some(*at))
@@ -527,9 +533,45 @@ impl Gateway {
         self.task_ended(task_id);
     }
 
+    /// A 2025-11-25 task's status changed: its client's session is told
+    /// (`notifications/tasks/status`), when it is open.
+    fn announce_task(&mut self, task_id: &str) {
+        let Some(t) = self.tasks.tasks.get(task_id) else { return };
+        let Some(owner) = t.owner.filter(|s| self.sessions.open.contains_key(s)) else { return };
+        let params = format!("{{{}}}", self.task_fields(task_id, t, Form::Experimental));
+        self.to_client(owner, protocol::notification("notifications/tasks/status", Some(&params)));
+    }
+
+    /// A 2025-11-25 backend's `notifications/tasks/status` about a task it runs:
+    /// to the session that asked for the task, the id namespaced.
+    pub(super) fn forward_task_status(&mut self, server: &str, params: Option<&str>) {
+        let Some(params) = params.and_then(|p| self.namespace_task_ids(server, p)) else { return };
+        let Ok(status) = serde_json::from_str::<Map<String, Value>>(&params) else { return };
+        let Some(task) = status.get("taskId").and_then(Value::as_str) else { return };
+        let Some(session) = self.tasks.passed.iter().find(|(t, _)| t == task).map(|(_, s)| *s) else { return };
+        if self.sessions.open.contains_key(&session) {
+            self.to_client(session, protocol::notification("notifications/tasks/status", Some(&params)));
+        }
+    }
+
+    /// A backend answered a client with a task it runs (its id namespaced): its
+    /// status notifications go to that client's session.
+    pub(super) fn remember_passed_task(&mut self, session: SessionId, result: &str) {
+        let Ok(result) = serde_json::from_str::<Map<String, Value>>(result) else { return };
+        let Some(task) = result.get("task").and_then(|t| t.get("taskId")).and_then(Value::as_str) else { return };
+        if self.config.tasks.max_tasks == 0 {
+            return;
+        }
+        if self.tasks.passed.len() >= self.config.tasks.max_tasks as usize {
+            self.tasks.passed.pop_front();
+        }
+        self.tasks.passed.push_back((task.to_string(), session));
+    }
+
     /// A task reached a terminal status: the `tasks/result` requests waiting on
     /// it get its outcome.
     fn task_ended(&mut self, task_id: &str) {
+        self.announce_task(task_id);
         let Some(t) = self.tasks.tasks.get_mut(task_id) else { return };
         t.forwarded.clear();
         let waiters = core::mem::take(&mut t.waiters);
@@ -866,10 +908,14 @@ impl Gateway {
                 params: params.map(String::from),
             },
         );
+        let changed = t.status != TaskStatus::InputRequired;
         t.status = TaskStatus::InputRequired;
         t.updated_unix_ms = unix;
         // 2025-11-25: asked of the client that owns the task, if it is there.
         if let Some(owner) = t.owner {
+            if changed {
+                self.announce_task(task_id);
+            }
             self.forward_task_inputs(task_id, owner);
         }
     }
@@ -936,8 +982,10 @@ impl Gateway {
             }
             None => false,
         };
-        if t.asked.is_empty() && t.status == TaskStatus::InputRequired && !in_round {
+        let resumed = t.asked.is_empty() && t.status == TaskStatus::InputRequired && !in_round;
+        if resumed {
             t.status = TaskStatus::Working;
+            self.announce_task(task_id);
         }
         if in_round {
             self.end_task_round(task_id);
