@@ -582,6 +582,13 @@ fn a_2025_backends_tasks_pass_through_to_a_2025_client_status_notifications_incl
         (told["params"]["taskId"].clone(), told["params"]["status"].clone()),
         (json!("fs__b1"), json!("completed"))
     );
+    sim.note("tasks/list shows the session its own tasks fs runs, as last seen; another session none");
+    send(&mut sim, 20, 3, "tasks/list", json!({}));
+    let listed = answer(&sim, 20, 3)["result"]["tasks"].clone();
+    assert_eq!((listed[0]["taskId"].clone(), listed[0]["status"].clone()), (json!("fs__b1"), json!("completed")));
+    init_2025(&mut sim, 21);
+    send(&mut sim, 21, 1, "tasks/list", json!({}));
+    assert_eq!(answer(&sim, 21, 1)["result"]["tasks"], json!([]));
     send(&mut sim, 20, 2, "tasks/result", json!({"taskId":"fs__b1"}));
     let (result_call, params) = sim.requests_to("fs", "tasks/result").pop().unwrap();
     assert_eq!(params["taskId"], "b1");

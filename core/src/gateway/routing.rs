@@ -537,8 +537,14 @@ impl Gateway {
                 Shape::Unsubscribe(_) => protocol::response(&call.id, result),
                 Shape::TaskIds => match self.namespace_task_ids(server, result) {
                     Some(result) => {
-                        if call.method == "tools/call" {
-                            self.remember_passed_task(session, &result);
+                        match call.method {
+                            "tools/call" => self.remember_passed_task(session, &result),
+                            "tasks/get" | "tasks/cancel" => {
+                                if let Ok(task) = serde_json::from_str::<Map<String, Value>>(&result) {
+                                    self.note_passed_task(&task);
+                                }
+                            }
+                            _ => {}
                         }
                         protocol::response(&call.id, &result)
                     }

@@ -168,9 +168,20 @@ pub(super) struct TaskStore {
     pub expiries: BTreeSet<(Instant, String)>,
     /// Bytes of outcomes kept.
     pub bytes: u64,
-    /// Tasks 2025-11-25 backends run, by namespaced id: the session that asked
-    /// for each (where its status notifications go), oldest first, bounded.
-    pub passed: VecDeque<(String, SessionId)>,
+    /// Tasks 2025-11-25 backends run, oldest first, bounded by `max_tasks`.
+    pub passed: VecDeque<PassedTask>,
+}
+
+/// A task a 2025-11-25 backend runs, as tether last saw it pass.
+#[derive(Clone, Debug)]
+pub(super) struct PassedTask {
+    /// Its namespaced id.
+    pub id: String,
+    /// The session that asked for it: where its status notifications go, and
+    /// whose `tasks/list` shows it.
+    pub session: SessionId,
+    /// The task as last seen (namespaced), raw JSON object.
+    pub task: String,
 }
 
 impl TaskStore {
@@ -548,7 +559,8 @@ impl Gateway {
         let Some(params) = params.and_then(|p| self.namespace_task_ids(server, p)) else { return };
         let Ok(status) = serde_json::from_str::<Map<String, Value>>(&params) else { return };
         let Some(task) = status.get("taskId").and_then(Value::as_str) else { return };
-        let Some(session) = self.tasks.passed.iter().find(|(t, _)| t == task).map(|(_, s)| *s) else { return };
+        self.note_passed_task(&status);
+        let Some(session) = self.tasks.passed.iter().find(|p| p.id == task).map(|p| p.session) else { return };
         if self.sessions.open.contains_key(&session) {
             self.to_client(session, protocol::notification("notifications/tasks/status", Some(&params)));
         }
@@ -558,14 +570,27 @@ impl Gateway {
     /// status notifications go to that client's session.
     pub(super) fn remember_passed_task(&mut self, session: SessionId, result: &str) {
         let Ok(result) = serde_json::from_str::<Map<String, Value>>(result) else { return };
-        let Some(task) = result.get("task").and_then(|t| t.get("taskId")).and_then(Value::as_str) else { return };
+        let Some(Value::Object(task)) = result.get("task") else { return };
+        let Some(id) = task.get("taskId").and_then(Value::as_str) else { return };
         if self.config.tasks.max_tasks == 0 {
             return;
         }
         if self.tasks.passed.len() >= self.config.tasks.max_tasks as usize {
             self.tasks.passed.pop_front();
         }
-        self.tasks.passed.push_back((task.to_string(), session));
+        let task = Value::Object(task.clone()).to_string();
+        self.tasks.passed.push_back(PassedTask { id: id.to_string(), session, task });
+    }
+
+    /// A 2025-11-25 backend's task passed through tether again (its status
+    /// notification, or a `tasks/get` or `tasks/cancel` answer; namespaced):
+    /// `tasks/list` shows it as it was last seen.
+    pub(super) fn note_passed_task(&mut self, task: &Map<String, Value>) {
+        let Some(id) = task.get("taskId").and_then(Value::as_str) else { return };
+        let Some(passed) = self.tasks.passed.iter_mut().find(|p| p.id == id) else { return };
+        let mut task = task.clone();
+        task.remove("_meta");
+        passed.task = Value::Object(task).to_string();
     }
 
     /// A task reached a terminal status: the `tasks/result` requests waiting on
@@ -734,8 +759,11 @@ impl Gateway {
         let mut mine: Vec<(&String, &Task)> =
             self.tasks.tasks.iter().filter(|(_, t)| t.owner == Some(session)).collect();
         mine.sort_by_key(|(_, t)| t.created);
-        let tasks: Vec<String> =
+        let mut tasks: Vec<String> =
             mine.iter().map(|(tid, t)| format!("{{{}}}", self.task_fields(tid, t, Form::Experimental))).collect();
+        // Tasks backends run, as last seen (their own tasks/list would show every
+        // client's tasks: each session sees only those it asked for).
+        tasks.extend(self.tasks.passed.iter().filter(|p| p.session == session).map(|p| p.task.clone()));
         let result = format!(r#"{{"tasks":[{}]}}"#, tasks.join(","));
         self.reply(session, id, &result);
     }
