@@ -14,13 +14,23 @@ fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
 }
 
+/// The inputs under `fuzz/<kind>/<target>/`. A corpus directory must be there
+/// and hold inputs (a moved or emptied one would otherwise replay nothing and
+/// pass); `fuzz/regressions/` must be there, a target may have none yet.
 fn inputs(kind: &str, target: &str) -> Vec<PathBuf> {
     let dir = fuzz_dir().join(kind).join(target);
-    let mut files: Vec<PathBuf> = match fs::read_dir(&dir) {
-        Ok(entries) => entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect(),
-        Err(_) => Vec::new(),
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e)
+            if kind == "regressions" && fuzz_dir().join(kind).is_dir() && e.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Vec::new();
+        }
+        Err(e) => panic!("cannot read {}: {e}", dir.display()),
     };
+    let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file()).collect();
     files.sort();
+    assert!(kind != "corpus" || !files.is_empty(), "{} holds no inputs", dir.display());
     files
 }
 

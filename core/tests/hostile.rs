@@ -86,6 +86,25 @@ fn backend_garbage_is_ignored_and_reported() {
     }
     assert_eq!(sim.status("fs"), Status::Online);
     assert!(sim.responses_for(1).is_empty());
+    let violations: Vec<String> = events(&sim)
+        .into_iter()
+        .filter_map(|(_, e)| match e {
+            tether_core::Event::ProtocolViolation { server, detail } if &*server == "fs" => Some(detail),
+            _ => None,
+        })
+        .collect();
+    // Each bad frame is reported once, saying what was wrong (a stray progress
+    // notification is not a violation: tokens may outlive their calls).
+    assert_eq!(
+        violations,
+        [
+            "parse error: key must be a string at line 1 column 2",
+            "jsonrpc must be \"2.0\"",
+            "response to unknown request id 12345",
+            "response to unknown request id \"x\"",
+            "response to unknown request id null",
+        ]
+    );
     let id = sim.last_request("fs", "tools/call");
     sim.backend("fs", json!({"jsonrpc":"2.0","id":id,"result":{"content":[]}}));
     sim.response(1);

@@ -21,6 +21,9 @@ mod router;
 mod routing;
 mod sessions;
 mod streams;
+mod task_inputs;
+mod task_passthrough;
+mod task_store;
 mod tasks;
 
 use alloc::collections::{BTreeMap, VecDeque};
@@ -173,7 +176,7 @@ pub struct Gateway {
     /// Each backend's share of event notifications to clients.
     rations: client_events::Rations,
     /// Tasks tether runs for clients (gateway-side tasks).
-    tasks: tasks::TaskStore,
+    tasks: task_store::TaskStore,
     /// The wall clock as the host last told it: `(engine time, ms since the Unix epoch)`.
     wall_clock: Option<(Instant, u64)>,
     actions: VecDeque<Action>,
@@ -198,7 +201,7 @@ impl Gateway {
             retired_generations: BTreeMap::new(),
             journal: client_events::Journal::default(),
             rations: client_events::Rations::new(),
-            tasks: tasks::TaskStore::default(),
+            tasks: task_store::TaskStore::default(),
             wall_clock: None,
             actions: VecDeque::new(),
         };

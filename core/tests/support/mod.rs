@@ -246,12 +246,17 @@ impl Sim {
         self.frames_to(CLIENT)
     }
 
-    /// Frames sent to client `session` so far, parsed.
+    /// Frames sent to client `session` so far, parsed. A frame that is not JSON
+    /// fails the test: tether never sends a client garbage.
     pub fn frames_to(&self, session: SessionId) -> Vec<Value> {
         self.actions
             .iter()
             .filter_map(|(_, a)| match a {
-                Action::SendToClient { session: s, frame, .. } if *s == session => serde_json::from_str(frame).ok(),
+                Action::SendToClient { session: s, frame, .. } if *s == session => {
+                    Some(serde_json::from_str(frame).unwrap_or_else(|e| {
+                        panic!("tether sent client {} a frame that is not JSON ({e}): {frame}", s.0)
+                    }))
+                }
                 _ => None,
             })
             .collect()
