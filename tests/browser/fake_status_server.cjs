@@ -172,7 +172,12 @@ async function mcp(req, res) {
         const b = backends.get(m[1]);
         return send(res, 200, { jsonrpc: "2.0", id: msg.id, error: { code: -32001, message: `backend '${b.server}' disconnected: ${b.last_error}` } });
     }
-    return send(res, 200, { jsonrpc: "2.0", id: msg.id, error: { code: -32601, message: "the fake serves only <server>__crash" } });
+    const echo = /^(.*)__echo$/.exec(name);
+    if (msg.method === "tools/call" && echo && backends.has(echo[1])) {
+        const text = String((msg.params.arguments || {}).text || "");
+        return send(res, 200, { jsonrpc: "2.0", id: msg.id, result: { resultType: "complete", content: [{ type: "text", text }] } });
+    }
+    return send(res, 200, { jsonrpc: "2.0", id: msg.id, error: { code: -32601, message: "the fake serves only <server>__crash and <server>__echo" } });
 }
 
 const server = http.createServer(async (req, res) => {

@@ -9,7 +9,8 @@
 #
 # Screenshots go to target/browser/ (status-page.png: beta down, the CI artifact;
 # status-page-recovered.png; status-page-failure.png on failure); status-page.png is
-# copied to docs/status-page.png for the README (with BROWSER_DOCS=0, it is not).
+# copied to docs/status-page.png for the README only with BROWSER_DOCS=1 (so no run
+# changes a tracked file by itself).
 #
 # With --fake, the same test runs against tests/browser/fake_status_server.cjs (the
 # status API contract with scripted data) instead of tether: no Rust build needed.
@@ -226,7 +227,7 @@ if [ "$status" -ne 0 ]; then
     fail "the status page test failed ($MODE mode; screenshots in $OUT)"
 fi
 [ -s "$OUT/status-page.png" ] || fail "no screenshot at $OUT/status-page.png"
-if [ "${BROWSER_DOCS:-1}" = 1 ] && [ "${CI:-}" != true ] && [ "$MODE" = real ]; then
+if [ "${BROWSER_DOCS:-0}" = 1 ] && [ "$MODE" = real ]; then
     mkdir -p "$ROOT/docs"
     cp "$OUT/status-page.png" "$ROOT/docs/status-page.png"
 fi

@@ -147,7 +147,12 @@ async function run(page, pageErrors, foreign) {
 
     await step("calls show up in the calls column and the latency sparkline", async () => {
         for (let i = 0; i < 6; i++) {
-            for (const s of [OTHER, CRASH]) await callTool(`${s}__echo`, { text: `ping ${i}` });
+            for (const s of [OTHER, CRASH]) {
+                const { status, text } = await callTool(`${s}__echo`, { text: `ping ${i}` });
+                let echoed;
+                try { echoed = JSON.parse(text).result.content[0].text; } catch { echoed = undefined; }
+                check(status === 200 && echoed === `ping ${i}`, `${s}__echo answered ${status}: ${text}`);
+            }
         }
         // A new call is noticed by the 5 s poll at the latest.
         await page.waitForFunction(

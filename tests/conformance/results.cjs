@@ -6,15 +6,18 @@
 //       --requirements REVISION` runs (the required ones, then the not-scored ones),
 //       one per line, from the suite's own requirements/REVISION.yaml.
 //   node results.cjs verdicts OUTDIR SCENARIOS_FILE [server|client]
-//       One line per scenario of SCENARIOS_FILE: NAME<TAB>pass|fail<TAB>reason.
+//       One line per scenario of SCENARIOS_FILE: NAME<TAB>pass|fail|skip<TAB>reason.
 //       OUTDIR is the suite's --output-dir: one directory per scenario holding
 //       checks.json (an array of checks with `status` SUCCESS, FAILURE, WARNING,
 //       INFO or SKIPPED), named `server-<scenario>-<ISO timestamp>` for the server
 //       leg and `<scenario>-<ISO timestamp>` for the client leg (where `auth/x`
 //       nests as `auth/x-<timestamp>`). A scenario fails when any check is FAILURE,
 //       as the suite itself counts it; WARNING does not fail (a passing scenario's
-//       reason then counts its warnings). A scenario without a directory failed
-//       (the suite never ran it).
+//       reason then counts its warnings). A pass needs at least one check that
+//       passed (SUCCESS or WARNING): a scenario that recorded no check, or whose
+//       directory is missing (the suite never ran it), fails; one whose checks
+//       were all SKIPPED (or INFO) is `skip`, which run.sh accepts only for the
+//       scenarios suite-skips.txt names.
 'use strict';
 
 const fs = require('fs');
@@ -76,7 +79,14 @@ function verdicts(outDir, scenarioFile, leg) {
       continue;
     }
     const failed = list.filter((c) => c.status === 'FAILURE');
-    if (failed.length === 0) {
+    const passed = list.filter((c) => c.status === 'SUCCESS' || c.status === 'WARNING');
+    if (list.length === 0) {
+      lines.push(`${name}\tfail\tno checks: the suite ran this scenario and recorded nothing`);
+    } else if (failed.length === 0 && passed.length === 0) {
+      const skipped = list.find((c) => c.status === 'SKIPPED');
+      const why = skipped ? skipped.errorMessage || skipped.description || '' : 'only INFO checks';
+      lines.push(`${name}\tskip\t${oneLine(`${list.length} check(s), none run: ${why}`)}`);
+    } else if (failed.length === 0) {
       const warned = list.filter((c) => c.status === 'WARNING').map((c) => c.id);
       lines.push(`${name}\tpass\t${warned.length ? oneLine(`warnings: ${warned.join(', ')}`) : ''}`);
     } else {

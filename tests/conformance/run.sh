@@ -169,6 +169,9 @@ cargo build -q -p tether-tests --bin conformance-fixture || fail "cargo build of
 [ -x "$TETHER_BIN" ] || fail "tether binary not found at $TETHER_BIN"
 [ -x "$FIXTURE_BIN" ] || fail "fixture binary not found at $FIXTURE_BIN"
 
+# Everything that makes the run fail, reported together at the end.
+problems=()
+
 SCENARIOS="$WORK/scenarios.txt"
 "$NODE22" "$HERE/results.cjs" scenarios "$DEPS" "$SPEC_REVISION" > "$SCENARIOS" \
     || fail "cannot read the suite's $SPEC_REVISION requirement set"
@@ -178,11 +181,13 @@ total=$(wc -l < "$SCENARIOS")
 listed() {
     sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e 's/^[[:space:]]*//' "$1" | grep -v '^$' | sort -u || true
 }
+[ -f "$HERE/suite-skips.txt" ] || fail "$HERE/suite-skips.txt is missing"
+listed "$HERE/suite-skips.txt" > "$WORK/suite-skips"
 for file in "$HERE/expected-failures.txt" "$HERE/expected-differences.txt"; do
     [ -f "$file" ] || fail "$file is missing"
-    listed "$file" | while read -r name; do
-        grep -qxF "$name" "$SCENARIOS" || echo "conformance: warning: $(basename "$file") lists '$name', not a scenario of the $SPEC_REVISION set" >&2
-    done
+    while read -r name; do
+        grep -qxF "$name" "$SCENARIOS" || problems+=("$(basename "$file") lists '$name', not a scenario of the $SPEC_REVISION set")
+    done < <(listed "$file")
 done
 
 # ---- one run of the suite ----------------------------------------------------------
@@ -211,6 +216,7 @@ run_suite() {
 # Prints the verdicts of run $1, passes first (with their warnings, if any).
 print_verdicts() {
     awk -F'\t' '$2 == "pass" { print "  pass  " $1 ($3 == "" ? "" : "  (" $3 ")") }' "$WORK/$1.verdicts"
+    awk -F'\t' '$2 == "skip" { print "  skip  " $1 "  -- " $3 }' "$WORK/$1.verdicts"
     awk -F'\t' '$2 == "fail" { print "  FAIL  " $1 "  -- " $3 }' "$WORK/$1.verdicts"
 }
 
@@ -243,7 +249,6 @@ run_tether() {
     stop_process "$pid"
 }
 
-problems=()
 
 # ---- a: baseline ---------------------------------------------------------------------
 port=$(free_port)
@@ -271,9 +276,32 @@ against_allowlist() {
     else
         echo "  (none)"
     fi
-    comm -23 "$WORK/$run.allowed" "$failures" | while read -r name; do
-        echo "  note: $(basename "$allowlist") lists $name, which no longer fails: remove it"
-    done
+    # A line whose scenario no longer fails would hide its next regression.
+    while read -r name; do
+        echo "  STALE  $name  -- listed in $(basename "$allowlist") but no longer fails: remove the line"
+        problems+=("run $run: $(basename "$allowlist") lists $name, which no longer fails: remove the line")
+    done < <(comm -23 "$WORK/$run.allowed" "$failures")
+    check_skips "$run"
+}
+
+# check_skips RUN: a scenario whose every check the suite skipped counts as passed
+# only when suite-skips.txt names it (the suite skips it by design); a name there
+# whose scenario this run ran is stale.
+check_skips() {
+    local run=$1 name
+    while read -r name; do
+        if grep -qxF "$name" "$WORK/suite-skips"; then
+            echo "  skipped by the suite  $name"
+        else
+            echo "  UNEXPECTED SKIP  $name  -- $(awk -F'\t' -v n="$name" '$1 == n { print $3 }' "$WORK/$run.verdicts")"
+            problems+=("run $run: every check of $name was skipped, and suite-skips.txt does not name it")
+        fi
+    done < <(with_verdict "$run" skip)
+    while read -r name; do
+        if awk -F'\t' -v n="$name" '$1 == n && $2 != "skip" { found = 1 } END { exit !found }' "$WORK/$run.verdicts"; then
+            problems+=("run $run: suite-skips.txt names $name, which the suite now runs: remove the line")
+        fi
+    done < "$WORK/suite-skips"
 }
 
 # ---- b and c: tether --------------------------------------------------------------------
@@ -301,9 +329,9 @@ SCENARIOS="$WORK/scenarios-$SPEC_REVISION.txt"
 total=$(wc -l < "$SCENARIOS")
 for file in "$HERE/expected-failures-$SPEC_REVISION.txt" "$HERE/expected-failures-$SPEC_REVISION-stateless.txt"; do
     [ -f "$file" ] || fail "$file is missing"
-    listed "$file" | while read -r name; do
-        grep -qxF "$name" "$SCENARIOS" || echo "conformance: warning: $(basename "$file") lists '$name', not a scenario of the $SPEC_REVISION set" >&2
-    done
+    while read -r name; do
+        grep -qxF "$name" "$SCENARIOS" || problems+=("$(basename "$file") lists '$name', not a scenario of the $SPEC_REVISION set")
+    done < <(listed "$file")
 done
 STATELESS_CLIENTS=1 config_file "$WORK/d-config.json" conformance "$FIXTURE_BIN"
 run_tether d "tether --listen with stateless_clients, the fixture over stdio, at $SPEC_REVISION" "$WORK/d-config.json"
@@ -336,9 +364,9 @@ run_client() {
     "$NODE22" "$HERE/results.cjs" scenarios "$DEPS" "$revision" client > "$scenarios" \
         || fail "cannot read the suite's $revision client requirement set"
     [ -f "$allowlist" ] || fail "$allowlist is missing"
-    listed "$allowlist" | while read -r name; do
-        grep -qxF "$name" "$scenarios" || echo "conformance: warning: $(basename "$allowlist") lists '$name', not a client scenario of the $revision set" >&2
-    done
+    while read -r name; do
+        grep -qxF "$name" "$scenarios" || problems+=("$(basename "$allowlist") lists '$name', not a client scenario of the $revision set")
+    done < <(listed "$allowlist")
     echo "== conformance: run $id: tether as the client under test, the $revision client scenarios"
     # The scenarios run concurrently, each with its own tether; the driver keeps
     # every tether's log in $WORK/$id-tether-logs.
@@ -360,6 +388,12 @@ run_client() {
 case "$HERE" in *" "*) fail "the client driver's path may not contain spaces (the suite splits --command on spaces): $HERE" ;; esac
 run_client f 2025-11-25
 run_client g 2026-07-28
+
+# A suite-skips.txt line must name a scenario of some run.
+while read -r name; do
+    cat "$WORK"/scenarios*.txt "$WORK"/client-scenarios-*.txt | grep -qxF "$name" \
+        || problems+=("suite-skips.txt names '$name', a scenario of no run")
+done < "$WORK/suite-skips"
 
 if [ "${#problems[@]}" -gt 0 ]; then
     printf '  - %s\n' "${problems[@]}" >&2
