@@ -598,3 +598,18 @@ fn a_2025_backends_tasks_pass_through_to_a_2025_client_status_notifications_incl
     assert_eq!(result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], "fs__b1");
     assert_eq!(result["content"][0]["text"], "ok");
 }
+
+#[test]
+fn a_reload_that_keeps_fewer_tasks_cancels_the_oldest_and_keeps_the_rest() {
+    let mut sim = booted(config());
+    let oldest = start_task(&mut sim, 10, "slow");
+    let oldest_call = sim.last_request("fs", "tools/call");
+    let newest = start_task(&mut sim, 11, "slow");
+    let mut smaller = sim.gw.config().clone();
+    smaller.tasks.max_tasks = 1;
+    sim.input(Input::ConfigReloaded { config: smaller });
+    let cancel = format!(r#""method":"notifications/cancelled","params":{{"requestId":{oldest_call},"#);
+    assert!(sim.log.contains(&cancel), "{}", sim.log);
+    assert_eq!(task_request(&mut sim, 12, "tasks/get", &oldest)["error"]["code"], -32602);
+    assert_eq!(task_request(&mut sim, 13, "tasks/get", &newest)["result"]["status"], "working");
+}

@@ -626,6 +626,7 @@ impl Gateway {
     fn apply_config(&mut self, config: Config) {
         let old = core::mem::replace(&mut self.config, config);
         self.redactor = Redactor::from_config(&self.config);
+        self.fit_task_store();
         if old.separator != self.config.separator {
             let names: Vec<ServerName> = self.backends.keys().cloned().collect();
             let mut fresh = Catalog::new(&self.config.separator);

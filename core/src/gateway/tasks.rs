@@ -259,6 +259,24 @@ impl Gateway {
         }
     }
 
+    /// A reloaded configuration may keep fewer tasks or fewer bytes: the oldest
+    /// finished tasks go first, then the oldest running ones are cancelled.
+    pub(super) fn fit_task_store(&mut self) {
+        let (max_tasks, max_bytes) = (self.config.tasks.max_tasks as usize, self.config.tasks.max_result_bytes);
+        while self.tasks.tasks.len() > max_tasks || self.tasks.bytes > max_bytes {
+            let victim = self
+                .tasks
+                .oldest_finished("")
+                .or_else(|| self.tasks.tasks.iter().min_by_key(|(_, t)| t.created).map(|(id, _)| id.clone()));
+            let Some(victim) = victim else { break };
+            self.cancel_task(&victim, "tether keeps fewer tasks since the configuration changed");
+            self.tasks.remove(&victim);
+        }
+        while self.tasks.passed.len() > max_tasks {
+            self.tasks.passed.pop_front();
+        }
+    }
+
     /// 128 bits from the engine's PRNG, as hex: a task id or a `requestState`.
     pub(super) fn unguessable_id(&mut self) -> String {
         let (a, b) = (self.rng.next_u64(), self.rng.next_u64());
