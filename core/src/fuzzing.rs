@@ -155,6 +155,10 @@ pub struct Harness {
     input_rounds: Vec<(u64, String, Vec<String>)>,
     /// Task ids the clients were given (the latest few).
     task_ids: Vec<String>,
+    /// When each stdio backend's live process exited (a crash, whatever else
+    /// also counts), since its history was last cleared (an admin command, a
+    /// reload): no restart may follow `crash_limit` of them within the window.
+    crash_times: BTreeMap<crate::io::ServerName, Vec<u64>>,
     /// Backend `a` answers as a server of the stateless revision (variant bit 32).
     stateless_a: bool,
     next_id: u64,
@@ -220,6 +224,7 @@ impl Harness {
             server_requests: Vec::new(),
             input_rounds: Vec::new(),
             task_ids: Vec::new(),
+            crash_times: BTreeMap::new(),
             stateless_a: variant & 32 == 32,
             next_id: 1,
             oauth,
@@ -251,6 +256,7 @@ impl Harness {
                         if let Some(server) = v["params"]["arguments"]["server"].as_str() {
                             self.stopped.remove(server);
                             self.awaiting.remove(server);
+                            self.crash_times.remove(server);
                         }
                     }
                 }
@@ -259,12 +265,20 @@ impl Harness {
                 protocol::check_read_agrees(frame)?;
             }
             Input::ClientClosed { session } => self.forget_session(session.0),
+            Input::BackendExited { server, generation, .. } => {
+                let stdio = self.gw.config().servers.get(&**server).is_some_and(|s| s.transport.is_stdio());
+                let live = self.gens.get(server) == Some(generation) && self.connected.contains(server);
+                if stdio && live && self.gw.status(server).is_some_and(|s| s.generation == *generation) {
+                    self.crash_times.entry(server.clone()).or_default().push(self.now);
+                }
+            }
             Input::Admin { command } => {
                 let (AdminCommand::Reconnect { server }
                 | AdminCommand::Restart { server }
                 | AdminCommand::Remove { server }) = command;
                 self.stopped.remove(&**server);
                 self.awaiting.remove(&**server);
+                self.crash_times.remove(&**server);
                 if matches!(command, AdminCommand::Remove { .. }) {
                     // The host drops the backend's credential keeper with it.
                     self.forget_credential(server);
@@ -273,6 +287,7 @@ impl Harness {
             Input::ConfigReloaded { .. } => {
                 self.stopped.clear();
                 self.awaiting.clear();
+                self.crash_times.clear();
             }
             Input::Credential { server, update } if self.manages_credential(server) => {
                 if matches!(update, CredentialUpdate::Ready { .. }) {
@@ -410,6 +425,18 @@ impl Harness {
                     return Err(format!("{server} was connected again before a credential arrived"));
                 }
                 self.connected.insert(server.clone());
+                // The crash limit: a stdio backend that crashed `crash_limit` times
+                // within the window is not started again by the engine alone.
+                let policy = self.gw.config().policy_for(server);
+                let window_start = self.now.saturating_sub(policy.crash_window_ms);
+                let recent =
+                    self.crash_times.get(server).map_or(0, |t| t.iter().filter(|&&at| at > window_start).count());
+                if recent >= usize::from(policy.crash_limit.max(1)) {
+                    return Err(format!(
+                        "{server} restarted after {recent} crashes within {} ms (crash_limit {})",
+                        policy.crash_window_ms, policy.crash_limit
+                    ));
+                }
                 if self.gens.get(server).is_some_and(|g| g >= generation) {
                     return Err(format!("{server}: generation {generation} is not newer"));
                 }

@@ -418,6 +418,17 @@ impl Gateway {
             }
         }
         for (name, b) in &self.backends {
+            // The breaker lets one probe through when half-open, and only then.
+            let probes = self
+                .router
+                .calls
+                .values()
+                .filter(|c| c.server == *name && matches!(&c.kind, CallKind::Client(cc) if cc.probe))
+                .count()
+                + b.queue.iter().filter(|q| q.call.probe).count();
+            if probes > 1 {
+                return Err(format!("{name}: {probes} half-open probes at once"));
+            }
             if b.queue.len() > limits.max_queued_per_backend as usize {
                 return Err(format!("{name}: queue over its bound"));
             }
