@@ -18,13 +18,25 @@ fn bytes(seed: u64) -> Vec<u8> {
 fn run(name: &str, target: fn(&[u8]) -> Result<(), String>, episodes: u64) {
     for seed in 0..episodes {
         let data = bytes(seed ^ 0x5eed);
-        if let Err(violation) = target(&data) {
+        // A panic (a debug assertion in the engine) breaks a promise too: the
+        // input is kept like any other failure's.
+        let outcome = std::panic::catch_unwind(|| target(&data))
+            .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_text(&*panic))));
+        if let Err(violation) = outcome {
             let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/stress-failures");
             let _ = std::fs::create_dir_all(&dir);
             let path = dir.join(format!("{name}-{seed}"));
             let _ = std::fs::write(&path, &data);
             panic!("{name} episode {seed} broke a promise: {violation}\n(input saved to {})", path.display());
         }
+    }
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => s.to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "(no message)".into(),
     }
 }
 

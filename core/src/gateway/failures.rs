@@ -229,6 +229,21 @@ impl Gateway {
     /// Puts a call back in its backend's queue (a retry or a resend), or fails it
     /// when the queue is full: the bound holds on every path.
     pub(super) fn requeue(&mut self, server: &str, queued: Queued, front: bool) {
+        if queued.call.awaiting_input.is_some() {
+            // Its client was answered `input_required` for requests of the
+            // connection that failed: those are gone, so the call cannot go on
+            // (a fresh process would ask afresh). The client's retry gets this.
+            let call = queued.call;
+            if call.probe {
+                self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
+            }
+            let msg = format!(
+                "backend '{server}' lost the connection that asked for this input; send the request again without it"
+            );
+            self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &msg, None);
+            self.record_call(server, &call, CallOutcome::Failed);
+            return self.release(&call);
+        }
         let limit = self.config.limits.max_queued_per_backend as usize;
         let b = self.backends.get_mut(server).expect("live");
         if b.queue.len() < limit {

@@ -316,7 +316,8 @@ impl Gateway {
         let waiting = self.router.pending_inputs.values_mut().find(|p| p.session == session && p.client_id == id);
         match waiting {
             Some(p) if p.answer.is_none() => p.answer = Some(answer),
-            _ => debug_assert!(false, "a second answer to request {id}"),
+            Some(_) => debug_assert!(false, "a second answer to request {id}"),
+            None => debug_assert!(false, "an answer to request {id}, which no retry waits for"),
         }
     }
 
