@@ -155,6 +155,12 @@ pub struct Harness {
     input_rounds: Vec<(u64, String, Vec<String>)>,
     /// Task ids the clients were given (the latest few).
     task_ids: Vec<String>,
+    /// What this run reached.
+    pub coverage: Coverage,
+    /// Client `tools/call` requests not answered yet, by (session, raw id).
+    calls_asked: BTreeSet<(u64, String)>,
+    /// Backends started or connected at least once.
+    started: BTreeSet<crate::io::ServerName>,
     /// When each stdio backend's live process exited (a crash, whatever else
     /// also counts), since its history was last cleared (an admin command, a
     /// reload): no restart may follow `crash_limit` of them within the window.
@@ -224,6 +230,9 @@ impl Harness {
             server_requests: Vec::new(),
             input_rounds: Vec::new(),
             task_ids: Vec::new(),
+            coverage: Coverage::default(),
+            calls_asked: BTreeSet::new(),
+            started: BTreeSet::new(),
             crash_times: BTreeMap::new(),
             stateless_a: variant & 32 == 32,
             next_id: 1,
@@ -358,8 +367,11 @@ impl Harness {
             return; // refused with id null
         }
         match protocol::parse(frame) {
-            Ok(Message::Request { id, .. }) => {
+            Ok(Message::Request { id, method, .. }) => {
                 *self.asked.entry((session, id_key(id.get()))).or_default() += 1;
+                if method == "tools/call" {
+                    self.calls_asked.insert((session, id_key(id.get())));
+                }
             }
             // An invalid message whose id could be read is answered under that id.
             Err(protocol::FrameError { id: Some(id), .. }) => {
@@ -418,6 +430,12 @@ impl Harness {
     fn check_action(&mut self, action: &Action) -> Result<(), Violation> {
         match action {
             Action::Spawn { server, generation, .. } | Action::ConnectHttp { server, generation, .. } => {
+                if !self.started.insert(server.clone()) {
+                    match action {
+                        Action::Spawn { .. } => self.coverage.restarts += 1,
+                        _ => self.coverage.reconnects += 1,
+                    }
+                }
                 if self.stopped.contains(&**server) {
                     return Err(format!("{server} was started again after it gave up or needed reauth"));
                 }
@@ -487,6 +505,7 @@ impl Harness {
                         self.task_ids.remove(0);
                     }
                     self.task_ids.push(task.to_string());
+                    self.coverage.tasks += 1;
                 }
                 if let Some(state) = v["result"]["requestState"].as_str() {
                     let keys = v["result"]["inputRequests"].as_object().map(|m| m.keys().cloned().collect());
@@ -495,6 +514,13 @@ impl Harness {
                 if v.get("method").is_none() {
                     if let Some(id) = v.get("id") {
                         let id = serde_json::to_string(id).unwrap_or_default();
+                        if self.calls_asked.remove(&(session.0, id_key(&id))) {
+                            match (&v["error"], &v["result"]["isError"]) {
+                                (Value::Object(_), _) => self.coverage.calls_failed += 1,
+                                (_, Value::Bool(true)) => self.coverage.calls_tool_error += 1,
+                                _ => self.coverage.calls_ok += 1,
+                            }
+                        }
                         *self.answered.entry((session.0, id)).or_default() += 1;
                     }
                 } else if let Some(id) = v.get("id").and_then(Value::as_u64) {
@@ -503,6 +529,12 @@ impl Harness {
             }
             Action::CloseClient { session } => self.forget_session(session.0),
             Action::Emit { event } => {
+                match event {
+                    Event::CircuitOpened { .. } => self.coverage.breaker_opened += 1,
+                    Event::CircuitClosed { .. } => self.coverage.breaker_closed += 1,
+                    Event::ServerPermanentlyFailed { .. } => self.coverage.gave_up += 1,
+                    _ => {}
+                }
                 if let Event::ServerStatusChanged {
                     server,
                     to: Status::PermanentlyFailed | Status::RequiresReauth,
@@ -973,8 +1005,70 @@ impl Harness {
     }
 }
 
+/// What runs of the drivers reached, counted: whether they walk the paths that
+/// matter (successful calls, breaker trips, restarts, reconnects, tasks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// `tools/call` answered with a result.
+    pub calls_ok: u64,
+    /// `tools/call` answered with a tool error (`isError`).
+    pub calls_tool_error: u64,
+    /// `tools/call` answered with a JSON-RPC error (tether's or the backend's).
+    pub calls_failed: u64,
+    /// Breakers opened.
+    pub breaker_opened: u64,
+    /// Breakers closed again (a probe succeeded).
+    pub breaker_closed: u64,
+    /// Processes started again (a stdio backend's second start onwards).
+    pub restarts: u64,
+    /// Connections made again (an HTTP backend's second connection onwards).
+    pub reconnects: u64,
+    /// Backends that gave up (`permanently_failed`).
+    pub gave_up: u64,
+    /// Task ids handed to clients.
+    pub tasks: u64,
+}
+
+impl Coverage {
+    /// Adds another run's counts.
+    pub fn add(&mut self, other: &Coverage) {
+        self.calls_ok += other.calls_ok;
+        self.calls_tool_error += other.calls_tool_error;
+        self.calls_failed += other.calls_failed;
+        self.breaker_opened += other.breaker_opened;
+        self.breaker_closed += other.breaker_closed;
+        self.restarts += other.restarts;
+        self.reconnects += other.reconnects;
+        self.gave_up += other.gave_up;
+        self.tasks += other.tasks;
+    }
+}
+
+impl core::fmt::Display for Coverage {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "tools/call: {} ok, {} tool errors, {} failed; breakers: {} opened, {} closed; {} restarts, {} reconnects, {} gave up; {} tasks",
+            self.calls_ok,
+            self.calls_tool_error,
+            self.calls_failed,
+            self.breaker_opened,
+            self.breaker_closed,
+            self.restarts,
+            self.reconnects,
+            self.gave_up,
+            self.tasks
+        )
+    }
+}
+
 /// The `gateway` target: a sequence of inputs decoded from `data`.
 pub fn gateway(data: &[u8]) -> Result<(), Violation> {
+    gateway_coverage(data).map(|_| ())
+}
+
+/// [`gateway`], returning what the run reached.
+pub fn gateway_coverage(data: &[u8]) -> Result<Coverage, Violation> {
     let mut c = Choices::new(data);
     let variant = c.byte();
     let seed = c.byte();
@@ -999,7 +1093,8 @@ pub fn gateway(data: &[u8]) -> Result<(), Violation> {
         h.step(&mut c)?;
         steps += 1;
     }
-    h.settle()
+    h.settle()?;
+    Ok(h.coverage)
 }
 
 /// The `frames` target: arbitrary bytes as client and backend byte streams,
