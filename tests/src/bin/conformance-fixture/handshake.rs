@@ -66,9 +66,14 @@ pub struct Fixture {
 /// Where the client's answer to one of our requests goes: its result, or its error object.
 type Waiter = mpsc::Sender<Result<Value, Value>>;
 
-/// A scoped asking thread's outcome (a panic there is an error like any other).
-fn joined<T>(handle: thread::ScopedJoinHandle<'_, Result<T, String>>) -> Result<T, String> {
-    handle.join().unwrap_or_else(|_| Err("an asking thread panicked".to_string()))
+/// A request sent to the client, its answer not awaited yet.
+struct Asked {
+    /// Its id, as JSON text (the key of `pending`).
+    id: String,
+    method: String,
+    /// Which ask it is (see `pending`).
+    ask: u64,
+    answer: mpsc::Receiver<Result<Value, Value>>,
 }
 
 impl Fixture {
@@ -202,15 +207,29 @@ impl Fixture {
     /// `ask_client` with a chosen request id: a gateway serving a stateless-era
     /// client turns the request into an `input_required` entry under this name.
     fn ask_client_as(&self, id: &str, method: &str, params: Value) -> Result<Value, String> {
-        let id = Value::String(id.to_string());
+        let asked = self.send_ask(id, method, params);
+        self.await_ask(asked)
+    }
+
+    /// Sends a request to the client under `id`; its answer is awaited with
+    /// [`Fixture::await_ask`] (several may be out at once).
+    fn send_ask(&self, id: &str, method: &str, params: Value) -> Asked {
         let (waiter, answer) = mpsc::channel();
         let ask = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let id = Value::String(id.to_string());
+        // Keyed by the id as JSON text, as answers are looked up.
         lock(&self.pending).insert(id.to_string(), (ask, waiter));
         self.out.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        Asked { id: id.to_string(), method: method.to_string(), ask, answer }
+    }
+
+    /// The client's answer to a request [`Fixture::send_ask`] sent.
+    fn await_ask(&self, asked: Asked) -> Result<Value, String> {
+        let Asked { id, method, ask, answer } = asked;
         let answer = answer.recv_timeout(CLIENT_ANSWER_TIMEOUT);
         let mut pending = lock(&self.pending);
-        if pending.get(&id.to_string()).is_some_and(|(current, _)| *current == ask) {
-            pending.remove(&id.to_string());
+        if pending.get(&id).is_some_and(|(current, _)| *current == ask) {
+            pending.remove(&id);
         }
         drop(pending);
         match answer {
@@ -386,17 +405,18 @@ impl Fixture {
                 }
             }
             "test_input_required_result_multiple_inputs" => {
-                // All three at once (JSON-RPC lets a server have several requests
-                // out), as the stateless revision's single round asks them.
-                let (name, greeting, roots) = thread::scope(|s| {
-                    let name = s.spawn(|| ask_name("user_name"));
-                    let greeting = s.spawn(|| {
-                        let question = catalog::ask_llm("Generate a greeting", 50);
-                        self.ask_client_as("greeting", "sampling/createMessage", question)
-                    });
-                    let roots = s.spawn(|| self.ask_client_as("client_roots", "roots/list", json!({})));
-                    (joined(name), joined(greeting), joined(roots))
-                });
+                // All three at once, written back to back (JSON-RPC lets a server
+                // have several requests out), as the stateless revision's single
+                // round asks them; then their answers.
+                let name =
+                    self.send_ask("user_name", "elicitation/create", catalog::ask_string("What is your name?", "name"));
+                let question = catalog::ask_llm("Generate a greeting", 50);
+                let greeting = self.send_ask("greeting", "sampling/createMessage", question);
+                let roots = self.send_ask("client_roots", "roots/list", json!({}));
+                let name = self
+                    .await_ask(name)
+                    .map(|answer| answer["content"]["name"].as_str().unwrap_or("stranger").to_string());
+                let (greeting, roots) = (self.await_ask(greeting), self.await_ask(roots));
                 match name.and_then(|n| greeting.and_then(|g| roots.map(|r| (n, g, r)))) {
                     Ok((name, greeting, roots)) => text_result(&format!(
                         "{name}: {} (roots: {})",
