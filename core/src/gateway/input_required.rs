@@ -176,7 +176,7 @@ impl Gateway {
         asked: BTreeMap<String, AskedInput>,
         answer: Option<Result<String, String>>,
     ) {
-        let state = self.request_state();
+        let state = self.unguessable_id();
         let deadline = self.now + Self::duration(self.config.policy.request_timeout_max_ms);
         let server = match self.router.calls.get_mut(&call) {
             Some(c) => {
@@ -212,13 +212,6 @@ impl Gateway {
         self.router
             .pending_inputs
             .insert(state, PendingInput { call, server, session, client_id, asked, answer, deadline });
-    }
-
-    /// An unguessable `requestState`: 128 bits from the engine's PRNG (seeded by
-    /// the host; replayable from a trace, which is the point of the engine).
-    fn request_state(&mut self) -> String {
-        let (a, b) = (self.rng.next_u64(), self.rng.next_u64());
-        format!("{a:016x}{b:016x}")
     }
 
     /// The `requestState` of a stateless client's retry, if this request is one.

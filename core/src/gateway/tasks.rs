@@ -277,7 +277,8 @@ impl Gateway {
         }
     }
 
-    /// 128 bits from the engine's PRNG, as hex: a task id or a `requestState`.
+    /// 128 bits from the engine's PRNG, as hex: a task id or a `requestState`
+    /// (seeded by the host, so a trace replays them).
     pub(super) fn unguessable_id(&mut self) -> String {
         let (a, b) = (self.rng.next_u64(), self.rng.next_u64());
         format!("{a:016x}{b:016x}")
