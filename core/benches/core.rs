@@ -154,3 +154,13 @@ fn one_mib_result_through(bencher: divan::Bencher<'_, '_>) {
         }))
     });
 }
+
+/// One execution of the `gateway` fuzz target on a stress-sized input (the
+/// corpus's median length). executions/s = 1 / time per iteration; compare with
+/// `cargo fuzz run gateway`'s exec/s, which adds the sanitizers.
+#[divan::bench(args = [0, 1, 2, 3])]
+fn fuzz_gateway_execution(bencher: divan::Bencher<'_, '_>, seed: u64) {
+    let mut rng = tether_core::Rng::new(seed ^ 0x5eed);
+    let data: Vec<u8> = (0..800).map(|_| rng.next_u64() as u8).collect();
+    bencher.bench_local(|| black_box(tether_core::fuzzing::gateway(&data).is_ok()));
+}

@@ -13,7 +13,8 @@
 //!   again without an admin command or a config reload, or (an OAuth-managed one)
 //!   a new credential; one whose connection was refused for its credential is not
 //!   connected again before a credential arrives;
-//! - once every timer has fired, every client request was answered exactly once
+//! - once no client is owed an answer and a margin past the longest request
+//!   deadline has passed, every client request was answered exactly once
 //!   (unless its client cancelled it or went away).
 //!
 //! When the seed byte's high bit is set, backend `web` is OAuth-managed and the
@@ -27,7 +28,13 @@ use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
+
+mod peek;
+mod policy_watch;
+use peek::Envelope;
+use policy_watch::PolicyWatch;
 
 use crate::codec::{LineDecoder, SseDecoder};
 use crate::config::{Config, ServerConfig};
@@ -190,6 +197,10 @@ pub struct Harness {
     /// Backends whose connection was refused for their credential and which may
     /// not connect again until a credential arrives (or an admin or a reload says so).
     awaiting: BTreeSet<crate::io::ServerName>,
+    /// The policy numbers: retry waits, reconnect backoff, restart delays.
+    watch: PolicyWatch,
+    /// Tags calls (`arguments.n`) so their retries can be followed.
+    next_tag: u64,
 }
 
 /// A credential step waiting for the driver's answer.
@@ -245,6 +256,8 @@ impl Harness {
             discard_due: None,
             connected: BTreeSet::new(),
             awaiting: BTreeSet::new(),
+            watch: PolicyWatch::default(),
+            next_tag: 0,
         };
         h.drain()?;
         Ok(h)
@@ -252,6 +265,7 @@ impl Harness {
 
     /// Feeds one input now and checks everything.
     pub fn input(&mut self, input: Input) -> Result<(), Violation> {
+        let mut exited = None;
         match &input {
             Input::ClientFrame { session, frame, .. } => {
                 // The engine reads frames in one pass: it must read them as `parse` does.
@@ -279,7 +293,13 @@ impl Harness {
                 let live = self.gens.get(server) == Some(generation) && self.connected.contains(server);
                 if stdio && live && self.gw.status(server).is_some_and(|s| s.generation == *generation) {
                     self.crash_times.entry(server.clone()).or_default().push(self.now);
+                    exited = Some(server.clone());
                 }
+            }
+            Input::BackendFailed { server, generation, request: Some(id), failure }
+                if self.gens.get(server) == Some(generation) =>
+            {
+                self.watch.failed(server, *id, failure, self.now);
             }
             Input::Admin { command } => {
                 let (AdminCommand::Reconnect { server }
@@ -316,6 +336,10 @@ impl Harness {
             return Err(format!("host contract error from a valid input: {e}"));
         }
         self.drain()?;
+        self.watch.check_reconnects(&self.gw, &["web"], self.now)?;
+        if let Some(server) = exited {
+            self.watch.check_restart(&self.gw, &server, self.now)?;
+        }
         if let Some(server) = self.discard_due.take() {
             return Err(format!("{server}: invalid_grant at {} ms and the credential was not discarded", self.now));
         }
@@ -460,6 +484,7 @@ impl Harness {
                 }
                 self.gens.insert(server.clone(), *generation);
                 self.open.insert(server.clone(), Vec::new());
+                self.watch.started(server, *generation, self.now);
             }
             Action::Authorize { server, step } => self.check_step(server, step)?,
             Action::SendToBackend { server, generation, frame, .. } => {
@@ -469,9 +494,12 @@ impl Harness {
                 if self.discard_due.as_ref() == Some(server) {
                     return Err(format!("{server}: a frame sent with a credential the engine knew was dead"));
                 }
-                let v: Value = serde_json::from_str(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
-                if let (Some(id), Some(method)) = (v.get("id").and_then(Value::as_u64), v.get("method")) {
-                    let method = method.as_str().unwrap_or("").to_string();
+                let v = Envelope::read(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
+                if let (Some(id), Some(method)) = (v.id.and_then(|id| id.get().parse::<u64>().ok()), v.method) {
+                    let method = peek::string(Some(method)).unwrap_or_default();
+                    if method == "tools/call" {
+                        self.watch.sent(&self.gw, server, id, frame, self.now)?;
+                    }
                     self.open.entry(server.clone()).or_default().push((id, method));
                 }
             }
@@ -487,43 +515,50 @@ impl Harness {
                 self.connected.remove(server);
             }
             Action::SendToClient { session, frame, route } => {
-                let v: Value = serde_json::from_str(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
-                let is_answer = v.get("method").is_none() && v.get("id").is_some();
+                let v = Envelope::read(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
+                let is_answer = v.method.is_none() && v.id.is_some();
                 let routed_as = match route {
                     ClientRoute::Reply(id) => serde_json::from_str::<Value>(id).ok(),
                     _ => None,
                 };
-                if is_answer && routed_as.as_ref() != v.get("id") {
+                let id = v.id.and_then(|id| serde_json::from_str::<Value>(id.get()).ok());
+                if is_answer && routed_as != id {
                     return Err(format!("answer {frame} routed as {route:?}"));
                 }
                 if !is_answer && routed_as.is_some() {
                     return Err(format!("{frame} routed as a reply ({route:?})"));
                 }
-                let task = v["result"]["taskId"].as_str().or(v["result"]["task"]["taskId"].as_str());
-                if let Some(task) = task.filter(|_| !self.task_ids.iter().any(|t| t == task.unwrap_or_default())) {
+                let result = v.result_fields();
+                let nested = || result.task.and_then(|t| serde_json::from_str::<peek::ResultFields<'_>>(t.get()).ok());
+                let task = peek::string(result.task_id).or_else(|| nested().and_then(|t| peek::string(t.task_id)));
+                if let Some(task) = task.filter(|task| !self.task_ids.iter().any(|t| t == task)) {
                     if self.task_ids.len() >= 16 {
                         self.task_ids.remove(0);
                     }
-                    self.task_ids.push(task.to_string());
+                    self.task_ids.push(task);
                     self.coverage.tasks += 1;
                 }
-                if let Some(state) = v["result"]["requestState"].as_str() {
-                    let keys = v["result"]["inputRequests"].as_object().map(|m| m.keys().cloned().collect());
-                    self.input_rounds.push((session.0, state.to_string(), keys.unwrap_or_default()));
+                if let Some(state) = peek::string(result.request_state) {
+                    let keys = result
+                        .input_requests
+                        .and_then(|r| serde_json::from_str::<BTreeMap<String, serde::de::IgnoredAny>>(r.get()).ok())
+                        .map(|m| m.into_keys().collect());
+                    self.input_rounds.push((session.0, state, keys.unwrap_or_default()));
                 }
-                if v.get("method").is_none() {
-                    if let Some(id) = v.get("id") {
-                        let id = serde_json::to_string(id).unwrap_or_default();
+                if v.method.is_none() {
+                    if let Some(id) = id {
+                        let id = serde_json::to_string(&id).unwrap_or_default();
                         if self.calls_asked.remove(&(session.0, id_key(&id))) {
-                            match (&v["error"], &v["result"]["isError"]) {
-                                (Value::Object(_), _) => self.coverage.calls_failed += 1,
-                                (_, Value::Bool(true)) => self.coverage.calls_tool_error += 1,
+                            let failed = v.error.is_some_and(|e| e.get().starts_with('{'));
+                            match (failed, result.is_error.map(RawValue::get)) {
+                                (true, _) => self.coverage.calls_failed += 1,
+                                (_, Some("true")) => self.coverage.calls_tool_error += 1,
                                 _ => self.coverage.calls_ok += 1,
                             }
                         }
                         *self.answered.entry((session.0, id)).or_default() += 1;
                     }
-                } else if let Some(id) = v.get("id").and_then(Value::as_u64) {
+                } else if let Some(id) = v.id.and_then(|id| id.get().parse::<u64>().ok()) {
                     self.server_requests.push((session.0, id));
                 }
             }
@@ -658,11 +693,34 @@ impl Harness {
         Ok(())
     }
 
-    /// Lets every timer fire, then checks the answers. An hour is far beyond
-    /// the drivers' longest request deadline (20 s) and reconnect wait (~200 s).
+    /// Fires timers until no client is owed an answer (an hour at most), then
+    /// for a margin beyond the longest request deadline, during which a late or
+    /// second answer would still be seen; then checks the answers. Firing every
+    /// timer for an hour instead (backoff cycles, health checks) was most of an
+    /// execution's time and can answer no request.
     pub fn settle(&mut self) -> Result<(), Violation> {
-        self.advance(3_600_000)?;
+        let give_up = self.now.saturating_add(3_600_000);
+        while self.owed() && self.now < give_up {
+            match self.gw.poll_timeout() {
+                Some(at) if at.as_millis() <= give_up => {
+                    self.now = self.now.max(at.as_millis());
+                    self.input(Input::Tick)?;
+                }
+                _ => break,
+            }
+        }
+        let margin = 2 * self.gw.config().policy.request_timeout_max_ms + 10_000;
+        self.advance(margin)?;
         self.check_answers()
+    }
+
+    /// Whether a client is still owed an answer: the engine holds one of its
+    /// requests, or one the harness saw asked has no answer yet.
+    fn owed(&self) -> bool {
+        self.gw.client_requests_in_flight() > 0
+            || self.asked.iter().any(|(key, asked)| {
+                !self.cancelled.contains(key) && self.answered.get(key).copied().unwrap_or(0) < *asked
+            })
     }
 
     fn generation(&self, server: &str) -> Generation {
@@ -812,7 +870,11 @@ impl Harness {
                     "search_tools" => json!({"query": "echo", "limit": c.below(3)}),
                     "reconnect_server" => json!({"server": server}),
                     "server_events" => json!({"since": c.below(40)}),
-                    _ => json!({}),
+                    // Tagged, so the call's retries can be followed.
+                    _ => {
+                        self.next_tag += 1;
+                        json!({ "n": self.next_tag })
+                    }
                 };
                 // Odd ids take tasks (no byte spent on it, so inputs decode as before).
                 let caps = match id % 2 {
