@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 
 use crate::config::Policy;
 use crate::io::{Event, Generation, Status};
-use crate::policy::{restart_delay, Backoff, CircuitBreaker, CrashWindow, Failure, FailureStatus, HealthTracker};
+use crate::policy::{restart_delay, Backoff, BreakerState, CircuitBreaker, CrashWindow, Failure, FailureStatus, HealthTracker};
 use crate::rng::Rng;
 use crate::time::{Duration, Instant};
 
@@ -389,6 +389,10 @@ impl Supervisor {
     pub fn check_invariants(&self, now: Instant) -> Result<(), &'static str> {
         if self.breaker.consecutive_failures() > self.breaker.threshold().saturating_mul(64).max(1 << 20) {
             return Err("breaker failure count unbounded");
+        }
+        let closed = self.breaker.state(now) == BreakerState::Closed;
+        if closed && self.breaker.consecutive_failures() >= self.breaker.threshold() {
+            return Err("breaker closed at its failure threshold (it opens there)");
         }
         if self.crashes.count(now) > self.crashes.limit() {
             return Err("crash window exceeds its limit");

@@ -55,6 +55,12 @@ fn gateway_corpus_keeps_every_promise() {
 }
 
 #[test]
+fn traffic_corpus_keeps_every_promise() {
+    let n = replay("traffic", fuzzing::traffic);
+    assert!(n > 0, "no traffic corpus found under {}", fuzz_dir().display());
+}
+
+#[test]
 fn frames_corpus_keeps_every_promise() {
     let n = replay("frames", fuzzing::frames);
     assert!(n > 0, "no frames corpus found under {}", fuzz_dir().display());

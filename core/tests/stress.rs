@@ -1,6 +1,7 @@
-//! Randomised episodes through the fuzz drivers: PRNG bytes instead of a
-//! fuzzer's. Every input is checked against the engine's invariants, and after
-//! each episode every client request must have exactly one answer.
+//! Randomised episodes through the fuzz drivers (`gateway`, `traffic`,
+//! `frames`): PRNG bytes instead of a fuzzer's. Every input is checked against
+//! the engine's invariants, and after each episode every client request must
+//! have exactly one answer.
 //!
 //! `STRESS_EPISODES=N cargo test --release -p tether-core --test stress` runs more;
 //! a failing episode's bytes are written to `target/stress-failures/` so they can
@@ -58,8 +59,8 @@ fn random_input_sequences_keep_every_promise() {
     };
     run_with("gateway", &mut count, episodes());
     // What the default run reaches (`cargo test -- --nocapture` prints it).
-    // Breaker trips are not among the paths held here yet: these random drivers
-    // fail calls in too scattered a way to trip one (the fuzz corpus does).
+    // Breaker trips are not among the paths held here: these arbitrary inputs
+    // fail calls in too scattered a way to trip one (the traffic driver does).
     println!("gateway episodes reached: {total}");
     let reached = [
         ("successful calls", total.calls_ok),
@@ -76,4 +77,31 @@ fn random_input_sequences_keep_every_promise() {
 #[test]
 fn random_byte_streams_keep_every_promise() {
     run("frames", fuzzing::frames, episodes());
+}
+
+#[test]
+fn a_day_of_traffic_keeps_every_promise() {
+    let mut total = fuzzing::Coverage::default();
+    let mut count = |data: &[u8]| {
+        let coverage = fuzzing::traffic_coverage(data)?;
+        total.add(&coverage);
+        Ok(())
+    };
+    run_with("traffic", &mut count, episodes());
+    println!("traffic episodes reached: {total}");
+    // This driver is for the paths the arbitrary one rarely walks: most calls
+    // succeed, breakers open and close again, crash loops give up.
+    assert!(total.calls_ok > total.calls_failed + total.calls_tool_error, "most calls must succeed: {total}");
+    let reached = [
+        ("tool errors", total.calls_tool_error),
+        ("breakers opening", total.breaker_opened),
+        ("breakers closing", total.breaker_closed),
+        ("restarts", total.restarts),
+        ("reconnects", total.reconnects),
+        ("giving up", total.gave_up),
+        ("tasks", total.tasks),
+    ];
+    for (path, n) in reached {
+        assert!(n > 0, "the traffic driver never reached {path}: {total}");
+    }
 }

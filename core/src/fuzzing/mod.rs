@@ -33,8 +33,10 @@ use serde_json::{json, Value};
 
 mod peek;
 mod policy_watch;
+mod traffic;
 use peek::Envelope;
 use policy_watch::PolicyWatch;
+pub use traffic::{traffic, traffic_coverage};
 
 use crate::codec::{LineDecoder, SseDecoder};
 use crate::config::{Config, ServerConfig};
@@ -201,6 +203,8 @@ pub struct Harness {
     watch: PolicyWatch,
     /// Tags calls (`arguments.n`) so their retries can be followed.
     next_tag: u64,
+    /// Calls that must get a result, not an error: (session, id).
+    must_succeed: BTreeSet<(u64, String)>,
 }
 
 /// A credential step waiting for the driver's answer.
@@ -258,6 +262,7 @@ impl Harness {
             awaiting: BTreeSet::new(),
             watch: PolicyWatch::default(),
             next_tag: 0,
+            must_succeed: BTreeSet::new(),
         };
         h.drain()?;
         Ok(h)
@@ -550,6 +555,9 @@ impl Harness {
                         let id = serde_json::to_string(&id).unwrap_or_default();
                         if self.calls_asked.remove(&(session.0, id_key(&id))) {
                             let failed = v.error.is_some_and(|e| e.get().starts_with('{'));
+                            if failed && self.must_succeed.remove(&(session.0, id_key(&id))) {
+                                return Err(format!("a call that had to succeed failed at {} ms: {frame}", self.now));
+                            }
                             match (failed, result.is_error.map(RawValue::get)) {
                                 (true, _) => self.coverage.calls_failed += 1,
                                 (_, Some("true")) => self.coverage.calls_tool_error += 1,
@@ -755,6 +763,21 @@ impl Harness {
             _ => json!({"content":[{"type":"text","text":"ok"}]}),
         };
         json!({"jsonrpc":"2.0","id":id,"result":result})
+    }
+
+    /// Sessions 1 and 2 complete the handshake; with `variant` bit 16, session 3
+    /// connects and its first request decides its era (stateless or not).
+    pub fn open_sessions(&mut self, variant: u8) -> Result<(), Violation> {
+        if variant & 16 == 16 {
+            self.input(Input::ClientConnected { session: SessionId(3), expires: false })?;
+        }
+        for session in 1..=2 {
+            let frame = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"sampling":{},"roots":{}}}}"#;
+            self.input(Input::ClientFrame { session: SessionId(session), frame: frame.into(), param_headers: None })?;
+            let ready = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+            self.input(Input::ClientFrame { session: SessionId(session), frame: ready.into(), param_headers: None })?;
+        }
+        Ok(())
     }
 
     /// Boots every backend that has an open `initialize` and list requests.
@@ -1136,17 +1159,7 @@ pub fn gateway_coverage(data: &[u8]) -> Result<Coverage, Violation> {
     let seed = c.byte();
     let mut h = Harness::with_oauth(variant, u64::from(seed), seed & 0x80 != 0)?;
     h.streams = seed & 0x40 != 0;
-    if variant & 16 == 16 {
-        // A third session whose era its first request decides (stateless or not).
-        h.input(Input::ClientConnected { session: SessionId(3), expires: false })?;
-    }
-    for session in 1..=2 {
-        let frame =
-            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"sampling":{},"roots":{}}}}"#;
-        h.input(Input::ClientFrame { session: SessionId(session), frame: frame.into(), param_headers: None })?;
-        let ready = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-        h.input(Input::ClientFrame { session: SessionId(session), frame: ready.into(), param_headers: None })?;
-    }
+    h.open_sessions(variant)?;
     if c.below(4) != 0 {
         h.boot_all()?;
     }

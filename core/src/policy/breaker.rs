@@ -163,6 +163,11 @@ impl CircuitBreaker {
     pub fn set_policy(&mut self, threshold: u32, cooldown: Duration) {
         self.threshold = threshold.max(1);
         self.cooldown = cooldown;
+        // A lowered threshold: the next failure opens, as it would have with the
+        // full count; a closed breaker keeps counting below its threshold.
+        if self.state == BreakerState::Closed {
+            self.consecutive_failures = self.consecutive_failures.min(self.threshold - 1);
+        }
     }
 }
 
@@ -265,6 +270,18 @@ mod tests {
         let mut one = CircuitBreaker::new(0, COOLDOWN);
         assert_eq!(one.threshold(), 1);
         assert_eq!(one.on_failure(at(0)), opened());
+    }
+
+    #[test]
+    fn a_lowered_threshold_opens_at_the_next_failure() {
+        let mut b = CircuitBreaker::new(5, COOLDOWN);
+        for _ in 0..3 {
+            assert_eq!(b.on_failure(at(0)), None);
+        }
+        b.set_policy(2, COOLDOWN);
+        assert_eq!(b.state(at(0)), BreakerState::Closed);
+        assert_eq!(b.consecutive_failures(), 1, "a closed breaker counts below its threshold");
+        assert_eq!(b.on_failure(at(1)), opened());
     }
 
     #[test]
