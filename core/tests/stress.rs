@@ -49,29 +49,39 @@ fn episodes() -> u64 {
     std::env::var("STRESS_EPISODES").ok().and_then(|s| s.parse().ok()).unwrap_or(1000)
 }
 
-#[test]
-fn random_input_sequences_keep_every_promise() {
+/// Runs `driver` over the default episodes and returns what they reached, printed
+/// (`cargo test -- --nocapture` shows it).
+fn reached(name: &str, driver: fn(&[u8]) -> Result<fuzzing::Coverage, String>) -> fuzzing::Coverage {
     let mut total = fuzzing::Coverage::default();
     let mut count = |data: &[u8]| {
-        let coverage = fuzzing::gateway_coverage(data)?;
-        total.add(&coverage);
+        total.add(&driver(data)?);
         Ok(())
     };
-    run_with("gateway", &mut count, episodes());
-    // What the default run reaches (`cargo test -- --nocapture` prints it).
+    run_with(name, &mut count, episodes());
+    println!("{name} episodes reached: {total}");
+    total
+}
+
+/// Fails unless every one of `paths` was reached.
+fn assert_reached(name: &str, total: &fuzzing::Coverage, paths: &[(&str, u64)]) {
+    for (path, n) in paths {
+        assert!(*n > 0, "the {name} driver never reached {path}: {total}");
+    }
+}
+
+#[test]
+fn random_input_sequences_keep_every_promise() {
+    let total = reached("gateway", fuzzing::gateway_coverage);
     // Breaker trips are not among the paths held here: these arbitrary inputs
     // fail calls in too scattered a way to trip one (the traffic driver does).
-    println!("gateway episodes reached: {total}");
-    let reached = [
+    let paths = [
         ("successful calls", total.calls_ok),
         ("failed calls", total.calls_failed),
         ("restarts", total.restarts),
         ("reconnects", total.reconnects),
         ("tasks", total.tasks),
     ];
-    for (path, n) in reached {
-        assert!(n > 0, "the drivers never reached {path}: {total}");
-    }
+    assert_reached("gateway", &total, &paths);
 }
 
 #[test]
@@ -81,18 +91,11 @@ fn random_byte_streams_keep_every_promise() {
 
 #[test]
 fn a_day_of_traffic_keeps_every_promise() {
-    let mut total = fuzzing::Coverage::default();
-    let mut count = |data: &[u8]| {
-        let coverage = fuzzing::traffic_coverage(data)?;
-        total.add(&coverage);
-        Ok(())
-    };
-    run_with("traffic", &mut count, episodes());
-    println!("traffic episodes reached: {total}");
+    let total = reached("traffic", fuzzing::traffic_coverage);
     // This driver is for the paths the arbitrary one rarely walks: most calls
     // succeed, breakers open and close again, crash loops give up.
     assert!(total.calls_ok > total.calls_failed + total.calls_tool_error, "most calls must succeed: {total}");
-    let reached = [
+    let paths = [
         ("tool errors", total.calls_tool_error),
         ("breakers opening", total.breaker_opened),
         ("breakers closing", total.breaker_closed),
@@ -101,7 +104,5 @@ fn a_day_of_traffic_keeps_every_promise() {
         ("giving up", total.gave_up),
         ("tasks", total.tasks),
     ];
-    for (path, n) in reached {
-        assert!(n > 0, "the traffic driver never reached {path}: {total}");
-    }
+    assert_reached("traffic", &total, &paths);
 }
