@@ -141,7 +141,9 @@ pub fn oauth_config(mut config: Config, oauth: bool) -> Config {
     config
 }
 
-/// A gateway under test plus what the checks need to remember.
+/// A gateway under test plus what the checks need to remember. A clone is a
+/// fork: the same engine state and the same memory of it.
+#[derive(Clone)]
 pub struct Harness {
     /// The engine.
     pub gw: Gateway,
@@ -1157,12 +1159,8 @@ pub fn gateway_coverage(data: &[u8]) -> Result<Coverage, Violation> {
     let mut c = Choices::new(data);
     let variant = c.byte();
     let seed = c.byte();
-    let mut h = Harness::with_oauth(variant, u64::from(seed), seed & 0x80 != 0)?;
-    h.streams = seed & 0x40 != 0;
-    h.open_sessions(variant)?;
-    if c.below(4) != 0 {
-        h.boot_all()?;
-    }
+    let boot = c.below(4) != 0;
+    let mut h = booted(variant, seed, boot)?;
     let mut steps = 0;
     while !c.is_empty() && steps < 400 {
         h.step(&mut c)?;
@@ -1170,6 +1168,35 @@ pub fn gateway_coverage(data: &[u8]) -> Result<Coverage, Violation> {
     }
     h.settle()?;
     Ok(h.coverage)
+}
+
+/// The harness every `gateway` execution with these first choices starts from:
+/// sessions open and, with `boot`, every backend booted. Building it was half an
+/// execution's time, and inputs that share their first bytes are most of what a
+/// fuzzer runs, so it is built once per thread and forked (the engine is
+/// deterministic: a fork is the state a fresh build would reach).
+fn booted(variant: u8, seed: u8, boot: bool) -> Result<Harness, Violation> {
+    std::thread_local! {
+        static BOOTED: core::cell::RefCell<BTreeMap<(u8, u8, bool), Harness>> =
+            const { core::cell::RefCell::new(BTreeMap::new()) };
+    }
+    if let Some(h) = BOOTED.with(|b| b.borrow().get(&(variant, seed, boot)).cloned()) {
+        return Ok(h);
+    }
+    let mut h = Harness::with_oauth(variant, u64::from(seed), seed & 0x80 != 0)?;
+    h.streams = seed & 0x40 != 0;
+    h.open_sessions(variant)?;
+    if boot {
+        h.boot_all()?;
+    }
+    BOOTED.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.len() >= 1024 {
+            b.clear();
+        }
+        b.insert((variant, seed, boot), h.clone());
+    });
+    Ok(h)
 }
 
 /// The `frames` target: arbitrary bytes as client and backend byte streams,

@@ -22,7 +22,7 @@ use crate::io::{Generation, ServerName, Status};
 use crate::policy::Failure;
 
 /// A client call the drivers tagged (`arguments.n`) as it passes to a backend.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct CallTrack {
     /// Retryable transport failures so far (each should be followed by one retry).
     failures: usize,
@@ -31,7 +31,7 @@ struct CallTrack {
 }
 
 /// What the checks remember between inputs.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct PolicyWatch {
     /// Backend request ids of tagged calls in flight: (server, id) → tag.
     sent: BTreeMap<(ServerName, u64), u64>,

@@ -29,6 +29,7 @@ pub(super) const RECONNECT_EVENTS_UNTHROTTLED: u32 = 10;
 pub(super) const RECONNECT_EVENT_INTERVAL_MS: u64 = 600_000;
 
 /// Everything the gateway keeps about one backend.
+#[derive(Clone)]
 pub(super) struct Backend {
     pub config: ServerConfig,
     pub sup: Supervisor,
@@ -97,7 +98,7 @@ pub(super) struct Backend {
 }
 
 /// A discovery in progress: lists accumulate here until every page is in.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Discovery {
     /// Kinds being re-listed (bit `1 << kind`); the others keep their last lists.
     pub requested: u8,

@@ -18,6 +18,7 @@ use crate::protocol::{self, code};
 
 /// A login that clients were asked to open (an MCP URL elicitation): its id, and
 /// the sessions to tell (`notifications/elicitation/complete`) once it is done.
+#[derive(Clone)]
 pub(crate) struct LoginElicitation {
     id: String,
     sessions: Vec<SessionId>,

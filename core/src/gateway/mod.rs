@@ -149,7 +149,10 @@ fn era_revision<S: serde::Serializer>(era: &Era, s: S) -> Result<S::Ok, S::Error
     s.serialize_str(era.revision())
 }
 
-/// The gateway engine. See the module docs for the host contract.
+/// The gateway engine. See the module docs for the host contract. A clone is a
+/// snapshot: fed the same inputs, it does what the original would (the fuzz
+/// drivers fork a booted engine instead of booting one per input).
+#[derive(Clone)]
 pub struct Gateway {
     config: Config,
     rng: Rng,

@@ -14,6 +14,7 @@ use crate::config::Limits;
 use crate::time::Instant;
 
 /// The router's tables.
+#[derive(Clone)]
 pub(super) struct Router {
     /// Requests in flight to backends, by the id the gateway gave them.
     pub calls: BTreeMap<u64, Call>,

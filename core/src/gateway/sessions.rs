@@ -16,7 +16,7 @@ use crate::protocol::Era;
 use crate::time::{Duration, Instant};
 
 /// Every client session and what belongs to sessions as a whole.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Sessions {
     /// Open sessions, by id.
     pub open: BTreeMap<SessionId, Session>,

@@ -29,7 +29,7 @@ pub(super) const SEEN_EVENTS: usize = 256;
 
 /// The streams of one connection that ended and are (to be) resumed, and the
 /// event ids seen on it.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Streams {
     /// Streams that ended, by stream, until their request is answered (or
     /// they are given up).
@@ -41,7 +41,7 @@ pub(super) struct Streams {
 }
 
 /// What is known of one ended stream.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Resumption {
     /// The id to send as `Last-Event-ID`.
     pub last_event_id: Option<String>,

@@ -95,7 +95,7 @@ impl Task {
 }
 
 /// Every task tether keeps, with the index of their expiries.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct TaskStore {
     pub tasks: BTreeMap<String, Task>,
     /// `(expires, id)` of every task, so the next expiry is found at once.
