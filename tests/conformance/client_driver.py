@@ -61,6 +61,10 @@ def oauth_settings(scenario, context):
         settings["issuer"] = context["issuer"]
     if scenario.startswith("auth/client-credentials"):
         settings["grant"] = "client_credentials"
+    if "valid_jwt" in context:
+        # Workload identity: the JWT the platform issued this workload.
+        settings["grant"] = "jwt_bearer"
+        settings["assertion"] = context["valid_jwt"]
     if "private_key_pem" in context:
         settings["private_key"] = context["private_key_pem"]
     if "signing_algorithm" in context:

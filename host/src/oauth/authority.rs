@@ -219,6 +219,7 @@ impl Authority {
         secrets.extend(held.dead_refresh.as_ref().map(|r| r.expose().to_owned()));
         secrets.extend(self.settings.client_secret.as_ref().map(|s| s.expose().to_owned()));
         secrets.extend(self.settings.private_key.as_ref().map(|s| s.expose().to_owned()));
+        secrets.extend(self.settings.assertion.as_ref().map(|s| s.expose().to_owned()));
         secrets
     }
 
@@ -245,10 +246,10 @@ impl Authority {
     /// stores the credential. With the client credentials grant, just gets and
     /// stores a token.
     pub fn login_blocking(&self, out: &mut dyn Write) -> Result<LoginSummary, String> {
-        if self.settings.grant == Grant::ClientCredentials {
+        if self.settings.grant.unattended() {
             let discovery =
                 discovery::discover(&self.http, &self.url, &Challenge::default(), None).map_err(|f| f.message)?;
-            self.client_credentials(&discovery, &Challenge::default()).map_err(|f| f.message)?;
+            self.unattended(&discovery, &Challenge::default()).map_err(|f| f.message)?;
         } else {
             let challenge = self.probe_challenge();
             let prepared = self.prepare_login(&challenge).map_err(|f| f.message)?;
@@ -292,6 +293,7 @@ impl Authority {
         let method = match self.settings.grant {
             Grant::AuthorizationCode => "oauth (authorization code)",
             Grant::ClientCredentials => "client credentials",
+            Grant::JwtBearer => "workload identity (jwt-bearer)",
         };
         let login_pending = self.login.lock().unwrap_or_else(|e| e.into_inner()).is_some();
         let credential = self.held().credential.clone().or_else(|| self.read_store());
@@ -391,7 +393,7 @@ impl Authority {
     }
 
     fn refreshable(&self, token: &TokenRecord) -> bool {
-        token.refresh_token.is_some() || self.settings.grant == Grant::ClientCredentials
+        token.refresh_token.is_some() || self.settings.grant.unattended()
     }
 
     /// `Ready` for a held token, or `None` when it is expired and cannot be renewed.
@@ -465,8 +467,8 @@ impl Authority {
                 held.credential = None;
             }
         }
-        if self.settings.grant == Grant::ClientCredentials {
-            return self.client_credentials(&discovery, &challenge);
+        if self.settings.grant.unattended() {
+            return self.unattended(&discovery, &challenge);
         }
         let Some(stored) = stored.filter(|c| c.issuer == issuer) else {
             return Ok(CredentialUpdate::LoginRequired);
@@ -485,10 +487,93 @@ impl Authority {
         Ok(CredentialUpdate::LoginRequired)
     }
 
-    /// The client credentials grant with the configured client.
-    fn client_credentials(&self, discovery: &Discovery, challenge: &Challenge) -> Result<CredentialUpdate, Failure> {
+    /// A grant with no person (client credentials or a workload's JWT).
+    fn unattended(&self, discovery: &Discovery, challenge: &Challenge) -> Result<CredentialUpdate, Failure> {
         let _guard = self.lock_store()?;
-        self.client_credentials_locked(discovery, challenge)
+        self.unattended_locked(discovery, challenge)
+    }
+
+    fn unattended_locked(&self, discovery: &Discovery, challenge: &Challenge) -> Result<CredentialUpdate, Failure> {
+        match self.settings.grant {
+            Grant::JwtBearer => self.jwt_bearer_locked(discovery, challenge),
+            _ => self.client_credentials_locked(discovery, challenge),
+        }
+    }
+
+    /// The scope to ask an unattended grant for: configured, else the challenge's,
+    /// else what the resource lists.
+    fn unattended_scope(&self, discovery: &Discovery, challenge: &Challenge) -> Option<String> {
+        self.settings
+            .scope
+            .clone()
+            .or_else(|| challenge.scope.clone())
+            .or_else(|| discovery.resource_scopes.as_ref().filter(|s| !s.is_empty()).map(|s| s.join(" ")))
+    }
+
+    /// The workload's JWT: configured as is, or read from its file now (platforms
+    /// rotate the file; an old copy may have expired).
+    fn workload_assertion(&self) -> Result<Secret, Failure> {
+        if let Some(assertion) = &self.settings.assertion {
+            return Ok(assertion.clone());
+        }
+        let path = self
+            .settings
+            .assertion_file
+            .as_ref()
+            .ok_or_else(|| Failure::rejected("the jwt_bearer grant needs an assertion or an assertion_file"))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Failure::rejected(format!("reading the assertion_file {}: {e}", path.display())))?;
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(Failure::rejected(format!("the assertion_file {} is empty", path.display())));
+        }
+        Ok(Secret::new(text.to_owned()))
+    }
+
+    /// The JWT-bearer grant: the workload's JWT for a token, with the configured
+    /// client (if any) authenticating as it is set up to.
+    fn jwt_bearer_locked(&self, discovery: &Discovery, challenge: &Challenge) -> Result<CredentialUpdate, Failure> {
+        let assertion = self.workload_assertion()?;
+        let server = &discovery.server;
+        registration::check_configured_issuer(&self.settings, &server.issuer)?;
+        let mut client = ClientRecord {
+            client_id: self.settings.client_id.clone().unwrap_or_default(),
+            client_secret: None,
+            source: ClientSource::Configured,
+            redirect_uri: None,
+            auth_method: None,
+        };
+        let auth = if client.client_id.is_empty() {
+            ClientAuth::Unidentified
+        } else {
+            self.client_auth(&client, &server.issuer, server.token_endpoint_auth_methods_supported.as_deref())?
+        };
+        let scope = self.unattended_scope(discovery, challenge);
+        let endpoint = server.token_endpoint()?;
+        let granted =
+            token::jwt_bearer(&self.http, endpoint, &auth, &assertion, &discovery.resource, scope.as_deref())?;
+        client.auth_method = Some(auth.method().to_owned());
+        Ok(self.keep_unattended(discovery, endpoint, client, granted, scope))
+    }
+
+    /// Stores what an unattended grant granted and says so to the engine (always
+    /// renewable: the grant is made again).
+    fn keep_unattended(
+        &self,
+        discovery: &Discovery,
+        endpoint: &str,
+        client: ClientRecord,
+        granted: Granted,
+        scope: Option<String>,
+    ) -> CredentialUpdate {
+        let token = token_record(granted, None, scope);
+        let update = self.ready(&token).unwrap_or(CredentialUpdate::Ready {
+            expires_in_ms: None,
+            refreshable: true,
+            scope: None,
+        });
+        self.persist_locked(self.fresh_credential(discovery, endpoint, client, token));
+        update
     }
 
     fn client_credentials_locked(
@@ -522,23 +607,11 @@ impl Authority {
         if matches!(auth, ClientAuth::None { .. }) {
             return Err(Failure::rejected("the client_credentials grant needs a client_secret or a private_key"));
         }
-        let scope = self
-            .settings
-            .scope
-            .clone()
-            .or_else(|| challenge.scope.clone())
-            .or_else(|| discovery.resource_scopes.as_ref().filter(|s| !s.is_empty()).map(|s| s.join(" ")));
+        let scope = self.unattended_scope(discovery, challenge);
         let endpoint = server.token_endpoint()?;
         let granted = token::client_credentials(&self.http, endpoint, &auth, &discovery.resource, scope.as_deref())?;
         client.auth_method = Some(auth.method().to_owned());
-        let token = token_record(granted, None, scope);
-        let update = self.ready(&token).unwrap_or(CredentialUpdate::Ready {
-            expires_in_ms: None,
-            refreshable: true,
-            scope: None,
-        });
-        self.persist_locked(self.fresh_credential(discovery, endpoint, client, token));
-        Ok(update)
+        Ok(self.keep_unattended(discovery, endpoint, client, granted, scope))
     }
 
     // ----- Refresh
@@ -558,7 +631,7 @@ impl Authority {
             }
         }
         let base = stored.filter(|c| c.token.is_some()).or(held);
-        if self.settings.grant == Grant::ClientCredentials {
+        if self.settings.grant.unattended() {
             let discovery = match &base {
                 Some(c) => stored_discovery(c),
                 None => {
@@ -567,7 +640,7 @@ impl Authority {
             };
             // The same scope as the token it renews.
             let scope = base.as_ref().and_then(|c| c.token.as_ref()).and_then(|t| t.scope.clone());
-            return self.client_credentials_locked(&discovery, &Challenge { scope, ..Challenge::default() });
+            return self.unattended_locked(&discovery, &Challenge { scope, ..Challenge::default() });
         }
         let Some(base) = base else {
             return Ok(CredentialUpdate::LoginRequired);
@@ -700,8 +773,10 @@ impl Authority {
     }
 
     fn prepare_login(&self, challenge: &Challenge) -> Result<Prepared, Failure> {
-        if self.settings.grant == Grant::ClientCredentials {
-            return Err(Failure::rejected("this backend uses the client_credentials grant: no person logs in"));
+        if self.settings.grant.unattended() {
+            return Err(Failure::rejected(
+                "this backend uses the client_credentials or jwt_bearer grant: no person logs in",
+            ));
         }
         let challenge = self.effective_challenge(challenge);
         let stored = self.read_store();

@@ -55,6 +55,17 @@ pub enum Grant {
     /// No person: the client's own credentials (a secret or a private key) get a
     /// token whenever one is needed (the MCP `oauth-client-credentials` extension).
     ClientCredentials,
+    /// No person: a JWT the platform issues to this workload (a Kubernetes
+    /// service account token, a cloud identity token) is exchanged for a token
+    /// whenever one is needed (RFC 7523 §2.1; MCP workload identity federation).
+    JwtBearer,
+}
+
+impl Grant {
+    /// Whether tokens come without a person (nothing to log in to).
+    pub fn unattended(self) -> bool {
+        matches!(self, Grant::ClientCredentials | Grant::JwtBearer)
+    }
 }
 
 /// A remote backend's OAuth settings, all optional: with none, tether discovers
@@ -93,6 +104,13 @@ pub struct OAuthSettings {
     /// The JWS algorithm for the key (`ES256`, `RS256`, ...); inferred if absent.
     #[serde(default)]
     pub signing_alg: Option<String>,
+    /// The workload's JWT for the `jwt_bearer` grant, given as is.
+    #[serde(default)]
+    pub assertion: Option<Secret>,
+    /// A file holding that JWT, read again at every exchange (platforms rotate
+    /// these files, e.g. a projected service account token).
+    #[serde(default)]
+    pub assertion_file: Option<PathBuf>,
     /// A fixed port for the loopback redirect URI (for an authorization server that
     /// compares redirect URIs exactly and was given this one).
     #[serde(default)]
@@ -118,6 +136,8 @@ impl Default for OAuthSettings {
             private_key: None,
             private_key_file: None,
             signing_alg: None,
+            assertion: None,
+            assertion_file: None,
             redirect_port: None,
             open_browser: true,
         }

@@ -251,6 +251,15 @@ fn handle(mut request: tiny_http::Request, world: &Mutex<World>) {
                         None,
                     );
                 }
+                Some("urn:ietf:params:oauth:grant-type:jwt-bearer") => {
+                    // The fake platform's JWTs: `wl.<n>` is valid, anything else is not.
+                    if !f.get("assertion").is_some_and(|a| a.starts_with("wl.")) {
+                        let doc = json!({"error": "invalid_grant", "error_description": format!("bad assertion {}", f.get("assertion").cloned().unwrap_or_default())});
+                        return respond(request, 400, doc, None);
+                    }
+                    let at = w.mint("wif");
+                    respond(request, 200, json!({"access_token": at, "token_type": "Bearer", "expires_in": 60}), None);
+                }
                 Some("client_credentials") => {
                     let at = w.mint("cc");
                     respond(request, 200, json!({"access_token": at, "token_type": "Bearer", "expires_in": 60}), None);
@@ -648,6 +657,56 @@ fn client_credentials_with_basic_authentication() {
     assert_eq!(failed(&reports.nth(0)).0, CredentialFailure::Rejected);
     assert_eq!(a.status().method, "client credentials");
     assert_clean(&format!("{:?} {:?} {:?}", a, a.status(), stored(&fake, dir.path())), &fake);
+}
+
+/// Workload identity: the platform's JWT, read from its file at each exchange
+/// (platforms rotate it), is the grant; no person, no client secret, renewable by
+/// exchanging again; a refused assertion is `invalid_grant`, and never in a message.
+#[test]
+fn jwt_bearer_exchanges_the_workload_token_read_at_each_exchange() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "wl.1\n").unwrap();
+    let settings = OAuthSettings {
+        grant: Grant::JwtBearer,
+        client_id: Some("workload".into()),
+        assertion_file: Some(file.clone()),
+        ..OAuthSettings::default()
+    };
+    let a = authority(&fake, dir.path(), settings);
+    let (expires_in_ms, refreshable, _) = ready(&run(&a, AuthStep::Obtain { challenge: Challenge::default() }));
+    assert!(refreshable && expires_in_ms.unwrap() > 50_000);
+    assert!(a.bearer().unwrap().starts_with("wif-"));
+    {
+        let w = fake.world();
+        let (form, auth) = &w.token_requests[0];
+        assert_eq!(form["grant_type"], "urn:ietf:params:oauth:grant-type:jwt-bearer");
+        assert_eq!(form["assertion"], "wl.1");
+        assert_eq!(form["client_id"], "workload");
+        assert_eq!(form["resource"], format!("{}/mcp", w.base));
+        assert_eq!(form["scope"], "mcp:read");
+        assert!(auth.is_none());
+        assert!(w.registrations.is_empty() && w.authorizations.is_empty());
+    }
+    // The platform rotated the file: renewal sends the new JWT.
+    std::fs::write(&file, "wl.2").unwrap();
+    ready(&run(&a, AuthStep::Refresh));
+    assert_eq!(fake.world().token_requests[1].0["assertion"], "wl.2");
+    assert_eq!(a.status().method, "workload identity (jwt-bearer)");
+    // A refused assertion: invalid_grant, its text hidden from the message.
+    std::fs::write(&file, "expired.jwt.text").unwrap();
+    let (reason, message) = failed(&run(&a, AuthStep::Refresh));
+    assert_eq!(reason, CredentialFailure::InvalidGrant);
+    assert!(!message.contains("expired.jwt.text"), "{message}");
+    // No person logs in with this grant.
+    let reports = Reports::default();
+    a.execute(AuthStep::Login { challenge: Challenge::default() }, reports.sink());
+    assert_eq!(failed(&reports.nth(0)).0, CredentialFailure::Rejected);
+    // Without a file or an assertion, the error names the keys.
+    std::fs::remove_file(&file).unwrap();
+    let (_, message) = failed(&run(&a, AuthStep::Refresh));
+    assert!(message.contains("assertion_file"), "{message}");
 }
 
 /// The AS failing (5xx), or not there at all: `Unavailable`, the held token kept.

@@ -1,5 +1,5 @@
 //! The token endpoint (OAuth 2.1 §3.2, RFC 6749 §§4–6) and revocation (RFC 7009):
-//! the three grants tether uses, client authentication, and what the answers mean
+//! the four grants tether uses, client authentication, and what the answers mean
 //! for the engine.
 //!
 //! Every request carries `resource` (RFC 8707) so the token is bound to the MCP
@@ -50,6 +50,9 @@ pub enum ClientAuth {
         /// `client_secret`.
         secret: Secret,
     },
+    /// No client authentication and no `client_id` (a grant whose assertion says
+    /// who is asking, RFC 7523 §3.1).
+    Unidentified,
     /// A signed JWT assertion.
     Jwt {
         /// The assertion (it authenticates: a secret for its short life).
@@ -72,7 +75,7 @@ impl ClientAuth {
     /// The method's name in metadata.
     pub fn method(&self) -> &'static str {
         match self {
-            ClientAuth::None { .. } => NONE,
+            ClientAuth::None { .. } | ClientAuth::Unidentified => NONE,
             ClientAuth::Basic { .. } => BASIC,
             ClientAuth::Post { .. } => POST,
             ClientAuth::Jwt { .. } => PRIVATE_KEY_JWT,
@@ -87,6 +90,7 @@ impl ClientAuth {
                 form.push(("client_id", client_id.clone()));
                 None
             }
+            ClientAuth::Unidentified => None,
             ClientAuth::Basic { client_id, secret } => Some(basic_authorization(client_id, secret.expose())),
             ClientAuth::Post { client_id, secret } => {
                 form.push(("client_id", client_id.clone()));
@@ -191,6 +195,31 @@ pub fn client_credentials(
     grant(http, endpoint, auth, form)
 }
 
+/// `grant_type` of the JWT-bearer authorization grant (RFC 7523 §2.1).
+pub const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+
+/// The JWT-bearer grant (RFC 7523 §2.1): a JWT the platform issued to this
+/// workload (workload identity federation) is the grant itself. No person and
+/// no refresh token: the assertion is exchanged again when a token is needed.
+pub fn jwt_bearer(
+    http: &Http,
+    endpoint: &str,
+    auth: &ClientAuth,
+    assertion: &Secret,
+    resource: &str,
+    scope: Option<&str>,
+) -> Result<Granted, Failure> {
+    let mut form = vec![
+        ("grant_type", JWT_BEARER.to_owned()),
+        ("assertion", assertion.expose().to_owned()),
+        ("resource", resource.to_owned()),
+    ];
+    if let Some(scope) = scope {
+        form.push(("scope", scope.to_owned()));
+    }
+    grant(http, endpoint, auth, form)
+}
+
 /// Revokes a token (RFC 7009); `hint` is `refresh_token` or `access_token`.
 pub fn revoke(http: &Http, endpoint: &str, auth: &ClientAuth, token: &Secret, hint: &str) -> Result<(), Failure> {
     let mut form = vec![("token", token.expose().to_owned()), ("token_type_hint", hint.to_owned())];
@@ -207,7 +236,7 @@ pub fn revoke(http: &Http, endpoint: &str, auth: &ClientAuth, token: &Secret, hi
 /// The form fields that carry secrets: tokens, codes, verifiers, client secrets
 /// and assertions.
 const SECRET_FIELDS: &[&str] =
-    &["token", "refresh_token", "code", "code_verifier", "client_secret", "client_assertion"];
+    &["token", "refresh_token", "code", "code_verifier", "client_secret", "client_assertion", "assertion"];
 
 /// The secrets a token endpoint request carried (its secret fields and its
 /// `Authorization` header), to hide from what the server says back.
