@@ -61,6 +61,12 @@ def oauth_settings(scenario, context):
         settings["issuer"] = context["issuer"]
     if scenario.startswith("auth/client-credentials"):
         settings["grant"] = "client_credentials"
+    if "idp_id_token" in context:
+        # Enterprise-managed: the person's ID token from the organisation's IdP.
+        settings["grant"] = "enterprise_managed"
+        settings["id_token"] = context["idp_id_token"]
+        settings["idp_client_id"] = context["idp_client_id"]
+        settings["idp_token_endpoint"] = context["idp_token_endpoint"]
     if "valid_jwt" in context:
         # Workload identity: the JWT the platform issued this workload.
         settings["grant"] = "jwt_bearer"

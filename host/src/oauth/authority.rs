@@ -220,6 +220,8 @@ impl Authority {
         secrets.extend(self.settings.client_secret.as_ref().map(|s| s.expose().to_owned()));
         secrets.extend(self.settings.private_key.as_ref().map(|s| s.expose().to_owned()));
         secrets.extend(self.settings.assertion.as_ref().map(|s| s.expose().to_owned()));
+        secrets.extend(self.settings.idp_client_secret.as_ref().map(|s| s.expose().to_owned()));
+        secrets.extend(self.settings.id_token.as_ref().map(|s| s.expose().to_owned()));
         secrets
     }
 
@@ -294,6 +296,7 @@ impl Authority {
             Grant::AuthorizationCode => "oauth (authorization code)",
             Grant::ClientCredentials => "client credentials",
             Grant::JwtBearer => "workload identity (jwt-bearer)",
+            Grant::EnterpriseManaged => "enterprise-managed (identity assertion)",
         };
         let login_pending = self.login.lock().unwrap_or_else(|e| e.into_inner()).is_some();
         let credential = self.held().credential.clone().or_else(|| self.read_store());
@@ -495,7 +498,18 @@ impl Authority {
 
     fn unattended_locked(&self, discovery: &Discovery, challenge: &Challenge) -> Result<CredentialUpdate, Failure> {
         match self.settings.grant {
-            Grant::JwtBearer => self.jwt_bearer_locked(discovery, challenge),
+            Grant::JwtBearer => {
+                let assertion = self.secret_from(
+                    "assertion",
+                    self.settings.assertion.as_ref(),
+                    self.settings.assertion_file.as_deref(),
+                )?;
+                self.jwt_bearer_locked(discovery, challenge, &assertion)
+            }
+            Grant::EnterpriseManaged => {
+                let assertion = self.identity_assertion(discovery, challenge)?;
+                self.jwt_bearer_locked(discovery, challenge, &assertion)
+            }
             _ => self.client_credentials_locked(discovery, challenge),
         }
     }
@@ -510,30 +524,68 @@ impl Authority {
             .or_else(|| discovery.resource_scopes.as_ref().filter(|s| !s.is_empty()).map(|s| s.join(" ")))
     }
 
-    /// The workload's JWT: configured as is, or read from its file now (platforms
-    /// rotate the file; an old copy may have expired).
-    fn workload_assertion(&self) -> Result<Secret, Failure> {
-        if let Some(assertion) = &self.settings.assertion {
-            return Ok(assertion.clone());
+    /// A secret configured as `key`, or read from `key_file` now (platforms and
+    /// SSO helpers rotate these files; an old copy may have expired).
+    fn secret_from(
+        &self,
+        key: &str,
+        value: Option<&Secret>,
+        file: Option<&std::path::Path>,
+    ) -> Result<Secret, Failure> {
+        if let Some(value) = value {
+            return Ok(value.clone());
         }
-        let path = self
-            .settings
-            .assertion_file
-            .as_ref()
-            .ok_or_else(|| Failure::rejected("the jwt_bearer grant needs an assertion or an assertion_file"))?;
+        let grant = self.settings.grant.name();
+        let path = file.ok_or_else(|| Failure::rejected(format!("the {grant} grant needs {key} or {key}_file")))?;
         let text = std::fs::read_to_string(path)
-            .map_err(|e| Failure::rejected(format!("reading the assertion_file {}: {e}", path.display())))?;
+            .map_err(|e| Failure::rejected(format!("reading the {key}_file {}: {e}", path.display())))?;
         let text = text.trim();
         if text.is_empty() {
-            return Err(Failure::rejected(format!("the assertion_file {} is empty", path.display())));
+            return Err(Failure::rejected(format!("the {key}_file {} is empty", path.display())));
         }
         Ok(Secret::new(text.to_owned()))
     }
 
-    /// The JWT-bearer grant: the workload's JWT for a token, with the configured
-    /// client (if any) authenticating as it is set up to.
-    fn jwt_bearer_locked(&self, discovery: &Discovery, challenge: &Challenge) -> Result<CredentialUpdate, Failure> {
-        let assertion = self.workload_assertion()?;
+    /// Enterprise-managed authorization, first half: the person's ID token for an
+    /// ID-JAG at the organisation's identity provider, addressed to this backend's
+    /// authorization server and resource.
+    fn identity_assertion(&self, discovery: &Discovery, challenge: &Challenge) -> Result<Secret, Failure> {
+        let endpoint = self
+            .settings
+            .idp_token_endpoint
+            .as_deref()
+            .ok_or_else(|| Failure::rejected("the enterprise_managed grant needs idp_token_endpoint"))?;
+        let client_id = self
+            .settings
+            .idp_client_id
+            .as_deref()
+            .ok_or_else(|| Failure::rejected("the enterprise_managed grant needs idp_client_id"))?;
+        let id_token =
+            self.secret_from("id_token", self.settings.id_token.as_ref(), self.settings.id_token_file.as_deref())?;
+        let secret = self.settings.idp_client_secret.as_ref();
+        let method = if secret.is_some() { token::BASIC } else { token::NONE };
+        let auth = ClientAuth::for_method(method, client_id, secret);
+        let scope = self.unattended_scope(discovery, challenge);
+        let audience = &discovery.server.issuer;
+        token::exchange_for_id_jag(
+            &self.http,
+            endpoint,
+            &auth,
+            &id_token,
+            audience,
+            &discovery.resource,
+            scope.as_deref(),
+        )
+    }
+
+    /// The JWT-bearer grant: a JWT (the workload's, or an ID-JAG) for a token, with
+    /// the configured client (if any) authenticating as it is set up to.
+    fn jwt_bearer_locked(
+        &self,
+        discovery: &Discovery,
+        challenge: &Challenge,
+        assertion: &Secret,
+    ) -> Result<CredentialUpdate, Failure> {
         let server = &discovery.server;
         registration::check_configured_issuer(&self.settings, &server.issuer)?;
         let mut client = ClientRecord {
@@ -550,8 +602,7 @@ impl Authority {
         };
         let scope = self.unattended_scope(discovery, challenge);
         let endpoint = server.token_endpoint()?;
-        let granted =
-            token::jwt_bearer(&self.http, endpoint, &auth, &assertion, &discovery.resource, scope.as_deref())?;
+        let granted = token::jwt_bearer(&self.http, endpoint, &auth, assertion, &discovery.resource, scope.as_deref())?;
         client.auth_method = Some(auth.method().to_owned());
         Ok(self.keep_unattended(discovery, endpoint, client, granted, scope))
     }

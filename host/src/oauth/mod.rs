@@ -59,12 +59,28 @@ pub enum Grant {
     /// service account token, a cloud identity token) is exchanged for a token
     /// whenever one is needed (RFC 7523 §2.1; MCP workload identity federation).
     JwtBearer,
+    /// Enterprise-managed authorization (the MCP extension, ID-JAG): the
+    /// person's ID token from the organisation's identity provider is exchanged
+    /// there for an identity assertion, which the MCP server's authorization
+    /// server takes as a JWT-bearer grant. The organisation decides who may use
+    /// which server; nobody clicks "allow".
+    EnterpriseManaged,
 }
 
 impl Grant {
-    /// Whether tokens come without a person (nothing to log in to).
+    /// Whether tokens come without a person at the browser (nothing to log in to).
     pub fn unattended(self) -> bool {
-        matches!(self, Grant::ClientCredentials | Grant::JwtBearer)
+        matches!(self, Grant::ClientCredentials | Grant::JwtBearer | Grant::EnterpriseManaged)
+    }
+
+    /// As the config spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Grant::AuthorizationCode => "authorization_code",
+            Grant::ClientCredentials => "client_credentials",
+            Grant::JwtBearer => "jwt_bearer",
+            Grant::EnterpriseManaged => "enterprise_managed",
+        }
     }
 }
 
@@ -111,6 +127,22 @@ pub struct OAuthSettings {
     /// these files, e.g. a projected service account token).
     #[serde(default)]
     pub assertion_file: Option<PathBuf>,
+    /// `enterprise_managed`: the identity provider's token endpoint.
+    #[serde(default)]
+    pub idp_token_endpoint: Option<String>,
+    /// `enterprise_managed`: tether's client at the identity provider.
+    #[serde(default)]
+    pub idp_client_id: Option<String>,
+    /// `enterprise_managed`: that client's secret, if it is confidential.
+    #[serde(default)]
+    pub idp_client_secret: Option<Secret>,
+    /// `enterprise_managed`: the person's ID token from the identity provider.
+    #[serde(default)]
+    pub id_token: Option<Secret>,
+    /// A file holding that ID token, read again at every exchange (an SSO
+    /// helper keeps it fresh).
+    #[serde(default)]
+    pub id_token_file: Option<PathBuf>,
     /// A fixed port for the loopback redirect URI (for an authorization server that
     /// compares redirect URIs exactly and was given this one).
     #[serde(default)]
@@ -138,6 +170,11 @@ impl Default for OAuthSettings {
             signing_alg: None,
             assertion: None,
             assertion_file: None,
+            idp_token_endpoint: None,
+            idp_client_id: None,
+            idp_client_secret: None,
+            id_token: None,
+            id_token_file: None,
             redirect_port: None,
             open_browser: true,
         }

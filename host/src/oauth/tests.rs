@@ -253,7 +253,7 @@ fn handle(mut request: tiny_http::Request, world: &Mutex<World>) {
                 }
                 Some("urn:ietf:params:oauth:grant-type:jwt-bearer") => {
                     // The fake platform's JWTs: `wl.<n>` is valid, anything else is not.
-                    if !f.get("assertion").is_some_and(|a| a.starts_with("wl.")) {
+                    if !f.get("assertion").is_some_and(|a| a.starts_with("wl.") || a.starts_with("jag-")) {
                         let doc = json!({"error": "invalid_grant", "error_description": format!("bad assertion {}", f.get("assertion").cloned().unwrap_or_default())});
                         return respond(request, 400, doc, None);
                     }
@@ -266,6 +266,21 @@ fn handle(mut request: tiny_http::Request, world: &Mutex<World>) {
                 }
                 _ => respond(request, 400, json!({"error": "unsupported_grant_type"}), None),
             }
+        }
+        ("POST", "/idp/token") => {
+            // The organisation's identity provider: an ID token for an ID-JAG.
+            let f = form(&body);
+            w.token_requests.push((f.clone(), authorization.clone()));
+            let good = f.get("grant_type").map(String::as_str)
+                == Some("urn:ietf:params:oauth:grant-type:token-exchange")
+                && f.get("subject_token").is_some_and(|t| t.starts_with("idt."))
+                && f.get("audience") == Some(&issuer);
+            if !good {
+                return respond(request, 400, json!({"error": "invalid_grant"}), None);
+            }
+            let jag = w.mint("jag");
+            let doc = json!({"access_token": jag, "issued_token_type": "urn:ietf:params:oauth:token-type:id-jag", "token_type": "N_A"});
+            respond(request, 200, doc, None);
         }
         ("POST", "/revoke") => {
             let f = form(&body);
@@ -707,6 +722,56 @@ fn jwt_bearer_exchanges_the_workload_token_read_at_each_exchange() {
     std::fs::remove_file(&file).unwrap();
     let (_, message) = failed(&run(&a, AuthStep::Refresh));
     assert!(message.contains("assertion_file"), "{message}");
+}
+
+/// Enterprise-managed authorization: the person's ID token becomes an ID-JAG at
+/// the identity provider (token exchange, addressed to this backend's
+/// authorization server and resource), and the ID-JAG a token at the
+/// authorization server (JWT-bearer, the configured client authenticating).
+#[test]
+fn enterprise_managed_exchanges_the_id_token_then_the_identity_assertion() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = OAuthSettings {
+        grant: Grant::EnterpriseManaged,
+        client_id: Some("xaa".into()),
+        client_secret: Some(Secret::new("xaa-secret")),
+        idp_token_endpoint: Some(format!("{}/idp/token", fake.world().issuer())),
+        idp_client_id: Some("idp-client".into()),
+        id_token: Some(Secret::new("idt.person")),
+        ..OAuthSettings::default()
+    };
+    let a = authority(&fake, dir.path(), settings);
+    let (_, refreshable, _) = ready(&run(&a, AuthStep::Obtain { challenge: Challenge::default() }));
+    assert!(refreshable);
+    assert!(a.bearer().unwrap().starts_with("wif-"));
+    {
+        let w = fake.world();
+        let (exchange, _) = &w.token_requests[0];
+        assert_eq!(exchange["requested_token_type"], "urn:ietf:params:oauth:token-type:id-jag");
+        assert_eq!(exchange["subject_token_type"], "urn:ietf:params:oauth:token-type:id_token");
+        assert_eq!(exchange["audience"], w.issuer());
+        assert_eq!(exchange["resource"], format!("{}/mcp", w.base));
+        assert_eq!(exchange["client_id"], "idp-client");
+        let (grant, auth) = &w.token_requests[1];
+        assert_eq!(grant["grant_type"], "urn:ietf:params:oauth:grant-type:jwt-bearer");
+        assert!(grant["assertion"].starts_with("jag-"));
+        assert_eq!(auth.as_deref(), Some(format!("Basic {}", STANDARD.encode("xaa:xaa-secret")).as_str()));
+    }
+    assert_eq!(a.status().method, "enterprise-managed (identity assertion)");
+    assert_clean(&format!("{:?} {:?} {:?}", a, a.status(), stored(&fake, dir.path())), &fake);
+    // The identity provider refusing the ID token: invalid_grant, the token hidden.
+    let settings = OAuthSettings {
+        grant: Grant::EnterpriseManaged,
+        idp_token_endpoint: Some(format!("{}/idp/token", fake.world().issuer())),
+        idp_client_id: Some("idp-client".into()),
+        id_token: Some(Secret::new("expired-id-token")),
+        ..OAuthSettings::default()
+    };
+    let b = authority(&fake, tempfile::tempdir().unwrap().path(), settings);
+    let (reason, message) = failed(&run(&b, AuthStep::Obtain { challenge: Challenge::default() }));
+    assert_eq!(reason, CredentialFailure::InvalidGrant);
+    assert!(message.contains("identity provider") && !message.contains("expired-id-token"), "{message}");
 }
 
 /// The AS failing (5xx), or not there at all: `Unavailable`, the held token kept.

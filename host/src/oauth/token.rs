@@ -1,5 +1,5 @@
 //! The token endpoint (OAuth 2.1 §3.2, RFC 6749 §§4–6) and revocation (RFC 7009):
-//! the four grants tether uses, client authentication, and what the answers mean
+//! the grants tether uses (and the token exchange one of them starts with), client authentication, and what the answers mean
 //! for the engine.
 //!
 //! Every request carries `resource` (RFC 8707) so the token is bound to the MCP
@@ -235,8 +235,16 @@ pub fn revoke(http: &Http, endpoint: &str, auth: &ClientAuth, token: &Secret, hi
 
 /// The form fields that carry secrets: tokens, codes, verifiers, client secrets
 /// and assertions.
-const SECRET_FIELDS: &[&str] =
-    &["token", "refresh_token", "code", "code_verifier", "client_secret", "client_assertion", "assertion"];
+const SECRET_FIELDS: &[&str] = &[
+    "token",
+    "refresh_token",
+    "code",
+    "code_verifier",
+    "client_secret",
+    "client_assertion",
+    "assertion",
+    "subject_token",
+];
 
 /// The secrets a token endpoint request carried (its secret fields and its
 /// `Authorization` header), to hide from what the server says back.
@@ -260,24 +268,81 @@ fn grant(
     http: &Http,
     endpoint: &str,
     auth: &ClientAuth,
-    mut form: Vec<(&'static str, String)>,
+    form: Vec<(&'static str, String)>,
 ) -> Result<Granted, Failure> {
+    request(http, endpoint, auth, form, "token endpoint", parse_granted)
+}
+
+/// Posts `form` to a token endpoint and reads a 200 answer with `read`; `name`
+/// says which endpoint in messages. What the server says back never carries
+/// what it was sent.
+fn request<T>(
+    http: &Http,
+    endpoint: &str,
+    auth: &ClientAuth,
+    mut form: Vec<(&'static str, String)>,
+    name: &str,
+    read: impl FnOnce(&Answer) -> Result<T, Failure>,
+) -> Result<T, Failure> {
     let authorization = auth.apply(&mut form);
     let answer = post(http, endpoint, &form, authorization.as_deref())?;
     // A server may quote what it was sent: none of that goes further.
     let secrets = sent_secrets(&form, authorization.as_deref());
     if answer.server_failed() {
-        return Err(Failure::unavailable(format!("token endpoint: {}", answer.oauth_error_hiding(&secrets).1)));
+        return Err(Failure::unavailable(format!("{name}: {}", answer.oauth_error_hiding(&secrets).1)));
     }
     if answer.status != 200 {
         let (error, text) = answer.oauth_error_hiding(&secrets);
-        let message = format!("token endpoint: {text}");
+        let message = format!("{name}: {text}");
         return Err(match error.as_deref() {
             Some("invalid_grant") => Failure::invalid_grant(message),
             _ => Failure::rejected(message),
         });
     }
-    parse_granted(&answer).map_err(|f| Failure { message: super::secret::hide(&f.message, &secrets), ..f })
+    read(&answer).map_err(|f| Failure { message: super::secret::hide(&f.message, &secrets), ..f })
+}
+
+/// `grant_type` of token exchange (RFC 8693).
+pub const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+/// The Identity Assertion JWT Authorization Grant's token type (ID-JAG).
+pub const ID_JAG: &str = "urn:ietf:params:oauth:token-type:id-jag";
+/// An OpenID Connect ID token, as a token exchange's subject.
+const ID_TOKEN: &str = "urn:ietf:params:oauth:token-type:id_token";
+
+/// Enterprise-managed authorization, first half: the person's ID token from their
+/// organisation's identity provider is exchanged there (RFC 8693) for an ID-JAG
+/// addressed to the MCP server's authorization server (`audience`) and the MCP
+/// server (`resource`). The second half is [`jwt_bearer`] with the ID-JAG.
+pub fn exchange_for_id_jag(
+    http: &Http,
+    endpoint: &str,
+    auth: &ClientAuth,
+    id_token: &Secret,
+    audience: &str,
+    resource: &str,
+    scope: Option<&str>,
+) -> Result<Secret, Failure> {
+    let mut form = vec![
+        ("grant_type", TOKEN_EXCHANGE.to_owned()),
+        ("requested_token_type", ID_JAG.to_owned()),
+        ("audience", audience.to_owned()),
+        ("resource", resource.to_owned()),
+        ("subject_token", id_token.expose().to_owned()),
+        ("subject_token_type", ID_TOKEN.to_owned()),
+    ];
+    if let Some(scope) = scope {
+        form.push(("scope", scope.to_owned()));
+    }
+    request(http, endpoint, auth, form, "identity provider token exchange", |answer| {
+        let malformed = |what: &str| Failure::rejected(format!("identity provider token exchange: the answer {what}"));
+        let obj = answer.object().ok_or_else(|| malformed("is not a JSON object"))?;
+        let issued = obj.get("issued_token_type").and_then(Value::as_str);
+        if issued.is_some_and(|t| t != ID_JAG) {
+            return Err(malformed("is not an ID-JAG"));
+        }
+        let jag = obj.get("access_token").and_then(Value::as_str).filter(|s| !s.is_empty());
+        jag.map(Secret::new).ok_or_else(|| malformed("has no access_token"))
+    })
 }
 
 fn parse_granted(answer: &Answer) -> Result<Granted, Failure> {
