@@ -44,6 +44,12 @@ impl Challenge {
     pub fn is_insufficient_scope(&self) -> bool {
         self.error.as_deref() == Some("insufficient_scope")
     }
+
+    /// `use_dpop_nonce`: the server wants a nonce of its own in the DPoP proof
+    /// (RFC 9449 §9); the token itself is fine.
+    pub fn is_dpop_nonce(&self) -> bool {
+        self.error.as_deref() == Some("use_dpop_nonce")
+    }
 }
 
 /// Work on a backend's credential the engine asks its host to do. Each is
@@ -197,6 +203,9 @@ pub(crate) struct Credential {
     reason: Option<String>,
     /// The backend's last refusal: a login asks for the scope it named.
     challenge: Challenge,
+    /// The epoch whose token was resent once for a DPoP nonce: one such resend
+    /// per token, so a server that never takes the proof cannot loop.
+    nonce_resent: Option<u64>,
 }
 
 /// How many times a 403 `insufficient_scope` may send the person to log in again
@@ -222,6 +231,7 @@ impl Credential {
             recheck_at: None,
             retry,
             retries: 0,
+            nonce_resent: None,
             in_flight: false,
             login_url: None,
             step_ups: 0,
@@ -270,6 +280,12 @@ impl Credential {
         }
         if epoch < self.epoch && matches!(self.state, CredentialState::Valid) {
             // A newer token arrived after this request left: just resend.
+            return Next::Resend;
+        }
+        if challenge.is_dpop_nonce() && self.state == CredentialState::Valid && self.nonce_resent != Some(self.epoch) {
+            // The token is good; the server wants its nonce in the proof (RFC 9449
+            // §9), which the host now holds: resend once with it.
+            self.nonce_resent = Some(self.epoch);
             return Next::Resend;
         }
         match self.state {
@@ -558,6 +574,21 @@ mod tests {
             CredentialUpdate::Ready { expires_in_ms: Some(2_000), refreshable: true, scope: Some(scope.into()) };
         assert_eq!(c.on_update(t(0), &ready, &mut Rng::new(1)), Next::Resend);
         c
+    }
+
+    #[test]
+    fn a_dpop_nonce_challenge_resends_once_per_token() {
+        let mut c = Credential::new(Backoff {
+            initial: Duration::from_millis(1_000),
+            multiplier: 2,
+            max: Duration::from_millis(60_000),
+            jitter_percent: 0,
+        });
+        c.state = CredentialState::Valid;
+        c.refreshable = true;
+        let nonce = Challenge { error: Some("use_dpop_nonce".into()), ..Challenge::default() };
+        assert_eq!(c.on_unauthorized(c.epoch, &nonce), Next::Resend, "the token is fine: resend with the nonce");
+        assert_eq!(c.on_unauthorized(c.epoch, &nonce), Next::Step(AuthStep::Refresh), "once per token");
     }
 
     #[test]

@@ -96,8 +96,7 @@ impl Credentials {
 
     /// What a connection to `server` calls for its access token.
     pub fn bearer(&self, server: &str) -> Option<BearerSource> {
-        let authority = self.authority(server)?.clone();
-        Some(Arc::new(move || authority.bearer()))
+        Some(Arc::new(ManagedCredential(self.authority(server)?.clone())))
     }
 
     /// Carries out one step for `server`, reporting through `inputs`. Reading and
@@ -137,4 +136,21 @@ fn settings_of(path: &Path) -> Result<BTreeMap<String, OAuthSettings>, String> {
                 .map_err(|e| format!("{}: servers.{name}.oauth: {e}", path.display()))
         })
         .collect()
+}
+
+/// A backend's managed credential, as its connections put it on requests.
+struct ManagedCredential(Arc<Authority>);
+
+impl crate::http_backend::CredentialSource for ManagedCredential {
+    fn authorize(&self, method: &str, url: &str) -> Option<(String, Option<String>)> {
+        self.0.authorize(method, url)
+    }
+
+    fn token(&self) -> Option<String> {
+        self.0.bearer()
+    }
+
+    fn nonce(&self, nonce: &str) -> bool {
+        self.0.resource_nonce(nonce)
+    }
 }

@@ -48,7 +48,31 @@ pub type InputSink = Arc<dyn Fn(Input) -> bool + Send + Sync>;
 
 /// The access token to put on requests now (`None`: no managed credential, or
 /// none yet). Called for every request, so a refreshed token is used at once.
-pub type BearerSource = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+pub type BearerSource = Arc<dyn CredentialSource>;
+
+/// The managed credential as a connection puts it on its requests.
+pub trait CredentialSource: Send + Sync {
+    /// The `Authorization` value, and a `DPoP` proof when the token is bound to a
+    /// key, for a `method` request to `url`.
+    fn authorize(&self, method: &str, url: &str) -> Option<(String, Option<String>)>;
+    /// The access token alone (hidden from what a server quotes back).
+    fn token(&self) -> Option<String>;
+    /// The server sent a `DPoP-Nonce` for the next proofs; whether it is new.
+    fn nonce(&self, _nonce: &str) -> bool {
+        false
+    }
+}
+
+/// A plain bearer token from a closure.
+impl<F: Fn() -> Option<String> + Send + Sync> CredentialSource for F {
+    fn authorize(&self, _method: &str, _url: &str) -> Option<(String, Option<String>)> {
+        self().map(|token| (format!("Bearer {token}"), None))
+    }
+
+    fn token(&self) -> Option<String> {
+        self()
+    }
+}
 
 /// Runs a blocking job (one HTTP exchange or stream) on some thread.
 pub type Spawner = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
@@ -304,22 +328,35 @@ impl Shared {
     /// managed token if the server quoted it back.
     fn unauthorized(&self, status: u16, response: &ureq::Response) -> Option<Failure> {
         let mut failure = unauthorized(status, response)?;
+        // A DPoP nonce the server wants in the next proofs (RFC 9449 §9): held
+        // before the engine hears of the refusal and resends.
+        if let (Some(nonce), Some(source)) = (response.header("DPoP-Nonce"), &self.bearer) {
+            source.nonce(nonce);
+        }
         if let (Failure::Unauthorized { challenge, .. }, Some(token)) =
-            (&mut failure, self.bearer.as_ref().and_then(|b| b()))
+            (&mut failure, self.bearer.as_ref().and_then(|b| b.token()))
         {
             hide_in_challenge(challenge, &token);
         }
         Some(failure)
     }
 
-    /// Puts the managed credential's access token on a request, unless the
-    /// configuration gives an `Authorization` header of its own.
+    /// Puts the managed credential on a request (its access token, and a DPoP
+    /// proof for a bound one), unless the configuration gives an `Authorization`
+    /// header of its own.
     fn with_bearer(&self, req: ureq::Request) -> ureq::Request {
         if self.headers.keys().any(|k| k.eq_ignore_ascii_case("authorization")) {
             return req;
         }
-        match self.bearer.as_ref().and_then(|b| b()) {
-            Some(token) => req.set("Authorization", &format!("Bearer {token}")),
+        let (method, url) = (req.method().to_owned(), req.url().to_owned());
+        match self.bearer.as_ref().and_then(|b| b.authorize(&method, &url)) {
+            Some((authorization, proof)) => {
+                let req = req.set("Authorization", &authorization);
+                match proof {
+                    Some(proof) => req.set("DPoP", &proof),
+                    None => req,
+                }
+            }
             None => req,
         }
     }

@@ -20,6 +20,7 @@ use tether_core::ServerName;
 
 use super::assertion::SigningKey;
 use super::discovery::{self, Discovery};
+use super::dpop::{self, DpopKey};
 use super::login::{self, AuthorizationRequest, Expected, Loopback};
 use super::pkce::{self, Pkce};
 use super::registration;
@@ -139,6 +140,9 @@ pub struct Authority {
     key: String,
     http: Http,
     signing_key: Option<Result<SigningKey, String>>,
+    /// The DPoP key in use (bound to the held token, or made for the next grant),
+    /// kept so the nonces servers asked for stay with it.
+    dpop: Mutex<Option<Arc<DpopKey>>>,
     held: Mutex<Held>,
     /// The cancel flag of the login waiting in the background, if any.
     login: Mutex<Option<Arc<AtomicBool>>>,
@@ -168,6 +172,7 @@ impl Authority {
             key,
             http: Http::new(),
             signing_key,
+            dpop: Mutex::new(None),
             held: Mutex::new(Held::default()),
             login: Mutex::new(None),
         }
@@ -178,6 +183,64 @@ impl Authority {
     pub fn bearer(&self) -> Option<String> {
         let held = self.held();
         held.credential.as_ref()?.token.as_ref().map(|t| t.access_token.expose().to_owned())
+    }
+
+    /// The credential headers for a `method` request to the backend at `url`:
+    /// `Authorization` (`Bearer`, or `DPoP` with a fresh proof for a bound token).
+    pub fn authorize(&self, method: &str, url: &str) -> Option<(String, Option<String>)> {
+        let token = self.held().credential.as_ref()?.token.clone()?;
+        let access = token.access_token.expose();
+        if !token.dpop_bound() {
+            return Some((format!("Bearer {access}"), None));
+        }
+        let key = self.dpop_key(Some(&token)).ok().flatten()?;
+        match key.resource_proof(method, url, access, unix_now()) {
+            Ok(proof) => Some((format!("DPoP {access}"), Some(proof))),
+            Err(e) => {
+                tracing::warn!(server = %self.server, "DPoP: {e}");
+                None
+            }
+        }
+    }
+
+    /// The backend sent a `DPoP-Nonce`: the next proofs carry it. Whether it is new.
+    pub fn resource_nonce(&self, nonce: &str) -> bool {
+        let token = self.held().credential.as_ref().and_then(|c| c.token.clone());
+        match self.dpop_key(token.as_ref()) {
+            Ok(Some(key)) => key.rs_nonce(nonce),
+            _ => false,
+        }
+    }
+
+    /// The DPoP key for `token` (the one it is bound to) or, for a new grant where
+    /// the authorization server supports DPoP (`algs`), the key to bind it to.
+    fn dpop_key(&self, token: Option<&TokenRecord>) -> Result<Option<Arc<DpopKey>>, Failure> {
+        self.dpop_key_for(token, None)
+    }
+
+    fn dpop_key_for(
+        &self,
+        token: Option<&TokenRecord>,
+        algs: Option<&[String]>,
+    ) -> Result<Option<Arc<DpopKey>>, Failure> {
+        let mut held = self.dpop.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(stored) = token.filter(|t| t.dpop_bound()).and_then(|t| t.dpop_key.as_ref()) {
+            if let Some(key) = held.as_ref().filter(|k| k.stored() == stored) {
+                return Ok(Some(key.clone()));
+            }
+            let key = Arc::new(DpopKey::from_stored(stored).map_err(Failure::rejected)?);
+            *held = Some(key.clone());
+            return Ok(Some(key));
+        }
+        if !self.settings.dpop || !dpop::supported(algs) {
+            return Ok(None);
+        }
+        if let Some(key) = held.as_ref() {
+            return Ok(Some(key.clone()));
+        }
+        let key = Arc::new(DpopKey::generate().map_err(Failure::rejected)?);
+        *held = Some(key.clone());
+        Ok(Some(key))
     }
 
     /// Carries out `step` and reports its outcome through `report`. Blocking: run it
@@ -602,9 +665,11 @@ impl Authority {
         };
         let scope = self.unattended_scope(discovery, challenge);
         let endpoint = server.token_endpoint()?;
-        let granted = token::jwt_bearer(&self.http, endpoint, &auth, assertion, &discovery.resource, scope.as_deref())?;
+        let dpop = self.dpop_key_for(None, server.dpop_signing_alg_values_supported.as_deref())?;
+        let (resource, scope_ref) = (&discovery.resource, scope.as_deref());
+        let granted = token::jwt_bearer(&self.http, endpoint, &auth, assertion, resource, scope_ref, dpop.as_deref())?;
         client.auth_method = Some(auth.method().to_owned());
-        Ok(self.keep_unattended(discovery, endpoint, client, granted, scope))
+        Ok(self.keep_unattended(discovery, endpoint, client, granted, scope, dpop.as_deref()))
     }
 
     /// Stores what an unattended grant granted and says so to the engine (always
@@ -616,8 +681,9 @@ impl Authority {
         client: ClientRecord,
         granted: Granted,
         scope: Option<String>,
+        dpop: Option<&DpopKey>,
     ) -> CredentialUpdate {
-        let token = token_record(granted, None, scope);
+        let token = token_record(granted, None, scope, dpop);
         let update = self.ready(&token).unwrap_or(CredentialUpdate::Ready {
             expires_in_ms: None,
             refreshable: true,
@@ -660,9 +726,17 @@ impl Authority {
         }
         let scope = self.unattended_scope(discovery, challenge);
         let endpoint = server.token_endpoint()?;
-        let granted = token::client_credentials(&self.http, endpoint, &auth, &discovery.resource, scope.as_deref())?;
+        let dpop = self.dpop_key_for(None, server.dpop_signing_alg_values_supported.as_deref())?;
+        let granted = token::client_credentials(
+            &self.http,
+            endpoint,
+            &auth,
+            &discovery.resource,
+            scope.as_deref(),
+            dpop.as_deref(),
+        )?;
         client.auth_method = Some(auth.method().to_owned());
-        Ok(self.keep_unattended(discovery, endpoint, client, granted, scope))
+        Ok(self.keep_unattended(discovery, endpoint, client, granted, scope, dpop.as_deref()))
     }
 
     // ----- Refresh
@@ -700,10 +774,11 @@ impl Authority {
             return Ok(CredentialUpdate::LoginRequired);
         };
         let auth = self.client_auth(&base.client, &base.issuer, None)?;
-        match token::refresh(&self.http, &base.token_endpoint, &auth, &old, &base.resource) {
+        let dpop = self.dpop_key(base.token.as_ref())?;
+        match token::refresh(&self.http, &base.token_endpoint, &auth, &old, &base.resource, dpop.as_deref()) {
             Ok(granted) => {
                 let previous_scope = base.token.as_ref().and_then(|t| t.scope.clone());
-                let token = token_record(granted, Some(old), previous_scope);
+                let token = token_record(granted, Some(old), previous_scope, dpop.as_deref());
                 let update = self.ready(&token).unwrap_or(CredentialUpdate::LoginRequired);
                 // Written before it is held: a rotated refresh token is on disk
                 // before anything can use it.
@@ -924,14 +999,18 @@ impl Authority {
             self.client_auth(&client, &server.issuer, server.token_endpoint_auth_methods_supported.as_deref())?;
         // A refused code (expired, used, for another redirect) is a failed login, not
         // a dead grant: the credential in hand, if any (a step-up), stays.
+        let dpop = self.dpop_key_for(None, server.dpop_signing_alg_values_supported.as_deref())?;
+        let (resource, dpop_ref) = (&discovery.resource, dpop.as_deref());
+        let code = token::Code { code, redirect_uri: &redirect_uri, verifier: &verifier };
         let granted =
-            token::exchange_code(&self.http, endpoint, &auth, code, &redirect_uri, &verifier, &discovery.resource)
-                .map_err(|f| match f.reason {
+            token::exchange_code(&self.http, endpoint, &auth, code, resource, dpop_ref).map_err(|f| {
+                match f.reason {
                     CredentialFailure::InvalidGrant => Failure::rejected(f.message),
                     _ => f,
-                })?;
+                }
+            })?;
         client.auth_method = Some(auth.method().to_owned());
-        let token = token_record(granted, None, scope);
+        let token = token_record(granted, None, scope, dpop.as_deref());
         let update = self
             .ready(&token)
             .ok_or_else(|| Failure::rejected("the token endpoint granted an access token that had already expired"))?;
@@ -1002,13 +1081,20 @@ fn stored_discovery(c: &StoredCredential) -> Discovery {
 
 /// The stored form of a grant: a refresh token not rotated keeps the old one, a
 /// scope not stated is the one asked for (or held before).
-fn token_record(granted: Granted, previous_refresh: Option<Secret>, scope: Option<String>) -> TokenRecord {
+fn token_record(
+    granted: Granted,
+    previous_refresh: Option<Secret>,
+    scope: Option<String>,
+    dpop: Option<&DpopKey>,
+) -> TokenRecord {
+    let bound = granted.token_type.eq_ignore_ascii_case("dpop");
     TokenRecord {
         access_token: granted.access_token,
         refresh_token: granted.refresh_token.or(previous_refresh),
         expires_at: granted.expires_in.map(|s| unix_now().saturating_add(s)),
         scope: granted.scope.or(scope),
         token_type: granted.token_type,
+        dpop_key: dpop.filter(|_| bound).map(|k| k.stored().clone()),
     }
 }
 

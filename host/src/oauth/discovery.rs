@@ -71,6 +71,9 @@ pub struct ServerMetadata {
     /// JWS algorithms for `private_key_jwt`.
     #[serde(default)]
     pub token_endpoint_auth_signing_alg_values_supported: Option<Vec<String>>,
+    /// JWS algorithms it accepts in DPoP proofs (RFC 9449 §5.1).
+    #[serde(default)]
+    pub dpop_signing_alg_values_supported: Option<Vec<String>>,
     /// Whether a Client ID Metadata Document URL may serve as `client_id`.
     #[serde(default)]
     pub client_id_metadata_document_supported: bool,

@@ -22,6 +22,7 @@ mod authority;
 mod browser;
 pub mod challenge;
 mod discovery;
+mod dpop;
 mod login;
 mod pkce;
 mod registration;
@@ -143,6 +144,10 @@ pub struct OAuthSettings {
     /// helper keeps it fresh).
     #[serde(default)]
     pub id_token_file: Option<PathBuf>,
+    /// Bind tokens to a key with DPoP (RFC 9449) where the authorization server
+    /// supports it (`ES256`); `false` keeps plain bearer tokens.
+    #[serde(default = "default_true")]
+    pub dpop: bool,
     /// A fixed port for the loopback redirect URI (for an authorization server that
     /// compares redirect URIs exactly and was given this one).
     #[serde(default)]
@@ -175,6 +180,7 @@ impl Default for OAuthSettings {
             idp_client_secret: None,
             id_token: None,
             id_token_file: None,
+            dpop: true,
             redirect_port: None,
             open_browser: true,
         }

@@ -64,9 +64,21 @@ pub struct TokenRecord {
     /// The granted scopes, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
-    /// `token_type` as the server spelled it (tether only accepts `Bearer`).
+    /// `token_type` as the server spelled it (`Bearer`, or `DPoP` for a token
+    /// bound to `dpop_key`).
     #[serde(default = "bearer")]
     pub token_type: String,
+    /// The DPoP key the token (and its refresh token) is bound to, as PKCS#8,
+    /// base64url.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dpop_key: Option<Secret>,
+}
+
+impl TokenRecord {
+    /// Whether the token is DPoP-bound (presented with the `DPoP` scheme and a proof).
+    pub fn dpop_bound(&self) -> bool {
+        self.dpop_key.is_some() && self.token_type.eq_ignore_ascii_case("dpop")
+    }
 }
 
 fn bearer() -> String {
@@ -367,6 +379,7 @@ mod tests {
                 expires_at: Some(100),
                 scope: Some("a b".into()),
                 token_type: "Bearer".into(),
+                dpop_key: None,
             }),
             updated_at: 1,
         }

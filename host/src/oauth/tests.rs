@@ -47,6 +47,10 @@ struct World {
     registrations: Vec<Value>,
     authorizations: Vec<HashMap<String, String>>,
     revoked: Vec<String>,
+    /// The authorization server binds tokens with DPoP, and wants its nonce.
+    dpop: bool,
+    /// DPoP proofs the token endpoint got.
+    dpop_proofs: Vec<String>,
     /// Tokens and codes handed out.
     secrets: Vec<String>,
 }
@@ -109,6 +113,8 @@ impl Fake {
             challenges: HashMap::new(),
             hits: Vec::new(),
             token_requests: Vec::new(),
+            dpop: false,
+            dpop_proofs: Vec::new(),
             registrations: Vec::new(),
             authorizations: Vec::new(),
             revoked: Vec::new(),
@@ -143,6 +149,13 @@ fn respond(request: tiny_http::Request, status: u16, body: Value, location: Opti
     let _ = request.respond(response);
 }
 
+/// The claims of a DPoP proof (not verified: the fake only reads them).
+fn proof_claims(proof: &str) -> Value {
+    let claims = proof.split('.').nth(1).unwrap_or_default();
+    serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(claims).unwrap_or_default())
+        .unwrap_or(Value::Null)
+}
+
 fn form(text: &str) -> HashMap<String, String> {
     url::form_urlencoded::parse(text.as_bytes()).into_owned().collect()
 }
@@ -154,6 +167,7 @@ fn handle(mut request: tiny_http::Request, world: &Mutex<World>) {
     let method = request.method().as_str().to_owned();
     let authorization =
         request.headers().iter().find(|h| h.field.equiv("Authorization")).map(|h| h.value.as_str().to_owned());
+    let proof = request.headers().iter().find(|h| h.field.equiv("DPoP")).map(|h| h.value.as_str().to_owned());
     let mut body = String::new();
     let _ = request.as_reader().read_to_string(&mut body);
     let mut w = world.lock().unwrap();
@@ -179,6 +193,10 @@ fn handle(mut request: tiny_http::Request, world: &Mutex<World>) {
             "authorization_response_iss_parameter_supported": true,
             "scopes_supported": ["mcp:read", "offline_access"],
         });
+        let mut doc = doc;
+        if w.dpop {
+            doc["dpop_signing_alg_values_supported"] = json!(["ES256"]);
+        }
         let status = w.metadata_status;
         return respond(request, status, if status == 200 { doc } else { json!({}) }, None);
     }
@@ -259,6 +277,19 @@ fn handle(mut request: tiny_http::Request, world: &Mutex<World>) {
                     }
                     let at = w.mint("wif");
                     respond(request, 200, json!({"access_token": at, "token_type": "Bearer", "expires_in": 60}), None);
+                }
+                Some("client_credentials") if w.dpop && proof.is_some() => {
+                    let proof = proof.unwrap_or_default();
+                    w.dpop_proofs.push(proof.clone());
+                    if proof_claims(&proof)["nonce"] != "as-nonce" {
+                        let response = tiny_http::Response::from_string(json!({"error": "use_dpop_nonce"}).to_string())
+                            .with_status_code(400)
+                            .with_header(tiny_http::Header::from_bytes(&b"DPoP-Nonce"[..], &b"as-nonce"[..]).unwrap());
+                        let _ = request.respond(response);
+                        return;
+                    }
+                    let at = w.mint("dpop");
+                    respond(request, 200, json!({"access_token": at, "token_type": "DPoP", "expires_in": 60}), None);
                 }
                 Some("client_credentials") => {
                     let at = w.mint("cc");
@@ -407,6 +438,7 @@ fn seed(fake: &Fake, dir: &std::path::Path, access: &str, refresh: &str, expires
             expires_at,
             scope: Some("mcp:read".into()),
             token_type: "Bearer".into(),
+            dpop_key: None,
         }),
         updated_at: 0,
     };
@@ -584,6 +616,7 @@ fn invalid_grant_after_another_process_rotated_adopts_its_token() {
             expires_at: Some(unix_now() + 3600),
             scope: None,
             token_type: "Bearer".into(),
+            dpop_key: None,
         });
         store.save(&key, &c).unwrap();
     }));
@@ -772,6 +805,66 @@ fn enterprise_managed_exchanges_the_id_token_then_the_identity_assertion() {
     let (reason, message) = failed(&run(&b, AuthStep::Obtain { challenge: Challenge::default() }));
     assert_eq!(reason, CredentialFailure::InvalidGrant);
     assert!(message.contains("identity provider") && !message.contains("expired-id-token"), "{message}");
+}
+
+/// DPoP where the authorization server supports it: the token request carries a
+/// proof (again with the server's nonce when it asks for one), the token comes
+/// bound, its key is stored with it, and every request to the backend carries
+/// `DPoP <token>` and a fresh proof for its method and URL, with the backend's
+/// nonce once it gave one; a new process finds the same key.
+#[test]
+fn dpop_binds_tokens_where_the_authorization_server_supports_it() {
+    let fake = Fake::start();
+    fake.world().dpop = true;
+    let dir = tempfile::tempdir().unwrap();
+    let settings = a_settings();
+    let a = authority(&fake, dir.path(), settings.clone());
+    ready(&run(&a, AuthStep::Obtain { challenge: Challenge::default() }));
+    let token = a.bearer().unwrap();
+    assert!(token.starts_with("dpop-"));
+    let (first_jwk, token_url) = {
+        let w = fake.world();
+        assert_eq!(w.dpop_proofs.len(), 2, "a proof, then one with the server's nonce");
+        assert!(proof_claims(&w.dpop_proofs[0]).get("nonce").is_none());
+        let claims = proof_claims(&w.dpop_proofs[1]);
+        assert_eq!((claims["htm"].as_str(), claims["nonce"].as_str()), (Some("POST"), Some("as-nonce")));
+        let header = w.dpop_proofs[1].split('.').next().unwrap().to_owned();
+        (header, claims["htu"].as_str().unwrap().to_owned())
+    };
+    assert!(token_url.ends_with("/as/token"), "{token_url}");
+    let url = fake.url();
+    let (authorization, proof) = a.authorize("POST", &url).unwrap();
+    assert_eq!(authorization, format!("DPoP {token}"));
+    let claims = proof_claims(proof.as_deref().unwrap());
+    assert_eq!((claims["htm"].as_str(), claims["htu"].as_str()), (Some("POST"), Some(url.as_str())));
+    assert!(claims["ath"].is_string() && claims.get("nonce").is_none());
+    assert!(a.resource_nonce("rs-nonce"));
+    let (_, proof2) = a.authorize("GET", &url).unwrap();
+    let claims2 = proof_claims(proof2.as_deref().unwrap());
+    assert_eq!((claims2["htm"].as_str(), claims2["nonce"].as_str()), (Some("GET"), Some("rs-nonce")));
+    assert_ne!(claims["jti"], claims2["jti"]);
+    // Stored with its key: another process presents it with the same key.
+    let b = authority(&fake, dir.path(), settings);
+    ready(&run(&b, AuthStep::Load));
+    let (_, proof3) = b.authorize("POST", &url).unwrap();
+    assert_eq!(proof3.unwrap().split('.').next().unwrap(), first_jwk, "same key (same header jwk)");
+    assert_clean(&format!("{:?} {:?}", a, a.status()), &fake);
+    // Turned off, plain bearer tokens.
+    let fake = Fake::start();
+    fake.world().dpop = true;
+    let plain = OAuthSettings { dpop: false, ..a_settings() };
+    let c = authority(&fake, tempfile::tempdir().unwrap().path(), plain);
+    ready(&run(&c, AuthStep::Obtain { challenge: Challenge::default() }));
+    assert!(c.authorize("POST", &fake.url()).unwrap().0.starts_with("Bearer cc-"));
+}
+
+fn a_settings() -> OAuthSettings {
+    OAuthSettings {
+        grant: Grant::ClientCredentials,
+        client_id: Some("svc".into()),
+        client_secret: Some(Secret::new("s")),
+        ..OAuthSettings::default()
+    }
 }
 
 /// The AS failing (5xx), or not there at all: `Unavailable`, the held token kept.

@@ -15,6 +15,7 @@ use base64::Engine;
 use serde_json::Value;
 use url::form_urlencoded;
 
+use super::dpop::DpopKey;
 use super::secret::Secret;
 use super::transport::{Answer, Http};
 use super::Failure;
@@ -144,24 +145,34 @@ pub struct Granted {
     pub token_type: String,
 }
 
+/// What a login brought back to exchange: the code, where it was sent, and the
+/// PKCE verifier of the login.
+pub struct Code<'a> {
+    /// The authorization code.
+    pub code: &'a Secret,
+    /// The redirect URI the login used.
+    pub redirect_uri: &'a str,
+    /// The PKCE verifier.
+    pub verifier: &'a Secret,
+}
+
 /// Exchanges an authorization code (with its PKCE verifier).
 pub fn exchange_code(
     http: &Http,
     endpoint: &str,
     auth: &ClientAuth,
-    code: &Secret,
-    redirect_uri: &str,
-    verifier: &Secret,
+    code: Code<'_>,
     resource: &str,
+    dpop: Option<&DpopKey>,
 ) -> Result<Granted, Failure> {
     let form = vec![
         ("grant_type", "authorization_code".to_owned()),
-        ("code", code.expose().to_owned()),
-        ("redirect_uri", redirect_uri.to_owned()),
-        ("code_verifier", verifier.expose().to_owned()),
+        ("code", code.code.expose().to_owned()),
+        ("redirect_uri", code.redirect_uri.to_owned()),
+        ("code_verifier", code.verifier.expose().to_owned()),
         ("resource", resource.to_owned()),
     ];
-    grant(http, endpoint, auth, form)
+    grant(http, endpoint, auth, form, dpop)
 }
 
 /// Uses a refresh token.
@@ -171,13 +182,14 @@ pub fn refresh(
     auth: &ClientAuth,
     refresh_token: &Secret,
     resource: &str,
+    dpop: Option<&DpopKey>,
 ) -> Result<Granted, Failure> {
     let form = vec![
         ("grant_type", "refresh_token".to_owned()),
         ("refresh_token", refresh_token.expose().to_owned()),
         ("resource", resource.to_owned()),
     ];
-    grant(http, endpoint, auth, form)
+    grant(http, endpoint, auth, form, dpop)
 }
 
 /// The client credentials grant (no person, no refresh token).
@@ -187,12 +199,13 @@ pub fn client_credentials(
     auth: &ClientAuth,
     resource: &str,
     scope: Option<&str>,
+    dpop: Option<&DpopKey>,
 ) -> Result<Granted, Failure> {
     let mut form = vec![("grant_type", "client_credentials".to_owned()), ("resource", resource.to_owned())];
     if let Some(scope) = scope {
         form.push(("scope", scope.to_owned()));
     }
-    grant(http, endpoint, auth, form)
+    grant(http, endpoint, auth, form, dpop)
 }
 
 /// `grant_type` of the JWT-bearer authorization grant (RFC 7523 §2.1).
@@ -208,6 +221,7 @@ pub fn jwt_bearer(
     assertion: &Secret,
     resource: &str,
     scope: Option<&str>,
+    dpop: Option<&DpopKey>,
 ) -> Result<Granted, Failure> {
     let mut form = vec![
         ("grant_type", JWT_BEARER.to_owned()),
@@ -217,7 +231,7 @@ pub fn jwt_bearer(
     if let Some(scope) = scope {
         form.push(("scope", scope.to_owned()));
     }
-    grant(http, endpoint, auth, form)
+    grant(http, endpoint, auth, form, dpop)
 }
 
 /// Revokes a token (RFC 7009); `hint` is `refresh_token` or `access_token`.
@@ -269,8 +283,9 @@ fn grant(
     endpoint: &str,
     auth: &ClientAuth,
     form: Vec<(&'static str, String)>,
+    dpop: Option<&DpopKey>,
 ) -> Result<Granted, Failure> {
-    request(http, endpoint, auth, form, "token endpoint", parse_granted)
+    request(http, endpoint, auth, form, "token endpoint", dpop, |answer| parse_granted(answer, dpop.is_some()))
 }
 
 /// Posts `form` to a token endpoint and reads a 200 answer with `read`; `name`
@@ -282,10 +297,27 @@ fn request<T>(
     auth: &ClientAuth,
     mut form: Vec<(&'static str, String)>,
     name: &str,
+    dpop: Option<&DpopKey>,
     read: impl FnOnce(&Answer) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
     let authorization = auth.apply(&mut form);
-    let answer = post(http, endpoint, &form, authorization.as_deref())?;
+    let pairs: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let send = || {
+        let proof = dpop.map(|key| key.token_request_proof(endpoint, super::unix_now())).transpose();
+        let proof = proof.map_err(|e| Failure::rejected(format!("{name}: {e}")))?;
+        http.post_form_with(endpoint, &pairs, authorization.as_deref(), proof.as_deref())
+    };
+    let mut answer = send()?;
+    if let (Some(key), Some(nonce)) = (dpop, &answer.dpop_nonce) {
+        key.as_nonce(nonce);
+        // The server wants its nonce in the proof (RFC 9449 §8): once more, with it.
+        if answer.status == 400 && answer.oauth_error().0.as_deref() == Some("use_dpop_nonce") {
+            answer = send()?;
+            if let Some(nonce) = &answer.dpop_nonce {
+                key.as_nonce(nonce);
+            }
+        }
+    }
     // A server may quote what it was sent: none of that goes further.
     let secrets = sent_secrets(&form, authorization.as_deref());
     if answer.server_failed() {
@@ -333,7 +365,7 @@ pub fn exchange_for_id_jag(
     if let Some(scope) = scope {
         form.push(("scope", scope.to_owned()));
     }
-    request(http, endpoint, auth, form, "identity provider token exchange", |answer| {
+    request(http, endpoint, auth, form, "identity provider token exchange", None, |answer| {
         let malformed = |what: &str| Failure::rejected(format!("identity provider token exchange: the answer {what}"));
         let obj = answer.object().ok_or_else(|| malformed("is not a JSON object"))?;
         let issued = obj.get("issued_token_type").and_then(Value::as_str);
@@ -345,15 +377,18 @@ pub fn exchange_for_id_jag(
     })
 }
 
-fn parse_granted(answer: &Answer) -> Result<Granted, Failure> {
+/// A token endpoint's answer; a `DPoP` token type is accepted when the request
+/// carried a proof (`dpop`).
+fn parse_granted(answer: &Answer, dpop: bool) -> Result<Granted, Failure> {
     let malformed = |what: &str| Failure::rejected(format!("token endpoint: the answer {what}"));
     let obj = answer.object().ok_or_else(|| malformed("is not a JSON object"))?;
     let text = |k: &str| obj.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
     let access_token = text("access_token").ok_or_else(|| malformed("has no access_token"))?;
     let token_type = text("token_type").unwrap_or("Bearer");
-    if !token_type.eq_ignore_ascii_case("bearer") {
+    let dpop_bound = dpop && token_type.eq_ignore_ascii_case("dpop");
+    if !token_type.eq_ignore_ascii_case("bearer") && !dpop_bound {
         return Err(Failure::rejected(format!(
-            "token endpoint: token type {:?} is not supported (only Bearer)",
+            "token endpoint: token type {:?} is not supported (only Bearer, or DPoP after a proof)",
             super::transport::printable(token_type)
         )));
     }
@@ -417,20 +452,23 @@ mod tests {
 
     #[test]
     fn answers() {
-        let ok = |body| Answer { status: 200, json: Some(body) };
-        let g = parse_granted(&ok(json!({"access_token": "a", "token_type": "bearer", "expires_in": "60", "refresh_token": "r", "scope": "x y"}))).unwrap();
+        let ok = |body| Answer { status: 200, json: Some(body), dpop_nonce: None };
+        let g = parse_granted(&ok(json!({"access_token": "a", "token_type": "bearer", "expires_in": "60", "refresh_token": "r", "scope": "x y"})), false).unwrap();
         assert_eq!((g.access_token.expose(), g.expires_in, g.scope.as_deref()), ("a", Some(60), Some("x y")));
         assert_eq!(g.refresh_token.unwrap().expose(), "r");
-        let g = parse_granted(&ok(json!({"access_token": "a", "expires_in": 3600}))).unwrap();
+        let g = parse_granted(&ok(json!({"access_token": "a", "expires_in": 3600})), false).unwrap();
         assert_eq!((g.expires_in, g.refresh_token.is_none(), g.token_type.as_str()), (Some(3600), true, "Bearer"));
         assert_eq!(
-            parse_granted(&ok(json!({"access_token": "a", "token_type": "DPoP"}))).unwrap_err().reason,
+            parse_granted(&ok(json!({"access_token": "a", "token_type": "DPoP"})), false).unwrap_err().reason,
             CredentialFailure::Rejected
         );
         assert_eq!(
-            parse_granted(&ok(json!({"token_type": "Bearer"}))).unwrap_err().reason,
+            parse_granted(&ok(json!({"token_type": "Bearer"})), false).unwrap_err().reason,
             CredentialFailure::Rejected
         );
-        assert_eq!(parse_granted(&Answer { status: 200, json: None }).unwrap_err().reason, CredentialFailure::Rejected);
+        assert_eq!(
+            parse_granted(&Answer { status: 200, json: None, dpop_nonce: None }, false).unwrap_err().reason,
+            CredentialFailure::Rejected
+        );
     }
 }

@@ -25,6 +25,8 @@ pub struct Answer {
     pub status: u16,
     /// The body as JSON, when it is JSON.
     pub json: Option<Value>,
+    /// The `DPoP-Nonce` the server sent, if any (RFC 9449 §8).
+    pub dpop_nonce: Option<String>,
 }
 
 impl Answer {
@@ -118,9 +120,23 @@ impl Http {
     /// POST a form (`application/x-www-form-urlencoded`), with an `Authorization`
     /// header when given.
     pub fn post_form(&self, url: &str, form: &[(&str, &str)], authorization: Option<&str>) -> Result<Answer, Failure> {
+        self.post_form_with(url, form, authorization, None)
+    }
+
+    /// [`Http::post_form`] with a `DPoP` proof header when given.
+    pub fn post_form_with(
+        &self,
+        url: &str,
+        form: &[(&str, &str)],
+        authorization: Option<&str>,
+        dpop: Option<&str>,
+    ) -> Result<Answer, Failure> {
         let mut request = self.post.post(url).set("Accept", "application/json");
         if let Some(value) = authorization {
             request = request.set("Authorization", value);
+        }
+        if let Some(proof) = dpop {
+            request = request.set("DPoP", proof);
         }
         answer(request.send_form(form))
     }
@@ -139,6 +155,7 @@ fn answer(result: Result<ureq::Response, ureq::Error>) -> Result<Answer, Failure
     };
     let status = response.status();
     let url = response.get_url().to_owned();
+    let dpop_nonce = response.header("DPoP-Nonce").map(str::to_owned);
     let mut body = Vec::new();
     if let Err(e) = response.into_reader().take(BODY_LIMIT + 1).read_to_end(&mut body) {
         return Err(Failure::unavailable(format!("{url}: reading the answer: {e}")));
@@ -146,7 +163,7 @@ fn answer(result: Result<ureq::Response, ureq::Error>) -> Result<Answer, Failure
     if body.len() as u64 > BODY_LIMIT {
         return Err(Failure::rejected(format!("{url}: the answer is larger than {} KiB", BODY_LIMIT / 1024)));
     }
-    Ok(Answer { status, json: serde_json::from_slice(&body).ok() })
+    Ok(Answer { status, json: serde_json::from_slice(&body).ok(), dpop_nonce })
 }
 
 #[cfg(test)]
@@ -156,10 +173,13 @@ mod tests {
 
     #[test]
     fn oauth_errors_are_short_and_printable() {
-        let a =
-            Answer { status: 400, json: Some(json!({"error": "invalid_grant", "error_description": "gone\n\u{7}"})) };
+        let a = Answer {
+            status: 400,
+            json: Some(json!({"error": "invalid_grant", "error_description": "gone\n\u{7}"})),
+            dpop_nonce: None,
+        };
         assert_eq!(a.oauth_error(), (Some("invalid_grant".into()), "HTTP 400: invalid_grant: gone".into()));
-        let a = Answer { status: 503, json: None };
+        let a = Answer { status: 503, json: None, dpop_nonce: None };
         assert!(a.server_failed());
         assert_eq!(a.oauth_error(), (None, "HTTP 503".into()));
         assert_eq!(printable(&"x".repeat(500)).len(), 200);
@@ -169,7 +189,11 @@ mod tests {
     fn oauth_errors_hide_what_the_request_carried_even_when_cut_short() {
         // Cut at 200 characters, the quote would keep 15 characters of the token.
         let quoted = format!("{} refresh token rt-0123456789abcdef is gone", "x".repeat(170));
-        let a = Answer { status: 400, json: Some(json!({"error": "invalid_grant", "error_description": quoted})) };
+        let a = Answer {
+            status: 400,
+            json: Some(json!({"error": "invalid_grant", "error_description": quoted})),
+            dpop_nonce: None,
+        };
         let (error, text) = a.oauth_error_hiding(&["rt-0123456789abcdef"]);
         assert_eq!(error.as_deref(), Some("invalid_grant"));
         assert!(text.contains("refresh token [redacted]") && !text.contains("rt-0123"), "{text}");
