@@ -391,7 +391,9 @@ run_client g 2026-07-28
 
 # A suite-skips.txt line must name a scenario of some run.
 while read -r name; do
-    cat "$WORK"/scenarios*.txt "$WORK"/client-scenarios-*.txt | grep -qxF "$name" \
+    # grep reads the files itself: behind a pipe, its early exit on a match could
+    # fail `cat` with SIGPIPE, and pipefail would report a match as none.
+    grep -qxF "$name" "$WORK"/scenarios*.txt "$WORK"/client-scenarios-*.txt \
         || problems+=("suite-skips.txt names '$name', a scenario of no run")
 done < "$WORK/suite-skips"
 
