@@ -328,17 +328,22 @@ impl Shared {
     /// managed token if the server quoted it back.
     fn unauthorized(&self, status: u16, response: &ureq::Response) -> Option<Failure> {
         let mut failure = unauthorized(status, response)?;
-        // A DPoP nonce the server wants in the next proofs (RFC 9449 §9): held
-        // before the engine hears of the refusal and resends.
-        if let (Some(nonce), Some(source)) = (response.header("DPoP-Nonce"), &self.bearer) {
-            source.nonce(nonce);
-        }
+        // Held before the engine hears of the refusal and resends.
+        self.note_nonce(response);
         if let (Failure::Unauthorized { challenge, .. }, Some(token)) =
             (&mut failure, self.bearer.as_ref().and_then(|b| b.token()))
         {
             hide_in_challenge(challenge, &token);
         }
         Some(failure)
+    }
+
+    /// A DPoP nonce the server wants in the next proofs (RFC 9449 §8, §9): a
+    /// refusal names one, and any answer may rotate it.
+    fn note_nonce(&self, response: &ureq::Response) {
+        if let (Some(nonce), Some(source)) = (response.header("DPoP-Nonce"), &self.bearer) {
+            source.nonce(nonce);
+        }
     }
 
     /// Puts the managed credential on a request (its access token, and a DPoP
@@ -501,6 +506,9 @@ impl Shared {
             req = req.set(k, v);
         }
         let response = req.send_string(frame);
+        if let Ok(r) = &response {
+            self.note_nonce(r);
+        }
         if cancel.is_set() {
             return; // dropping the response closes it
         }
@@ -565,6 +573,9 @@ impl Shared {
             }
         };
         let response = req.send_string(frame);
+        if let Ok(r) = &response {
+            self.note_nonce(r);
+        }
         drop(accepted);
         let response = match response {
             Ok(r) => r,
@@ -679,6 +690,9 @@ impl Shared {
             }
         }
         let response = req.call();
+        if let Ok(r) = &response {
+            self.note_nonce(r);
+        }
         drop(opened);
         let failure = match response {
             Ok(r) if r.content_type() == "text/event-stream" => {
