@@ -353,8 +353,9 @@ impl Shared {
         if self.headers.keys().any(|k| k.eq_ignore_ascii_case("authorization")) {
             return req;
         }
+        let Some(source) = &self.bearer else { return req };
         let (method, url) = (req.method().to_owned(), req.url().to_owned());
-        match self.bearer.as_ref().and_then(|b| b.authorize(&method, &url)) {
+        match source.authorize(&method, &url) {
             Some((authorization, proof)) => {
                 let req = req.set("Authorization", &authorization);
                 match proof {

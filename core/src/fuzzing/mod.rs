@@ -796,9 +796,6 @@ impl Harness {
     }
 
     fn answer(&mut self, server: &str, id: u64, method: &str, how: u8) -> Result<(), Violation> {
-        if let Some(list) = self.open.get_mut(server) {
-            list.retain(|(i, _)| *i != id);
-        }
         let stateless = self.stateless_a && server == "a";
         let frame = match how % 8 {
             0..=4 => Self::good_answer(id, method, stateless, how % 8 == 4),
@@ -806,8 +803,21 @@ impl Harness {
             6 => json!({"jsonrpc":"2.0","id":id,"error":{"code":-32601,"message":"nope"}}),
             _ => json!({"jsonrpc":"2.0","id":id,"result":"not an object"}),
         };
+        self.reply(server, id, &frame)
+    }
+
+    /// `server` answers its open request `id` with `frame`.
+    fn reply(&mut self, server: &str, id: u64, frame: &Value) -> Result<(), Violation> {
+        self.settled(server, id);
         let generation = self.generation(server);
         self.input(Input::BackendFrame { server: server.into(), generation, frame: frame.to_string() })
+    }
+
+    /// `server`'s request `id` is no longer open (answered, or failed).
+    fn settled(&mut self, server: &str, id: u64) {
+        if let Some(list) = self.open.get_mut(server) {
+            list.retain(|(i, _)| *i != id);
+        }
     }
 
     /// `web`'s streams: an event with an id (perhaps a replay, perhaps the
@@ -829,9 +839,7 @@ impl Harness {
             let event_id = event_id(c);
             let frame = match (stream, c.below(3)) {
                 (StreamRef::Request(id), 0) => {
-                    if let Some(list) = self.open.get_mut("web") {
-                        list.retain(|(i, _)| *i != id);
-                    }
+                    self.settled("web", id);
                     Self::good_answer(id, "tools/call", false, false)
                 }
                 (StreamRef::Request(id), 1) => {

@@ -237,28 +237,17 @@ impl Day {
                     };
                     if method == "prompts/list" {
                         // One page (the drivers' stock answer always has another).
-                        if let Some(list) = h.open.get_mut(server) {
-                            list.retain(|(i, _)| *i != id);
-                        }
-                        let frame = json!({"jsonrpc":"2.0","id":id,"result":{"prompts":[{"name":"greet"}]}});
-                        let frame = frame.to_string();
-                        h.input(Input::BackendFrame { server: server.into(), generation, frame })?;
+                        h.reply(server, id, &json!({"jsonrpc":"2.0","id":id,"result":{"prompts":[{"name":"greet"}]}}))?;
                     } else if !fails || method != "tools/call" || stdio && mood == Mood::Failing {
                         h.answer(server, id, &method, 0)?;
                     } else if stdio && c.below(2) == 0 {
                         h.answer(server, id, &method, 5)?;
                     } else if stdio {
                         // The tool ran and reports its own failure.
-                        if let Some(list) = h.open.get_mut(server) {
-                            list.retain(|(i, _)| *i != id);
-                        }
                         let result = json!({"content":[{"type":"text","text":"no such file"}],"isError":true});
-                        let frame = json!({"jsonrpc":"2.0","id":id,"result":result}).to_string();
-                        h.input(Input::BackendFrame { server: server.into(), generation, frame })?;
+                        h.reply(server, id, &json!({"jsonrpc":"2.0","id":id,"result":result}))?;
                     } else {
-                        if let Some(list) = h.open.get_mut(server) {
-                            list.retain(|(i, _)| *i != id);
-                        }
+                        h.settled(server, id);
                         let failure = Failure::Http { status: [500, 502, 503][c.below(3)] };
                         let generation = h.generation(server);
                         h.input(Input::BackendFailed {
