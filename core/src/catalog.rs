@@ -537,23 +537,24 @@ impl Catalog {
         Some(if reg.prefixed { format!("{}+{uri}", reg.alias) } else { uri.to_string() })
     }
 
-    /// Every item of `kind` from backends that `visible` accepts, in a stable order.
+    /// Every item of `kind` that `keep` accepts (given its backend and the
+    /// item), in a stable order.
     pub fn visible<'a>(
         &'a self,
         kind: ListKind,
-        visible: impl Fn(&str) -> bool + 'a,
+        keep: impl Fn(&str, &Entry) -> bool + 'a,
     ) -> impl Iterator<Item = (&'a str, &'a Entry)> + 'a {
         self.backends
             .iter()
-            .filter(move |(name, _)| visible(name))
             .flat_map(move |(name, reg)| reg.catalog.entries(kind).iter().map(move |e| (name.as_str(), e)))
+            .filter(move |(name, e)| keep(name, e))
     }
 
-    /// A hash of what `visible` lets clients see of `kind`, to send `list_changed`
+    /// A hash of what `keep` lets clients see of `kind`, to send `list_changed`
     /// only when the visible list really changed.
-    pub fn visible_hash(&self, kind: ListKind, visible: impl Fn(&str) -> bool) -> u64 {
+    pub fn visible_hash(&self, kind: ListKind, keep: impl Fn(&str, &Entry) -> bool) -> u64 {
         let mut h = Fnv::new();
-        for (_, entry) in self.visible(kind, visible) {
+        for (_, entry) in self.visible(kind, keep) {
             h.write(entry.json.as_bytes());
             h.write(&[0]);
         }
@@ -567,7 +568,7 @@ impl Catalog {
         kind: ListKind,
         cursor: Option<&str>,
         page_size: usize,
-        visible: impl Fn(&str) -> bool,
+        keep: impl Fn(&str, &Entry) -> bool,
     ) -> Result<String, ()> {
         let start = match cursor {
             None => 0,
@@ -585,7 +586,7 @@ impl Catalog {
         out.push_str("\":[");
         let mut count = 0;
         let mut more = false;
-        for (i, (_, entry)) in self.visible(kind, visible).enumerate().skip(start) {
+        for (i, (_, entry)) in self.visible(kind, keep).enumerate().skip(start) {
             if count == page_size {
                 more = i >= start;
                 break;

@@ -445,6 +445,10 @@ pub struct Config {
     /// and backends that do not run tasks.
     #[serde(default)]
     pub tasks: Tasks,
+    /// What each OAuth scope grants a client of the HTTP listener (see
+    /// [`crate::access`]); empty: a valid token sees everything.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scopes: crate::access::ScopeMap,
 }
 
 /// Gateway-side tasks: a `tools/call` of a client that declared the tasks
@@ -511,6 +515,7 @@ impl Default for Config {
             client_events: true,
             list_changed_debounce_ms: 2_000,
             tasks: Tasks::default(),
+            scopes: BTreeMap::new(),
         }
     }
 }
@@ -538,6 +543,8 @@ impl Config {
         self.policy.validate("policy")?;
         self.limits.validate()?;
         self.tasks.validate()?;
+        crate::access::check(&self.scopes)
+            .map_err(|(scope, message)| ConfigError::new(format!("scopes.{scope}"), message))?;
         if self.list_changed_debounce_ms > 60_000 {
             return Err(ConfigError::new("list_changed_debounce_ms", "must be at most 60000 (one minute)"));
         }

@@ -82,6 +82,17 @@ pub enum Input {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         param_headers: Option<BTreeMap<String, String>>,
     },
+    /// The OAuth scopes a client session's access token carries, from the
+    /// transport that checked it: before its first frame, and again whenever a
+    /// later request's token carries others. What the session may see follows
+    /// the config's `scopes` mapping (see [`crate::access`]); a session never
+    /// given scopes sees everything.
+    ClientAccess {
+        /// Its session.
+        session: SessionId,
+        /// The scopes, as the token lists them.
+        scopes: Vec<String>,
+    },
     /// A client went away.
     ClientClosed {
         /// Its session.
@@ -622,6 +633,7 @@ impl fmt::Display for Input {
         match self {
             Input::ClientConnected { session, .. } => write!(f, "client {} connected", session.0),
             Input::ClientFrame { session, frame, .. } => write!(f, "client {} -> {}", session.0, short(frame)),
+            Input::ClientAccess { session, scopes } => write!(f, "client {} holds {} scopes", session.0, scopes.len()),
             Input::ClientClosed { session } => write!(f, "client {} closed", session.0),
             Input::BackendStarted { server, generation, pid } => match pid {
                 Some(pid) => write!(f, "{server}#{generation} started (pid {pid})"),

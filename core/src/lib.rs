@@ -102,6 +102,7 @@ layer!(
     tool_search
 );
 
+pub mod access;
 pub mod codec;
 pub mod config;
 pub mod credential;

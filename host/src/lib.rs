@@ -25,4 +25,5 @@ pub mod platform;
 pub mod process_tree;
 pub mod recorder;
 pub mod reload;
+pub mod resource_auth;
 pub mod status_document;

@@ -10,7 +10,8 @@ use crate::cli::{Cli, ServeArgs};
 use crate::client_stdio::STDIO_SESSION;
 use crate::control::HostControl;
 use crate::host::Host;
-use crate::http_server::{HttpServer, ServerOptions};
+use crate::http_server::{HttpServer, ResourceGuard, ServerOptions};
+use tether_host::resource_auth::{ResourceAuthSettings, TokenValidator};
 
 /// Logs to stderr only: stdout is the protocol.
 pub use tether_host::logging::init_logging;
@@ -44,15 +45,33 @@ pub fn host(cli: &Cli, config: &Config) -> Result<Host, String> {
 pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     let watch = tether_host::reload::watch(cli_config_path(cli).as_deref(), &cli.policy);
     let config = load_config(cli)?;
+    let authorization = authorization(cli)?;
+    if authorization.is_some() && args.auth_token.is_some() {
+        return Err("--auth-token and tether.authorization both say how HTTP clients authenticate: keep one".into());
+    }
+    let oauth = authorization.is_some();
+    let guard = |options: &ServerOptions| match &authorization {
+        Some(settings) => resource_guard(settings, &config, options).map(Some),
+        None => Ok(None),
+    };
     let options = match &args.listen {
-        Some(addr) => Some(ServerOptions {
-            stateless_clients: config.stateless_clients,
-            ..listen_options("--listen", addr, args)?
-        }),
+        Some(addr) => {
+            let options = listen_options("--listen", addr, args, oauth)?;
+            let resource_guard = guard(&options)?;
+            Some(ServerOptions { stateless_clients: config.stateless_clients, resource_guard, ..options })
+        }
         None => None,
     };
     let status_options = match &args.status_listen {
-        Some(addr) => Some(ServerOptions { mcp: false, ..listen_options("--status-listen", addr, args)? }),
+        Some(addr) => {
+            let status = listen_options("--status-listen", addr, args, oauth)?;
+            // The status endpoints take the MCP listener's tokens.
+            let resource_guard = match options.as_ref().and_then(|o| o.resource_guard.clone()) {
+                Some(guard) => Some(guard),
+                None => guard(&status)?,
+            };
+            Some(ServerOptions { mcp: false, resource_guard, ..status })
+        }
         None => None,
     };
     let stdio = options.is_none() || args.stdio;
@@ -125,10 +144,57 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The config file's `tether.authorization`, when it has one.
+fn authorization(cli: &Cli) -> Result<Option<ResourceAuthSettings>, String> {
+    let Some(path) = cli_config_path(cli) else { return Ok(None) };
+    if !path.exists() {
+        return Ok(None);
+    }
+    let section = tether_host::config_file::authorization_section(&path).map_err(|e| e.to_string())?;
+    section
+        .map(|value| {
+            serde_json::from_value(value).map_err(|e| format!("{}: tether.authorization: {e}", path.display()))
+        })
+        .transpose()
+}
+
+/// The guard of an OAuth-protected listener. Its resource URL is the configured
+/// one, else the listener's own URL when that is a loopback address with a port
+/// (behind a proxy or on another address clients use another URL: it must be set).
+fn resource_guard(
+    settings: &ResourceAuthSettings,
+    config: &Config,
+    options: &ServerOptions,
+) -> Result<std::sync::Arc<ResourceGuard>, String> {
+    let resource = match &settings.resource {
+        Some(resource) => resource.clone(),
+        None if options.listen.ip().is_loopback() && options.listen.port() != 0 => {
+            format!("http://{}{}", options.listen, options.path)
+        }
+        None => {
+            return Err(format!(
+                "tether.authorization.resource is needed when listening on {}: set it to the URL clients use \
+                 for this endpoint (e.g. https://gateway.example.com/mcp)",
+                options.listen
+            ))
+        }
+    };
+    let mut scopes = settings.required_scopes.clone();
+    for scope in config.scopes.keys() {
+        if !scopes.contains(scope) {
+            scopes.push(scope.clone());
+        }
+    }
+    let name = settings.resource_name.clone();
+    let validator = TokenValidator::new(settings.clone(), resource);
+    ResourceGuard::new(validator, &options.path, scopes, name.as_deref()).map(std::sync::Arc::new)
+}
+
 /// The listener's options from the flags; `flag` names the one that gave `addr`.
 /// `ADDR` is `host:port`, or a bare port (loopback). A non-loopback address
-/// without a token is refused unless `--allow-unauthenticated` says it is meant.
-fn listen_options(flag: &str, addr: &str, args: &ServeArgs) -> Result<ServerOptions, String> {
+/// without a token (or OAuth) is refused unless `--allow-unauthenticated` says
+/// it is meant.
+fn listen_options(flag: &str, addr: &str, args: &ServeArgs, oauth: bool) -> Result<ServerOptions, String> {
     use std::net::ToSocketAddrs;
     let listen = if let Ok(port) = addr.parse::<u16>() {
         std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port))
@@ -138,7 +204,7 @@ fn listen_options(flag: &str, addr: &str, args: &ServeArgs) -> Result<ServerOpti
             .next()
             .ok_or_else(|| format!("{flag} {addr}: no address"))?
     };
-    if !listen.ip().is_loopback() && args.auth_token.is_none() {
+    if !listen.ip().is_loopback() && args.auth_token.is_none() && !oauth {
         if !args.allow_unauthenticated {
             return Err(format!(
                 "{flag} {addr} is reachable from other machines and no --auth-token is set: anyone who can \
@@ -210,24 +276,24 @@ mod tests {
 
     #[test]
     fn a_listener_other_machines_can_reach_needs_a_token_or_an_explicit_flag() {
-        let refused = listen_options("--listen", "0.0.0.0:0", &serve_args(&[])).unwrap_err();
+        let refused = listen_options("--listen", "0.0.0.0:0", &serve_args(&[]), false).unwrap_err();
         assert!(refused.contains("--auth-token") && refused.contains("--allow-unauthenticated"), "{refused}");
-        let status = listen_options("--status-listen", "0.0.0.0:0", &serve_args(&[])).unwrap_err();
+        let status = listen_options("--status-listen", "0.0.0.0:0", &serve_args(&[]), false).unwrap_err();
         assert!(status.starts_with("--status-listen 0.0.0.0:0"), "{status}");
         let token = ["--auth-token", "0123456789abcdef0123"];
-        assert!(listen_options("--listen", "0.0.0.0:0", &serve_args(&token)).is_ok());
-        assert!(listen_options("--listen", "0.0.0.0:0", &serve_args(&["--allow-unauthenticated"])).is_ok());
+        assert!(listen_options("--listen", "0.0.0.0:0", &serve_args(&token), false).is_ok());
+        assert!(listen_options("--listen", "0.0.0.0:0", &serve_args(&["--allow-unauthenticated"]), false).is_ok());
         for loopback in ["127.0.0.1:0", "[::1]:0", "8080", "localhost:0"] {
-            assert!(listen_options("--listen", loopback, &serve_args(&[])).is_ok(), "{loopback}");
+            assert!(listen_options("--listen", loopback, &serve_args(&[]), false).is_ok(), "{loopback}");
         }
     }
 
     #[test]
     fn connection_caps_come_from_the_flags() {
         let args = serve_args(&["--max-connections", "10", "--max-connections-per-peer", "3"]);
-        let options = listen_options("--listen", "127.0.0.1:0", &args).unwrap();
+        let options = listen_options("--listen", "127.0.0.1:0", &args, false).unwrap();
         assert_eq!((options.max_connections, options.max_connections_per_peer), (10, 3));
-        let defaults = listen_options("--listen", "127.0.0.1:0", &serve_args(&[])).unwrap();
+        let defaults = listen_options("--listen", "127.0.0.1:0", &serve_args(&[]), false).unwrap();
         assert_eq!((defaults.max_connections, defaults.max_connections_per_peer), (512, 128));
     }
 }

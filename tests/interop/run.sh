@@ -163,6 +163,37 @@ for runtime in $INTEROP_RUNTIMES; do
     fi
 done
 
+# ---- OAuth: tether's HTTP listener as a protected resource ------------------------
+# oauth_test.py: the SDK's OAuth client logs in to `tether serve --listen` through
+# tests/interop/oauth_server.py. The smol binary only: the blocking runtime serves stdio
+# only. It prints its closing "oauth: N passed, N failed" line last.
+case " $INTEROP_RUNTIMES " in
+    *" smol "*)
+        bin="$(runtime_bin smol)"
+        echo
+        echo "== oauth ($bin): python tests/interop/oauth_test.py with TETHER_BIN=$TARGET_DIR/debug/$bin"
+        out="$INTEROP_DIR/oauth-$bin.out"
+        set +e
+        TETHER_BIN="$TARGET_DIR/debug/$bin" INTEROP_DIR="$INTEROP_DIR" \
+            timeout --kill-after=10 300 "$VENV/bin/python" -u tests/interop/oauth_test.py < /dev/null | tee "$out"
+        status=${PIPESTATUS[0]}
+        set -e
+        counts="$(grep -E '^oauth: [0-9]+ passed' "$out" | tail -n 1 | sed 's/^oauth: //' || true)"
+        if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+            summary+=("oauth ($bin): FAILED: did not finish within 300 s${counts:+ ($counts)}")
+            failed=1
+        elif [ "$status" -ne 0 ]; then
+            summary+=("oauth ($bin): FAILED: ${counts:-no result line} (exit status $status; see the FAIL lines above)")
+            failed=1
+        else
+            summary+=("oauth ($bin): $counts")
+        fi
+        ;;
+    *)
+        summary+=("oauth: not run (it needs the smol runtime's tether; INTEROP_RUNTIMES=$INTEROP_RUNTIMES)")
+        ;;
+esac
+
 echo
 for line in "${summary[@]}"; do
     echo "$line"

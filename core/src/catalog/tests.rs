@@ -36,7 +36,7 @@ fn long_and_odd_names_are_shortened_reversibly() {
     c.register("srv", true);
     let long = "a".repeat(80);
     c.install("srv", tools(&[&long, "dotted.name/x", "dotted_name_x"]));
-    let served: Vec<_> = c.visible(ListKind::Tools, |_| true).map(|(_, e)| e.served.clone()).collect();
+    let served: Vec<_> = c.visible(ListKind::Tools, |_, _| true).map(|(_, e)| e.served.clone()).collect();
     assert_eq!(served.len(), 3);
     for s in &served {
         assert!(s.len() <= MAX_NAME_LEN && s.bytes().all(is_name_byte), "{s}");
@@ -67,7 +67,7 @@ fn uris_round_trip_and_meta_is_kept() {
     l[1] = vec![obj(json!({"uri":"git+ssh://h/r?q=1#f","name":"r"}))];
     l[2] = vec![obj(json!({"uriTemplate":"file:///{path}","name":"t"}))];
     c.install("fs", l);
-    let (_, res) = c.visible(ListKind::Resources, |_| true).next().unwrap();
+    let (_, res) = c.visible(ListKind::Resources, |_, _| true).next().unwrap();
     assert_eq!(res.served, "fs+git+ssh://h/r?q=1#f");
     assert_eq!(c.resolve_uri(&res.served), Some(("fs", "git+ssh://h/r?q=1#f")));
     assert_eq!(c.resolve_uri("fs+file:///etc/hosts"), Some(("fs", "file:///etc/hosts")));
@@ -87,7 +87,7 @@ fn unprefixed_backends_serve_uris_unchanged() {
     l[1] = vec![obj(json!({"uri":"test://static-text","name":"t"}))];
     l[2] = vec![obj(json!({"uriTemplate":"test://template/{id}/data","name":"tpl"}))];
     c.install("plain", l);
-    let (_, res) = c.visible(ListKind::Resources, |_| true).next().unwrap();
+    let (_, res) = c.visible(ListKind::Resources, |_, _| true).next().unwrap();
     assert_eq!(res.served, "test://static-text");
     assert_eq!(c.resolve_uri("test://static-text"), Some(("plain", "test://static-text")));
     assert_eq!(c.resolve_uri("test://template/7/data"), Some(("plain", "test://template/7/data")));
@@ -114,15 +114,15 @@ fn pages_with_own_cursor_and_visibility() {
     c.register("b", true);
     c.install("a", tools(&["1", "2", "3"]));
     c.install("b", tools(&["4"]));
-    let p1 = c.page(ListKind::Tools, None, 2, |_| true).unwrap();
+    let p1 = c.page(ListKind::Tools, None, 2, |_, _| true).unwrap();
     assert!(p1.contains("a__1") && p1.contains("a__2") && p1.ends_with(r#""nextCursor":"t2"}"#), "{p1}");
-    let p2 = c.page(ListKind::Tools, Some("t2"), 2, |_| true).unwrap();
+    let p2 = c.page(ListKind::Tools, Some("t2"), 2, |_, _| true).unwrap();
     assert!(p2.contains("a__3") && p2.contains("b__4") && !p2.contains("nextCursor"), "{p2}");
-    let hidden = c.page(ListKind::Tools, None, 10, |s| s != "a").unwrap();
+    let hidden = c.page(ListKind::Tools, None, 10, |s, _| s != "a").unwrap();
     assert_eq!(hidden, r#"{"tools":[{"inputSchema":{"type":"object"},"name":"b__4"}]}"#);
-    assert!(c.page(ListKind::Tools, Some("p0"), 2, |_| true).is_err());
-    assert!(c.page(ListKind::Tools, Some("tx"), 2, |_| true).is_err());
-    assert_ne!(c.visible_hash(ListKind::Tools, |_| true), c.visible_hash(ListKind::Tools, |s| s != "a"));
+    assert!(c.page(ListKind::Tools, Some("p0"), 2, |_, _| true).is_err());
+    assert!(c.page(ListKind::Tools, Some("tx"), 2, |_, _| true).is_err());
+    assert_ne!(c.visible_hash(ListKind::Tools, |_, _| true), c.visible_hash(ListKind::Tools, |s, _| s != "a"));
 }
 
 #[test]

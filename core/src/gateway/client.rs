@@ -178,7 +178,7 @@ impl Gateway {
                     );
                 }
                 if let Some(received) = param_headers.filter(|_| &*method == "tools/call") {
-                    if let Err(message) = self.check_param_headers(params, received) {
+                    if let Err(message) = self.check_param_headers(session, params, received) {
                         return self.reply_error(session, &id, protocol::HEADER_MISMATCH, &message, None);
                     }
                 }

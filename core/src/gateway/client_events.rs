@@ -154,6 +154,9 @@ impl Gateway {
             .filter(|(_, s)| s.ready && s.era == Era::Handshake && level >= s.log_level.unwrap_or(DEFAULT_LEVEL))
             .map(|(id, _)| *id)
             .collect();
+        // A session told nothing of a server it may not see.
+        let listening: Vec<SessionId> =
+            listening.into_iter().filter(|id| self.sees_server(*id, event.server())).collect();
         if listening.is_empty() {
             return;
         }

@@ -100,7 +100,8 @@ impl Gateway {
         };
         let mut total: usize = self.sessions.subscriptions.values().map(BTreeSet::len).sum();
         for uri in requested {
-            if listen.uris.contains(&uri) || !self.can_subscribe(&uri) {
+            if listen.uris.contains(&uri) || !self.can_subscribe(&uri) || self.resolve_uri_for(session, &uri).is_none()
+            {
                 continue;
             }
             let subscribed = self.sessions.subscriptions.get(&uri).is_some_and(|s| s.contains(&session));
@@ -110,12 +111,11 @@ impl Gateway {
             total += usize::from(!subscribed);
             listen.uris.push(uri);
         }
-        let hashes = self.visible_hashes();
-        let s = self.sessions.open.get_mut(&session).expect("checked");
-        if s.listens.is_empty() {
+        if self.sessions.open.get(&session).is_some_and(|s| s.listens.is_empty()) {
             // What it saw before listening is unknown: changes count from now.
-            s.seen = hashes;
+            self.mark_seen(session);
         }
+        let s = self.sessions.open.get_mut(&session).expect("checked");
         s.listens.insert(id.clone(), listen.clone());
         let members = format!(r#""notifications":{}"#, Value::Object(listen.to_filter()));
         let ack = tagged_params(&id, &members);

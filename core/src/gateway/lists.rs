@@ -86,7 +86,9 @@ impl Gateway {
             }
         } else {
             let backends = &self.backends;
-            let visible = |s: &str| backends.get(s).is_some_and(|b| b.is_visible());
+            let access = self.access(session);
+            let visible =
+                |s: &str, e: &_| backends.get(s).is_some_and(|b| b.is_visible()) && Self::grants(access, kind, s, e);
             let page = self.catalog.page(kind, cursor, self.config.limits.page_size as usize, visible);
             match page {
                 // Flat mode with admin tools: they lead the first page.
@@ -103,8 +105,10 @@ impl Gateway {
             }
         };
         let hash = self.visible_hashes()[kind as usize];
+        let own = if self.restricted(session) { self.session_hashes(session)[kind as usize] } else { hash };
         if let Some(s) = self.sessions.open.get_mut(&session) {
             s.seen[kind as usize] = hash;
+            s.seen_own[kind as usize] = own;
         }
         let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
         match page {
@@ -162,7 +166,7 @@ impl Gateway {
         }
         let backends = &self.backends;
         let hashes = ListKind::ALL
-            .map(|kind| self.catalog.visible_hash(kind, |s| backends.get(s).is_some_and(|b| b.is_visible())));
+            .map(|kind| self.catalog.visible_hash(kind, |s, _| backends.get(s).is_some_and(|b| b.is_visible())));
         self.visible_cache = Some((version, hashes));
         hashes
     }
@@ -177,6 +181,27 @@ impl Gateway {
         // Nearly every input changes no list: nothing to announce to anyone.
         if self.sessions.open.values().all(|s| s.seen == hashes) {
             return;
+        }
+        // A restricted session whose own view did not change has nothing to be told.
+        let restricted: Vec<SessionId> = self
+            .sessions
+            .open
+            .iter()
+            .filter(|(id, s)| s.seen != hashes && s.scopes.is_some() && self.restricted(**id))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut own_views = Vec::with_capacity(restricted.len());
+        for id in restricted {
+            own_views.push((id, self.session_hashes(id)));
+        }
+        for (id, own) in own_views {
+            let s = self.sessions.open.get_mut(&id).expect("listed");
+            for kind in ListKind::ALL {
+                let k = kind as usize;
+                if s.seen[k] != hashes[k] && s.seen_own[k] == own[k] {
+                    s.seen[k] = hashes[k];
+                }
+            }
         }
         let mut frames = Vec::new();
         let mut listening = Vec::new();
@@ -222,9 +247,22 @@ impl Gateway {
             }
         }
         for (session, frame) in frames {
+            if self.restricted(session) {
+                // What it is told of is what it sees now.
+                let own = self.session_hashes(session);
+                if let Some(s) = self.sessions.open.get_mut(&session) {
+                    s.seen_own = own;
+                }
+            }
             self.to_client(session, frame);
         }
         for (session, kinds) in listening {
+            if self.restricted(session) {
+                let own = self.session_hashes(session);
+                if let Some(s) = self.sessions.open.get_mut(&session) {
+                    s.seen_own = own;
+                }
+            }
             self.announce_to_listens(session, &kinds);
         }
     }

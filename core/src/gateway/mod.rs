@@ -2,6 +2,7 @@
 //! sessions behind one `handle` / `poll_action` / `poll_timeout` surface. The
 //! host contract (the run loop and the call-order rules) is in the crate docs.
 
+mod access;
 mod backend;
 mod backend_frames;
 mod calls;
@@ -224,6 +225,7 @@ impl Gateway {
             Input::ClientFrame { session, frame, param_headers } => {
                 self.client_frame(session, &frame, param_headers.as_ref())
             }
+            Input::ClientAccess { session, scopes } => self.client_access(session, scopes),
             Input::ClientClosed { session } => self.client_closed(session),
             Input::BackendStarted { server, generation, .. } => {
                 self.current(&server, generation)?;

@@ -152,11 +152,11 @@ impl Gateway {
             Some(_) => return self.reply(session, &id, &tool_error("arguments must be an object")),
         };
         let outcome = match tool {
-            OwnTool::ListServers => Ok(self.list_servers()),
-            OwnTool::SearchTools => self.search_tools(&args),
-            OwnTool::DescribeTool => self.describe_tool(&args),
-            OwnTool::ReconnectServer => self.reconnect_server(&args),
-            OwnTool::ServerEvents => self.server_events(&args),
+            OwnTool::ListServers => Ok(self.list_servers(session)),
+            OwnTool::SearchTools => self.search_tools(session, &args),
+            OwnTool::DescribeTool => self.describe_tool(session, &args),
+            OwnTool::ReconnectServer => self.reconnect_server(session, &args),
+            OwnTool::ServerEvents => self.server_events(session, &args),
             OwnTool::ExecuteTool => return self.execute_tool(session, id, fields, &args),
         };
         let result = match outcome {
@@ -174,10 +174,11 @@ impl Gateway {
         })
     }
 
-    fn list_servers(&self) -> Value {
+    fn list_servers(&self, session: SessionId) -> Value {
         let servers: Vec<Value> = self
             .statuses()
             .into_iter()
+            .filter(|s| self.sees_server(session, &s.server))
             .map(|s| {
                 let mut row = s.to_json();
                 row["available"] = Value::Bool(self.available(&s.server));
@@ -187,15 +188,18 @@ impl Gateway {
         json!({ "servers": servers })
     }
 
-    fn search_tools(&self, args: &Map<String, Value>) -> Result<Value, String> {
+    fn search_tools(&self, session: SessionId, args: &Map<String, Value>) -> Result<Value, String> {
         let query = string_arg(args, "query")?.unwrap_or("");
         let only = string_arg(args, "server")?;
         let limit = count_arg(args, "limit", SEARCH_LIMIT, 1)? as usize;
-        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s)) {
-            return Err(self.unknown_server(server));
+        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s) || !self.sees_server(session, s)) {
+            return Err(self.unknown_server(session, server));
         }
         let backends = &self.backends;
-        let searched = |s: &str| only.is_none_or_eq(s) && backends.get(s).is_some_and(|b| !b.config.disabled);
+        let access = self.access(session);
+        let searched = |s: &str, e: &crate::catalog::Entry| {
+            only.is_none_or_eq(s) && backends.get(s).is_some_and(|b| !b.config.disabled) && access.tool(s, &e.served)
+        };
         let parsed: Vec<(&str, Value)> = self
             .catalog
             .visible(ListKind::Tools, searched)
@@ -225,14 +229,15 @@ impl Gateway {
         Ok(out)
     }
 
-    fn describe_tool(&self, args: &Map<String, Value>) -> Result<Value, String> {
+    fn describe_tool(&self, session: SessionId, args: &Map<String, Value>) -> Result<Value, String> {
         let Some(name) = string_arg(args, "name")? else { return Err("argument 'name' is required".into()) };
         if let Some(own) = self.own_tool(name) {
             let tool: Value = serde_json::from_str(own.definition()).unwrap_or(Value::Null);
             return Ok(json!({ "server": "tether", "status": "online", "available": true, "tool": tool }));
         }
-        let Some(r) = self.catalog.resolve_tool(name) else {
-            return Err(self.hidden_message(ListKind::Tools, name).unwrap_or_else(|| self.unknown_tool(name)));
+        let Some(r) = self.resolve_tool_for(session, name) else {
+            let hidden = self.hidden_message(ListKind::Tools, name).filter(|_| !self.restricted(session));
+            return Err(hidden.unwrap_or_else(|| self.unknown_tool(name)));
         };
         let tool: Value = serde_json::from_str(&r.entry.json).unwrap_or(Value::Null);
         Ok(json!({
@@ -256,9 +261,11 @@ impl Gateway {
             let msg = format!("'{target}' is one of the gateway's own tools: call it directly");
             return self.reply(session, &id, &tool_error(&msg));
         }
-        if self.catalog.resolve_tool(target).is_none() {
-            let hidden = self.hidden_message(ListKind::Tools, target);
-            if hidden.is_some() || !self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
+        if self.resolve_tool_for(session, target).is_none() {
+            let restricted = self.restricted(session);
+            let hidden = self.hidden_message(ListKind::Tools, target).filter(|_| !restricted);
+            let withheld = restricted && self.catalog.resolve_tool(target).is_some();
+            if hidden.is_some() || withheld || !self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
                 let msg = hidden.unwrap_or_else(|| self.unknown_tool(target));
                 return self.reply(session, &id, &tool_error(&msg));
             }
@@ -277,13 +284,17 @@ impl Gateway {
         self.route_named(session, id, "tools/call", Some(&params), ListKind::Tools, true);
     }
 
-    fn reconnect_server(&mut self, args: &Map<String, Value>) -> Result<Value, String> {
+    fn reconnect_server(&mut self, session: SessionId, args: &Map<String, Value>) -> Result<Value, String> {
         // `name` is what some gateways call it; `server` is what the schema says.
         let server = match (string_arg(args, "server")?, string_arg(args, "name")?) {
             (Some(s), _) | (None, Some(s)) => s.to_string(),
             (None, None) => return Err("argument 'server' is required".into()),
         };
-        let Some(b) = self.backends.get(server.as_str()) else { return Err(self.unknown_server(&server)) };
+        // Reconnecting is for whoever is granted the server whole.
+        let granted = self.access(session).server(&server);
+        let Some(b) = self.backends.get(server.as_str()).filter(|_| granted) else {
+            return Err(self.unknown_server(session, &server));
+        };
         if b.config.disabled {
             return Err(format!("server '{server}' is disabled in the configuration; enable it there"));
         }
@@ -306,17 +317,18 @@ impl Gateway {
         }))
     }
 
-    fn server_events(&self, args: &Map<String, Value>) -> Result<Value, String> {
+    fn server_events(&self, session: SessionId, args: &Map<String, Value>) -> Result<Value, String> {
         let limit = count_arg(args, "limit", EVENTS_LIMIT, 1)? as usize;
         let only = string_arg(args, "server")?;
-        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s)) {
-            return Err(self.unknown_server(server));
+        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s) || !self.sees_server(session, s)) {
+            return Err(self.unknown_server(session, server));
         }
         let since = match args.get("since") {
             None | Some(Value::Null) => None,
             Some(v) => Some(v.as_u64().ok_or("argument 'since' must be a whole number")?),
         };
-        let wanted = |e: &&Journaled| only.is_none_or_eq(e.event.server());
+        let wanted =
+            |e: &&Journaled| only.is_none_or_eq(e.event.server()) && self.sees_server(session, e.event.server());
         let next = self.journal.next_seq();
         let (events, missed, next_since) = match since {
             // From a cursor: the oldest first, as many as fit; the rest next time.
@@ -346,8 +358,8 @@ impl Gateway {
         Ok(out)
     }
 
-    fn unknown_server(&self, server: &str) -> String {
-        let known: Vec<&str> = self.backends.keys().map(|n| &**n).collect();
+    fn unknown_server(&self, session: SessionId, server: &str) -> String {
+        let known: Vec<&str> = self.backends.keys().map(|n| &**n).filter(|n| self.sees_server(session, n)).collect();
         format!("unknown server '{server}'; the servers are: {}", known.join(", "))
     }
 

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::calls::ClientCall;
 use super::Gateway;
+use crate::io::SessionId;
 use crate::param_headers;
 use crate::protocol::{self, RequestEra};
 
@@ -40,6 +41,7 @@ impl Gateway {
     /// one look at the catalog. `Err` holds the `HeaderMismatch` message.
     pub(super) fn check_param_headers(
         &self,
+        session: SessionId,
         params: Option<&str>,
         received: &BTreeMap<String, String>,
     ) -> Result<(), String> {
@@ -48,7 +50,7 @@ impl Gateway {
         }
         // Malformed params are the router's to refuse.
         let Some(call) = params.and_then(|p| serde_json::from_str::<CallParams<'_>>(p).ok()) else { return Ok(()) };
-        let Some(tool) = self.catalog.resolve_tool(&call.name) else { return Ok(()) };
+        let Some(tool) = self.resolve_tool_for(session, &call.name) else { return Ok(()) };
         let declared = &tool.entry.param_headers;
         if declared.is_empty() || protocol::request_era(params) == RequestEra::Handshake {
             return Ok(());

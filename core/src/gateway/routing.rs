@@ -72,14 +72,21 @@ impl Gateway {
             return self.call_own_tool(session, id, tool, fields);
         }
         let resolved = match kind {
-            ListKind::Tools => self.catalog.resolve_tool(&name),
-            _ => self.catalog.resolve_prompt(&name),
+            ListKind::Tools => self.resolve_tool_for(session, &name),
+            _ => self.resolve_prompt_for(session, &name),
         };
         let Some(r) = resolved else {
-            if let Some(msg) = self.hidden_message(kind, &name) {
+            // A session whose scopes withhold things is told nothing about them.
+            let restricted = self.restricted(session);
+            if let Some(msg) = self.hidden_message(kind, &name).filter(|_| !restricted) {
                 return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
             }
-            if may_wait && self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
+            let withheld = restricted
+                && match kind {
+                    ListKind::Tools => self.catalog.resolve_tool(&name).is_some(),
+                    _ => self.catalog.resolve_prompt(&name).is_some(),
+                };
+            if may_wait && !withheld && self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
                 // A backend that is still starting may bring this name: wait for it.
                 let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
                 let what = Parked::Named { method, params: raw.to_string(), kind };
@@ -136,9 +143,9 @@ impl Gateway {
         let Some(uri) = params.get("uri").and_then(Value::as_str).map(ToString::to_string) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
         };
-        let Some((server, original)) = self.catalog.resolve_uri(&uri).map(|(s, o)| (s.to_string(), o.to_string()))
+        let Some((server, original)) = self.resolve_uri_for(session, &uri).map(|(s, o)| (s.to_string(), o.to_string()))
         else {
-            let msg = match self.catalog.hidden_uri(&uri) {
+            let msg = match self.catalog.hidden_uri(&uri).filter(|_| !self.restricted(session)) {
                 Some(server) => format!(
                     "resource {uri} is not served: the configuration of server '{server}' hides it \
                      (its tether.resources allow and deny lists)"
@@ -165,6 +172,10 @@ impl Gateway {
         let Some(uri) = uri else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
         };
+        if self.resolve_uri_for(session, &uri).is_none() && self.catalog.resolve_uri(&uri).is_some() {
+            let msg = format!("unknown resource: {uri}");
+            return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
+        }
         let stateless = self
             .catalog
             .resolve_uri(&uri)
@@ -250,12 +261,12 @@ impl Gateway {
             "ref/prompt" => reference
                 .get("name")
                 .and_then(Value::as_str)
-                .and_then(|n| self.catalog.resolve_prompt(n))
+                .and_then(|n| self.resolve_prompt_for(session, n))
                 .map(|r| (r.server.to_string(), "name", r.entry.original.clone())),
             "ref/resource" => reference
                 .get("uri")
                 .and_then(Value::as_str)
-                .and_then(|u| self.catalog.resolve_uri(u))
+                .and_then(|u| self.resolve_uri_for(session, u))
                 .map(|(s, u)| (s.to_string(), "uri", u.to_string())),
             _ => None,
         };

@@ -85,6 +85,11 @@ pub(super) struct Session {
     pub in_flight: BTreeSet<RawId>,
     /// Fingerprint of each list as this session last saw or was told of it.
     pub seen: [u64; 4],
+    /// The OAuth scopes its token carries; `None`: not restricted (see `access.rs`).
+    pub scopes: Option<Vec<String>>,
+    /// Restricted sessions: the fingerprint of their own view of each list when
+    /// they last saw it (`seen` then says which catalog that view was taken from).
+    pub seen_own: [u64; 4],
     /// Open `subscriptions/listen` requests of a stateless session, by id.
     pub listens: BTreeMap<RawId, ClientListen>,
     /// Closed when idle (HTTP sessions).
@@ -114,6 +119,8 @@ impl Session {
             in_flight: BTreeSet::new(),
             listens: BTreeMap::new(),
             seen: [0; 4],
+            scopes: None,
+            seen_own: [0; 4],
             log_level: None,
             quiet_until: None,
             list_changed_held: false,

@@ -28,8 +28,11 @@
 //! `server_events`; default `false`), `client_events` (events to clients as
 //! `notifications/message`; default `true`), `list_changed_debounce_ms` (default
 //! 2000), `policy` (any field of [`Policy`](tether_core::config::Policy)),
-//! `limits` (any field of [`Limits`](tether_core::config::Limits)) and `tasks`
-//! (any field of [`Tasks`](tether_core::config::Tasks)); on an entry it
+//! `limits` (any field of [`Limits`](tether_core::config::Limits)), `tasks`
+//! (any field of [`Tasks`](tether_core::config::Tasks)) and `authorization`
+//! (the HTTP listener as an OAuth protected resource: the fields of
+//! [`ResourceAuthSettings`](crate::resource_auth::ResourceAuthSettings), whose
+//! `scopes` become [`Config::scopes`]); on an entry it
 //! may hold `prefixed`, `vital`, `lazy`, `disabled`, `era` and `policy` (any field
 //! of [`PolicyOverrides`](tether_core::config::PolicyOverrides)).
 //!
@@ -240,6 +243,25 @@ pub fn oauth_sections(path: &Path) -> Result<BTreeMap<String, Value>, ConfigFile
         }
     }
     Ok(out)
+}
+
+/// The file's `tether.authorization` object (the HTTP listener as an OAuth
+/// protected resource), with `${VAR}` expanded in its strings (an introspection
+/// client's secret usually comes from the environment); `None` when absent.
+pub fn authorization_section(path: &Path) -> Result<Option<Value>, ConfigFileError> {
+    let origin = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ConfigFileError::Io { origin: origin.clone(), source })?;
+    let root: Node = json(&text, &origin)?;
+    let invalid = |p: Problem| ConfigFileError::from_problems(&origin, vec![p]);
+    let section = root
+        .as_object()
+        .and_then(|root| document::present(root, "tether"))
+        .and_then(Node::as_object)
+        .and_then(|tether| document::present(tether, "authorization"));
+    let Some(section @ Node::Object(_)) = section else { return Ok(None) };
+    let env = |name: &str| std::env::var(name).ok();
+    expand_strings(&section.to_value(), "tether.authorization", &env).map(Some).map_err(invalid)
 }
 
 /// `text` (a leading byte-order mark, comments and trailing commas allowed) parsed

@@ -159,8 +159,28 @@ impl Reader<'_> {
                 "policy" => set(&mut config.policy, self.section::<Policy>(value, &path, Level::GatewayPolicy, scope)),
                 "limits" => set(&mut config.limits, self.section::<Limits>(value, &path, Level::Limits, scope)),
                 "tasks" => set(&mut config.tasks, self.section::<Tasks>(value, &path, Level::Tasks, scope)),
+                "authorization" => self.authorization(config, value, &path),
                 _ => {}
             }
+        }
+    }
+
+    /// `tether.authorization`: its `scopes` mapping is the engine's; the rest is
+    /// the listener's, checked here so a mistake shows at load and reload.
+    fn authorization(&mut self, config: &mut Config, value: &Node, path: &str) {
+        let Some(obj) = self.object(value, path) else { return };
+        self.repeats(obj, path);
+        if let Some(scopes) = present(obj, "scopes") {
+            set(&mut config.scopes, self.typed(scopes, &join(path, "scopes")));
+        }
+        match <crate::resource_auth::ResourceAuthSettings as serde::Deserialize>::deserialize(value.to_value()) {
+            Ok(settings) => {
+                if let Err(message) = settings.check() {
+                    // The message names its field (`authorization.issuer: ...`).
+                    self.push("tether", message);
+                }
+            }
+            Err(e) => self.push(path, e.to_string()),
         }
     }
 
@@ -453,6 +473,7 @@ fn file_path(model: &str, servers_key: &str, config: &Config) -> String {
                 format!("{servers_key}.{name}{rest}")
             }
         }
+        None if model.starts_with("scopes.") => format!("tether.authorization.{model}"),
         None => format!("tether.{model}"),
     }
 }

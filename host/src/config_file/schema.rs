@@ -70,6 +70,7 @@ const GATEWAY_KEYS: &[&str] = &[
     "policy",
     "limits",
     "tasks",
+    "authorization",
 ];
 const ENTRY_KEYS: &[&str] = &["type", "command", "args", "env", "cwd", "url", "headers", "disabled", "oauth", "tether"];
 const SERVER_KEYS: &[&str] =

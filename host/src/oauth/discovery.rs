@@ -80,6 +80,10 @@ pub struct ServerMetadata {
     /// Whether authorization responses carry `iss` (RFC 9207).
     #[serde(default)]
     pub authorization_response_iss_parameter_supported: bool,
+    /// Where its token-signing keys are (tether as a protected resource checks
+    /// access tokens with them).
+    #[serde(default)]
+    pub jwks_uri: Option<String>,
     /// False for the 2025-03-26 default endpoints, which no document described.
     #[serde(skip)]
     pub documented: bool,

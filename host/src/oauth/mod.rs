@@ -21,16 +21,16 @@ mod assertion;
 mod authority;
 mod browser;
 pub mod challenge;
-mod discovery;
+pub(crate) mod discovery;
 mod dpop;
 mod login;
 mod pkce;
 mod registration;
-mod resource;
+pub(crate) mod resource;
 mod secret;
 pub mod store;
-mod token;
-mod transport;
+pub(crate) mod token;
+pub(crate) mod transport;
 
 #[cfg(test)]
 mod tests;

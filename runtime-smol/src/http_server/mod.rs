@@ -16,6 +16,8 @@
 //! - `service.rs`: one HTTP request: guards, then POST, GET or DELETE;
 //! - `body.rs`: reading a request body (size bound, deadline, pace, shared budget);
 //! - `guards.rs`: Host, Origin, bearer token, `Accept`, `MCP-Protocol-Version`;
+//! - `resource_guard.rs`: OAuth access tokens, their challenges and the
+//!   Protected Resource Metadata;
 //! - `message.rs`: the shape of a JSON-RPC message, request id keys, error bodies;
 //! - `reply.rs`: building responses (JSON, SSE, empty, errors);
 //! - `sessions.rs`: the session table, requests waiting for their answer, routing;
@@ -67,7 +69,11 @@
 //!   port) or the host of one of [`ServerOptions::allowed_origins`].
 //! - Checks run in this order, so a 401 says nothing about paths or sessions:
 //!   Host (403), Origin (403), bearer token (401), path (404), method (405),
-//!   `MCP-Protocol-Version` (400), then the method's own checks.
+//!   `MCP-Protocol-Version` (400), then the method's own checks. With OAuth,
+//!   the Protected Resource Metadata is served after Host and Origin to anyone,
+//!   and the access token is checked (401, 403, 503) after the protocol
+//!   version; a session answers only requests whose token has the subject of
+//!   the one that opened it (403 otherwise).
 
 mod body;
 mod guards;
@@ -75,6 +81,7 @@ mod listener;
 mod message;
 
 mod reply;
+mod resource_guard;
 mod service;
 mod sessions;
 mod status_routes;
@@ -93,6 +100,7 @@ use tether_core::{Input, SessionId};
 use sessions::Table;
 
 pub use message::id_key;
+pub use resource_guard::ResourceGuard;
 
 /// Options of the listener (all have safe defaults). `Debug` hides the token.
 #[derive(Clone)]
@@ -105,6 +113,9 @@ pub struct ServerOptions {
     pub allowed_origins: Vec<String>,
     /// Bearer token every request must carry; `None`: no authentication.
     pub auth_token: Option<String>,
+    /// OAuth: every request carries an access token this guard accepts, and
+    /// what a session sees follows its scopes (instead of `auth_token`).
+    pub resource_guard: Option<Arc<ResourceGuard>>,
     /// Largest POST body; larger ones get 413. Default 4 MiB.
     pub max_body_bytes: usize,
     /// A body must be complete this long after its headers (408 after). Default 30 s.
@@ -153,6 +164,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("path", &self.path)
             .field("allowed_origins", &self.allowed_origins)
             .field("auth_token", &self.auth_token.as_ref().map(|_| "<redacted>"))
+            .field("resource_guard", &self.resource_guard)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("body_timeout", &self.body_timeout)
             .field("body_grace", &self.body_grace)
@@ -179,6 +191,7 @@ impl Default for ServerOptions {
             path: "/mcp".into(),
             allowed_origins: Vec::new(),
             auth_token: None,
+            resource_guard: None,
             max_body_bytes: 4 * 1024 * 1024,
             body_timeout: Duration::from_secs(30),
             body_grace: Duration::from_secs(5),

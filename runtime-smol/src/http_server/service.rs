@@ -14,7 +14,7 @@ use super::guards::{self, Refusal, JSON, SSE};
 use super::listener::Connection;
 use super::message::{classify, Shape, INVALID_REQUEST, PARSE_ERROR};
 use super::reply::{self, Body};
-use super::sessions::{First, Refused};
+use super::sessions::{Binding, First, Owner, Refused};
 use super::status_routes;
 use super::Shared;
 use crate::byte_queue as queue;
@@ -24,13 +24,49 @@ const SESSION_HEADER: &str = "mcp-session-id";
 
 /// Answers one request arriving on `connection`.
 pub(super) async fn handle(shared: Arc<Shared>, connection: &Connection, request: Request<Incoming>) -> Response<Body> {
-    match screen(&shared, &request) {
-        Screened::Refused(response) => body::after_discarding(request, response).await,
-        Screened::Status => status_routes::handle(&shared, connection, request).await,
-        Screened::Mcp(Method::POST) => post(&shared, connection, request).await,
-        Screened::Mcp(Method::GET) => get(&shared, connection, request.headers()),
-        Screened::Mcp(_) => delete(&shared, request.headers()).await,
+    let screened = screen(&shared, &request);
+    // OAuth: the token is checked once the request is known to be one it matters for.
+    let mut bearer = None;
+    if let (Some(guard), Screened::Status | Screened::Mcp(_)) = (&shared.options.resource_guard, &screened) {
+        // The page shows nothing by itself: it asks for a token.
+        let page = matches!(screened, Screened::Status) && request.uri().path() == "/";
+        if !page {
+            match guard.authenticate(request.headers()).await {
+                Ok(verified) => bearer = Some(verified),
+                Err(response) => return body::after_discarding(request, response).await,
+            }
+        }
     }
+    let owner = bearer.map(|v| Owner { subject: v.subject, scopes: v.scopes });
+    match screened {
+        Screened::Refused(response) => body::after_discarding(request, response).await,
+        Screened::Metadata => match &shared.options.resource_guard {
+            Some(guard) => guard.metadata(),
+            None => reply::error(StatusCode::NOT_FOUND, "not found"),
+        },
+        Screened::Status => status_routes::handle(&shared, connection, request).await,
+        Screened::Mcp(Method::POST) => post(&shared, connection, request, owner).await,
+        Screened::Mcp(Method::GET) => match stranger(&shared, request.headers(), owner) {
+            Some(refused) => refused,
+            None => get(&shared, connection, request.headers()),
+        },
+        Screened::Mcp(_) => match stranger(&shared, request.headers(), owner) {
+            Some(refused) => refused,
+            None => delete(&shared, request.headers()).await,
+        },
+    }
+}
+
+/// 403 when the request's bearer is not the one who opened the session it names.
+fn stranger(shared: &Shared, headers: &HeaderMap, owner: Option<Owner>) -> Option<Response<Body>> {
+    let owner = owner?;
+    let table = shared.table();
+    let session = table.find(session_key(headers)?)?;
+    table.is_stranger(session, &owner).then(not_yours)
+}
+
+fn not_yours() -> Response<Body> {
+    reply::error(StatusCode::FORBIDDEN, "forbidden: this session was opened with another identity's token")
 }
 
 /// Where a request goes once its headers passed the guards.
@@ -39,6 +75,8 @@ enum Screened {
     Refused(Response<Body>),
     /// To the status endpoints.
     Status,
+    /// The Protected Resource Metadata (OAuth).
+    Metadata,
     /// To the MCP endpoint, with this method (POST, GET or DELETE).
     Mcp(Method),
 }
@@ -62,6 +100,13 @@ fn screen(shared: &Shared, request: &Request<Incoming>) -> Screened {
     }
     if status_path {
         return Screened::Status;
+    }
+    let metadata = options.resource_guard.as_ref().is_some_and(|g| g.is_metadata_path(request.uri().path()));
+    if metadata {
+        return match *request.method() {
+            Method::GET => Screened::Metadata,
+            _ => refused(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: the metadata is read with GET"),
+        };
     }
     if !options.mcp || request.uri().path() != options.path {
         return refused(StatusCode::NOT_FOUND, "not found: no MCP endpoint at this path");
@@ -109,7 +154,12 @@ fn gone(shared: &Shared) -> Response<Body> {
     }
 }
 
-async fn post(shared: &Arc<Shared>, connection: &Connection, request: Request<Incoming>) -> Response<Body> {
+async fn post(
+    shared: &Arc<Shared>,
+    connection: &Connection,
+    request: Request<Incoming>,
+    owner: Option<Owner>,
+) -> Response<Body> {
     if let Some(refused) = refuse_post(request.headers()) {
         return body::after_discarding(request, refused).await;
     }
@@ -133,18 +183,33 @@ async fn post(shared: &Arc<Shared>, connection: &Connection, request: Request<In
             return reply::error_for(StatusCode::BAD_REQUEST, invalid.id(), code, message);
         }
     };
+    // The scopes the engine is told before this message (OAuth).
+    let mut access = None;
     let (session, new_key) = match key {
-        Some(key) => match shared.table().find(&key) {
-            Some(session) => (session, None),
-            None => return unknown_session(),
-        },
+        Some(key) => {
+            let mut table = shared.table();
+            let Some(session) = table.find(&key) else { return unknown_session() };
+            match owner.map(|owner| table.bind(session, owner)) {
+                Some(Binding::Stranger) => return not_yours(),
+                Some(Binding::Rescoped(scopes)) => access = Some(scopes),
+                Some(Binding::Same) | None => {}
+            }
+            (session, None)
+        }
         None if matches!(shape, Shape::Request { initialize: true, .. }) => {
             let Some(key) = new_session_key() else {
                 tracing::error!("no randomness from the operating system for a session id");
                 return reply::error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable: cannot open a session");
             };
-            match shared.table().open(key.clone()) {
-                Some(session) => (session, Some(key)),
+            let mut table = shared.table();
+            match table.open(key.clone()) {
+                Some(session) => {
+                    if let Some(owner) = owner {
+                        access = Some(owner.scopes.clone());
+                        table.set_owner(session, owner);
+                    }
+                    (session, Some(key))
+                }
                 None => return host_gone(),
             }
         }
@@ -167,7 +232,9 @@ async fn post(shared: &Arc<Shared>, connection: &Connection, request: Request<In
             let Some(session) = shared.table().open(key) else { return host_gone() };
             let Shape::Request { id, .. } = shape else { unreachable!("matched above") };
             let per_request = Opened::PerRequest;
-            return self::request(shared, connection, session, per_request, id, text, Some(param_headers)).await;
+            let access = owner.map(|o| o.scopes);
+            let frame = Frame { text, param_headers: Some(param_headers), access };
+            return self::request(shared, connection, session, per_request, id, frame).await;
         }
         None => return missing_session(),
     };
@@ -176,8 +243,16 @@ async fn post(shared: &Arc<Shared>, connection: &Connection, request: Request<In
         None => Opened::Existing,
     };
     match shape {
-        Shape::Request { id, .. } => self::request(shared, connection, session, opened, id, text, None).await,
+        Shape::Request { id, .. } => {
+            let frame = Frame { text, param_headers: None, access };
+            self::request(shared, connection, session, opened, id, frame).await
+        }
         Shape::Notification | Shape::Response => {
+            if let Some(scopes) = access {
+                if shared.inputs.send(Input::ClientAccess { session, scopes }).await.is_err() {
+                    return host_gone();
+                }
+            }
             if shared.inputs.send(Input::ClientFrame { session, frame: text, param_headers: None }).await.is_err() {
                 return host_gone();
             }
@@ -248,17 +323,25 @@ impl Drop for Abandon {
     }
 }
 
-/// Forwards a request and answers with whatever the core routes to it first;
-/// `param_headers` for a stateless-era POST (see [`param_headers`]).
+/// A request's message and what goes to the engine with it.
+struct Frame {
+    text: String,
+    /// For a stateless-era POST (see [`param_headers`]).
+    param_headers: Option<BTreeMap<String, String>>,
+    /// OAuth scopes the engine is told of first (a new session's, or changed ones).
+    access: Option<Vec<String>>,
+}
+
+/// Forwards a request and answers with whatever the core routes to it first.
 async fn request(
     shared: &Arc<Shared>,
     connection: &Connection,
     session: SessionId,
     opened: Opened,
     id: String,
-    frame: String,
-    param_headers: Option<BTreeMap<String, String>>,
+    frame: Frame,
 ) -> Response<Body> {
+    let Frame { text: frame, param_headers, access } = frame;
     let waiter = match shared.table().expect(session, &id) {
         Ok(waiter) => waiter,
         Err(Refused::Duplicate) => {
@@ -277,6 +360,11 @@ async fn request(
     let connect = !matches!(opened, Opened::Existing);
     if connect && shared.inputs.send(Input::ClientConnected { session, expires: true }).await.is_err() {
         return host_gone();
+    }
+    if let Some(scopes) = access {
+        if shared.inputs.send(Input::ClientAccess { session, scopes }).await.is_err() {
+            return host_gone();
+        }
     }
     if shared.inputs.send(Input::ClientFrame { session, frame, param_headers }).await.is_err() {
         return host_gone();

@@ -1076,3 +1076,141 @@ fn an_events_subscriber_that_does_not_read_is_disconnected() {
     assert!(received < 12 * 1024 * 1024, "{received} bytes were sent to it");
     assert_eq!(reading.join().unwrap(), 100_000, "the subscriber that reads got every event");
 }
+
+// ----- OAuth: the listener as a protected resource -----
+
+/// An introspection endpoint (RFC 7662) that knows a few tokens by name, and the
+/// listener guarded by it. Tokens: `alice` (scopes mcp time), `alice-more` (mcp
+/// time echo), `bob` (mcp), `no-mcp` (time only); any other is inactive.
+fn oauth_harness() -> Harness {
+    let server = tiny_http::Server::http("127.0.0.1:0").expect("introspection endpoint");
+    let port = server.server_addr().to_ip().expect("an IP address").port();
+    let issuer = format!("http://127.0.0.1:{port}/");
+    let listen: SocketAddr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let resource = format!("http://{listen}/mcp");
+    let (iss, aud) = (issuer.clone(), resource.clone());
+    std::thread::spawn(move || {
+        for mut request in server.incoming_requests() {
+            let mut body = String::new();
+            let _ = request.as_reader().read_to_string(&mut body);
+            let token = body.split('&').find_map(|kv| kv.strip_prefix("token=")).unwrap_or_default();
+            let (sub, scope) = match token {
+                "alice" => ("alice", "mcp time"),
+                "alice-more" => ("alice", "mcp time echo"),
+                "bob" => ("bob", "mcp"),
+                "no-mcp" => ("carol", "time"),
+                _ => ("", ""),
+            };
+            let answer = match sub {
+                "" => json!({"active": false}),
+                _ => {
+                    json!({"active": true, "sub": sub, "scope": scope, "iss": iss, "aud": aud, "exp": 4_000_000_000u64})
+                }
+            };
+            let header = tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap();
+            let _ = request.respond(tiny_http::Response::from_string(answer.to_string()).with_header(header));
+        }
+    });
+    let settings: tether_host::resource_auth::ResourceAuthSettings = serde_json::from_value(json!({
+        "issuer": issuer,
+        "introspection_endpoint": format!("{issuer}introspect"),
+        "client_id": "tether",
+        "client_secret": "s3cret",
+        "required_scopes": ["mcp"],
+    }))
+    .unwrap();
+    let validator = tether_host::resource_auth::TokenValidator::new(settings, resource);
+    let scopes = vec!["mcp".to_string(), "time".to_string(), "echo".to_string()];
+    let guard = super::ResourceGuard::new(validator, "/mcp", scopes, Some("test gateway")).unwrap();
+    start(ServerOptions { listen, resource_guard: Some(Arc::new(guard)), ..options() })
+}
+
+impl Harness {
+    fn post_as(&self, token: &str, session: Option<&str>, body: &str) -> Answer {
+        let bearer = format!("Bearer {token}");
+        answer(outcome(self.post_request(session).set("Authorization", &bearer).send_string(body)))
+    }
+
+    /// The auth-params of a `WWW-Authenticate: Bearer ...` challenge.
+    fn params(challenge: &str) -> std::collections::BTreeMap<String, String> {
+        let rest = challenge.strip_prefix("Bearer ").expect("a Bearer challenge");
+        rest.split("\", ")
+            .filter_map(|p| p.split_once("=\""))
+            .map(|(k, v)| (k.trim().to_string(), v.trim_end_matches('"').to_string()))
+            .collect()
+    }
+}
+
+#[test]
+fn the_metadata_names_the_authorization_server_and_a_missing_token_is_challenged() {
+    let h = oauth_harness();
+    let base = format!("http://{}", h.server.local_addr());
+    for path in ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"] {
+        let doc = answer(outcome(h.agent.get(&format!("{base}{path}")).call()));
+        assert_eq!(doc.status, 200, "{path}");
+        let doc = doc.json();
+        assert_eq!(doc["resource"], format!("{base}/mcp"));
+        assert_eq!(doc["authorization_servers"].as_array().unwrap().len(), 1);
+        assert_eq!(doc["scopes_supported"], json!(["mcp", "time", "echo"]));
+        assert_eq!(doc["bearer_methods_supported"], json!(["header"]));
+        assert_eq!(doc["resource_name"], "test gateway");
+    }
+    let missing = h.post(None, &initialize_body());
+    assert_eq!(missing.status, 401);
+    let params = Harness::params(missing.challenge.as_deref().unwrap());
+    assert_eq!(params["resource_metadata"], format!("{base}/.well-known/oauth-protected-resource/mcp"));
+    assert_eq!(params["scope"], "mcp time echo");
+    assert!(!params.contains_key("error"), "no token is not an invalid token (RFC 6750 §3.1)");
+
+    let invalid = h.post_as("forged", None, &initialize_body());
+    assert_eq!(invalid.status, 401);
+    let params = Harness::params(invalid.challenge.as_deref().unwrap());
+    assert_eq!(params["error"], "invalid_token");
+    assert!(params.contains_key("resource_metadata"));
+
+    let short = h.post_as("no-mcp", None, &initialize_body());
+    assert_eq!(short.status, 403);
+    let params = Harness::params(short.challenge.as_deref().unwrap());
+    assert_eq!((params["error"].as_str(), params["scope"].as_str()), ("insufficient_scope", "mcp"));
+    assert_eq!(h.connected(), 0, "nothing reached the host");
+}
+
+#[test]
+fn a_session_gets_its_scopes_before_its_first_message_and_belongs_to_its_bearer() {
+    let h = oauth_harness();
+    let opened = h.post_as("alice", None, &initialize_body());
+    assert_eq!(opened.status, 200, "{opened:?}");
+    let session = opened.session.unwrap();
+    let inputs = h.inputs();
+    let scopes = |i: &Input| match i {
+        Input::ClientAccess { scopes, .. } => Some(scopes.clone()),
+        _ => None,
+    };
+    assert!(matches!(inputs[0], Input::ClientConnected { .. }));
+    assert_eq!(scopes(&inputs[1]), Some(vec!["mcp".to_string(), "time".to_string()]));
+    assert!(matches!(inputs[2], Input::ClientFrame { .. }));
+
+    // Another bearer cannot use it, with any method.
+    let stolen = h.post_as("bob", Some(&session), &request(1, "tools/list"));
+    assert_eq!(stolen.status, 403);
+    let get = h.agent.get(&h.url).set("Accept", "text/event-stream").set("Mcp-Session-Id", &session);
+    assert_eq!(outcome(get.set("Authorization", "Bearer bob").call()).status(), 403);
+    let delete = h.agent.delete(&h.url).set("Mcp-Session-Id", &session).set("Authorization", "Bearer bob");
+    assert_eq!(outcome(delete.call()).status(), 403);
+
+    // Its bearer with more scopes: the engine hears of them before the message.
+    let wider = h.post_as("alice-more", Some(&session), &request(2, "tools/list"));
+    assert_eq!(wider.status, 200);
+    let inputs = h.inputs();
+    let at = inputs.iter().rposition(|i| scopes(i).is_some()).unwrap();
+    assert_eq!(scopes(&inputs[at]), Some(vec!["mcp".to_string(), "time".to_string(), "echo".to_string()]));
+    assert!(matches!(&inputs[at + 1], Input::ClientFrame { frame, .. } if frame.contains("tools/list")));
+    assert!(!h.frames().iter().any(|f| f.contains("\"id\":1")), "bob's request was not forwarded");
+    // The same scopes again are not repeated.
+    let told = h.inputs().iter().filter(|i| scopes(i).is_some()).count();
+    assert_eq!(h.post_as("alice-more", Some(&session), &request(3, "tools/list")).status, 200);
+    assert_eq!(h.inputs().iter().filter(|i| scopes(i).is_some()).count(), told);
+}

@@ -1,0 +1,121 @@
+//! Each session's view by its OAuth scopes (see [`crate::access`]): the scopes
+//! the transport reports, the items a session may see and call, and the
+//! fingerprints of its own view, so it is told of list changes it can see and
+//! of no other.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::Gateway;
+use crate::access::Access;
+use crate::catalog::{Entry, ListKind, Resolved};
+use crate::io::SessionId;
+
+/// Scopes kept per session: a token listing more is cut here (a mapping that
+/// needs more than this many scopes of one token is not a real one).
+const MAX_SCOPES: usize = 256;
+
+impl Gateway {
+    /// `ClientAccess`: the session now holds `scopes`. When that changes what it
+    /// sees, it is told as for any other change of its lists.
+    pub(super) fn client_access(&mut self, session: SessionId, mut scopes: Vec<String>) {
+        scopes.truncate(MAX_SCOPES);
+        scopes.sort();
+        scopes.dedup();
+        let hashes = self.visible_hashes();
+        let Some(s) = self.sessions.open.get_mut(&session) else { return };
+        if s.scopes.as_ref() == Some(&scopes) {
+            return;
+        }
+        let first = s.scopes.is_none() && !s.ready;
+        s.scopes = Some(scopes);
+        if first {
+            // Before its handshake: what it sees counts from now.
+            self.mark_seen(session);
+        } else {
+            // Compare its view again at the next announcement.
+            let s = self.sessions.open.get_mut(&session).expect("present");
+            s.seen = hashes.map(|h| !h);
+        }
+    }
+
+    /// What `session` may see (unrestricted for a session that is gone).
+    pub(super) fn access(&self, session: SessionId) -> Access<'_> {
+        let held = self.sessions.open.get(&session).and_then(|s| s.scopes.as_deref());
+        Access::new(&self.config.scopes, held)
+    }
+
+    /// Whether `access` lets its session see an item of `kind` of `server`.
+    pub(super) fn grants(access: Access<'_>, kind: ListKind, server: &str, entry: &Entry) -> bool {
+        match kind {
+            ListKind::Tools => access.tool(server, &entry.served),
+            _ => access.server(server),
+        }
+    }
+
+    /// The tool clients call `name`, if `session` may call it.
+    pub(super) fn resolve_tool_for(&self, session: SessionId, name: &str) -> Option<Resolved<'_>> {
+        let access = self.access(session);
+        self.catalog.resolve_tool(name).filter(|r| access.tool(r.server, &r.entry.served))
+    }
+
+    /// The prompt clients call `name`, if `session` may get it.
+    pub(super) fn resolve_prompt_for(&self, session: SessionId, name: &str) -> Option<Resolved<'_>> {
+        let access = self.access(session);
+        self.catalog.resolve_prompt(name).filter(|r| access.server(r.server))
+    }
+
+    /// The backend and original URI of a served resource URI, if `session` may read it.
+    pub(super) fn resolve_uri_for<'a>(&'a self, session: SessionId, uri: &'a str) -> Option<(&'a str, &'a str)> {
+        let access = self.access(session);
+        self.catalog.resolve_uri(uri).filter(|(server, _)| access.server(server))
+    }
+
+    /// Whether `session` may see `server` at all: granted whole, or one of its tools.
+    pub(super) fn sees_server(&self, session: SessionId, server: &str) -> bool {
+        let access = self.access(session);
+        if access.is_unrestricted() || access.server(server) {
+            return true;
+        }
+        let tools = self.catalog.backend(server).map(|b| b.entries(ListKind::Tools)).unwrap_or(&[]);
+        access.sees_server(server, tools.iter().map(|e| e.served.as_str()))
+    }
+
+    /// Whether `session` sees less than everything.
+    pub(super) fn restricted(&self, session: SessionId) -> bool {
+        !self.access(session).is_unrestricted()
+    }
+
+    /// Fingerprints of the lists as `session` sees them (its own view when restricted).
+    pub(super) fn session_hashes(&mut self, session: SessionId) -> [u64; 4] {
+        let hashes = self.visible_hashes();
+        if !self.restricted(session) {
+            return hashes;
+        }
+        let access = self.access(session);
+        let backends = &self.backends;
+        let mut own = ListKind::ALL.map(|kind| {
+            self.catalog.visible_hash(kind, |s, e| {
+                backends.get(s).is_some_and(|b| b.is_visible()) && Self::grants(access, kind, s, e)
+            })
+        });
+        // Meta mode's tools list is tether's own, the same for everyone.
+        let tools = ListKind::Tools as usize;
+        match (self.config.mode, self.config.admin_tools) {
+            (crate::config::Mode::Meta, _) => own[tools] = hashes[tools],
+            (crate::config::Mode::Flat, true) => own[tools] ^= 0xad31_4e00,
+            (crate::config::Mode::Flat, false) => {}
+        }
+        own
+    }
+
+    /// `session` has seen every list as it is now.
+    pub(super) fn mark_seen(&mut self, session: SessionId) {
+        let hashes = self.visible_hashes();
+        let own = self.session_hashes(session);
+        if let Some(s) = self.sessions.open.get_mut(&session) {
+            s.seen = hashes;
+            s.seen_own = own;
+        }
+    }
+}

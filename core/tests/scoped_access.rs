@@ -1,0 +1,204 @@
+//! What a client sees by the OAuth scopes of its token: lists, calls, reads,
+//! searches, admin tools, events and `list_changed`, as scenarios in simulated
+//! time. The HTTP listener reports each session's scopes (`ClientAccess`); the
+//! config's `scopes` mapping says what each grants.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+use tether_core::access::ScopeGrant;
+use tether_core::config::Mode;
+use tether_core::{Action, Config, Input, ServerConfig, SessionId};
+
+const TIME_ONLY: SessionId = SessionId(2);
+const ECHO_ONLY: SessionId = SessionId(3);
+const NO_SCOPE: SessionId = SessionId(4);
+
+fn grant(servers: &[&str], tools: &[&str]) -> ScopeGrant {
+    ScopeGrant {
+        servers: servers.iter().map(|s| s.to_string()).collect(),
+        tools: tools.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// `time` (two tools) and `everything` (echo, add and a resource), with the
+/// scope `time` granting the time server and `echo` the one tool.
+fn config(mode: Mode) -> Config {
+    let mut config = Config::default()
+        .server("time", ServerConfig::stdio("time-server", &[]))
+        .server("everything", ServerConfig::stdio("everything-server", &[]));
+    config.mode = mode;
+    config.list_changed_debounce_ms = 0;
+    config.scopes.insert("time".into(), grant(&["time"], &[]));
+    config.scopes.insert("echo".into(), grant(&[], &["everything__echo"]));
+    config
+}
+
+fn booted(mode: Mode) -> Sim {
+    let mut sim = Sim::new(config(mode));
+    sim.boot("time", &["get_current_time", "convert_time"]);
+    sim.answer(
+        "everything",
+        "initialize",
+        json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"resources":{}},"serverInfo":{"name":"everything","version":"1"}}),
+    );
+    sim.answer_tools("everything", &["echo", "add"]);
+    sim.answer("everything", "resources/list", json!({"resources":[{"name":"a","uri":"test://a"}]}));
+    sim.answer("everything", "resources/templates/list", json!({"resourceTemplates":[]}));
+    sim.client_init();
+    for (session, scopes) in [(TIME_ONLY, vec!["time"]), (ECHO_ONLY, vec!["echo", "unmapped"]), (NO_SCOPE, vec![])] {
+        connect(&mut sim, session, &scopes);
+    }
+    sim
+}
+
+/// An HTTP session whose token carries `scopes`, through its handshake.
+fn connect(sim: &mut Sim, session: SessionId, scopes: &[&str]) {
+    sim.input(Input::ClientConnected { session, expires: true });
+    sim.input(Input::ClientAccess { session, scopes: scopes.iter().map(|s| s.to_string()).collect() });
+    sim.session(session, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}));
+    sim.session(session, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+}
+
+/// The one answer `session` got to request `id`.
+fn answer(sim: &Sim, session: SessionId, id: u64) -> Value {
+    let answers: Vec<Value> =
+        sim.frames_to(session).into_iter().filter(|f| f["id"] == json!(id) && f.get("method").is_none()).collect();
+    assert_eq!(answers.len(), 1, "one answer to {id} on session {}: {answers:?}\n{}", session.0, sim.log);
+    answers.into_iter().next().unwrap()
+}
+
+fn ask(sim: &mut Sim, session: SessionId, id: u64, method: &str, params: Value) -> Value {
+    sim.session(session, json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}));
+    answer(sim, session, id)
+}
+
+fn names(result: &Value, key: &str, field: &str) -> Vec<String> {
+    result["result"][key].as_array().unwrap().iter().map(|t| t[field].as_str().unwrap().to_string()).collect()
+}
+
+fn list_changed(sim: &Sim, session: SessionId) -> usize {
+    sim.frames_to(session).iter().filter(|f| f["method"] == "notifications/tools/list_changed").count()
+}
+
+#[test]
+fn each_session_lists_and_calls_only_what_its_scopes_grant() {
+    let mut sim = booted(Mode::Flat);
+    let all = ask(&mut sim, support::CLIENT, 1, "tools/list", json!({}));
+    assert_eq!(names(&all, "tools", "name").len(), 4, "a session without scopes (stdio) sees everything");
+
+    let time = ask(&mut sim, TIME_ONLY, 1, "tools/list", json!({}));
+    assert_eq!(names(&time, "tools", "name"), ["time__get_current_time", "time__convert_time"]);
+    let echo = ask(&mut sim, ECHO_ONLY, 1, "tools/list", json!({}));
+    assert_eq!(names(&echo, "tools", "name"), ["everything__echo"], "unmapped scopes grant nothing");
+    let nothing = ask(&mut sim, NO_SCOPE, 1, "tools/list", json!({}));
+    assert!(names(&nothing, "tools", "name").is_empty());
+
+    // Resources follow whole-server grants only.
+    let resources = ask(&mut sim, ECHO_ONLY, 2, "resources/list", json!({}));
+    assert!(names(&resources, "resources", "uri").is_empty());
+    let read = ask(&mut sim, ECHO_ONLY, 3, "resources/read", json!({"uri":"everything+test://a"}));
+    assert_eq!(read["error"]["message"], "unknown resource: everything+test://a");
+
+    // A withheld tool is answered like an unknown one, and never reaches its backend.
+    let before = sim.requests_to("everything", "tools/call").len();
+    let withheld = ask(&mut sim, TIME_ONLY, 4, "tools/call", json!({"name":"everything__echo","arguments":{}}));
+    let unknown = ask(&mut sim, TIME_ONLY, 5, "tools/call", json!({"name":"everything__nope","arguments":{}}));
+    assert_eq!(withheld["error"]["message"], "unknown tool: everything__echo");
+    assert_eq!(withheld["error"]["code"], unknown["error"]["code"]);
+    let add = ask(&mut sim, ECHO_ONLY, 6, "tools/call", json!({"name":"everything__add","arguments":{}}));
+    assert_eq!(add["error"]["message"], "unknown tool: everything__add", "one tool does not grant its server");
+    assert_eq!(sim.requests_to("everything", "tools/call").len(), before);
+
+    sim.session(
+        ECHO_ONLY,
+        json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"everything__echo","arguments":{}}}),
+    );
+    let (id, call) = sim.requests_to("everything", "tools/call").last().cloned().unwrap();
+    assert_eq!(call["name"], "echo");
+    reply(&mut sim, "everything", id, text_result("hi"));
+    assert_eq!(answer(&sim, ECHO_ONLY, 7)["result"]["content"][0]["text"], "hi");
+}
+
+#[test]
+fn a_session_is_told_of_changes_it_can_see_and_of_no_other() {
+    let mut sim = booted(Mode::Flat);
+    for session in [support::CLIENT, TIME_ONLY, ECHO_ONLY] {
+        ask(&mut sim, session, 1, "tools/list", json!({}));
+    }
+    // everything gains a tool: only who sees everything's tools beyond echo is told.
+    sim.backend("everything", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
+    sim.answer_tools("everything", &["echo", "add", "sum"]);
+    assert_eq!(list_changed(&sim, support::CLIENT), 1);
+    assert_eq!(list_changed(&sim, TIME_ONLY), 0, "nothing of everything is visible to it");
+    assert_eq!(list_changed(&sim, ECHO_ONLY), 0, "its one tool did not change");
+
+    // everything drops echo: the echo session's view changed.
+    sim.backend("everything", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
+    sim.answer_tools("everything", &["add", "sum"]);
+    assert_eq!(list_changed(&sim, ECHO_ONLY), 1);
+    assert_eq!(list_changed(&sim, TIME_ONLY), 0);
+
+    // A token with more scopes (step-up) widens the view, and the session is told;
+    // while the new scope grants nothing that exists, there is nothing to tell.
+    sim.input(Input::ClientAccess { session: TIME_ONLY, scopes: vec!["time".into(), "echo".into()] });
+    assert_eq!(list_changed(&sim, TIME_ONLY), 0);
+    sim.backend("everything", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
+    sim.answer_tools("everything", &["echo", "add", "sum"]);
+    assert_eq!(list_changed(&sim, TIME_ONLY), 1);
+    assert_eq!(list_changed(&sim, ECHO_ONLY), 2);
+    sim.input(Input::ClientAccess { session: ECHO_ONLY, scopes: vec!["echo".into(), "time".into()] });
+    assert_eq!(list_changed(&sim, ECHO_ONLY), 3, "the time tools appear");
+    let time = ask(&mut sim, TIME_ONLY, 2, "tools/list", json!({}));
+    assert_eq!(names(&time, "tools", "name"), ["everything__echo", "time__get_current_time", "time__convert_time"]);
+    // The same scopes again change nothing.
+    let told = list_changed(&sim, TIME_ONLY);
+    sim.input(Input::ClientAccess { session: TIME_ONLY, scopes: vec!["echo".into(), "time".into()] });
+    assert_eq!(list_changed(&sim, TIME_ONLY), told);
+}
+
+#[test]
+fn meta_mode_searches_lists_and_runs_only_what_the_scopes_grant() {
+    let mut sim = booted(Mode::Meta);
+    let call = |sim: &mut Sim, session, id, tool: &str, args: Value| {
+        let a = ask(sim, session, id, "tools/call", json!({"name": tool, "arguments": args}));
+        let text = a["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string();
+        (a["result"]["isError"] == json!(true), serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text)))
+    };
+    let (_, found) = call(&mut sim, ECHO_ONLY, 1, "search_tools", json!({"query": ""}));
+    let found: Vec<&str> = found["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(found, ["everything__echo"]);
+    let (_, servers) = call(&mut sim, TIME_ONLY, 2, "list_servers", json!({}));
+    let servers: Vec<&str> =
+        servers["servers"].as_array().unwrap().iter().map(|s| s["server"].as_str().unwrap()).collect();
+    assert_eq!(servers, ["time"]);
+    let (error, message) = call(&mut sim, TIME_ONLY, 3, "execute_tool", json!({"name": "everything__echo"}));
+    assert!(error && message.as_str().unwrap().starts_with("unknown tool 'everything__echo'"), "{message}");
+    let (error, message) = call(&mut sim, ECHO_ONLY, 4, "describe_tool", json!({"name": "everything__add"}));
+    assert!(error && message.as_str().unwrap().starts_with("unknown tool"), "{message}");
+    // Reconnecting a server is for sessions granted it whole; the error lists only what it sees.
+    let spawns = sim.actions.iter().filter(|(_, a)| matches!(a, Action::Spawn { .. })).count();
+    let (error, message) = call(&mut sim, ECHO_ONLY, 5, "reconnect_server", json!({"server": "everything"}));
+    assert!(error, "{message}");
+    assert_eq!(message, "unknown server 'everything'; the servers are: everything");
+    let (error, message) = call(&mut sim, TIME_ONLY, 6, "reconnect_server", json!({"server": "everything"}));
+    assert_eq!((error, message), (true, json!("unknown server 'everything'; the servers are: time")));
+    assert_eq!(sim.actions.iter().filter(|(_, a)| matches!(a, Action::Spawn { .. })).count(), spawns);
+    let (_, events) = call(&mut sim, TIME_ONLY, 7, "server_events", json!({}));
+    let events = events["events"].as_array().unwrap();
+    assert!(!events.is_empty() && events.iter().all(|e| e["server"] == "time"), "{events:?}");
+}
+
+#[test]
+fn notifications_of_events_go_only_to_sessions_that_see_their_server() {
+    let mut sim = booted(Mode::Flat);
+    let mark: Vec<usize> = [TIME_ONLY, ECHO_ONLY, NO_SCOPE].iter().map(|s| sim.frames_to(*s).len()).collect();
+    sim.exit("everything", Some(1));
+    let events_to = |sim: &Sim, session: SessionId, from: usize| {
+        sim.frames_to(session)[from..].iter().filter(|f| f["method"] == "notifications/message").count()
+    };
+    assert_eq!(events_to(&sim, TIME_ONLY, mark[0]), 0);
+    assert!(events_to(&sim, ECHO_ONLY, mark[1]) > 0, "it sees one of everything's tools");
+    assert_eq!(events_to(&sim, NO_SCOPE, mark[2]), 0);
+}

@@ -1,0 +1,198 @@
+//! The listener as an OAuth 2.1 protected resource (MCP authorization,
+//! RFC 9728, RFC 6750): it publishes its Protected Resource Metadata, so a
+//! client learns which authorization server to log in at; it asks for a token
+//! with a challenge that points there; and it checks every request's access
+//! token with the [`TokenValidator`] (JWT against the issuer's keys, or
+//! introspection). What a valid token's scopes let its bearer see is the
+//! engine's business: the listener reports them ([`Input::ClientAccess`](tether_core::Input)).
+//!
+//! Refusals, per RFC 6750 §3:
+//! - no token: 401, `WWW-Authenticate: Bearer resource_metadata="…", scope="…"`;
+//! - a token that is not valid (signature, issuer, audience, expiry…): 401 with
+//!   `error="invalid_token"` and a short description (never the token's claims);
+//! - a valid token without the required scopes: 403 with
+//!   `error="insufficient_scope"` and the scopes to ask for;
+//! - the keys or the introspection endpoint cannot be reached: 503, `Retry-After`.
+
+use std::sync::Arc;
+
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER, WWW_AUTHENTICATE};
+use hyper::{Response, StatusCode};
+use tether_host::resource_auth::{Rejection, TokenValidator, Verified};
+
+use super::reply::{self, Body};
+
+/// The well-known prefix of Protected Resource Metadata (RFC 9728 §3).
+const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
+
+/// Checks tokens for the listener and answers what a client needs to get one.
+pub struct ResourceGuard {
+    validator: Arc<TokenValidator>,
+    /// Where the metadata is served on this listener: under the resource's own
+    /// path, under the endpoint's path (they differ behind a proxy), and the root.
+    metadata_paths: Vec<String>,
+    /// The metadata's URL as clients reach it, for challenges.
+    metadata_url: String,
+    /// The metadata document.
+    document: String,
+    /// The scopes a challenge tells clients to ask for, space-separated.
+    challenge_scope: String,
+}
+
+impl std::fmt::Debug for ResourceGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceGuard").field("resource", &self.validator.resource()).finish_non_exhaustive()
+    }
+}
+
+impl ResourceGuard {
+    /// A guard for the endpoint at `endpoint_path`, publishing `scopes_supported`
+    /// (the required scopes and every scope the config maps, in that order) and
+    /// `resource_name` when given.
+    pub fn new(
+        validator: TokenValidator,
+        endpoint_path: &str,
+        scopes_supported: Vec<String>,
+        resource_name: Option<&str>,
+    ) -> Result<ResourceGuard, String> {
+        let resource = validator.resource().to_string();
+        let url = url::Url::parse(&resource).map_err(|e| format!("authorization.resource {resource}: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() || url.fragment().is_some() {
+            return Err(format!("authorization.resource {resource}: must be an http(s) URL without a fragment"));
+        }
+        let resource_path = url.path().trim_end_matches('/');
+        let metadata_url = format!("{}{WELL_KNOWN}{resource_path}", url.origin().ascii_serialization());
+        let mut metadata_paths = vec![format!("{WELL_KNOWN}{resource_path}"), WELL_KNOWN.to_string()];
+        let local = format!("{WELL_KNOWN}{}", endpoint_path.trim_end_matches('/'));
+        if !metadata_paths.contains(&local) {
+            metadata_paths.push(local);
+        }
+        let mut document = serde_json::json!({
+            "resource": resource,
+            "authorization_servers": [validator.issuer()],
+            "scopes_supported": scopes_supported,
+            "bearer_methods_supported": ["header"],
+        });
+        if let Some(name) = resource_name {
+            document["resource_name"] = serde_json::Value::String(name.to_string());
+        }
+        Ok(ResourceGuard {
+            challenge_scope: scopes_supported.join(" "),
+            validator: Arc::new(validator),
+            metadata_paths,
+            metadata_url,
+            document: document.to_string(),
+        })
+    }
+
+    /// Whether `path` is where this listener serves its metadata.
+    pub(super) fn is_metadata_path(&self, path: &str) -> bool {
+        self.metadata_paths.iter().any(|p| p == path)
+    }
+
+    /// The metadata document (public: it is how a client finds where to log in).
+    pub(super) fn metadata(&self) -> Response<Body> {
+        let mut response = reply::json(StatusCode::OK, self.document.clone());
+        response.headers_mut().insert(hyper::header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
+        response
+    }
+
+    /// The bearer of a request, or the refusal to answer with. Network work
+    /// (fetching keys, introspecting) runs on a blocking thread.
+    pub(super) async fn authenticate(&self, headers: &HeaderMap) -> Result<Verified, Response<Body>> {
+        let Some(token) = bearer(headers) else {
+            return Err(self.challenge(StatusCode::UNAUTHORIZED, None, "unauthorized: a bearer token is required"));
+        };
+        let verdict = match self.validator.check_cached(&token) {
+            Some(verdict) => verdict,
+            None => {
+                let validator = self.validator.clone();
+                smol::unblock(move || validator.validate(&token)).await
+            }
+        };
+        verdict.map_err(|rejection| self.refusal(&rejection))
+    }
+
+    fn refusal(&self, rejection: &Rejection) -> Response<Body> {
+        match rejection {
+            Rejection::Invalid(why) => {
+                tracing::debug!("access token refused: {why}");
+                let error = format!(r#"error="invalid_token", error_description="{}""#, quotable(why));
+                self.challenge(StatusCode::UNAUTHORIZED, Some(&error), &format!("unauthorized: invalid token: {why}"))
+            }
+            Rejection::InsufficientScope(needed) => {
+                let needed = needed.join(" ");
+                let error = format!(r#"error="insufficient_scope", scope="{}""#, quotable(&needed));
+                let message = format!("forbidden: the token lacks the scopes {needed}");
+                let mut response = reply::error(StatusCode::FORBIDDEN, &message);
+                let value = format!(r#"Bearer {error}, resource_metadata="{}""#, self.metadata_url);
+                if let Ok(value) = HeaderValue::from_str(&value) {
+                    response.headers_mut().insert(WWW_AUTHENTICATE, value);
+                }
+                response
+            }
+            Rejection::Unavailable(why) => {
+                tracing::warn!("cannot check access tokens now: {why}");
+                let mut response = reply::error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "service unavailable: the authorization server cannot be reached to check the token; retry",
+                );
+                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("5"));
+                response
+            }
+        }
+    }
+
+    /// `status` with a challenge pointing at the metadata, `error` and the scopes to ask for.
+    fn challenge(&self, status: StatusCode, error: Option<&str>, message: &str) -> Response<Body> {
+        let mut response = reply::error(status, message);
+        let mut value = String::from("Bearer ");
+        if let Some(error) = error {
+            value.push_str(error);
+            value.push_str(", ");
+        }
+        value.push_str(&format!(r#"resource_metadata="{}""#, self.metadata_url));
+        if !self.challenge_scope.is_empty() {
+            value.push_str(&format!(r#", scope="{}""#, quotable(&self.challenge_scope)));
+        }
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(WWW_AUTHENTICATE, value);
+        }
+        response
+    }
+}
+
+/// The token of `Authorization: Bearer <token>` (scheme case-insensitive).
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_string())
+}
+
+/// Text safe inside a quoted auth-param: no quotes, backslashes or controls.
+fn quotable(text: &str) -> String {
+    text.chars().filter(|c| *c != '"' && *c != '\\' && !c.is_control()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_read_case_insensitively_and_nothing_else_is() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(bearer(&headers), None);
+        headers.insert(AUTHORIZATION, HeaderValue::from_static("bearer abc.def"));
+        assert_eq!(bearer(&headers).as_deref(), Some("abc.def"));
+        headers.insert(AUTHORIZATION, HeaderValue::from_static("Basic abc"));
+        assert_eq!(bearer(&headers), None);
+        headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer "));
+        assert_eq!(bearer(&headers), None);
+    }
+
+    #[test]
+    fn quoted_values_cannot_break_out_of_their_quotes() {
+        assert_eq!(quotable("a\"b\\c\nd"), "abcd");
+    }
+}
