@@ -119,6 +119,13 @@ pub fn driver_config(variant: u8) -> Config {
         config.mode = crate::config::Mode::Meta;
     }
     config.admin_tools = variant & 128 == 128;
+    // What OAuth scopes grant (session 3 holds some, see `open_sessions`).
+    let grant = |servers: &[&str], tools: &[&str]| crate::access::ScopeGrant {
+        servers: servers.iter().map(|s| (*s).into()).collect(),
+        tools: tools.iter().map(|s| (*s).into()).collect(),
+    };
+    config.scopes.insert("sa".into(), grant(&["a"], &[]));
+    config.scopes.insert("tb".into(), grant(&[], &["b__*"]));
     // Backend `a` speaks the stateless revision (see `Harness::good_answer`).
     config.limits.max_in_flight = 16;
     config.limits.max_queued_per_backend = 4;
@@ -148,6 +155,8 @@ pub struct Harness {
     /// The engine.
     pub gw: Gateway,
     now: u64,
+    /// The OAuth scopes of sessions that were given some (see [`crate::access`]).
+    scopes: BTreeMap<u64, Vec<String>>,
     /// Newest generation seen in a spawn/connect action, per backend.
     gens: BTreeMap<crate::io::ServerName, Generation>,
     /// Requests sent to each backend on its newest generation and not yet answered by the driver.
@@ -238,6 +247,7 @@ impl Harness {
         let mut h = Harness {
             gw,
             now: 0,
+            scopes: BTreeMap::new(),
             gens: BTreeMap::new(),
             open: BTreeMap::new(),
             asked: BTreeMap::new(),
@@ -294,7 +304,15 @@ impl Harness {
             Input::BackendFrame { frame, .. } | Input::BackendEvent { frame, .. } => {
                 protocol::check_read_agrees(frame)?;
             }
-            Input::ClientClosed { session } => self.forget_session(session.0),
+            Input::ClientClosed { session } => {
+                self.forget_session(session.0);
+                self.scopes.remove(&session.0);
+            }
+            Input::ClientConnected { session, .. } if self.gw.session_era(*session).is_some() => {}
+            Input::ClientConnected { session, .. } => drop(self.scopes.remove(&session.0)),
+            Input::ClientAccess { session, scopes } if self.gw.session_era(*session).is_some() => {
+                self.scopes.insert(session.0, scopes.clone());
+            }
             Input::BackendExited { server, generation, .. } => {
                 let stdio = self.gw.config().servers.get(&**server).is_some_and(|s| s.transport.is_stdio());
                 let live = self.gens.get(server) == Some(generation) && self.connected.contains(server);
@@ -426,6 +444,35 @@ impl Harness {
         self.input(Input::Tick)
     }
 
+    /// A list answered to a session whose scopes withhold things holds only
+    /// what they grant.
+    fn check_listed(&self, session: u64, held: &[String], frame: &str) -> Result<(), Violation> {
+        let access = crate::access::Access::new(&self.gw.config().scopes, Some(held));
+        let Ok(answer) = serde_json::from_str::<Value>(frame) else { return Ok(()) };
+        let catalog = self.gw.catalog();
+        for (key, field) in [("tools", "name"), ("prompts", "name"), ("resources", "uri")] {
+            let Some(items) = answer["result"][key].as_array() else { continue };
+            for item in items {
+                let name = item[field].as_str().unwrap_or_default();
+                let server = match key {
+                    "tools" => catalog.resolve_tool(name).map(|r| r.server),
+                    "prompts" => catalog.resolve_prompt(name).map(|r| r.server),
+                    _ => catalog.resolve_uri(name).map(|(s, _)| s),
+                };
+                let granted = match (key, server) {
+                    // tether's own tools (meta mode, admin tools) are everyone's.
+                    (_, None) => true,
+                    ("tools", Some(server)) => access.tool(server, name),
+                    (_, Some(server)) => access.server(server),
+                };
+                if !granted {
+                    return Err(format!("session {session} holding {held:?} was listed {name} at {} ms", self.now));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A session that left is owed nothing.
     fn forget_session(&mut self, session: u64) {
         self.asked.retain(|k, _| k.0 != session);
@@ -535,6 +582,9 @@ impl Harness {
                 if !is_answer && routed_as.is_some() {
                     return Err(format!("{frame} routed as a reply ({route:?})"));
                 }
+                if let Some(held) = self.scopes.get(&session.0) {
+                    self.check_listed(session.0, held, frame)?;
+                }
                 let result = v.result_fields();
                 let nested = || result.task.and_then(|t| serde_json::from_str::<peek::ResultFields<'_>>(t.get()).ok());
                 let task = peek::string(result.task_id).or_else(|| nested().and_then(|t| peek::string(t.task_id)));
@@ -572,7 +622,10 @@ impl Harness {
                     self.server_requests.push((session.0, id));
                 }
             }
-            Action::CloseClient { session } => self.forget_session(session.0),
+            Action::CloseClient { session } => {
+                self.forget_session(session.0);
+                self.scopes.remove(&session.0);
+            }
             Action::Emit { event } => {
                 match event {
                     Event::CircuitOpened { .. } => self.coverage.breaker_opened += 1,
@@ -772,6 +825,9 @@ impl Harness {
     pub fn open_sessions(&mut self, variant: u8) -> Result<(), Violation> {
         if variant & 16 == 16 {
             self.input(Input::ClientConnected { session: SessionId(3), expires: false })?;
+            // Its token's scopes grant backend `a` and `b`'s tools, not `web`.
+            let scopes = alloc::vec!["sa".into(), "tb".into(), "unmapped".into()];
+            self.input(Input::ClientAccess { session: SessionId(3), scopes })?;
         }
         for session in 1..=2 {
             let frame = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"sampling":{},"roots":{}}}}"#;
