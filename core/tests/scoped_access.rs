@@ -202,3 +202,27 @@ fn notifications_of_events_go_only_to_sessions_that_see_their_server() {
     assert!(events_to(&sim, ECHO_ONLY, mark[1]) > 0, "it sees one of everything's tools");
     assert_eq!(events_to(&sim, NO_SCOPE, mark[2]), 0);
 }
+
+#[test]
+fn a_backend_log_or_request_reaches_no_session_that_cannot_see_it() {
+    let mut sim = booted(Mode::Flat);
+    // A session that takes roots requests and comes first in order, but sees only time.
+    let early = SessionId(0);
+    sim.input(Input::ClientConnected { session: early, expires: true });
+    sim.input(Input::ClientAccess { session: early, scopes: vec!["time".into()] });
+    sim.session(early, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":{}},"clientInfo":{"name":"t","version":"1"}}}));
+    sim.session(early, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let marks: Vec<usize> = [early, TIME_ONLY, NO_SCOPE].iter().map(|s| sim.frames_to(*s).len()).collect();
+    sim.backend(
+        "everything",
+        json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"error","data":"secret plans"}}),
+    );
+    // A request of everything's with no call in flight goes to a session that sees it.
+    sim.backend("everything", json!({"jsonrpc":"2.0","id":"r1","method":"roots/list"}));
+    for (session, mark) in [early, TIME_ONLY, NO_SCOPE].into_iter().zip(marks) {
+        let got = &sim.frames_to(session)[mark..];
+        assert!(got.is_empty(), "session {} got {got:?}", session.0);
+    }
+    let to_client: Vec<Value> = sim.client_frames().into_iter().filter(|f| f["method"] == "roots/list").collect();
+    assert_eq!(to_client.len(), 1, "the unrestricted client, which supports roots, is asked");
+}

@@ -185,6 +185,9 @@ fn resource_guard(
             scopes.push(scope.clone());
         }
     }
+    if let Some(admin) = settings.admin_scope.as_ref().filter(|admin| !scopes.contains(admin)) {
+        scopes.push(admin.clone());
+    }
     let name = settings.resource_name.clone();
     let validator = TokenValidator::new(settings.clone(), resource);
     ResourceGuard::new(validator, &options.path, scopes, name.as_deref()).map(std::sync::Arc::new)

@@ -98,6 +98,8 @@ ECHO = "everything__echo"
 SCOPE_GRANTS: dict[str, frozenset[str]] = {"time": TIME_TOOLS, "echo": frozenset({ECHO})}
 REQUIRED_SCOPE = "mcp"
 # The confidential client tether introspects with (pre-registered at the AS).
+# The scope for tether's status endpoints (`authorization.admin_scope`).
+ADMIN_SCOPE = "mcp:admin"
 INTROSPECTION_CLIENT = ("tether", "tether-introspection-secret")
 # Where the AS sends the browser back to; nothing listens there, the headless user agent
 # never follows the redirect.
@@ -896,6 +898,33 @@ class Run:
             )
         return header or ""
 
+    async def status_endpoints(self, tether: Tether) -> str:
+        """The operator endpoints: health for any valid token, the rest for the admin scope only."""
+        user = await self.auth.mint(aud=tether.mcp_url, scope="mcp time")
+        admin = await self.auth.mint(aud=tether.mcp_url, scope=f"mcp {ADMIN_SCOPE}")
+        seen = []
+        async with httpx2.AsyncClient(timeout=10) as http:
+            for path, token, expected in [
+                ("/healthz", user, 200),
+                ("/status", None, 401),
+                ("/status", user, 403),
+                ("/status", admin, 200),
+            ]:
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                r = await http.get(f"{tether.base}{path}", headers=headers)
+                check(r.status_code == expected, f"GET {path}: HTTP {r.status_code}, expected {expected}: {r.text[:200]!r}")
+                if expected == 403:
+                    params = bearer_challenge(r)
+                    check(
+                        params.get("error") == "insufficient_scope" and params.get("scope") == ADMIN_SCOPE,
+                        f"GET {path} without the admin scope: {r.headers.get('www-authenticate')!r}",
+                    )
+                if expected == 200 and path == "/status":
+                    servers = sorted(b.get("server") for b in r.json().get("backends", r.json().get("servers", [])))
+                    seen = servers
+                    check(servers == ["everything", "time"], f"/status shows {servers}")
+        return f"/healthz for any token, /status 401 without one, 403 insufficient_scope without {ADMIN_SCOPE}, 200 with it ({seen})"
+
     async def raw_cases(self, tether: Tether, suffix: str, introspection: bool = False) -> None:
         """Initialize over raw HTTP with tokens minted by the AS: (name, claims for /test/mint
         or None, a literal token or None, expected status, expected `error`)."""
@@ -970,7 +999,9 @@ async def run_all(tmpdir: Path, auth: AuthServer, tethers: list[Tether]) -> int:
 
     # ---- tether validating JWTs with the AS's JWKS ----
     jwks = Tether(
-        "tether (JWKS)", tmpdir / "tether-jwks.log", write_config(tmpdir / "tether-jwks.json", {"issuer": auth.issuer})
+        "tether (JWKS)",
+        tmpdir / "tether-jwks.log",
+        write_config(tmpdir / "tether-jwks.json", {"issuer": auth.issuer, "admin_scope": ADMIN_SCOPE}),
     )
     tethers.append(jwks)
     if await run.step("tether (JWKS) starts and answers", lambda: start(jwks), 40):
@@ -1012,6 +1043,7 @@ async def run_all(tmpdir: Path, auth: AuthServer, tethers: list[Tether]) -> int:
             "SDK OAuth client, the SDK's own scope choice (tether's challenge)", lambda: run.sdk_default_scope(jwks), 45
         )
         await run.raw_cases(jwks, "")
+        await run.step("status endpoints: health for any token, the rest for the admin scope", lambda: run.status_endpoints(jwks))
         await run.step(
             "tether (JWKS) fetched the JWK set and introspected nothing", lambda: key_source(auth, jwks_expected=True)
         )

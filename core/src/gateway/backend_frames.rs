@@ -168,7 +168,14 @@ impl Gateway {
         };
         p.insert("logger".into(), Value::String(logger));
         let params = serde_json::to_string(&p).unwrap_or_default();
-        let ready: Vec<_> = self.sessions.open.iter().filter(|(_, s)| s.ready).map(|(id, _)| *id).collect();
+        // Nothing of a backend reaches a session whose scopes do not show it.
+        let ready: Vec<_> = self
+            .sessions
+            .open
+            .iter()
+            .filter(|(id, s)| s.ready && self.sees_server(**id, server))
+            .map(|(id, _)| *id)
+            .collect();
         for session in ready {
             // Logged while this session has a call on the backend: most likely about that call.
             let related = self.latest_call(server, Some(session)).map(|(_, id)| id);
@@ -292,7 +299,12 @@ impl Gateway {
         match self.latest_call(server, None) {
             Some((s, id)) if supports(&s) => Some((s, Some(id))),
             Some(_) => None,
-            None => self.sessions.open.iter().find(|(id, s)| s.ready && supports(id)).map(|(id, _)| (*id, None)),
+            None => self
+                .sessions
+                .open
+                .iter()
+                .find(|(id, s)| s.ready && supports(id) && self.sees_server(**id, server))
+                .map(|(id, _)| (*id, None)),
         }
     }
 

@@ -50,6 +50,13 @@ pub struct ResourceAuthSettings {
     /// a public key must not double as one (RFC 8725 §3.1, §3.2).
     #[serde(default)]
     pub algorithms: Option<Vec<String>>,
+    /// The scope that lets its holder use the status endpoints and admin actions
+    /// (`/status`, `/metrics`, `/events`, `/logs/NAME`, `/admin/...`) of an
+    /// OAuth-protected listener: they show every backend, whatever the other
+    /// scopes grant. Without it they are refused there (`/healthz` and `/readyz`
+    /// take any valid token).
+    #[serde(default)]
+    pub admin_scope: Option<String>,
     /// A name for people, published in tether's Protected Resource Metadata.
     #[serde(default)]
     pub resource_name: Option<String>,

@@ -76,8 +76,12 @@ impl ResourceGuard {
         if let Some(name) = resource_name {
             document["resource_name"] = serde_json::Value::String(name.to_string());
         }
+        // Clients are pointed at what they need, not at the operators' scope.
+        let admin = validator.settings().admin_scope.clone();
+        let challenge: Vec<&str> =
+            scopes_supported.iter().map(String::as_str).filter(|s| Some(*s) != admin.as_deref()).collect();
         Ok(ResourceGuard {
-            challenge_scope: scopes_supported.join(" "),
+            challenge_scope: challenge.join(" "),
             validator: Arc::new(validator),
             metadata_paths,
             metadata_url,
@@ -111,6 +115,23 @@ impl ResourceGuard {
             }
         };
         verdict.map_err(|rejection| self.refusal(&rejection))
+    }
+
+    /// The refusal of `bearer` at the status endpoint `path`, if refused: the
+    /// health checks take any valid token, the rest need the operators' scope.
+    pub(super) fn refuse_operator(&self, path: &str, bearer: &Verified) -> Option<Response<Body>> {
+        if matches!(path, "/healthz" | "/readyz") {
+            return None;
+        }
+        match &self.validator.settings().admin_scope {
+            Some(admin) if bearer.has_scope(admin) => None,
+            Some(admin) => Some(self.refusal(&Rejection::InsufficientScope(vec![admin.clone()]))),
+            None => Some(reply::error(
+                StatusCode::FORBIDDEN,
+                "forbidden: the status endpoints are not served to OAuth clients here; set \
+                 authorization.admin_scope, or use `tether status` on this machine",
+            )),
+        }
     }
 
     fn refusal(&self, rejection: &Rejection) -> Response<Body> {

@@ -31,10 +31,15 @@ pub(super) async fn handle(shared: Arc<Shared>, connection: &Connection, request
         // The page shows nothing by itself: it asks for a token.
         let page = matches!(screened, Screened::Status) && request.uri().path() == "/";
         if !page {
-            match guard.authenticate(request.headers()).await {
-                Ok(verified) => bearer = Some(verified),
+            let verified = match guard.authenticate(request.headers()).await {
+                Ok(verified) => verified,
                 Err(response) => return body::after_discarding(request, response).await,
+            };
+            let status = matches!(screened, Screened::Status);
+            if let Some(response) = status.then(|| guard.refuse_operator(request.uri().path(), &verified)).flatten() {
+                return body::after_discarding(request, response).await;
             }
+            bearer = Some(verified);
         }
     }
     let owner = bearer.map(|v| Owner { subject: v.subject, scopes: v.scopes });
