@@ -270,3 +270,26 @@ fn an_empty_file_loads_with_no_servers() {
     assert!(parse_ok(r#"{"mcpServers": {}}"#).servers.is_empty());
     assert!(parse_ok(r#"{"servers": {}, "tether": {"mode": "meta"}}"#).servers.is_empty());
 }
+
+#[test]
+fn the_authorization_section_gives_the_engine_its_scopes_and_is_checked_whole() {
+    let config = parse_ok(
+        r#"{"tether": {"authorization": {"issuer": "https://login.example.com/", "required_scopes": ["mcp"],
+            "scopes": {"mcp:time": {"servers": ["time"]}, "mcp:echo": {"tools": ["everything__echo"]}}}},
+            "mcpServers": {"time": {"command": "t"}}}"#,
+    );
+    assert_eq!(config.scopes["mcp:time"].servers, ["time"]);
+    assert_eq!(config.scopes["mcp:echo"].tools, ["everything__echo"]);
+
+    let typo =
+        problems(r#"{"tether": {"authorization": {"issuer": "https://a.example/", "isuer": "x"}}, "mcpServers": {}}"#);
+    assert!(typo.iter().any(|p| p.starts_with("tether.authorization: unknown field `isuer`")), "{typo:?}");
+    let hmac = problems(
+        r#"{"tether": {"authorization": {"issuer": "https://a.example/", "algorithms": ["HS256"]}}, "mcpServers": {}}"#,
+    );
+    assert!(hmac.iter().any(|p| p.contains("authorization.algorithms") && p.contains("HS256")), "{hmac:?}");
+    let empty = problems(
+        r#"{"tether": {"authorization": {"issuer": "https://a.example/", "scopes": {"s": {}}}}, "mcpServers": {}}"#,
+    );
+    assert!(empty.iter().any(|p| p.starts_with("tether.authorization.scopes.s: grants nothing")), "{empty:?}");
+}
