@@ -226,3 +226,57 @@ fn a_backend_log_or_request_reaches_no_session_that_cannot_see_it() {
     let to_client: Vec<Value> = sim.client_frames().into_iter().filter(|f| f["method"] == "roots/list").collect();
     assert_eq!(to_client.len(), 1, "the unrestricted client, which supports roots, is asked");
 }
+
+#[test]
+fn a_task_of_a_backend_it_cannot_see_is_unknown_to_a_session() {
+    let mut sim = Sim::new(config(Mode::Flat));
+    sim.boot("time", &["get_current_time"]);
+    let caps = json!({"tools":{},"tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}});
+    sim.answer("everything", "initialize", json!({"protocolVersion":"2025-11-25","capabilities": caps}));
+    sim.answer_tools("everything", &["echo"]);
+    connect(&mut sim, TIME_ONLY, &["time"]);
+    let before = sim.requests_to("everything", "tasks/get").len();
+    let asked = ask(&mut sim, TIME_ONLY, 1, "tasks/get", json!({"taskId":"everything__1"}));
+    let unknown = ask(&mut sim, TIME_ONLY, 2, "tasks/get", json!({"taskId":"nothing__1"}));
+    assert_eq!(asked["error"]["code"], unknown["error"]["code"]);
+    assert!(asked["error"]["message"].as_str().unwrap().starts_with("unknown task"), "{asked}");
+    assert_eq!(sim.requests_to("everything", "tasks/get").len(), before, "nothing reached everything");
+}
+
+#[test]
+fn scopes_lost_take_their_subscriptions_and_a_new_mapping_is_announced() {
+    let mut sim = booted(Mode::Flat);
+    let both: Vec<String> = vec!["time".into(), "echo".into(), "all".into()];
+    let mut config = config(Mode::Flat);
+    config.scopes.insert("all".into(), grant(&["everything"], &[]));
+    sim.input(Input::ConfigReloaded { config: config.clone() });
+    sim.input(Input::ClientAccess { session: ECHO_ONLY, scopes: both });
+    sim.session(
+        ECHO_ONLY,
+        json!({"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"everything+test://a"}}),
+    );
+    let subscribe = sim.last_request("everything", "resources/subscribe");
+    reply(&mut sim, "everything", subscribe, json!({}));
+    assert_eq!(answer(&sim, ECHO_ONLY, 1)["result"], json!({}));
+    // A token without `all`: the subscription goes, at the backend too (the only subscriber).
+    sim.input(Input::ClientAccess { session: ECHO_ONLY, scopes: vec!["echo".into()] });
+    assert_eq!(sim.requests_to("everything", "resources/unsubscribe").len(), 1);
+    let mark = sim.frames_to(ECHO_ONLY).len();
+    sim.backend(
+        "everything",
+        json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"test://a"}}),
+    );
+    assert!(sim.frames_to(ECHO_ONLY)[mark..].iter().all(|f| f["method"] != "notifications/resources/updated"));
+    // Unsubscribing what it may not see is answered as for a URI nobody serves.
+    let gone = ask(&mut sim, ECHO_ONLY, 2, "resources/unsubscribe", json!({"uri":"everything+test://a"}));
+    assert_eq!(gone["result"], json!({}));
+
+    // A reload that changes only the mapping: sessions whose view changed are told.
+    ask(&mut sim, TIME_ONLY, 3, "tools/list", json!({}));
+    let told = list_changed(&sim, TIME_ONLY);
+    config.scopes.insert("time".into(), grant(&["time"], &["everything__echo"]));
+    sim.input(Input::ConfigReloaded { config });
+    assert_eq!(list_changed(&sim, TIME_ONLY), told + 1);
+    let listed = ask(&mut sim, TIME_ONLY, 4, "tools/list", json!({}));
+    assert!(names(&listed, "tools", "name").contains(&"everything__echo".to_string()));
+}

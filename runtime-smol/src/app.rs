@@ -151,11 +151,11 @@ fn authorization(cli: &Cli) -> Result<Option<ResourceAuthSettings>, String> {
         return Ok(None);
     }
     let section = tether_host::config_file::authorization_section(&path).map_err(|e| e.to_string())?;
-    section
-        .map(|value| {
-            serde_json::from_value(value).map_err(|e| format!("{}: tether.authorization: {e}", path.display()))
-        })
-        .transpose()
+    let Some(value) = section else { return Ok(None) };
+    let settings: ResourceAuthSettings =
+        serde_json::from_value(value).map_err(|e| format!("{}: tether.authorization: {e}", path.display()))?;
+    settings.check().map_err(|e| format!("{}: tether.{e}", path.display()))?;
+    Ok(Some(settings))
 }
 
 /// The guard of an OAuth-protected listener. Its resource URL is the configured

@@ -22,7 +22,6 @@ impl Gateway {
         scopes.truncate(MAX_SCOPES);
         scopes.sort();
         scopes.dedup();
-        let hashes = self.visible_hashes();
         let Some(s) = self.sessions.open.get_mut(&session) else { return };
         if s.scopes.as_ref() == Some(&scopes) {
             return;
@@ -33,9 +32,36 @@ impl Gateway {
             // Before its handshake: what it sees counts from now.
             self.mark_seen(session);
         } else {
-            // Compare its view again at the next announcement.
-            let s = self.sessions.open.get_mut(&session).expect("present");
-            s.seen = hashes.map(|h| !h);
+            self.access_changed(&[session]);
+        }
+    }
+
+    /// What `sessions` may see changed (their scopes, or the mapping): their
+    /// views are compared again at the next announcement, and the resource
+    /// subscriptions they may no longer hold are dropped (at the backend too,
+    /// when they were the last subscribers).
+    pub(super) fn access_changed(&mut self, sessions: &[SessionId]) {
+        let hashes = self.visible_hashes();
+        for id in sessions {
+            if let Some(s) = self.sessions.open.get_mut(id) {
+                s.seen = hashes.map(|h| !h);
+            }
+        }
+        let mut lost: Vec<(String, SessionId)> = Vec::new();
+        for (uri, holders) in &self.sessions.subscriptions {
+            for id in holders.iter().filter(|id| sessions.contains(id)) {
+                if self.resolve_uri_for(*id, uri).is_none() {
+                    lost.push((uri.clone(), *id));
+                }
+            }
+        }
+        for (uri, id) in lost {
+            let Some(holders) = self.sessions.subscriptions.get_mut(&uri) else { continue };
+            holders.remove(&id);
+            if holders.is_empty() {
+                self.sessions.subscriptions.remove(&uri);
+                self.unsubscribe_backend(&uri);
+            }
         }
     }
 

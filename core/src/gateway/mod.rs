@@ -708,6 +708,12 @@ impl Gateway {
                 }
             }
         }
+        if old.scopes != self.config.scopes {
+            // What scopes grant changed: every session holding some sees anew.
+            let holders: Vec<SessionId> =
+                self.sessions.open.iter().filter(|(_, s)| s.scopes.is_some()).map(|(id, _)| *id).collect();
+            self.access_changed(&holders);
+        }
     }
 
     fn duration(ms: u64) -> Duration {

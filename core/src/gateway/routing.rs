@@ -173,6 +173,10 @@ impl Gateway {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
         };
         if self.resolve_uri_for(session, &uri).is_none() && self.catalog.resolve_uri(&uri).is_some() {
+            // Withheld by the session's scopes: answered as for a URI no backend serves.
+            if method == "resources/unsubscribe" {
+                return self.reply(session, &id, "{}");
+            }
             let msg = format!("unknown resource: {uri}");
             return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
         }

@@ -427,7 +427,9 @@ impl Gateway {
             return self.reply_error(session, id, code::INVALID_PARAMS, "missing taskId (a string)", None);
         };
         let Some(task) = self.tasks.tasks.get(task_id) else {
-            if let Some((server, own)) = form.and_then(|form| self.task_backend(task_id, form)) {
+            // A backend's task is asked about only by a session that sees the backend.
+            let backend = form.and_then(|form| self.task_backend(task_id, form));
+            if let Some((server, own)) = backend.filter(|(server, _)| self.sees_server(session, server)) {
                 return self.pass_task_request(session, id.clone(), method, params, &server, &own);
             }
             let msg = format!("unknown task {}: it never existed or has expired", protocol::quote(task_id));

@@ -173,11 +173,19 @@ impl Reader<'_> {
         if let Some(scopes) = present(obj, "scopes") {
             set(&mut config.scopes, self.typed(scopes, &join(path, "scopes")));
         }
-        match <crate::resource_auth::ResourceAuthSettings as serde::Deserialize>::deserialize(value.to_value()) {
+        // Checked as `serve` reads it: `${VAR}` expanded (a secret or an issuer from the environment).
+        let expanded = match super::expand::expand_strings(&value.to_value(), path, self.env) {
+            Ok(expanded) => expanded,
+            Err(problem) => return self.problems.push(problem),
+        };
+        match <crate::resource_auth::ResourceAuthSettings as serde::Deserialize>::deserialize(expanded) {
             Ok(settings) => {
                 if let Err(message) = settings.check() {
                     // The message names its field (`authorization.issuer: ...`).
-                    self.push("tether", message);
+                    match message.split_once(": ") {
+                        Some((field, why)) => self.push(join("tether", field), why),
+                        None => self.push(path, message),
+                    }
                 }
             }
             Err(e) => self.push(path, e.to_string()),

@@ -92,6 +92,10 @@ impl Introspector {
             };
             let verdict = match answer {
                 Answer::Inactive => Err(Rejection::invalid("token not active")),
+                // Only access tokens open the door: a refresh token is not one.
+                Answer::Active(claims) if claims.get("token_type").and_then(Value::as_str) == Some("refresh_token") => {
+                    Err(Rejection::invalid("wrong token type"))
+                }
                 Answer::Active(claims) => claims::check(&claims, expect, Presence::IfPresent, unix_now()),
             };
             let ttl = match &verdict {

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use super::clock::Clock;
 use super::jwks::KeySet;
 use super::metadata;
-use crate::oauth::resource;
 use crate::oauth::transport::Http;
 
 /// How old a key set may get before it is fetched again.
@@ -52,6 +51,9 @@ struct State {
     failed: bool,
     /// Whether a refresh of stale keys is under way (meanwhile they serve).
     refreshing: bool,
+    /// Whether any fetch is under way: tokens with unknown keys do not wait
+    /// for it (a flood of them would hold a thread each).
+    in_flight: bool,
     /// The `jwks_uri` found in the issuer's metadata.
     discovered_uri: Option<String>,
 }
@@ -70,7 +72,7 @@ impl State {
                     && since(self.fetched_at) >= REFRESH_AFTER
                     && since(self.attempted_at) >= REFETCH_INTERVAL
             }
-            Why::UnknownKey => since(self.attempted_at) >= REFETCH_INTERVAL,
+            Why::UnknownKey => !self.in_flight && since(self.attempted_at) >= REFETCH_INTERVAL,
         }
     }
 }
@@ -147,6 +149,7 @@ impl KeyStore {
                 return;
             }
             state.refreshing = why == Why::Stale;
+            state.in_flight = true;
             self.configured_uri.clone().or_else(|| state.discovered_uri.clone())
         };
         let discovered = known_uri.is_none();
@@ -158,6 +161,7 @@ impl KeyStore {
         let mut state = lock(&self.state);
         let now = clock.now();
         state.refreshing = false;
+        state.in_flight = false;
         state.attempted_at = Some(now);
         match result {
             Ok((uri, keys)) => {
@@ -181,11 +185,17 @@ impl KeyStore {
 
 /// The key set at `uri`.
 fn get_key_set(http: &Http, uri: &str) -> Result<KeySet, String> {
-    resource::parse(uri)?;
+    super::settings::secure_url(uri)?;
     let answer = http.get_json(uri).map_err(|f| f.message)?;
     if answer.status != 200 {
         return Err(format!("{uri}: HTTP {}", answer.status));
     }
     let doc = answer.json.ok_or_else(|| format!("{uri}: not JSON"))?;
-    KeySet::parse(&doc).map_err(|e| format!("{uri}: {e}"))
+    let keys = KeySet::parse(&doc).map_err(|e| format!("{uri}: {e}"))?;
+    // A set with no key tether can use refuses every token: a fault of the
+    // server's (503), not of the tokens (401, which sends clients to log in again).
+    if keys.len() == 0 {
+        return Err(format!("{uri}: no usable signing key"));
+    }
+    Ok(keys)
 }

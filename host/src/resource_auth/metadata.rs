@@ -6,7 +6,6 @@
 //! exactly the configured one is refused: its `jwks_uri` could be anyone's keys.
 
 use crate::oauth::discovery::authorization_server;
-use crate::oauth::resource;
 use crate::oauth::transport::Http;
 
 /// The `jwks_uri` of `issuer`'s metadata. Errors are for the log: an unreachable
@@ -16,6 +15,6 @@ pub(super) fn jwks_uri(http: &Http, issuer: &str) -> Result<String, String> {
         .map_err(|f| f.message)?
         .ok_or_else(|| format!("no authorization server metadata found for {issuer}"))?;
     let jwks_uri = metadata.jwks_uri.ok_or_else(|| format!("the metadata of {issuer} names no jwks_uri"))?;
-    resource::parse(&jwks_uri).map_err(|e| format!("{issuer}: jwks_uri: {e}"))?;
+    super::settings::secure_url(&jwks_uri).map_err(|e| format!("{issuer}: jwks_uri: {e}"))?;
     Ok(jwks_uri)
 }

@@ -71,14 +71,25 @@ impl ResourceAuthSettings {
     /// validator is built: URLs that are not http(s), algorithms that are unknown,
     /// symmetric or `none`, a secret without a client.
     pub fn check(&self) -> Result<(), String> {
-        resource::parse(&self.issuer).map_err(|e| format!("authorization.issuer: {e}"))?;
-        for (name, url) in [
-            ("resource", &self.resource),
-            ("jwks_uri", &self.jwks_uri),
-            ("introspection_endpoint", &self.introspection_endpoint),
-        ] {
+        // Where keys and verdicts come from must be authenticated itself: whoever
+        // could answer for them in plain HTTP could forge any token.
+        secure_url(&self.issuer).map_err(|e| format!("authorization.issuer: {e}"))?;
+        for (name, url) in [("jwks_uri", &self.jwks_uri), ("introspection_endpoint", &self.introspection_endpoint)] {
             if let Some(url) = url {
-                resource::parse(url).map_err(|e| format!("authorization.{name}: {e}"))?;
+                secure_url(url).map_err(|e| format!("authorization.{name}: {e}"))?;
+            }
+        }
+        if let Some(url) = &self.resource {
+            resource::parse(url).map_err(|e| format!("authorization.resource: {e}"))?;
+        }
+        let scopes = self.required_scopes.iter().map(|s| ("required_scopes", s));
+        for (name, scope) in scopes.chain(self.admin_scope.iter().map(|s| ("admin_scope", s))) {
+            let token =
+                !scope.is_empty() && scope.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\');
+            if !token {
+                return Err(format!(
+                    "authorization.{name}: {scope:?} is not a scope (printable ASCII, no space, \" or \\)"
+                ));
             }
         }
         if let Some(names) = &self.algorithms {
@@ -108,6 +119,22 @@ impl ResourceAuthSettings {
             None => DEFAULT_ALGORITHMS.iter().filter_map(|n| algorithm(n)).collect(),
         }
     }
+}
+
+/// `raw` as an https URL, or an http one to this machine (loopback): where
+/// tether gets keys or verdicts from.
+pub(super) fn secure_url(raw: &str) -> Result<(), String> {
+    let url = resource::parse(raw)?;
+    let loopback = match url.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    if url.scheme() == "https" || loopback {
+        return Ok(());
+    }
+    Err(format!("{raw:?} must be https (plain http only to this machine)"))
 }
 
 /// The asymmetric JWS algorithm `name` spells (exactly, RFC 7518 §3.1), or `None`

@@ -537,6 +537,10 @@ fn unreachable_or_failing_key_sets_are_unavailable() {
     fake.world().jwks_status = 200;
     v.clock.advance(Duration::from_secs(6));
     assert_eq!(v.validate(&token), Err(keys_unavailable()));
+    // A set without a key tether can use is the server's fault, not the token's.
+    fake.world().jwks = json!({"keys": []});
+    v.clock.advance(Duration::from_secs(6));
+    assert_eq!(v.validate(&token), Err(keys_unavailable()));
     fake.world().jwks = jwks(&[&key]);
     v.clock.advance(Duration::from_secs(6));
     assert!(v.validate(&token).is_ok());
@@ -636,6 +640,7 @@ fn introspection_answers_are_checked_and_cached() {
         ("opaque-expired", with(active.clone(), json!({"exp": now() - 3600}))),
         ("opaque-bare", json!({"active": true, "aud": RESOURCE})),
         ("opaque-no-aud", json!({"active": true})),
+        ("opaque-refresh", with(active.clone(), json!({"token_type": "refresh_token"}))),
     ]);
     let introspections = || fake.count("POST /introspect");
     assert_eq!(v.check_cached("opaque-good"), None);
@@ -673,6 +678,7 @@ fn introspection_answers_are_checked_and_cached() {
     let bare = v.validate("opaque-bare").unwrap();
     assert_eq!((bare.scopes.len(), bare.expires_at), (0, None), "absent claims are not required");
     assert_eq!(v.validate("opaque-no-aud"), invalid("wrong audience"), "but the audience is");
+    assert_eq!(v.validate("opaque-refresh"), invalid("wrong token type"));
 }
 
 #[test]
@@ -740,6 +746,14 @@ fn settings_parse_check_and_hide_the_secret() {
     assert!(check(json!({"client_secret": "x"})).is_err());
     assert!(check(json!({"issuer": "not a url"})).is_err());
     assert!(check(json!({"jwks_uri": "file:///etc/keys"})).is_err());
+    // Keys and verdicts only over TLS, or from this machine.
+    assert!(check(json!({"issuer": "http://as.example.com"})).is_err());
+    assert!(check(json!({"jwks_uri": "http://keys.example.com/jwks"})).is_err());
+    assert!(check(json!({"introspection_endpoint": "http://as.example.com/introspect"})).is_err());
+    assert!(check(json!({"issuer": "http://127.0.0.1:9000", "jwks_uri": "http://localhost:9000/jwks"})).is_ok());
+    assert!(check(json!({"resource": "http://gw.internal/mcp"})).is_ok(), "tether's own URL is the operator's");
+    assert!(check(json!({"required_scopes": ["mcp read"]})).is_err());
+    assert!(check(json!({"admin_scope": ""})).is_err());
     assert_eq!(ResourceAuthSettings { algorithms: None, ..s }.accepted_algorithms().len(), DEFAULT_ALGORITHMS.len());
 }
 

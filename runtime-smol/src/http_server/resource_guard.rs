@@ -18,16 +18,35 @@ use std::sync::Arc;
 
 use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
-use tether_host::resource_auth::{Rejection, TokenValidator, Verified};
+use tether_host::resource_auth::{Rejection, TokenValidator};
 
 use super::reply::{self, Body};
 
 /// The well-known prefix of Protected Resource Metadata (RFC 9728 §3).
 const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 
+/// Token checks that need the network (keys, introspection) running at once;
+/// more are refused with 503 rather than queued, so a flood of made-up tokens
+/// neither fills the blocking pool (HTTP backends use it too) nor waits forever.
+const CHECKS_IN_FLIGHT: usize = 16;
+
+/// Who a request's valid token says its bearer is, and what it may do.
+#[derive(Clone, Debug)]
+pub(super) struct Bearer {
+    /// What binds a session to its bearer: the token's subject, else its client,
+    /// else (neither given) the token itself, hashed.
+    pub(super) identity: String,
+    /// The token's scopes.
+    pub(super) scopes: Vec<String>,
+}
+
 /// Checks tokens for the listener and answers what a client needs to get one.
 pub struct ResourceGuard {
     validator: Arc<TokenValidator>,
+    /// Bounds the checks that wait on the network.
+    checks: smol::lock::Semaphore,
+    /// Keys the hash that stands for a token without subject or client.
+    hasher: std::collections::hash_map::RandomState,
     /// Where the metadata is served on this listener: under the resource's own
     /// path, under the endpoint's path (they differ behind a proxy), and the root.
     metadata_paths: Vec<String>,
@@ -83,6 +102,8 @@ impl ResourceGuard {
         Ok(ResourceGuard {
             challenge_scope: challenge.join(" "),
             validator: Arc::new(validator),
+            checks: smol::lock::Semaphore::new(CHECKS_IN_FLIGHT),
+            hasher: std::collections::hash_map::RandomState::new(),
             metadata_paths,
             metadata_url,
             document: document.to_string(),
@@ -103,28 +124,46 @@ impl ResourceGuard {
 
     /// The bearer of a request, or the refusal to answer with. Network work
     /// (fetching keys, introspecting) runs on a blocking thread.
-    pub(super) async fn authenticate(&self, headers: &HeaderMap) -> Result<Verified, Response<Body>> {
+    pub(super) async fn authenticate(&self, headers: &HeaderMap) -> Result<Bearer, Response<Body>> {
         let Some(token) = bearer(headers) else {
             return Err(self.challenge(StatusCode::UNAUTHORIZED, None, "unauthorized: a bearer token is required"));
         };
         let verdict = match self.validator.check_cached(&token) {
             Some(verdict) => verdict,
             None => {
-                let validator = self.validator.clone();
+                let Some(_permit) = self.checks.try_acquire() else {
+                    tracing::debug!("access token refused for now: {CHECKS_IN_FLIGHT} checks wait on the network");
+                    let mut busy = reply::error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "service unavailable: too many access tokens are being checked; retry",
+                    );
+                    busy.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                    return Err(busy);
+                };
+                let (validator, token) = (self.validator.clone(), token.clone());
                 smol::unblock(move || validator.validate(&token)).await
             }
         };
-        verdict.map_err(|rejection| self.refusal(&rejection))
+        let verified = verdict.map_err(|rejection| self.refusal(&rejection))?;
+        let identity = match (&verified.subject, &verified.client_id) {
+            (Some(subject), _) => format!("sub:{subject}"),
+            (None, Some(client)) => format!("client:{client}"),
+            (None, None) => {
+                use std::hash::BuildHasher;
+                format!("token:{:016x}", self.hasher.hash_one(&token))
+            }
+        };
+        Ok(Bearer { identity, scopes: verified.scopes })
     }
 
     /// The refusal of `bearer` at the status endpoint `path`, if refused: the
     /// health checks take any valid token, the rest need the operators' scope.
-    pub(super) fn refuse_operator(&self, path: &str, bearer: &Verified) -> Option<Response<Body>> {
+    pub(super) fn refuse_operator(&self, path: &str, bearer: &Bearer) -> Option<Response<Body>> {
         if matches!(path, "/healthz" | "/readyz") {
             return None;
         }
         match &self.validator.settings().admin_scope {
-            Some(admin) if bearer.has_scope(admin) => None,
+            Some(admin) if bearer.scopes.contains(admin) => None,
             Some(admin) => Some(self.refusal(&Rejection::InsufficientScope(vec![admin.clone()]))),
             None => Some(reply::error(
                 StatusCode::FORBIDDEN,

@@ -14,7 +14,8 @@ use super::guards::{self, Refusal, JSON, SSE};
 use super::listener::Connection;
 use super::message::{classify, Shape, INVALID_REQUEST, PARSE_ERROR};
 use super::reply::{self, Body};
-use super::sessions::{Binding, First, Owner, Refused};
+use super::resource_guard::Bearer;
+use super::sessions::{First, Refused};
 use super::status_routes;
 use super::Shared;
 use crate::byte_queue as queue;
@@ -42,7 +43,7 @@ pub(super) async fn handle(shared: Arc<Shared>, connection: &Connection, request
             bearer = Some(verified);
         }
     }
-    let owner = bearer.map(|v| Owner { subject: v.subject, scopes: v.scopes });
+    let owner = bearer;
     match screened {
         Screened::Refused(response) => body::after_discarding(request, response).await,
         Screened::Metadata => match &shared.options.resource_guard {
@@ -63,11 +64,11 @@ pub(super) async fn handle(shared: Arc<Shared>, connection: &Connection, request
 }
 
 /// 403 when the request's bearer is not the one who opened the session it names.
-fn stranger(shared: &Shared, headers: &HeaderMap, owner: Option<Owner>) -> Option<Response<Body>> {
+fn stranger(shared: &Shared, headers: &HeaderMap, owner: Option<Bearer>) -> Option<Response<Body>> {
     let owner = owner?;
     let table = shared.table();
     let session = table.find(session_key(headers)?)?;
-    table.is_stranger(session, &owner).then(not_yours)
+    table.is_stranger(session, &owner.identity).then(not_yours)
 }
 
 fn not_yours() -> Response<Body> {
@@ -163,7 +164,7 @@ async fn post(
     shared: &Arc<Shared>,
     connection: &Connection,
     request: Request<Incoming>,
-    owner: Option<Owner>,
+    owner: Option<Bearer>,
 ) -> Response<Body> {
     if let Some(refused) = refuse_post(request.headers()) {
         return body::after_discarding(request, refused).await;
@@ -188,16 +189,15 @@ async fn post(
             return reply::error_for(StatusCode::BAD_REQUEST, invalid.id(), code, message);
         }
     };
-    // The scopes the engine is told before this message (OAuth).
-    let mut access = None;
+    // OAuth: the engine is told the token's scopes before each message (it
+    // ignores a repeat), so a refreshed or stepped-up token counts at once.
+    let access = owner.as_ref().map(|o| o.scopes.clone());
     let (session, new_key) = match key {
         Some(key) => {
-            let mut table = shared.table();
+            let table = shared.table();
             let Some(session) = table.find(&key) else { return unknown_session() };
-            match owner.map(|owner| table.bind(session, owner)) {
-                Some(Binding::Stranger) => return not_yours(),
-                Some(Binding::Rescoped(scopes)) => access = Some(scopes),
-                Some(Binding::Same) | None => {}
+            if owner.as_ref().is_some_and(|o| table.is_stranger(session, &o.identity)) {
+                return not_yours();
             }
             (session, None)
         }
@@ -210,8 +210,7 @@ async fn post(
             match table.open(key.clone()) {
                 Some(session) => {
                     if let Some(owner) = owner {
-                        access = Some(owner.scopes.clone());
-                        table.set_owner(session, owner);
+                        table.set_owner(session, owner.identity);
                     }
                     (session, Some(key))
                 }
@@ -237,7 +236,6 @@ async fn post(
             let Some(session) = shared.table().open(key) else { return host_gone() };
             let Shape::Request { id, .. } = shape else { unreachable!("matched above") };
             let per_request = Opened::PerRequest;
-            let access = owner.map(|o| o.scopes);
             let frame = Frame { text, param_headers: Some(param_headers), access };
             return self::request(shared, connection, session, per_request, id, frame).await;
         }
@@ -333,7 +331,7 @@ struct Frame {
     text: String,
     /// For a stateless-era POST (see [`param_headers`]).
     param_headers: Option<BTreeMap<String, String>>,
-    /// OAuth scopes the engine is told of first (a new session's, or changed ones).
+    /// OAuth scopes the engine is told of first (the request's token's).
     access: Option<Vec<String>>,
 }
 

@@ -41,27 +41,8 @@ struct Session {
     requests: HashMap<String, Pending>,
     /// Finished POST streams, oldest first.
     finished: VecDeque<u64>,
-    /// Who opened it, when the listener checks OAuth tokens.
-    owner: Option<Owner>,
-}
-
-/// The bearer of the token that opened a session (its `sub`), and the scopes
-/// its latest request's token carried.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Owner {
-    pub(super) subject: Option<String>,
-    pub(super) scopes: Vec<String>,
-}
-
-/// How a request's token relates to its session's owner.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Binding {
-    /// The same bearer with the same scopes (or the session is gone).
-    Same,
-    /// The same bearer, now with these scopes: the engine must be told.
-    Rescoped(Vec<String>),
-    /// Another bearer: the session is not theirs.
-    Stranger,
+    /// Who opened it (the bearer's identity), when the listener checks OAuth tokens.
+    owner: Option<String>,
 }
 
 /// Why a request cannot wait for an answer.
@@ -151,31 +132,17 @@ impl Table {
         Some(session)
     }
 
-    /// Records who opened `session` (a new one).
-    pub(super) fn set_owner(&mut self, session: SessionId, owner: Owner) {
+    /// Records who opened `session` (a new one): the identity of its bearer.
+    pub(super) fn set_owner(&mut self, session: SessionId, identity: String) {
         if let Some(state) = self.sessions.get_mut(&session) {
-            state.owner = Some(owner);
+            state.owner = Some(identity);
         }
     }
 
-    /// Checks a later request's bearer against the owner of `session`, and keeps
-    /// its scopes when they changed (a refreshed or stepped-up token).
-    pub(super) fn bind(&mut self, session: SessionId, bearer: Owner) -> Binding {
-        let Some(owner) = self.sessions.get_mut(&session).and_then(|s| s.owner.as_mut()) else { return Binding::Same };
-        if owner.subject != bearer.subject {
-            return Binding::Stranger;
-        }
-        if owner.scopes == bearer.scopes {
-            return Binding::Same;
-        }
-        owner.scopes = bearer.scopes.clone();
-        Binding::Rescoped(bearer.scopes)
-    }
-
-    /// Whether `bearer` is not who opened `session`.
-    pub(super) fn is_stranger(&self, session: SessionId, bearer: &Owner) -> bool {
-        let owner = self.sessions.get(&session).and_then(|s| s.owner.as_ref());
-        owner.is_some_and(|o| o.subject != bearer.subject)
+    /// Whether the bearer known as `identity` is not who opened `session`.
+    pub(super) fn is_stranger(&self, session: SessionId, identity: &str) -> bool {
+        let owner = self.sessions.get(&session).and_then(|s| s.owner.as_deref());
+        owner.is_some_and(|o| o != identity)
     }
 
     /// The live session known by `key`.

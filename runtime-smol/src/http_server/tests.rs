@@ -1081,7 +1081,8 @@ fn an_events_subscriber_that_does_not_read_is_disconnected() {
 
 /// An introspection endpoint (RFC 7662) that knows a few tokens by name, and the
 /// listener guarded by it. Tokens: `alice` (scopes mcp time), `alice-more` (mcp
-/// time echo), `bob` (mcp), `no-mcp` (time only); any other is inactive.
+/// time echo), `bob` (mcp), `no-mcp` (time only), `anon-1` and `anon-2` (mcp,
+/// neither subject nor client); any other is inactive.
 fn oauth_harness() -> Harness {
     let server = tiny_http::Server::http("127.0.0.1:0").expect("introspection endpoint");
     let port = server.server_addr().to_ip().expect("an IP address").port();
@@ -1102,10 +1103,12 @@ fn oauth_harness() -> Harness {
                 "alice-more" => ("alice", "mcp time echo"),
                 "bob" => ("bob", "mcp"),
                 "no-mcp" => ("carol", "time"),
+                "anon-1" | "anon-2" => ("-", "mcp"),
                 _ => ("", ""),
             };
             let answer = match sub {
                 "" => json!({"active": false}),
+                "-" => json!({"active": true, "scope": scope, "aud": aud}),
                 _ => {
                     json!({"active": true, "sub": sub, "scope": scope, "iss": iss, "aud": aud, "exp": 4_000_000_000u64})
                 }
@@ -1209,8 +1212,21 @@ fn a_session_gets_its_scopes_before_its_first_message_and_belongs_to_its_bearer(
     assert_eq!(scopes(&inputs[at]), Some(vec!["mcp".to_string(), "time".to_string(), "echo".to_string()]));
     assert!(matches!(&inputs[at + 1], Input::ClientFrame { frame, .. } if frame.contains("tools/list")));
     assert!(!h.frames().iter().any(|f| f.contains("\"id\":1")), "bob's request was not forwarded");
-    // The same scopes again are not repeated.
-    let told = h.inputs().iter().filter(|i| scopes(i).is_some()).count();
-    assert_eq!(h.post_as("alice-more", Some(&session), &request(3, "tools/list")).status, 200);
-    assert_eq!(h.inputs().iter().filter(|i| scopes(i).is_some()).count(), told);
+    // Notifications too carry their token's scopes (the engine ignores repeats).
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}});
+    assert_eq!(h.post_as("alice", Some(&session), &note.to_string()).status, 202);
+    h.wait_for_frame("notifications/cancelled");
+    let inputs = h.inputs();
+    let at = inputs.iter().rposition(|i| scopes(i).is_some()).unwrap();
+    assert_eq!(scopes(&inputs[at]), Some(vec!["mcp".to_string(), "time".to_string()]));
+}
+
+#[test]
+fn tokens_without_subject_or_client_bind_a_session_to_the_token_itself() {
+    let h = oauth_harness();
+    let opened = h.post_as("anon-1", None, &initialize_body());
+    assert_eq!(opened.status, 200, "{opened:?}");
+    let session = opened.session.unwrap();
+    assert_eq!(h.post_as("anon-1", Some(&session), &request(1, "tools/list")).status, 200);
+    assert_eq!(h.post_as("anon-2", Some(&session), &request(2, "tools/list")).status, 403);
 }

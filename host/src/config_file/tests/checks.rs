@@ -287,7 +287,9 @@ fn the_authorization_section_gives_the_engine_its_scopes_and_is_checked_whole() 
     let hmac = problems(
         r#"{"tether": {"authorization": {"issuer": "https://a.example/", "algorithms": ["HS256"]}}, "mcpServers": {}}"#,
     );
-    assert!(hmac.iter().any(|p| p.contains("authorization.algorithms") && p.contains("HS256")), "{hmac:?}");
+    assert!(hmac.iter().any(|p| p.starts_with("tether.authorization.algorithms: ") && p.contains("HS256")), "{hmac:?}");
+    let plain = problems(r#"{"tether": {"authorization": {"issuer": "http://login.example.com/"}}, "mcpServers": {}}"#);
+    assert!(plain.iter().any(|p| p.starts_with("tether.authorization.issuer: ") && p.contains("https")), "{plain:?}");
     let empty = problems(
         r#"{"tether": {"authorization": {"issuer": "https://a.example/", "scopes": {"s": {}}}}, "mcpServers": {}}"#,
     );
