@@ -41,7 +41,7 @@ fn booted(mode: Mode) -> Sim {
     sim.answer(
         "everything",
         "initialize",
-        json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"resources":{}},"serverInfo":{"name":"everything","version":"1"}}),
+        json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"resources":{},"logging":{}},"serverInfo":{"name":"everything","version":"1"}}),
     );
     sim.answer_tools("everything", &["echo", "add"]);
     sim.answer("everything", "resources/list", json!({"resources":[{"name":"a","uri":"test://a"}]}));
@@ -173,6 +173,9 @@ fn meta_mode_searches_lists_and_runs_only_what_the_scopes_grant() {
     let servers: Vec<&str> =
         servers["servers"].as_array().unwrap().iter().map(|s| s["server"].as_str().unwrap()).collect();
     assert_eq!(servers, ["time"]);
+    let (_, servers) = call(&mut sim, ECHO_ONLY, 8, "list_servers", json!({}));
+    let row = &servers["servers"][0];
+    assert_eq!((row["server"].as_str(), row["tools"].as_u64()), (Some("everything"), Some(1)), "only its part: {row}");
     let (error, message) = call(&mut sim, TIME_ONLY, 3, "execute_tool", json!({"name": "everything__echo"}));
     assert!(error && message.as_str().unwrap().starts_with("unknown tool 'everything__echo'"), "{message}");
     let (error, message) = call(&mut sim, ECHO_ONLY, 4, "describe_tool", json!({"name": "everything__add"}));
@@ -279,4 +282,15 @@ fn scopes_lost_take_their_subscriptions_and_a_new_mapping_is_announced() {
     assert_eq!(list_changed(&sim, TIME_ONLY), told + 1);
     let listed = ask(&mut sim, TIME_ONLY, 4, "tools/list", json!({}));
     assert!(names(&listed, "tools", "name").contains(&"everything__echo".to_string()));
+}
+
+#[test]
+fn a_restricted_session_sets_its_own_log_level_not_the_backends() {
+    let mut sim = booted(Mode::Flat);
+    let sent = sim.requests_to("everything", "logging/setLevel").len();
+    let ok = ask(&mut sim, ECHO_ONLY, 1, "logging/setLevel", json!({"level":"debug"}));
+    assert_eq!(ok["result"], json!({}));
+    assert_eq!(sim.requests_to("everything", "logging/setLevel").len(), sent, "the backends' level is everyone's");
+    ask(&mut sim, support::CLIENT, 2, "logging/setLevel", json!({"level":"debug"}));
+    assert_eq!(sim.requests_to("everything", "logging/setLevel").len(), sent + 1, "an unrestricted session sets it");
 }

@@ -179,7 +179,15 @@ impl Gateway {
             .statuses()
             .into_iter()
             .filter(|s| self.sees_server(session, &s.server))
-            .map(|s| {
+            .map(|mut s| {
+                // A server granted in part shows the part.
+                let access = self.access(session);
+                if !access.server(&s.server) {
+                    let tools = self.catalog.backend(&s.server).map(|b| b.entries(ListKind::Tools)).unwrap_or(&[]);
+                    let granted = tools.iter().filter(|e| access.tool(&s.server, &e.served));
+                    let (count, tokens) = granted.fold((0, 0), |(n, t), e| (n + 1, t + e.estimated_tokens));
+                    (s.tools, s.estimated_tokens) = (count, tokens);
+                }
                 let mut row = s.to_json();
                 row["available"] = Value::Bool(self.available(&s.server));
                 row

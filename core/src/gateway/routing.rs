@@ -289,14 +289,20 @@ impl Gateway {
         let Some(params) = params else {
             return self.reply_error(session, id, code::INVALID_PARAMS, "missing level", None);
         };
-        // Stateless backends get the level on each request instead.
-        self.log_level = serde_json::from_str::<Map<String, Value>>(params)
+        let asked = serde_json::from_str::<Map<String, Value>>(params)
             .ok()
             .and_then(|p| p.get("level").and_then(Value::as_str).map(String::from));
-        let level = self.log_level.as_deref().and_then(Level::parse);
+        let level = asked.as_deref().and_then(Level::parse);
         if let Some(s) = self.sessions.open.get_mut(&session) {
             s.log_level = level;
         }
+        if self.restricted(session) {
+            // A session that sees part of the gateway sets the level of what it
+            // is sent, not the backends' (which every session shares).
+            return self.reply(session, id, "{}");
+        }
+        // Stateless backends get the level on each request instead.
+        self.log_level = asked;
         let targets: Vec<ServerName> = self
             .backends
             .iter()
