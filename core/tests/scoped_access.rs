@@ -294,3 +294,41 @@ fn a_restricted_session_sets_its_own_log_level_not_the_backends() {
     ask(&mut sim, support::CLIENT, 2, "logging/setLevel", json!({"level":"debug"}));
     assert_eq!(sim.requests_to("everything", "logging/setLevel").len(), sent + 1, "an unrestricted session sets it");
 }
+
+#[test]
+fn a_backend_request_goes_to_the_token_holder_whose_call_is_in_flight_and_never_guessed_between_two() {
+    let mut sim = booted(Mode::Flat);
+    let with_elicitation = |sim: &mut Sim, session: SessionId, scopes: &[&str]| {
+        sim.input(Input::ClientConnected { session, expires: true });
+        sim.input(Input::ClientAccess { session, scopes: scopes.iter().map(|s| s.to_string()).collect() });
+        sim.session(session, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"t","version":"1"}}}));
+        sim.session(session, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    };
+    let (alice, bob) = (SessionId(10), SessionId(11));
+    with_elicitation(&mut sim, alice, &["echo"]);
+    with_elicitation(&mut sim, bob, &["echo"]);
+    let asked =
+        |sim: &Sim, session| sim.frames_to(session).iter().filter(|f| f["method"] == "elicitation/create").count();
+    let elicit = json!({"message":"Your password?","requestedSchema":{"type":"object","properties":{}}});
+
+    // One holder's call in flight: the request is its.
+    sim.session(
+        alice,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"everything__echo","arguments":{}}}),
+    );
+    sim.backend("everything", json!({"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":elicit}));
+    assert_eq!((asked(&sim, alice), asked(&sim, bob)), (1, 0));
+
+    // Both holders' calls in flight: nobody is asked, the backend is told why.
+    sim.session(
+        bob,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"everything__echo","arguments":{}}}),
+    );
+    sim.backend("everything", json!({"jsonrpc":"2.0","id":"e2","method":"elicitation/create","params":elicit}));
+    assert_eq!((asked(&sim, alice), asked(&sim, bob)), (1, 0));
+    let refused = sim.actions.iter().rev().find_map(|(_, a)| match a {
+        Action::SendToBackend { frame, .. } if frame.contains("\"e2\"") => Some(frame.clone()),
+        _ => None,
+    });
+    assert!(refused.is_some_and(|f| f.contains("cannot tell which")), "the backend gets an error");
+}

@@ -262,6 +262,13 @@ impl Gateway {
         if let Some(call) = self.stateless_call_on(server) {
             return self.ask_stateless_client(server, call, id, method, params, capability);
         }
+        if self.origin_ambiguous(server) {
+            // Clients with tokens are different people: a request asked of the
+            // wrong one would show it another's call, and let it answer for them.
+            let msg = "calls of several token-holding clients are in flight on this server: \
+                       tether cannot tell which one this request is for";
+            return self.to_backend(server, protocol::error_response(id, code::INTERNAL_ERROR, msg, None), None);
+        }
         let Some((session, related)) = self.origin_session(server, capability) else {
             let msg = format!("no connected client supports {capability}");
             return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
@@ -299,13 +306,31 @@ impl Gateway {
         match self.latest_call(server, None) {
             Some((s, id)) if supports(&s) => Some((s, Some(id))),
             Some(_) => None,
+            // No call in flight: a session that sees the server, and not one of a
+            // token's holders (nobody asked on their behalf).
             None => self
                 .sessions
                 .open
                 .iter()
-                .find(|(id, s)| s.ready && supports(id) && self.sees_server(**id, server))
+                .find(|(id, s)| s.ready && supports(id) && s.scopes.is_none())
                 .map(|(id, _)| (*id, None)),
         }
+    }
+
+    /// Whether the client calls in flight on `server` come from more than one
+    /// session while any of them holds OAuth scopes (tokens mean several people).
+    fn origin_ambiguous(&self, server: &str) -> bool {
+        let mut sessions = self.router.calls.values().filter(|c| &*c.server == server).filter_map(|c| match &c.kind {
+            CallKind::Client(cc) => Some(cc.session),
+            _ => None,
+        });
+        let Some(first) = sessions.next() else { return false };
+        let mut others = sessions.filter(|s| *s != first).peekable();
+        if others.peek().is_none() {
+            return false;
+        }
+        let holds_token = |s: crate::io::SessionId| self.sessions.open.get(&s).is_some_and(|s| s.scopes.is_some());
+        holds_token(first) || others.any(holds_token)
     }
 
     /// The newest client call in flight on `server` (from `session`, if given): its session and id.
