@@ -41,8 +41,7 @@ pub type ScopeMap = BTreeMap<String, ScopeGrant>;
 /// grants something.
 pub fn check(scopes: &ScopeMap) -> Result<(), (String, &'static str)> {
     for (name, grant) in scopes {
-        let token = !name.is_empty() && name.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\');
-        if !token {
+        if !is_scope_token(name) {
             return Err((name.clone(), "a scope name is 1 or more printable ASCII characters, no space, \" or \\"));
         }
         if grant.servers.is_empty() && grant.tools.is_empty() {
@@ -53,6 +52,12 @@ pub fn check(scopes: &ScopeMap) -> Result<(), (String, &'static str)> {
         }
     }
     Ok(())
+}
+
+/// Whether `scope` is a scope token (RFC 6749 §3.3): printable ASCII, no space,
+/// `"` or `\`. Scopes end up quoted in `WWW-Authenticate` challenges.
+pub fn is_scope_token(scope: &str) -> bool {
+    !scope.is_empty() && scope.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\')
 }
 
 /// A session's access: the scopes it holds, judged against a mapping.

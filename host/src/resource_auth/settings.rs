@@ -84,9 +84,7 @@ impl ResourceAuthSettings {
         }
         let scopes = self.required_scopes.iter().map(|s| ("required_scopes", s));
         for (name, scope) in scopes.chain(self.admin_scope.iter().map(|s| ("admin_scope", s))) {
-            let token =
-                !scope.is_empty() && scope.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\');
-            if !token {
+            if !tether_core::access::is_scope_token(scope) {
                 return Err(format!(
                     "authorization.{name}: {scope:?} is not a scope (printable ASCII, no space, \" or \\)"
                 ));
