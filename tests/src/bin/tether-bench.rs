@@ -16,10 +16,12 @@
 //! time per call of every process on it (proxy, backend, the client itself), the
 //! proxy's context switches and peak RSS; then each tether's peak RSS with 10 idle
 //! backends, and the time it takes to answer again after its backend crashed,
-//! beside the backend's own start time. Every measurement is repeated (`--runs`),
-//! the paths interleaved within each run; the report gives medians of the runs,
-//! and ratios computed within each run, then their median, and the performance
-//! targets. It builds nothing: the binaries must exist.
+//! beside the backend's own start time. Every measurement is repeated (`--runs`).
+//! Within a run the stdio paths run side by side: all started, then their calls
+//! made in small blocks, one path after the other, so that a slow moment of the
+//! machine falls on every path alike; the HTTP paths take turns. The report gives
+//! medians of the runs, and ratios computed within each run, then their median,
+//! and the performance targets. It builds nothing: the binaries must exist.
 //!
 //! Which tethers: with neither `--tether` nor `--tether-blocking`, `tether` next to
 //! this executable and `tether-blocking` next to that if it was built; with either
@@ -238,6 +240,11 @@ impl Via {
         }
     }
 
+    /// Over Streamable HTTP (else over stdio).
+    fn is_http(self) -> bool {
+        matches!(self, Via::DirectHttp | Via::TetherHttp(_))
+    }
+
     /// The echo tool's name on this path.
     fn echo_tool(self) -> &'static str {
         match self {
@@ -301,6 +308,82 @@ impl PhaseCost {
             backend_cpu: cpu(before.backend, after.backend),
             client_cpu: cpu(before.client, after.client),
         }
+    }
+}
+
+/// Rounds of sequential calls on each stdio path in one run (see `Bench::measure_stdio`).
+const SEQ_BLOCKS: usize = 10;
+/// Rounds of concurrent calls on each stdio path in one run: fewer, as each
+/// starts by filling the pipeline and ends by draining it.
+const CONC_BLOCKS: usize = 4;
+
+/// Round `round`'s share of `total` calls split into `rounds` (the first rounds
+/// take the remainder).
+fn share(total: usize, rounds: usize, round: usize) -> usize {
+    total / rounds + usize::from(round < total % rounds)
+}
+
+/// `total` calls on each open path, made by `measure` in `rounds` blocks, one path
+/// after the other, the order rotating from round to round (and run `r` to run).
+fn in_blocks(
+    open: &mut [(Peer, String, Pids)],
+    rounds: usize,
+    total: usize,
+    r: usize,
+    mut measure: impl FnMut(&mut Peer, &str, usize) -> Result<Series, String>,
+) -> Result<Vec<Blocks>, String> {
+    let n = open.len();
+    let mut blocks = vec![Blocks::default(); n];
+    for round in 0..rounds {
+        for k in 0..n {
+            let i = (k + round + r) % n;
+            let (peer, params, pids) = &mut open[i];
+            let before = pids.snapshot();
+            let series = measure(peer, params, share(total, rounds, round))?;
+            blocks[i].add(series, &before, &pids.snapshot());
+        }
+    }
+    Ok(blocks)
+}
+
+/// One path's measurements made in blocks, added up: the latencies, the time
+/// spent and what each process spent.
+#[derive(Clone, Default)]
+struct Blocks {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+    proxy: Option<ProcCost>,
+    backend_ns: Option<u64>,
+    client_ns: Option<u64>,
+}
+
+impl Blocks {
+    /// Adds a block of calls and the counters around it.
+    fn add(&mut self, series: Series, before: &Snapshot, after: &Snapshot) {
+        self.latencies.extend(series.sorted);
+        self.elapsed += series.elapsed;
+        let spent = |a: Option<ProcCost>, b: Option<ProcCost>| Some(b?.cpu_ns.saturating_sub(a?.cpu_ns));
+        let sum = |total: Option<u64>, more: Option<u64>| Some(total.unwrap_or(0) + more?);
+        if let (Some(a), Some(b)) = (before.proxy, after.proxy) {
+            let total = self.proxy.get_or_insert_with(ProcCost::default);
+            total.cpu_ns += b.cpu_ns.saturating_sub(a.cpu_ns);
+            total.switches += b.switches.saturating_sub(a.switches);
+        }
+        self.backend_ns = sum(self.backend_ns, spent(before.backend, after.backend));
+        self.client_ns = sum(self.client_ns, spent(before.client, after.client));
+    }
+
+    /// The calls of every block as one series, and their cost per call.
+    fn total(self) -> (Series, PhaseCost) {
+        let series = Series::new(self.latencies, self.elapsed);
+        let calls = series.calls.max(1) as f64;
+        let per_call = |ns: u64| ns as f64 / 1e3 / calls;
+        let cost = PhaseCost {
+            proxy: self.proxy.map(|p| (per_call(p.cpu_ns), p.switches as f64 / calls)),
+            backend_cpu: self.backend_ns.map(per_call),
+            client_cpu: self.client_ns.map(per_call),
+        };
+        (series, cost)
     }
 }
 
@@ -404,14 +487,6 @@ impl Bench {
         json!({"name": via.echo_tool(), "arguments": {"text": ECHO_TEXT}}).to_string()
     }
 
-    /// Sequential and concurrent echo calls through one path.
-    fn measure_path(&mut self, via: Via) -> Result<PathSample, String> {
-        match via {
-            Via::DirectHttp | Via::TetherHttp(_) => self.measure_http(via),
-            Via::Direct | Via::Relay | Via::Tether(_) => self.measure_stdio(via),
-        }
-    }
-
     /// Starts a stdio path's first process (mock, relay or tether), handshake done.
     fn open_stdio(&mut self, via: Via) -> Result<Peer, String> {
         let mock_args = vec!["--name".to_string(), "m".to_string()];
@@ -435,39 +510,58 @@ impl Bench {
         Ok(peer)
     }
 
-    /// A stdio path: the client writes lines to the first process's stdin.
-    fn measure_stdio(&mut self, via: Via) -> Result<PathSample, String> {
-        let mut peer = self.open_stdio(via)?;
-        peer.wait_for_tools(via.echo_tool(), 1, Duration::from_secs(15))?;
-        let params = Self::echo_params(via);
-        bench::sequential(&mut peer, "tools/call", &params, self.opts.warmup)?;
-        let frame = peer.request("tools/call", &serde_json::from_str(&params).expect("json"))?;
-        if tool_text(&frame.value) != Some(ECHO_TEXT) {
-            return Err(format!("{}: echo answered {}", peer.label, frame.value));
-        }
-        let pids = match via {
-            Via::Direct => Pids::direct(peer.pid()),
-            _ => Pids::proxied(peer.pid()),
-        };
-        let before = pids.snapshot();
-        let seq = bench::sequential(&mut peer, "tools/call", &params, self.opts.calls)?;
-        let after_seq = pids.snapshot();
+    /// The stdio paths of one run, side by side: every path's processes are
+    /// started and warmed first, then the calls go in blocks, one path after the
+    /// other, [`SEQ_BLOCKS`] rounds of sequential calls and [`CONC_BLOCKS`] of
+    /// concurrent ones, the order rotating from round to round. A slow moment of
+    /// the machine then falls on every path alike instead of on whichever ran
+    /// then, which is what the ratios between paths need.
+    fn measure_stdio(&mut self, vias: &[Via], r: usize) -> Result<Vec<PathSample>, String> {
         let c = self.opts.concurrency;
-        bench::concurrent(&mut peer, "tools/call", &params, self.opts.warmup.max(c), c)?;
-        let before_conc = pids.snapshot();
-        let conc = bench::concurrent(&mut peer, "tools/call", &params, self.opts.calls, c)?;
-        let after_conc = pids.snapshot();
-        let proxy_hwm_kib = peak_rss(pids.proxy, &peer.label)?;
-        peer.finish(Duration::from_secs(5));
-        Ok(PathSample {
-            seq_cost: PhaseCost::between(&before, &after_seq, seq.calls),
-            conc_cost: PhaseCost::between(&before_conc, &after_conc, conc.calls),
-            seq,
-            conc,
-            proxy_hwm_kib,
-            threads: after_conc.proxy.map_or(0, |c| c.threads),
-            kinds: BodyKinds::default(),
-        })
+        let mut open = Vec::with_capacity(vias.len());
+        for &via in vias {
+            let mut peer = self.open_stdio(via)?;
+            peer.wait_for_tools(via.echo_tool(), 1, Duration::from_secs(15))?;
+            let params = Self::echo_params(via);
+            let frame = peer.request("tools/call", &serde_json::from_str(&params).expect("json"))?;
+            if tool_text(&frame.value) != Some(ECHO_TEXT) {
+                return Err(format!("{}: echo answered {}", peer.label, frame.value));
+            }
+            let pids = match via {
+                Via::Direct => Pids::direct(peer.pid()),
+                _ => Pids::proxied(peer.pid()),
+            };
+            open.push((peer, params, pids));
+        }
+        for (peer, params, _) in &mut open {
+            bench::sequential(peer, "tools/call", params, self.opts.warmup)?;
+            bench::concurrent(peer, "tools/call", params, self.opts.warmup.max(c), c)?;
+        }
+        let calls = self.opts.calls;
+        let seq = in_blocks(&mut open, SEQ_BLOCKS, calls, r, |peer, params, n| {
+            bench::sequential(peer, "tools/call", params, n)
+        })?;
+        let conc = in_blocks(&mut open, CONC_BLOCKS, calls, r, |peer, params, n| {
+            bench::concurrent(peer, "tools/call", params, n, c)
+        })?;
+        let mut samples = Vec::with_capacity(vias.len());
+        for (((peer, _, pids), seq), conc) in open.into_iter().zip(seq).zip(conc) {
+            let proxy_hwm_kib = peak_rss(pids.proxy, &peer.label)?;
+            let threads = pids.snapshot().proxy.map_or(0, |c| c.threads);
+            peer.finish(Duration::from_secs(5));
+            let (seq, seq_cost) = seq.total();
+            let (conc, conc_cost) = conc.total();
+            samples.push(PathSample {
+                seq,
+                conc,
+                seq_cost,
+                conc_cost,
+                proxy_hwm_kib,
+                threads,
+                kinds: BodyKinds::default(),
+            });
+        }
+        Ok(samples)
     }
 
     /// Starts an HTTP path's server: `mock-mcp --http` or `tether serve --listen`,
@@ -610,13 +704,16 @@ impl Bench {
 
     fn run(&mut self, r: usize) -> Result<Run, String> {
         let all = Via::all(&self.opts);
-        let mut paths: Vec<Option<PathSample>> = vec![None; all.len()];
-        // Rotate the order from run to run so no path always goes first.
-        for k in 0..all.len() {
-            let i = (k + r) % all.len();
-            paths[i] = Some(self.measure_path(all[i])?);
+        let stdio: Vec<Via> = all.iter().copied().filter(|v| !v.is_http()).collect();
+        let mut paths: Vec<(Via, PathSample)> = stdio.iter().copied().zip(self.measure_stdio(&stdio, r)?).collect();
+        // The HTTP paths one after the other, the order rotating from run to run.
+        let http: Vec<Via> = all.iter().copied().filter(|v| v.is_http()).collect();
+        let mut measured: Vec<Option<PathSample>> = vec![None; http.len()];
+        for k in 0..http.len() {
+            let i = (k + r) % http.len();
+            measured[i] = Some(self.measure_http(http[i])?);
         }
-        let paths = all.iter().copied().zip(paths.into_iter().map(|p| p.expect("measured"))).collect();
+        paths.extend(http.into_iter().zip(measured.into_iter().map(|p| p.expect("measured"))));
         let mut tethers = Vec::new();
         for t in 0..self.opts.tethers.len() {
             let idle_hwm_kib = self.idle_backends(t)?;
