@@ -77,12 +77,26 @@ fn main() -> ExitCode {
     }
 }
 
+/// `tether.authorization` protects the HTTP listener, which this binary does not
+/// have: a config that sets it says so at start instead of seeming to protect
+/// anything (the stdio client is trusted whole, as in `tether`).
+fn warn_authorization_unused(path: Option<&std::path::Path>) {
+    let Some(path) = path else { return };
+    if let Ok(Some(_)) = tether_host::config_file::authorization_section(path) {
+        tracing::warn!(
+            "tether.authorization has no effect in tether-blocking: it serves stdio only, and the stdio \
+             client sees every server; use `tether serve --listen` for OAuth-protected clients"
+        );
+    }
+}
+
 fn serve(cli: &Cli) -> Result<(), String> {
     if let Some(Command::Serve(ServeArgs { listen: Some(_) })) = &cli.command {
         return Err("--listen is not available in tether-blocking (stdio only); use `tether serve --listen`".into());
     }
     let watch = tether_host::reload::watch(config_path(cli.config.as_deref()).as_deref(), &cli.policy);
     let config = load_config(cli.config.as_deref(), &cli.policy)?;
+    warn_authorization_unused(config_path(cli.config.as_deref()).as_deref());
     let max_frame = config.limits.max_frame_bytes as usize;
     let backends = config.servers.len();
     let credentials =

@@ -406,3 +406,14 @@ fn a_busy_port_is_named_with_what_to_do_and_listen_works_without_serve() {
     assert!(stderr.contains(&format!("--listen {addr}: cannot listen")), "{stderr}");
     assert!(stderr.contains("choose another port"), "{stderr}");
 }
+
+#[test]
+fn tether_blocking_says_an_authorization_section_has_no_effect() {
+    let config = json!({
+        "mcpServers": {"m": mock_server(&[])},
+        "tether": {"authorization": {"issuer": "https://login.example.com/", "resource": "https://mcp.example.com/mcp"}},
+    });
+    let t = Tether::start_with(tether_tests::Runtime::Blocking, config, &[]);
+    let warning = "tether.authorization has no effect in tether-blocking";
+    assert!(t.wait_log_count(warning, 1, Duration::from_secs(10)), "{}", t.stderr_text());
+}
