@@ -117,8 +117,10 @@ pub enum Input {
         /// The frame text.
         frame: String,
     },
-    /// One SSE event that carried an id, from a Streamable HTTP stream: the core
-    /// remembers the ids it has seen on the connection and drops replays.
+    /// One SSE event from a Streamable HTTP stream that says something a bare
+    /// frame would not: an id (the core remembers the ids it has seen on the
+    /// connection and drops replays), or the POST it answers (a request the
+    /// backend sends there is for that call, whichever client made it).
     BackendEvent {
         /// Backend name.
         server: ServerName,
@@ -126,8 +128,9 @@ pub enum Input {
         generation: Generation,
         /// The stream it came on.
         stream: StreamRef,
-        /// The event's `id`.
-        event_id: String,
+        /// The event's `id`, if it had one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        event_id: Option<String>,
         /// The frame text (the event's data).
         frame: String,
     },
@@ -642,9 +645,10 @@ impl fmt::Display for Input {
             Input::BackendFrame { server, generation, frame } => {
                 write!(f, "{server}#{generation} -> {}", short(frame))
             }
-            Input::BackendEvent { server, generation, stream, event_id, frame } => {
-                write!(f, "{server}#{generation} -> [{stream}, event {}] {}", short(event_id), short(frame))
-            }
+            Input::BackendEvent { server, generation, stream, event_id, frame } => match event_id {
+                Some(id) => write!(f, "{server}#{generation} -> [{stream}, event {}] {}", short(id), short(frame)),
+                None => write!(f, "{server}#{generation} -> [{stream}] {}", short(frame)),
+            },
             Input::StreamEnded { server, generation, stream, last_event_id, retry_ms, events, failure } => {
                 write!(f, "{server}#{generation} {stream} ended after {events} messages")?;
                 match failure {

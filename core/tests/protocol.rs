@@ -5,7 +5,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::*;
-use tether_core::{Action, ClientRoute, Config, Input, ServerConfig, SessionId};
+use tether_core::{Action, ClientRoute, Config, Input, ServerConfig, SessionId, StreamRef};
 
 fn full_caps() -> Value {
     json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{},"resources":{"subscribe":true},"prompts":{},"logging":{},"completions":{}},"serverInfo":{"name":"fs","version":"1"}})
@@ -170,6 +170,70 @@ fn sampling_is_routed_to_the_calling_session_and_back() {
     assert_eq!(forwarded["result"]["model"], "m");
     sim.backend("fs", json!({"jsonrpc":"2.0","id":call_id,"result":{"content":[]}}));
     sim.response(1);
+}
+
+/// Over Streamable HTTP the transport says which call a backend's request is for:
+/// the one whose POST stream it came on. It goes to that call's client, even when
+/// another client's call is newer, and even between two token holders, where a
+/// request without that word is refused rather than guessed.
+#[test]
+fn a_request_on_a_calls_post_stream_goes_to_that_calls_client() {
+    let mut sim = Sim::new(one_http());
+    sim.boot("web", &["search"]);
+    let (alice, bob) = (SessionId(10), SessionId(11));
+    for session in [alice, bob] {
+        sim.input(Input::ClientConnected { session, expires: true });
+        sim.input(Input::ClientAccess { session, scopes: vec!["mcp".into()] });
+        sim.session(session, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"t","version":"1"}}}));
+        sim.session(session, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    }
+    let call = |sim: &mut Sim, session, id: u64| {
+        sim.session(
+            session,
+            json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"web__search","arguments":{}}}),
+        );
+        sim.last_request("web", "tools/call")
+    };
+    let alices = call(&mut sim, alice, 7);
+    let _bobs = call(&mut sim, bob, 8);
+    let sampling = |id: &str| json!({"jsonrpc":"2.0","id":id,"method":"sampling/createMessage","params":{"messages":[],"maxTokens":5}});
+    let asked = |sim: &Sim, session| -> Vec<Value> {
+        sim.frames_to(session).into_iter().filter(|f| f["method"] == "sampling/createMessage").collect()
+    };
+
+    // On Alice's POST stream, without an event id: Alice's, though Bob's call is newer.
+    let generation = sim.gen("web");
+    let frame = sampling("s1").to_string();
+    let stream = StreamRef::Request(alices);
+    sim.input(Input::BackendEvent { server: "web".into(), generation, stream, event_id: None, frame });
+    let to_alice = asked(&sim, alice);
+    assert_eq!((to_alice.len(), asked(&sim, bob).len()), (1, 0), "{}", sim.log);
+    let route = sim.actions.iter().rev().find_map(|(_, a)| match a {
+        Action::SendToClient { session, frame, route } if *session == alice && frame.contains("sampling") => {
+            Some(route.clone())
+        }
+        _ => None,
+    });
+    assert_eq!(route.map(|r| format!("{r:?}")), Some(r#"Related("7")"#.to_string()), "on Alice's call's stream");
+
+    // Alice answers; the backend gets the answer under its own id.
+    let gid = to_alice[0]["id"].clone();
+    sim.session(alice, json!({"jsonrpc":"2.0","id":gid,"result":{"role":"assistant","content":{"type":"text","text":"ok"},"model":"m"}}));
+    let answered = sim.actions.iter().rev().find_map(|(_, a)| match a {
+        Action::SendToBackend { frame, .. } if frame.contains("\"s1\"") => Some(frame.clone()),
+        _ => None,
+    });
+    assert!(answered.is_some_and(|f| f.contains("\"model\":\"m\"")), "the answer reaches the backend");
+
+    // The same request as a bare frame names no call: between two token holders
+    // nobody is asked, and the backend is told why.
+    sim.backend("web", sampling("s2"));
+    assert_eq!((asked(&sim, alice).len(), asked(&sim, bob).len()), (1, 0));
+    let refused = sim.actions.iter().rev().find_map(|(_, a)| match a {
+        Action::SendToBackend { frame, .. } if frame.contains("\"s2\"") => Some(frame.clone()),
+        _ => None,
+    });
+    assert!(refused.is_some_and(|f| f.contains("cannot tell which")), "the backend gets an error");
 }
 
 #[test]

@@ -47,7 +47,7 @@ fn event(sim: &mut Sim, stream: StreamRef, id: &str, frame: Value) {
         server: "web".into(),
         generation,
         stream,
-        event_id: id.into(),
+        event_id: Some(id.into()),
         frame: frame.to_string(),
     });
 }

@@ -386,9 +386,10 @@ impl Shared {
         self.report(Input::BackendFrame { server: self.server.clone(), generation: self.generation, frame });
     }
 
-    /// A frame that came as an SSE event with an id of its own on `stream`: the
-    /// core drops it if it has seen the id (a replay after a resumption).
-    fn event_frame(self: &Arc<Self>, frame: String, stream: StreamRef, event_id: String) {
+    /// A frame that came as an SSE event on `stream` with an id of its own (the
+    /// core drops it if it has seen the id: a replay after a resumption), or on a
+    /// POST's stream (a request there is for that call).
+    fn event_frame(self: &Arc<Self>, frame: String, stream: StreamRef, event_id: Option<String>) {
         if self.remember_version(&frame) {
             self.open_get_stream();
         }
@@ -766,8 +767,9 @@ impl Shared {
                         (Some(cancel), ..) if cancel.is_set() => return outcome(&decoder, true, answered, events),
                         (Some(_), ..) => self.report_frame(event.data),
                         (None, Some(stream), Some(id)) if decoder.last_event_had_id() => {
-                            self.event_frame(event.data, stream, id)
+                            self.event_frame(event.data, stream, Some(id))
                         }
+                        (None, Some(stream @ StreamRef::Request(_)), _) => self.event_frame(event.data, stream, None),
                         (None, ..) => self.frame(event.data),
                     }
                     if answered && end_on_answer {

@@ -876,8 +876,9 @@ impl Harness {
         }
     }
 
-    /// `web`'s streams: an event with an id (perhaps a replay, perhaps the
-    /// answer of a call whose stream ended) or the end of a stream.
+    /// `web`'s streams: an event, with an id (perhaps a replay, perhaps the answer
+    /// of a call whose stream ended) or without (`e0`), and on a call's stream
+    /// perhaps a request for that call's client; or the end of a stream.
     fn stream_step(&mut self, c: &mut Choices<'_>) -> Result<(), Violation> {
         let calls: Vec<u64> = self
             .open
@@ -892,7 +893,7 @@ impl Harness {
         let generation = self.generation("web");
         let event_id = |c: &mut Choices<'_>| format!("e{}", c.below(6));
         if c.below(2) == 0 {
-            let event_id = event_id(c);
+            let event_id = Some(event_id(c)).filter(|id| id != "e0");
             let frame = match (stream, c.below(3)) {
                 (StreamRef::Request(id), 0) => {
                     self.settled("web", id);
@@ -900,6 +901,9 @@ impl Harness {
                 }
                 (StreamRef::Request(id), 1) => {
                     json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":id,"progress":c.byte()}})
+                }
+                (StreamRef::Request(id), _) if event_id.is_none() => {
+                    json!({"jsonrpc":"2.0","id":format!("s{id}"),"method":"sampling/createMessage","params":{"messages":[]}})
                 }
                 _ => json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}),
             };

@@ -12,13 +12,19 @@ use super::backend::kind_bit;
 use super::calls::{CallKind, RawFields, ServerRequest};
 use super::Gateway;
 use crate::catalog::ListKind;
-use crate::io::Event;
+use crate::io::{Event, StreamRef};
 use crate::policy::BreakerTransition;
 use crate::protocol::{self, code, Era, Incoming};
 
 impl Gateway {
     /// A frame from the live connection of `server`.
     pub(super) fn backend_frame(&mut self, server: &str, frame: &str) {
+        self.backend_frame_on(server, frame, None);
+    }
+
+    /// A frame from the live connection of `server`, that came on `stream` when
+    /// the transport says (a request on a POST's stream is for that call).
+    pub(super) fn backend_frame_on(&mut self, server: &str, frame: &str, stream: Option<StreamRef>) {
         if frame.len() > self.config.limits.max_frame_bytes as usize {
             self.emit(Event::ProtocolViolation {
                 server: self.name(server),
@@ -48,7 +54,10 @@ impl Gateway {
                 self.backend_answer(server, call_id, Err(error));
             }
             Incoming::Notification { method, params } => self.backend_notification(server, &method, params),
-            Incoming::Request { id, method, params, .. } => self.backend_request(server, id, &method, params),
+            Incoming::Request { id, method, params, .. } => {
+                let call = stream.and_then(|s| s.request()).filter(|c| self.client_call_on(server, *c));
+                self.backend_request(server, id, &method, params, call);
+            }
         }
     }
 
@@ -247,8 +256,18 @@ impl Gateway {
     }
 
     /// A backend asks something of a client: answered here (`ping`) or routed to
-    /// the session whose call caused it.
-    fn backend_request(&mut self, server: &str, id: &str, method: &str, params: Option<&str>) {
+    /// the session whose call caused it. That call is `stream_call` when the
+    /// request came on the call's own POST stream (the transport says so); else it
+    /// is taken to be the newest call in flight on the backend, a guess that is not
+    /// made between several token holders.
+    fn backend_request(
+        &mut self,
+        server: &str,
+        id: &str,
+        method: &str,
+        params: Option<&str>,
+        stream_call: Option<u64>,
+    ) {
         if method == "ping" {
             return self.to_backend(server, protocol::response(id, "{}"), None);
         }
@@ -256,20 +275,27 @@ impl Gateway {
             let msg = format!("tether does not forward {method} to clients");
             return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
         };
-        if let Some((call, task)) = self.task_call_on(server) {
-            return self.ask_for_task(server, call, &task, id, method, params, capability);
+        let call = stream_call.or_else(|| self.newest_client_call(server).map(|(call, _)| call));
+        if let Some(call) = call {
+            if let Some(task) = self.call_task(call) {
+                return self.ask_for_task(server, call, &task, id, method, params, capability);
+            }
+            if self.is_stateless_call(call) {
+                return self.ask_stateless_client(server, call, id, method, params, capability);
+            }
         }
-        if let Some(call) = self.stateless_call_on(server) {
-            return self.ask_stateless_client(server, call, id, method, params, capability);
-        }
-        if self.origin_ambiguous(server) {
+        if stream_call.is_none() && self.origin_ambiguous(server) {
             // Clients with tokens are different people: a request asked of the
             // wrong one would show it another's call, and let it answer for them.
             let msg = "calls of several token-holding clients are in flight on this server: \
                        tether cannot tell which one this request is for";
             return self.to_backend(server, protocol::error_response(id, code::INTERNAL_ERROR, msg, None), None);
         }
-        let Some((session, related)) = self.origin_session(server, capability) else {
+        let origin = match stream_call {
+            Some(call) => self.call_origin(call, capability),
+            None => self.origin_session(server, capability),
+        };
+        let Some((session, related)) = origin else {
             let msg = format!("no connected client supports {capability}");
             return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
         };
@@ -315,6 +341,19 @@ impl Gateway {
                 .find(|(id, s)| s.ready && supports(id) && s.scopes.is_none())
                 .map(|(id, _)| (*id, None)),
         }
+    }
+
+    /// Whether `call` is a client call in flight on `server`.
+    fn client_call_on(&self, server: &str, call: u64) -> bool {
+        self.router.calls.get(&call).is_some_and(|c| &*c.server == server && matches!(c.kind, CallKind::Client(_)))
+    }
+
+    /// The session of client call `call` and the call's own id, if that session
+    /// supports `capability`.
+    fn call_origin(&self, call: u64, capability: &str) -> Option<(crate::io::SessionId, Option<crate::io::RawId>)> {
+        let CallKind::Client(cc) = &self.router.calls.get(&call)?.kind else { return None };
+        let supports = self.sessions.open.get(&cc.session).is_some_and(|s| s.supports(capability));
+        supports.then(|| (cc.session, Some(cc.id.clone())))
     }
 
     /// Whether the client calls in flight on `server` come from more than one

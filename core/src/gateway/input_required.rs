@@ -28,13 +28,11 @@ use crate::protocol::{self, code, Era};
 const INPUT_GATHER_MS: u64 = 50;
 
 impl Gateway {
-    /// The stateless client's call on `server` that a backend request arriving
-    /// now belongs to (the newest such call), if the newest call is one.
-    pub(super) fn stateless_call_on(&self, server: &str) -> Option<u64> {
-        let (id, cc) = self.newest_client_call(server)?;
-        let stateless =
-            cc.awaiting_input.is_some() || self.sessions.open.get(&cc.session).is_some_and(|s| s.era == Era::Stateless);
-        stateless.then_some(id)
+    /// Whether client call `call` is a stateless client's (or waits for its
+    /// input): a backend request for it is asked through `input_required`.
+    pub(super) fn is_stateless_call(&self, call: u64) -> bool {
+        let Some(CallKind::Client(cc)) = self.router.calls.get(&call).map(|c| &c.kind) else { return false };
+        cc.awaiting_input.is_some() || self.sessions.open.get(&cc.session).is_some_and(|s| s.era == Era::Stateless)
     }
 
     /// The newest client call in flight on `server`: a handshake-era backend's

@@ -237,7 +237,7 @@ impl Gateway {
             }
             Input::BackendEvent { server, generation, stream, event_id, frame } => {
                 if self.current(&server, generation)? {
-                    self.backend_event(&server, stream, &event_id, &frame);
+                    self.backend_event(&server, stream, event_id.as_deref(), &frame);
                 }
             }
             Input::StreamEnded { server, generation, stream, last_event_id, retry_ms, events, mut failure } => {

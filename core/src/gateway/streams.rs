@@ -95,17 +95,17 @@ impl Streams {
 }
 
 impl Gateway {
-    /// An SSE event with an id: dropped when it is a replay, else a frame (and
-    /// progress for the stream it resumed).
-    pub(super) fn backend_event(&mut self, server: &str, stream: StreamRef, event_id: &str, frame: &str) {
+    /// An SSE event: dropped when its id says it is a replay, else a frame from
+    /// `stream` (and progress for the stream it resumed).
+    pub(super) fn backend_event(&mut self, server: &str, stream: StreamRef, event_id: Option<&str>, frame: &str) {
         let Some(b) = self.backends.get_mut(server) else { return };
-        if !b.streams.first_sighting(event_id) {
+        if event_id.is_some_and(|id| !b.streams.first_sighting(id)) {
             return;
         }
         if let Some(r) = b.streams.ended.get_mut(&stream) {
             r.fresh = true;
         }
-        self.backend_frame(server, frame);
+        self.backend_frame_on(server, frame, Some(stream));
     }
 
     /// A stream of the live connection ended: resume it, repair the session, or

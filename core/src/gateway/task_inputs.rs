@@ -264,10 +264,12 @@ impl Gateway {
         self.end_task_round(task_id);
     }
 
-    /// The newest client call on `server`, when it runs for a task: a backend's
-    /// request arriving now is asked for that task.
-    pub(super) fn task_call_on(&self, server: &str) -> Option<(u64, String)> {
-        let (id, cc) = self.newest_client_call(server)?;
-        Some((id, cc.task.clone()?))
+    /// The task client call `call` runs for, if any: a backend request for the
+    /// call is asked for that task.
+    pub(super) fn call_task(&self, call: u64) -> Option<String> {
+        match &self.router.calls.get(&call)?.kind {
+            CallKind::Client(cc) => cc.task.clone(),
+            _ => None,
+        }
     }
 }

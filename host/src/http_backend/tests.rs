@@ -585,7 +585,7 @@ fn a_post_stream_ended_early_is_reported_and_resumed_with_last_event_id() {
     backend.resume(StreamRef::Request(2), Some("p1".into()));
     match next_input(&rx) {
         Input::BackendEvent { stream: StreamRef::Request(2), event_id, frame, .. } => {
-            assert_eq!(event_id, "p2");
+            assert_eq!(event_id.as_deref(), Some("p2"));
             assert!(frame.contains(r#""id":2"#), "{frame}");
         }
         other => panic!("expected the response as an event, got {other:?}"),
@@ -611,4 +611,31 @@ fn a_stateless_request_may_be_answered_with_a_stream() {
     assert!(frame_of(next_input(&rx)).contains("notifications/progress"));
     assert!(frame_of(next_input(&rx)).contains(r#""id":4"#));
     assert_eq!(rx.recv_timeout(Duration::from_millis(200)).ok(), None);
+}
+
+#[test]
+fn what_a_post_stream_brings_is_reported_with_its_stream() {
+    let (url, _) = serve_seen(|seen, _| match seen.method.as_str() {
+        "POST" if seen.body.contains("initialize") => Answer::Reply(handshake()),
+        "POST" if seen.body.contains("tools/call") => Answer::Stream(|w, _| {
+            // Events without ids: only the stream says which call they are for.
+            w.event(r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[]}}"#)?;
+            w.event(r#"{"jsonrpc":"2.0","id":2,"result":{"content":[]}}"#)?;
+            w.end()
+        }),
+        "POST" => Answer::Reply(reply(202, "text/plain", "")),
+        _ => Answer::Reply(reply(405, "text/plain", "")),
+    });
+    let (backend, rx) = connect(url);
+    backend.send(INITIALIZE.into(), Some(1));
+    frame_of(next_input(&rx));
+    backend.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ask"}}"#.into(), Some(2));
+    for expected in ["sampling/createMessage", r#""id":2"#] {
+        match next_input(&rx) {
+            Input::BackendEvent { stream: StreamRef::Request(2), event_id: None, frame, .. } => {
+                assert!(frame.contains(expected), "{frame}");
+            }
+            other => panic!("expected an event of the call's stream, got {other:?}"),
+        }
+    }
 }
