@@ -364,3 +364,36 @@ fn a_client_that_opens_urls_is_asked_to_open_the_login_and_told_when_it_is_done(
     let ok = sim.frames_to(opener).into_iter().find(|f| f["id"] == 9).expect("answered");
     assert_eq!(ok["result"], text_result("ok"), "the retry after the login succeeds");
 }
+
+/// A grant no person can mend (the host reports a refused workload JWT as
+/// unavailable) is tried again on the backoff with nothing in hand, the backend
+/// saying why meanwhile, and an operator's reconnect tries at once.
+#[test]
+fn a_grant_refused_with_nothing_in_hand_is_tried_again_on_the_backoff() {
+    let mut sim = Sim::new(oauth_config());
+    report(&mut sim, CredentialUpdate::Missing);
+    sim.client_init();
+    sim.refuse_probe("web");
+    sim.fail("web", Some(sim.last_request("web", "initialize")), unauthorized());
+    assert_eq!(step_names(&sim), ["load", "obtain"]);
+    let refused = CredentialUpdate::Failed {
+        reason: CredentialFailure::Unavailable,
+        message: "token endpoint: invalid_grant (assertion expired)".into(),
+    };
+    report(&mut sim, refused.clone());
+    assert_eq!(sim.status("web"), Status::RequiresReauth);
+    let status = sim.gw.status("web").unwrap();
+    assert!(status.last_error.as_deref().unwrap().contains("assertion expired"), "{status:?}");
+    sim.advance(1_100);
+    assert_eq!(step_names(&sim), ["load", "obtain", "obtain"], "tried again after about a second");
+    report(&mut sim, refused);
+    let t = sim.now;
+    sim.advance(500);
+    sim.input(Input::Admin { command: tether_core::AdminCommand::Reconnect { server: "web".into() } });
+    sim.fail("web", Some(sim.last_request("web", "server/discover")), unauthorized());
+    let after: Vec<u64> = steps(&sim).iter().skip(3).map(|(at, _)| *at - t).collect();
+    assert_eq!(after, [500], "the operator's reconnect tries at once\n{}", sim.log);
+    report(&mut sim, ready(HOUR));
+    sim.boot("web", &["search"]);
+    assert_eq!(sim.status("web"), Status::Online);
+}

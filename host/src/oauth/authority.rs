@@ -559,7 +559,20 @@ impl Authority {
         self.unattended_locked(discovery, challenge)
     }
 
+    /// An unattended grant, its refusals classified for the engine: nobody can log
+    /// in to mend a refused assertion (a workload's JWT, an ID token kept fresh by
+    /// SSO tooling), a file not there yet, or a trust not yet set up at the server;
+    /// the platform, the tooling or an administrator does, so the engine tries again
+    /// on its backoff ([`CredentialFailure::Unavailable`]) instead of waiting for a
+    /// login that cannot come.
     fn unattended_locked(&self, discovery: &Discovery, challenge: &Challenge) -> Result<CredentialUpdate, Failure> {
+        self.unattended_grant(discovery, challenge).map_err(|f| match f.reason {
+            CredentialFailure::InvalidGrant => Failure::unavailable(f.message),
+            _ => f,
+        })
+    }
+
+    fn unattended_grant(&self, discovery: &Discovery, challenge: &Challenge) -> Result<CredentialUpdate, Failure> {
         match self.settings.grant {
             Grant::JwtBearer => {
                 let assertion = self.secret_from(
@@ -600,11 +613,12 @@ impl Authority {
         }
         let grant = self.settings.grant.name();
         let path = file.ok_or_else(|| Failure::rejected(format!("the {grant} grant needs {key} or {key}_file")))?;
+        // A file not written yet (or being rewritten) may be there at the next try.
         let text = std::fs::read_to_string(path)
-            .map_err(|e| Failure::rejected(format!("reading the {key}_file {}: {e}", path.display())))?;
+            .map_err(|e| Failure::unavailable(format!("reading the {key}_file {}: {e}", path.display())))?;
         let text = text.trim();
         if text.is_empty() {
-            return Err(Failure::rejected(format!("the {key}_file {} is empty", path.display())));
+            return Err(Failure::unavailable(format!("the {key}_file {} is empty", path.display())));
         }
         Ok(Secret::new(text.to_owned()))
     }

@@ -742,19 +742,24 @@ fn jwt_bearer_exchanges_the_workload_token_read_at_each_exchange() {
     ready(&run(&a, AuthStep::Refresh));
     assert_eq!(fake.world().token_requests[1].0["assertion"], "wl.2");
     assert_eq!(a.status().method, "workload identity (jwt-bearer)");
-    // A refused assertion: invalid_grant, its text hidden from the message.
+    // A refused assertion (invalid_grant, its text hidden from the message) is
+    // tried again later: no person can log in to mend it, the platform can.
     std::fs::write(&file, "expired.jwt.text").unwrap();
     let (reason, message) = failed(&run(&a, AuthStep::Refresh));
-    assert_eq!(reason, CredentialFailure::InvalidGrant);
-    assert!(!message.contains("expired.jwt.text"), "{message}");
+    assert_eq!(reason, CredentialFailure::Unavailable);
+    assert!(message.contains("invalid_grant") && !message.contains("expired.jwt.text"), "{message}");
     // No person logs in with this grant.
     let reports = Reports::default();
     a.execute(AuthStep::Login { challenge: Challenge::default() }, reports.sink());
     assert_eq!(failed(&reports.nth(0)).0, CredentialFailure::Rejected);
-    // Without a file or an assertion, the error names the keys.
+    // The file gone (the platform rewriting it): tried again later, the error names it.
     std::fs::remove_file(&file).unwrap();
-    let (_, message) = failed(&run(&a, AuthStep::Refresh));
+    let (reason, message) = failed(&run(&a, AuthStep::Refresh));
+    assert_eq!(reason, CredentialFailure::Unavailable);
     assert!(message.contains("assertion_file"), "{message}");
+    // Back, valid again: the next try gets a token.
+    std::fs::write(&file, "wl.3").unwrap();
+    ready(&run(&a, AuthStep::Refresh));
 }
 
 /// Enterprise-managed authorization: the person's ID token becomes an ID-JAG at
@@ -803,7 +808,7 @@ fn enterprise_managed_exchanges_the_id_token_then_the_identity_assertion() {
     };
     let b = authority(&fake, tempfile::tempdir().unwrap().path(), settings);
     let (reason, message) = failed(&run(&b, AuthStep::Obtain { challenge: Challenge::default() }));
-    assert_eq!(reason, CredentialFailure::InvalidGrant);
+    assert_eq!(reason, CredentialFailure::Unavailable, "tried again: SSO tooling refreshes the ID token");
     assert!(message.contains("identity provider") && !message.contains("expired-id-token"), "{message}");
 }
 
