@@ -570,6 +570,19 @@ impl Catalog {
         page_size: usize,
         keep: impl Fn(&str, &Entry) -> bool,
     ) -> Result<String, ()> {
+        self.page_edited(kind, cursor, page_size, keep, |_, _| None)
+    }
+
+    /// [`Catalog::page`], with each item as `edit` rewrites it (`None`: as listed),
+    /// for what one client must be told differently (given the backend's name).
+    pub fn page_edited(
+        &self,
+        kind: ListKind,
+        cursor: Option<&str>,
+        page_size: usize,
+        keep: impl Fn(&str, &Entry) -> bool,
+        edit: impl Fn(&str, &Entry) -> Option<String>,
+    ) -> Result<String, ()> {
         let start = match cursor {
             None => 0,
             Some(c) => {
@@ -586,7 +599,7 @@ impl Catalog {
         out.push_str("\":[");
         let mut count = 0;
         let mut more = false;
-        for (i, (_, entry)) in self.visible(kind, keep).enumerate().skip(start) {
+        for (i, (server, entry)) in self.visible(kind, keep).enumerate().skip(start) {
             if count == page_size {
                 more = i >= start;
                 break;
@@ -594,7 +607,10 @@ impl Catalog {
             if count > 0 {
                 out.push(',');
             }
-            out.push_str(&entry.json);
+            match edit(server, entry) {
+                Some(json) => out.push_str(&json),
+                None => out.push_str(&entry.json),
+            }
             count += 1;
         }
         out.push(']');

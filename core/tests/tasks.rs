@@ -443,6 +443,48 @@ fn a_2025_client_cancels_its_task_and_answers_what_it_asks() {
     insta::assert_snapshot!(sim.log);
 }
 
+/// `tools/list` as session `session` gets it: each tool's served name and what
+/// it says of tasks (`null`: nothing, which the spec reads as forbidden).
+fn listed_task_support(sim: &mut Sim, session: u64, id: u64) -> Vec<(String, Value)> {
+    send(sim, session, id, "tools/list", json!({}));
+    let tools = answer(sim, session, id)["result"]["tools"].as_array().cloned().unwrap_or_default();
+    tools.iter().map(|t| (t["name"].as_str().unwrap().to_string(), t["execution"]["taskSupport"].clone())).collect()
+}
+
+#[test]
+fn a_2025_client_is_told_it_may_call_as_tasks_the_tools_tether_runs_as_tasks() {
+    let mut sim = booted(config());
+    init_2025(&mut sim, 20);
+    let listed = listed_task_support(&mut sim, 20, 1);
+    let expected = [
+        ("fs__slow", json!("optional")),
+        ("fs__lookup", json!("optional")),
+        ("fs__quick", json!("forbidden")),
+        ("fs__batch", json!("required")),
+    ];
+    assert_eq!(listed, expected.map(|(n, s)| (n.to_string(), s)), "what tether runs as tasks is optional");
+    send(&mut sim, 20, 2, "tools/call", json!({"name":"fs__lookup","arguments":{},"task":{}}));
+    assert_eq!(answer(&sim, 20, 2)["result"]["task"]["status"], "working", "and such a call gets its task");
+
+    let older = SessionId(30);
+    sim.input(Input::ClientConnected { session: older, expires: true });
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"older","version":"1"}}});
+    sim.session(older, init);
+    let listed = listed_task_support(&mut sim, 30, 1);
+    assert!(listed[..2].iter().all(|(_, s)| s.is_null()), "an older client is told nothing new: {listed:?}");
+}
+
+#[test]
+fn a_2025_client_sees_the_task_support_of_a_backend_that_runs_tasks_as_it_listed_it() {
+    let mut sim = Sim::new(config());
+    let caps = json!({"tools":{},"tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}});
+    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities": caps}));
+    let tools = json!({"tools":[{"name":"slow","inputSchema":{"type":"object"}}]});
+    sim.answer("fs", "tools/list", tools);
+    init_2025(&mut sim, 20);
+    assert_eq!(listed_task_support(&mut sim, 20, 1), [("fs__slow".to_string(), Value::Null)]);
+}
+
 #[test]
 fn clients_of_older_revisions_see_no_tasks() {
     let mut sim = booted(config());

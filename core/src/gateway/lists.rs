@@ -89,7 +89,11 @@ impl Gateway {
             let access = self.access(session);
             let visible =
                 |s: &str, e: &_| backends.get(s).is_some_and(|b| b.is_visible()) && Self::grants(access, kind, s, e);
-            let page = self.catalog.page(kind, cursor, self.config.limits.page_size as usize, visible);
+            let size = self.config.limits.page_size as usize;
+            let page = match self.listed_task_support(session, kind) {
+                Some(edit) => self.catalog.page_edited(kind, cursor, size, visible, edit),
+                None => self.catalog.page(kind, cursor, size, visible),
+            };
             match page {
                 // Flat mode with admin tools: they lead the first page.
                 Ok(page) if kind == ListKind::Tools && cursor.is_none() && !self.own_tools().is_empty() => {

@@ -116,6 +116,35 @@ impl Gateway {
         }
     }
 
+    /// How `tools/list` tells a 2025-11-25 client which tools it may call as
+    /// tasks: a tool that says nothing of tasks would be forbidden them (the
+    /// spec's default), yet tether runs it as a task itself when its backend does
+    /// not ([`TaskPlan::Now`]), so it is listed with `taskSupport: "optional"`.
+    /// Tools of backends that run tasks pass through as they are listed. `None`:
+    /// nothing to rewrite for this session or list.
+    pub(super) fn listed_task_support(
+        &self,
+        session: SessionId,
+        kind: crate::catalog::ListKind,
+    ) -> Option<impl Fn(&str, &crate::catalog::Entry) -> Option<String> + '_> {
+        if kind != crate::catalog::ListKind::Tools || self.task_form(session) != Some(Form::Experimental) {
+            return None;
+        }
+        Some(move |server: &str, entry: &crate::catalog::Entry| {
+            if entry.task_support != crate::catalog::TaskSupport::Unspecified
+                || self.backend_runs_tasks(server, Form::Experimental)
+            {
+                return None;
+            }
+            // The entry is serde_json's own text of a map: read back and written
+            // again, it keeps its order and form.
+            let Ok(Value::Object(mut tool)) = serde_json::from_str::<Value>(&entry.json) else { return None };
+            let execution = tool.entry("execution").or_insert_with(|| Value::Object(Map::new()));
+            execution.as_object_mut()?.insert("taskSupport".into(), Value::from("optional"));
+            serde_json::to_string(&tool).ok()
+        })
+    }
+
     /// What a `tools/call` of `server`'s tool with `support` becomes; `asked`:
     /// its params carry a `task` object (2025-11-25's request for a task).
     pub(super) fn task_plan(
