@@ -131,11 +131,21 @@ pub struct Entry {
     pub param_headers: Vec<ParamHeader>,
     /// What the tool says about running as a task (`execution.taskSupport`).
     pub task_support: TaskSupport,
+    /// The item carries an `execution` object (what a client is told of tasks
+    /// goes in there).
+    lists_execution: bool,
     /// The item as the backend listed it, kept when the config overrides what
     /// clients see of it (so a changed selection can start from the original).
     raw: Option<alloc::boxed::Box<Map<String, Value>>>,
     /// Where the backend listed it, so a changed selection keeps its order.
     position: usize,
+}
+
+impl Entry {
+    /// Whether the item carries an `execution` object.
+    pub(crate) fn lists_execution(&self) -> bool {
+        self.lists_execution
+    }
 }
 
 /// What a tool says about running as a task (`execution.taskSupport`): whether
@@ -570,18 +580,19 @@ impl Catalog {
         page_size: usize,
         keep: impl Fn(&str, &Entry) -> bool,
     ) -> Result<String, ()> {
-        self.page_edited(kind, cursor, page_size, keep, |_, _| None)
+        self.page_edited(kind, cursor, page_size, keep, |_, _, _| false)
     }
 
-    /// [`Catalog::page`], with each item as `edit` rewrites it (`None`: as listed),
-    /// for what one client must be told differently (given the backend's name).
+    /// [`Catalog::page`], each item written by `edit` when it returns `true` (else
+    /// as listed): for what one client must be told differently. `edit` gets the
+    /// backend's name, the entry and the page to append to.
     pub fn page_edited(
         &self,
         kind: ListKind,
         cursor: Option<&str>,
         page_size: usize,
         keep: impl Fn(&str, &Entry) -> bool,
-        edit: impl Fn(&str, &Entry) -> Option<String>,
+        edit: impl Fn(&str, &Entry, &mut String) -> bool,
     ) -> Result<String, ()> {
         let start = match cursor {
             None => 0,
@@ -607,9 +618,8 @@ impl Catalog {
             if count > 0 {
                 out.push(',');
             }
-            match edit(server, entry) {
-                Some(json) => out.push_str(&json),
-                None => out.push_str(&entry.json),
+            if !edit(server, entry, &mut out) {
+                out.push_str(&entry.json);
             }
             count += 1;
         }
@@ -752,7 +762,19 @@ impl Catalog {
         };
         let json = serde_json::to_string(&obj).ok()?;
         let task_support = if kind == ListKind::Tools { TaskSupport::of(item) } else { TaskSupport::Unspecified };
-        Some(Entry { original, served, json, retry_safe, estimated_tokens, param_headers, task_support, raw, position: 0 })
+        let lists_execution = obj.contains_key("execution");
+        Some(Entry {
+            original,
+            served,
+            json,
+            retry_safe,
+            estimated_tokens,
+            param_headers,
+            task_support,
+            lists_execution,
+            raw,
+            position: 0,
+        })
     }
 }
 

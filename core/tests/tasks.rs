@@ -475,6 +475,19 @@ fn a_2025_client_is_told_it_may_call_as_tasks_the_tools_tether_runs_as_tasks() {
 }
 
 #[test]
+fn a_tool_with_an_execution_object_that_says_nothing_of_tasks_keeps_the_rest_of_it() {
+    let mut sim = Sim::new(config());
+    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
+    let tools = json!({"tools":[{"name":"x","inputSchema":{"type":"object"},"execution":{"hint":"kept"}}]});
+    sim.answer("fs", "tools/list", tools);
+    init_2025(&mut sim, 20);
+    send(&mut sim, 20, 1, "tools/list", json!({}));
+    let tool = answer(&sim, 20, 1)["result"]["tools"][0].clone();
+    assert_eq!(tool["execution"], json!({"hint":"kept","taskSupport":"optional"}));
+    assert_eq!(tool["name"], "fs__x");
+}
+
+#[test]
 fn a_2025_client_sees_the_task_support_of_a_backend_that_runs_tasks_as_it_listed_it() {
     let mut sim = Sim::new(config());
     let caps = json!({"tools":{},"tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}});

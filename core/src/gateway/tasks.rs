@@ -126,22 +126,44 @@ impl Gateway {
         &self,
         session: SessionId,
         kind: crate::catalog::ListKind,
-    ) -> Option<impl Fn(&str, &crate::catalog::Entry) -> Option<String> + '_> {
+    ) -> Option<impl Fn(&str, &crate::catalog::Entry, &mut String) -> bool + '_> {
         if kind != crate::catalog::ListKind::Tools || self.task_form(session) != Some(Form::Experimental) {
             return None;
         }
-        Some(move |server: &str, entry: &crate::catalog::Entry| {
-            if entry.task_support != crate::catalog::TaskSupport::Unspecified
-                || self.backend_runs_tasks(server, Form::Experimental)
-            {
-                return None;
+        // Asked once per list, not per tool.
+        let run_tasks: BTreeSet<&str> = self
+            .backends
+            .keys()
+            .map(|s| &**s)
+            .filter(|s| self.backend_runs_tasks(s, Form::Experimental))
+            .collect();
+        Some(move |server: &str, entry: &crate::catalog::Entry, out: &mut String| {
+            if entry.task_support != crate::catalog::TaskSupport::Unspecified || run_tasks.contains(server) {
+                return false;
+            }
+            if !entry.lists_execution() {
+                // Most tools: the field goes in front, the rest as listed.
+                let Some(rest) = entry.json.strip_prefix('{') else { return false };
+                out.push_str(r#"{"execution":{"taskSupport":"optional"}"#);
+                if !rest.starts_with('}') {
+                    out.push(',');
+                }
+                out.push_str(rest);
+                return true;
             }
             // The entry is serde_json's own text of a map: read back and written
             // again, it keeps its order and form.
-            let Ok(Value::Object(mut tool)) = serde_json::from_str::<Value>(&entry.json) else { return None };
+            let Ok(Value::Object(mut tool)) = serde_json::from_str::<Value>(&entry.json) else { return false };
             let execution = tool.entry("execution").or_insert_with(|| Value::Object(Map::new()));
-            execution.as_object_mut()?.insert("taskSupport".into(), Value::from("optional"));
-            serde_json::to_string(&tool).ok()
+            let Some(execution) = execution.as_object_mut() else { return false };
+            execution.insert("taskSupport".into(), Value::from("optional"));
+            match serde_json::to_string(&tool) {
+                Ok(json) => {
+                    out.push_str(&json);
+                    true
+                }
+                Err(_) => false,
+            }
         })
     }
 
