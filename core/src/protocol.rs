@@ -614,7 +614,9 @@ impl CacheHint {
 
 /// A cacheable result for a stateless-era client: like [`stateless_result`], with
 /// `hint`'s members unless the result carries its own (a stateless backend's).
-pub(crate) fn cacheable_result(result: &str, hint: CacheHint) -> Option<String> {
+/// Unless `shared` (the same for every authorization context), it is private
+/// whatever it says: a shared cache must not serve it to someone else.
+pub(crate) fn cacheable_result(result: &str, hint: CacheHint, shared: bool) -> Option<String> {
     #[derive(Deserialize)]
     struct Probe<'a> {
         #[serde(default, borrow, rename = "ttlMs")]
@@ -625,14 +627,20 @@ pub(crate) fn cacheable_result(result: &str, hint: CacheHint) -> Option<String> 
     let probe: Probe<'_> = serde_json::from_str(result).ok()?;
     let extra = if probe.ttl.is_some() || probe.scope.is_some() {
         // Its own hints, completed when half there.
-        let own = serde_json::from_str::<Map<String, Value>>(result).map(|m| CacheHint::of(&m)).ok()?;
+        let mut own_result = serde_json::from_str::<Map<String, Value>>(result).ok()?;
+        let own = CacheHint::of(&own_result);
+        if own.public && !shared {
+            own_result.insert("ttlMs".into(), Value::from(own.ttl_ms));
+            own_result.insert("cacheScope".into(), Value::from("private"));
+            return stateless_result(&serde_json::to_string(&own_result).ok()?, "");
+        }
         match (probe.ttl.is_some(), probe.scope.is_some()) {
             (true, true) => String::new(),
             (true, false) => format!(r#""cacheScope":"{}""#, if own.public { "public" } else { "private" }),
             _ => format!(r#""ttlMs":{}"#, own.ttl_ms),
         }
     } else {
-        hint.members()
+        CacheHint { public: hint.public && shared, ..hint }.members()
     };
     stateless_result(result, &extra)
 }
@@ -768,12 +776,19 @@ mod tests {
         let short = CacheHint { ttl_ms: 1_000, public: false };
         assert_eq!(long.and(short), CacheHint { ttl_ms: 1_000, public: false });
         // A result's own hint wins, completed when half there; never duplicated.
-        let hinted = |r: &str| cacheable_result(r, long).unwrap();
+        let hinted = |r: &str| cacheable_result(r, long, true).unwrap();
         assert_eq!(hinted("{}"), r#"{"resultType":"complete","ttlMs":60000,"cacheScope":"public"}"#);
         assert_eq!(hinted(r#"{"ttlMs":5}"#), r#"{"resultType":"complete","ttlMs":5,"cacheScope":"private"}"#);
         assert_eq!(
             hinted(r#"{"ttlMs":5,"cacheScope":"public"}"#),
             r#"{"resultType":"complete","ttlMs":5,"cacheScope":"public"}"#
+        );
+        // Not the same for everyone: private, whoever says public.
+        let private = |r: &str| cacheable_result(r, long, false).unwrap();
+        assert_eq!(private("{}"), r#"{"resultType":"complete","ttlMs":60000,"cacheScope":"private"}"#);
+        assert_eq!(
+            private(r#"{"contents":[],"ttlMs":5,"cacheScope":"public"}"#),
+            r#"{"resultType":"complete","cacheScope":"private","contents":[],"ttlMs":5}"#
         );
     }
 

@@ -306,7 +306,18 @@ fn over_http_each_stateless_request_is_its_own_session_and_a_call_waiting_for_in
 
 /// `names` as stateless backends whose tool lists say `ttlMs`/`cacheScope`.
 fn stateless_backends(hints: &[(&str, u64, &str)]) -> Sim {
-    let mut config = Config::default();
+    stateless_backends_in(Config::default(), hints)
+}
+
+/// A config whose tokens' scopes choose what is seen (a mapping is set).
+fn scoped(mut config: Config) -> Config {
+    let grant = tether_core::access::ScopeGrant { servers: vec!["*".into()], tools: vec![] };
+    config.scopes.insert("mcp".into(), grant);
+    config
+}
+
+/// [`stateless_backends`] added to `config`.
+fn stateless_backends_in(mut config: Config, hints: &[(&str, u64, &str)]) -> Sim {
     for (name, _, _) in hints {
         config = config.server(name, tether_core::ServerConfig::stdio("server", &[]));
     }
@@ -347,11 +358,27 @@ fn an_aggregated_list_may_be_cached_as_long_as_its_shortest_lived_part() {
     // A handshake-era backend gives no hints: its part is stale at once.
     let mut sim = booted(true);
     assert_eq!(list_hint(&mut sim, 1), (json!(0), json!("private")));
+
+    // Where tokens' scopes choose what is seen, no list is everyone's.
+    let mut sim = stateless_backends_in(scoped(Config::default()), &[("a", 60_000, "public")]);
+    assert_eq!(list_hint(&mut sim, 1), (json!(60_000), json!("private")));
 }
 
 #[test]
 fn a_read_keeps_its_stateless_backends_hint() {
-    let mut config = Config::default().server("fs", tether_core::ServerConfig::stdio("server", &[]));
+    let result = read_with_hint(Config::default());
+    assert_eq!((result["ttlMs"].clone(), result["cacheScope"].clone()), (json!(5000), json!("public")), "{result}");
+    assert_eq!(result["contents"][0]["uri"], "fs+file:///a");
+    // Where tokens' scopes choose what may be read, a shared cache must not keep it.
+    let result = read_with_hint(scoped(Config::default()));
+    assert_eq!((result["ttlMs"].clone(), result["cacheScope"].clone()), (json!(5000), json!("private")), "{result}");
+    assert_eq!(result["contents"][0]["text"], "x");
+}
+
+/// A stateless client reads `fs+file:///a` from a stateless backend that says
+/// the read may be cached by anyone for 5 s; the result it gets.
+fn read_with_hint(config: Config) -> Value {
+    let mut config = config.server("fs", tether_core::ServerConfig::stdio("server", &[]));
     config.stateless_clients = true;
     let mut sim = Sim::new(config);
     sim.answer(
@@ -371,9 +398,7 @@ fn a_read_keeps_its_stateless_backends_hint() {
         id,
         json!({"resultType":"complete","contents":[{"uri":"file:///a","text":"x"}],"ttlMs":5000,"cacheScope":"public"}),
     );
-    let result = sim.response(1)["result"].clone();
-    assert_eq!((result["ttlMs"].clone(), result["cacheScope"].clone()), (json!(5000), json!("public")), "{result}");
-    assert_eq!(result["contents"][0]["uri"], "fs+file:///a");
+    sim.response(1)["result"].clone()
 }
 
 #[test]

@@ -117,10 +117,10 @@ impl Gateway {
         let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
         match page {
             Ok(result) if stateless => {
-                let mut hint = self.list_cache_hint(kind);
-                // A view filtered by this session's scopes is not everyone's.
-                hint.public &= !self.restricted(session);
-                let result = protocol::cacheable_result(&result, hint);
+                let hint = self.list_cache_hint(kind);
+                // Where tokens' scopes choose what is seen, a list is not everyone's.
+                let shared = self.config.scopes.is_empty();
+                let result = protocol::cacheable_result(&result, hint, shared);
                 self.reply(session, id, result.as_deref().unwrap_or("{}"))
             }
             Ok(result) => self.reply(session, id, &result),

@@ -545,8 +545,10 @@ impl Gateway {
                     let rewritten = self.serve_contents(server, result);
                     let result = rewritten.as_deref().unwrap_or(result);
                     // A read is cacheable in the stateless revision: as its backend
-                    // says, or (a handshake-era one says nothing) stale at once.
-                    match stateless_client.then(|| protocol::cacheable_result(result, CacheHint::STALE)) {
+                    // says, or (a handshake-era one says nothing) stale at once;
+                    // private where tokens' scopes choose what may be read.
+                    let shared = self.config.scopes.is_empty();
+                    match stateless_client.then(|| protocol::cacheable_result(result, CacheHint::STALE, shared)) {
                         Some(Some(hinted)) => protocol::response(&call.id, &hinted),
                         _ => protocol::response(&call.id, result),
                     }

@@ -131,12 +131,8 @@ impl Gateway {
             return None;
         }
         // Asked once per list, not per tool.
-        let run_tasks: BTreeSet<&str> = self
-            .backends
-            .keys()
-            .map(|s| &**s)
-            .filter(|s| self.backend_runs_tasks(s, Form::Experimental))
-            .collect();
+        let run_tasks: BTreeSet<&str> =
+            self.backends.keys().map(|s| &**s).filter(|s| self.backend_runs_tasks(s, Form::Experimental)).collect();
         Some(move |server: &str, entry: &crate::catalog::Entry, out: &mut String| {
             if entry.task_support != crate::catalog::TaskSupport::Unspecified || run_tasks.contains(server) {
                 return false;
