@@ -585,7 +585,8 @@ impl Catalog {
 
     /// [`Catalog::page`], each item written by `edit` when it returns `true` (else
     /// as listed): for what one client must be told differently. `edit` gets the
-    /// backend's name, the entry and the page to append to.
+    /// backend's name, the entry and the page to append the item to; returning
+    /// `false`, it must have appended nothing.
     pub fn page_edited(
         &self,
         kind: ListKind,

@@ -292,6 +292,10 @@ impl Credential {
             CredentialState::Reauth => Next::Reauth,
             CredentialState::Refreshing => Next::Wait,
             _ if self.in_flight => Next::Wait,
+            // The token endpoint failed a moment ago and is tried again on the
+            // backoff: asking it once more for every refused request would hammer
+            // it (and an identity provider behind it). The request fails now.
+            _ if self.retry_at.is_some() => Next::Reauth,
             CredentialState::Valid if self.refreshable => {
                 self.state = CredentialState::Refreshing;
                 self.in_flight = true;
@@ -414,10 +418,11 @@ impl Credential {
                         if self.state == CredentialState::Refreshing {
                             self.state = CredentialState::Valid;
                         }
+                        // What a request the backend refuses meanwhile is told.
+                        self.reason = Some(message.clone());
                         if self.token_usable(now) {
                             Next::Wait
                         } else {
-                            self.reason = Some(message.clone());
                             Next::Reauth
                         }
                     }
@@ -482,8 +487,11 @@ impl Credential {
     }
 
     /// A person logged in elsewhere, or an operator asked to start over: forget the
-    /// reauth state so the next refusal or connection asks the store again.
+    /// reauth state so the next refusal or connection asks the store again, and a
+    /// token endpoint waiting for its retry is asked again then.
     pub(crate) fn reset(&mut self) {
+        self.retry_at = None;
+        self.retries = 0;
         if self.state == CredentialState::Reauth {
             self.state = CredentialState::Unknown;
             self.reason = None;

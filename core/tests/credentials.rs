@@ -397,3 +397,34 @@ fn a_grant_refused_with_nothing_in_hand_is_tried_again_on_the_backoff() {
     sim.boot("web", &["search"]);
     assert_eq!(sim.status("web"), Status::Online);
 }
+
+/// The token endpoint refused a renewal and is tried again on the backoff; the
+/// backend then refuses the token in hand: a refused call fails at once, saying
+/// why, and asks the token endpoint nothing before the scheduled retry (one grant
+/// per refused call would hammer it, and an identity provider behind it).
+#[test]
+fn while_a_renewal_waits_for_its_retry_a_refused_call_fails_at_once_without_asking_again() {
+    let mut sim = web_with_token();
+    sim.advance(HOUR - 60_000);
+    assert_eq!(step_names(&sim), ["load", "refresh"]);
+    let refused = CredentialUpdate::Failed {
+        reason: CredentialFailure::Unavailable,
+        message: "token endpoint: invalid_grant (trust removed)".into(),
+    };
+    report(&mut sim, refused);
+    for id in 1..=3 {
+        sim.call(id, "web__search");
+        sim.fail("web", Some(sim.last_request("web", "tools/call")), unauthorized());
+        let err = error_of(&sim, id);
+        assert_eq!(err["code"], -32004, "{err}");
+        assert!(err["message"].as_str().unwrap().contains("trust removed"), "{err}");
+    }
+    assert_eq!(step_names(&sim), ["load", "refresh"], "nothing asked before the retry");
+    sim.advance(1_100);
+    assert_eq!(step_names(&sim), ["load", "refresh", "refresh"], "the retry, on its backoff");
+    report(&mut sim, ready(HOUR));
+    sim.call(4, "web__search");
+    let last = sim.last_request("web", "tools/call");
+    reply(&mut sim, "web", last, text_result("ok"));
+    assert_eq!(sim.response(4)["result"], text_result("ok"));
+}

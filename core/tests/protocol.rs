@@ -234,6 +234,18 @@ fn a_request_on_a_calls_post_stream_goes_to_that_calls_client() {
         _ => None,
     });
     assert!(refused.is_some_and(|f| f.contains("cannot tell which")), "the backend gets an error");
+
+    // Alice's call is answered; a request on its stream then is no client's: Bob,
+    // whose call is in flight, is not asked for it.
+    sim.backend("web", json!({"jsonrpc":"2.0","id":alices,"result":{"content":[]}}));
+    let frame = sampling("s3").to_string();
+    sim.input(Input::BackendEvent { server: "web".into(), generation, stream, event_id: None, frame });
+    assert_eq!((asked(&sim, alice).len(), asked(&sim, bob).len()), (1, 0), "{}", sim.log);
+    let refused = sim.actions.iter().rev().find_map(|(_, a)| match a {
+        Action::SendToBackend { frame, .. } if frame.contains("\"s3\"") => Some(frame.clone()),
+        _ => None,
+    });
+    assert!(refused.is_some_and(|f| f.contains("error")), "the backend gets an error");
 }
 
 #[test]

@@ -21,19 +21,24 @@ fn config() -> Config {
     config
 }
 
+/// `fs`'s tools: `slow`, the read-only `lookup`, `quick` (forbidden as a task)
+/// and `batch` (tasks only).
+fn fs_tools() -> Value {
+    json!({"tools":[
+        {"name":"slow","inputSchema":{"type":"object"}},
+        {"name":"lookup","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
+        {"name":"quick","inputSchema":{"type":"object"},"execution":{"taskSupport":"forbidden"}},
+        {"name":"batch","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}},
+    ]})
+}
+
 /// `fs` (a handshake-era backend without tasks) online with `slow`, the
 /// read-only `lookup`, `quick` (forbidden as a task) and `batch` (tasks only).
 fn booted(config: Config) -> Sim {
     let mut sim = Sim::new(config);
     sim.input(Input::WallClock { unix_ms: WALL });
     sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
-    let tools = json!({"tools":[
-        {"name":"slow","inputSchema":{"type":"object"}},
-        {"name":"lookup","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
-        {"name":"quick","inputSchema":{"type":"object"},"execution":{"taskSupport":"forbidden"}},
-        {"name":"batch","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}},
-    ]});
-    sim.answer("fs", "tools/list", tools);
+    sim.answer("fs", "tools/list", fs_tools());
     sim
 }
 
@@ -478,13 +483,17 @@ fn a_2025_client_is_told_it_may_call_as_tasks_the_tools_tether_runs_as_tasks() {
 fn a_tool_with_an_execution_object_that_says_nothing_of_tasks_keeps_the_rest_of_it() {
     let mut sim = Sim::new(config());
     sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
-    let tools = json!({"tools":[{"name":"x","inputSchema":{"type":"object"},"execution":{"hint":"kept"}}]});
+    let tools = json!({"tools":[
+        {"name":"x","inputSchema":{"type":"object"},"execution":{"hint":"kept"}},
+        {"name":"y","inputSchema":{"type":"object"},"execution":null},
+    ]});
     sim.answer("fs", "tools/list", tools);
     init_2025(&mut sim, 20);
     send(&mut sim, 20, 1, "tools/list", json!({}));
-    let tool = answer(&sim, 20, 1)["result"]["tools"][0].clone();
-    assert_eq!(tool["execution"], json!({"hint":"kept","taskSupport":"optional"}));
-    assert_eq!(tool["name"], "fs__x");
+    let tools = answer(&sim, 20, 1)["result"]["tools"].clone();
+    assert_eq!(tools[0]["execution"], json!({"hint":"kept","taskSupport":"optional"}));
+    assert_eq!(tools[0]["name"], "fs__x");
+    assert_eq!(tools[1]["execution"], json!({"taskSupport":"optional"}), "not an object: as if absent");
 }
 
 #[test]
@@ -667,4 +676,33 @@ fn a_reload_that_keeps_fewer_tasks_cancels_the_oldest_and_keeps_the_rest() {
     assert!(sim.log.contains(&cancel), "{}", sim.log);
     assert_eq!(task_request(&mut sim, 12, "tasks/get", &oldest)["error"]["code"], -32602);
     assert_eq!(task_request(&mut sim, 13, "tasks/get", &newest)["result"]["status"], "working");
+}
+
+/// Whether a backend runs tasks decides what a 2025-11-25 client is told of its
+/// tools: when a restart brings that capability, the client hears its list
+/// changed once more than after a restart that changes nothing.
+#[test]
+fn a_backend_that_starts_running_tasks_changes_a_2025_clients_tool_list() {
+    let same = json!({"tools":{}});
+    let with_tasks = json!({"tools":{},"tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}});
+    let (unchanged, _) = restarted_with(same);
+    let (changed, listed) = restarted_with(with_tasks);
+    assert_eq!(changed, unchanged + 1, "one more list_changed when only the task capability changed");
+    assert_eq!(listed, Value::Null, "fs__slow as fs lists it now");
+}
+
+/// `fs` restarts and comes back with `capabilities` and the same tools: how many
+/// `list_changed` a 2025-11-25 client got, and what it is then told of `fs__slow`.
+fn restarted_with(capabilities: Value) -> (usize, Value) {
+    let mut sim = booted(config());
+    init_2025(&mut sim, 20);
+    assert_eq!(listed_task_support(&mut sim, 20, 1)[0], ("fs__slow".to_string(), json!("optional")));
+    sim.exit("fs", Some(1));
+    sim.advance(5_000);
+    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities": capabilities}));
+    sim.answer("fs", "tools/list", fs_tools());
+    sim.advance(5_000);
+    let told =
+        sim.frames_to(SessionId(20)).iter().filter(|f| f["method"] == "notifications/tools/list_changed").count();
+    (told, listed_task_support(&mut sim, 20, 2)[0].1.clone())
 }

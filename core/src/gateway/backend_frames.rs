@@ -16,6 +16,17 @@ use crate::io::{Event, StreamRef};
 use crate::policy::BreakerTransition;
 use crate::protocol::{self, code, Era, Incoming};
 
+/// What the transport says of the call a backend's request is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// It came on this client call's POST stream.
+    Call(u64),
+    /// It came on the stream of a request that is no client call in flight.
+    NoCall,
+    /// Nothing (stdio, the standalone GET stream, a plain JSON body).
+    Unsaid,
+}
+
 impl Gateway {
     /// A frame from the live connection of `server`.
     pub(super) fn backend_frame(&mut self, server: &str, frame: &str) {
@@ -55,8 +66,14 @@ impl Gateway {
             }
             Incoming::Notification { method, params } => self.backend_notification(server, &method, params),
             Incoming::Request { id, method, params, .. } => {
-                let call = stream.and_then(|s| s.request()).filter(|c| self.client_call_on(server, *c));
-                self.backend_request(server, id, &method, params, call);
+                let origin = match stream.and_then(|s| s.request()) {
+                    Some(call) if self.client_call_on(server, call) => Origin::Call(call),
+                    // The stream of a request no client made (tether's own), or of
+                    // one already answered: no client call asks.
+                    Some(_) => Origin::NoCall,
+                    None => Origin::Unsaid,
+                };
+                self.backend_request(server, id, &method, params, origin);
             }
         }
     }
@@ -256,18 +273,11 @@ impl Gateway {
     }
 
     /// A backend asks something of a client: answered here (`ping`) or routed to
-    /// the session whose call caused it. That call is `stream_call` when the
-    /// request came on the call's own POST stream (the transport says so); else it
-    /// is taken to be the newest call in flight on the backend, a guess that is not
-    /// made between several token holders.
-    fn backend_request(
-        &mut self,
-        server: &str,
-        id: &str,
-        method: &str,
-        params: Option<&str>,
-        stream_call: Option<u64>,
-    ) {
+    /// the session whose call caused it. That call is the one whose POST stream
+    /// the request came on, when the transport says ([`Origin`]); else it is taken
+    /// to be the newest call in flight on the backend, a guess that is not made
+    /// between several token holders.
+    fn backend_request(&mut self, server: &str, id: &str, method: &str, params: Option<&str>, origin: Origin) {
         if method == "ping" {
             return self.to_backend(server, protocol::response(id, "{}"), None);
         }
@@ -275,7 +285,11 @@ impl Gateway {
             let msg = format!("tether does not forward {method} to clients");
             return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
         };
-        let call = stream_call.or_else(|| self.newest_client_call(server).map(|(call, _)| call));
+        let call = match origin {
+            Origin::Call(call) => Some(call),
+            Origin::NoCall => None,
+            Origin::Unsaid => self.newest_client_call(server).map(|(call, _)| call),
+        };
         if let Some(call) = call {
             if let Some(task) = self.call_task(call) {
                 return self.ask_for_task(server, call, &task, id, method, params, capability);
@@ -284,18 +298,19 @@ impl Gateway {
                 return self.ask_stateless_client(server, call, id, method, params, capability);
             }
         }
-        if stream_call.is_none() && self.origin_ambiguous(server) {
+        if origin == Origin::Unsaid && self.origin_ambiguous(server) {
             // Clients with tokens are different people: a request asked of the
             // wrong one would show it another's call, and let it answer for them.
             let msg = "calls of several token-holding clients are in flight on this server: \
                        tether cannot tell which one this request is for";
             return self.to_backend(server, protocol::error_response(id, code::INTERNAL_ERROR, msg, None), None);
         }
-        let origin = match stream_call {
-            Some(call) => self.call_origin(call, capability),
-            None => self.origin_session(server, capability),
+        let asked = match origin {
+            Origin::Call(call) => self.call_origin(call, capability),
+            Origin::NoCall => self.callless_origin(capability),
+            Origin::Unsaid => self.origin_session(server, capability),
         };
-        let Some((session, related)) = origin else {
+        let Some((session, related)) = asked else {
             let msg = format!("no connected client supports {capability}");
             return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
         };
@@ -332,20 +347,28 @@ impl Gateway {
         match self.latest_call(server, None) {
             Some((s, id)) if supports(&s) => Some((s, Some(id))),
             Some(_) => None,
-            // No call in flight: a session that sees the server, and not one of a
-            // token's holders (nobody asked on their behalf).
-            None => self
-                .sessions
-                .open
-                .iter()
-                .find(|(id, s)| s.ready && supports(id) && s.scopes.is_none())
-                .map(|(id, _)| (*id, None)),
+            None => self.callless_origin(capability),
         }
     }
 
-    /// Whether `call` is a client call in flight on `server`.
+    /// The session to ask a request no client call made: a ready one that
+    /// supports `capability`, and not one of a token's holders (nobody asked on
+    /// their behalf).
+    fn callless_origin(&self, capability: &str) -> Option<(crate::io::SessionId, Option<crate::io::RawId>)> {
+        let supports = |s: &crate::io::SessionId| self.sessions.open.get(s).is_some_and(|s| s.supports(capability));
+        self.sessions
+            .open
+            .iter()
+            .find(|(id, s)| s.ready && supports(id) && s.scopes.is_none())
+            .map(|(id, _)| (*id, None))
+    }
+
+    /// Whether `call` is a client call in flight on `server`'s live connection.
     fn client_call_on(&self, server: &str, call: u64) -> bool {
-        self.router.calls.get(&call).is_some_and(|c| &*c.server == server && matches!(c.kind, CallKind::Client(_)))
+        let generation = self.backends.get(server).map(|b| b.sup.generation());
+        self.router.calls.get(&call).is_some_and(|c| {
+            &*c.server == server && Some(c.generation) == generation && matches!(c.kind, CallKind::Client(_))
+        })
     }
 
     /// The session of client call `call` and the call's own id, if that session

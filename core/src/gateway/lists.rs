@@ -172,8 +172,16 @@ impl Gateway {
             }
         }
         let backends = &self.backends;
-        let hashes = ListKind::ALL
+        let mut hashes = ListKind::ALL
             .map(|kind| self.catalog.visible_hash(kind, |s, _| backends.get(s).is_some_and(|b| b.is_visible())));
+        // Which backends run tasks decides what 2025-11-25 clients are told of
+        // their tools (`execution.taskSupport`): a change is a change of the list.
+        let mut tasks = crate::catalog::Fnv::new();
+        for name in self.backends.keys().filter(|s| self.backend_runs_tasks(s, super::tasks::Form::Experimental)) {
+            tasks.write(name.as_bytes());
+            tasks.write(&[0]);
+        }
+        hashes[ListKind::Tools as usize] ^= tasks.finish();
         self.visible_cache = Some((version, hashes));
         hashes
     }

@@ -102,7 +102,9 @@ impl Gateway {
         if event_id.is_some_and(|id| !b.streams.first_sighting(id)) {
             return;
         }
-        if let Some(r) = b.streams.ended.get_mut(&stream) {
+        // Progress for a resumed stream is what it had not said before: an event
+        // without an id could be a keep-alive repeated on every resumption.
+        if let Some(r) = b.streams.ended.get_mut(&stream).filter(|_| event_id.is_some()) {
             r.fresh = true;
         }
         self.backend_frame_on(server, frame, Some(stream));

@@ -151,6 +151,10 @@ impl Gateway {
             // again, it keeps its order and form.
             let Ok(Value::Object(mut tool)) = serde_json::from_str::<Value>(&entry.json) else { return false };
             let execution = tool.entry("execution").or_insert_with(|| Value::Object(Map::new()));
+            if !execution.is_object() {
+                // Not what the spec's `execution` is: replaced, as if absent.
+                *execution = Value::Object(Map::new());
+            }
             let Some(execution) = execution.as_object_mut() else { return false };
             execution.insert("taskSupport".into(), Value::from("optional"));
             match serde_json::to_string(&tool) {

@@ -613,9 +613,15 @@ impl Authority {
         }
         let grant = self.settings.grant.name();
         let path = file.ok_or_else(|| Failure::rejected(format!("the {grant} grant needs {key} or {key}_file")))?;
-        // A file not written yet (or being rewritten) may be there at the next try.
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Failure::unavailable(format!("reading the {key}_file {}: {e}", path.display())))?;
+        // A file not written yet (or being rewritten) may be there at the next try;
+        // one that cannot be read (permissions, a directory, not UTF-8) will not.
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            let message = format!("reading the {key}_file {}: {e}", path.display());
+            match e.kind() {
+                std::io::ErrorKind::NotFound => Failure::unavailable(message),
+                _ => Failure::rejected(message),
+            }
+        })?;
         let text = text.trim();
         if text.is_empty() {
             return Err(Failure::unavailable(format!("the {key}_file {} is empty", path.display())));

@@ -760,6 +760,12 @@ fn jwt_bearer_exchanges_the_workload_token_read_at_each_exchange() {
     // Back, valid again: the next try gets a token.
     std::fs::write(&file, "wl.3").unwrap();
     ready(&run(&a, AuthStep::Refresh));
+    // Not readable at all (a directory where the file should be): a configuration
+    // to mend, not something a retry fixes.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    let (reason, message) = failed(&run(&a, AuthStep::Refresh));
+    assert_eq!(reason, CredentialFailure::Rejected, "{message}");
 }
 
 /// Enterprise-managed authorization: the person's ID token becomes an ID-JAG at
