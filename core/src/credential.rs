@@ -260,6 +260,12 @@ impl Credential {
         self.reason.as_deref()
     }
 
+    /// Whether the token endpoint failed and tether asks it again on the backoff
+    /// (nobody needs to log in for that).
+    pub(crate) fn retrying(&self) -> bool {
+        self.retry_at.is_some()
+    }
+
     /// Whether the store must be read before the first connection.
     pub(crate) fn needs_load(&self) -> bool {
         self.state == CredentialState::Unknown

@@ -384,6 +384,10 @@ fn a_grant_refused_with_nothing_in_hand_is_tried_again_on_the_backoff() {
     assert_eq!(sim.status("web"), Status::RequiresReauth);
     let status = sim.gw.status("web").unwrap();
     assert!(status.last_error.as_deref().unwrap().contains("assertion expired"), "{status:?}");
+    // No login mends it: the status says tether tries again, and how to hurry it.
+    let said = format!("{status:?}");
+    assert!(said.contains("again by itself") && said.contains("tether reconnect web"), "{said}");
+    assert!(!said.contains("auth login"), "{said}");
     sim.advance(1_100);
     assert_eq!(step_names(&sim), ["load", "obtain", "obtain"], "tried again after about a second");
     report(&mut sim, refused);
@@ -418,6 +422,7 @@ fn while_a_renewal_waits_for_its_retry_a_refused_call_fails_at_once_without_aski
         let err = error_of(&sim, id);
         assert_eq!(err["code"], -32004, "{err}");
         assert!(err["message"].as_str().unwrap().contains("trust removed"), "{err}");
+        assert!(!err["message"].as_str().unwrap().contains("auth login"), "{err}");
     }
     assert_eq!(step_names(&sim), ["load", "refresh"], "nothing asked before the retry");
     sim.advance(1_100);

@@ -280,6 +280,14 @@ impl Gateway {
             );
         };
         let reason = credential.reauth_reason().unwrap_or("login required");
+        if credential.retrying() {
+            // An unreachable token endpoint, a refused unattended grant, an
+            // assertion file not there yet: no login mends these, time may.
+            return format!(
+                "{reason}: tether asks the authorization server again by itself, backing off; \
+                 `tether reconnect {server}` asks now"
+            );
+        }
         match credential.login_url() {
             Some(url) => format!("{reason}: run `tether auth login {server}` or open {url}"),
             None => format!("{reason}: run `tether auth login {server}`"),
