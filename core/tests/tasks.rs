@@ -685,16 +685,29 @@ fn a_reload_that_keeps_fewer_tasks_cancels_the_oldest_and_keeps_the_rest() {
 fn a_backend_that_starts_running_tasks_changes_a_2025_clients_tool_list() {
     let same = json!({"tools":{}});
     let with_tasks = json!({"tools":{},"tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}});
-    let (unchanged, _) = restarted_with(same);
-    let (changed, listed) = restarted_with(with_tasks);
-    assert_eq!(changed, unchanged + 1, "one more list_changed when only the task capability changed");
-    assert_eq!(listed, Value::Null, "fs__slow as fs lists it now");
+    // A client whose token's scopes choose what it sees is told the same.
+    for scoped in [false, true] {
+        let (unchanged, _) = restarted_with(same.clone(), scoped);
+        let (changed, listed) = restarted_with(with_tasks.clone(), scoped);
+        assert_eq!(changed, unchanged + 1, "one more list_changed when only the task capability changed ({scoped})");
+        assert_eq!(listed, Value::Null, "fs__slow as fs lists it now");
+    }
 }
 
 /// `fs` restarts and comes back with `capabilities` and the same tools: how many
-/// `list_changed` a 2025-11-25 client got, and what it is then told of `fs__slow`.
-fn restarted_with(capabilities: Value) -> (usize, Value) {
-    let mut sim = booted(config());
+/// `list_changed` a 2025-11-25 client got (one whose scopes grant `fs`, when
+/// `scoped`), and what it is then told of `fs__slow`.
+fn restarted_with(capabilities: Value, scoped: bool) -> (usize, Value) {
+    let mut config = config();
+    if scoped {
+        let grant = tether_core::access::ScopeGrant { servers: vec!["fs".into()], tools: vec![] };
+        config.scopes.insert("files".into(), grant);
+    }
+    let mut sim = booted(config);
+    if scoped {
+        sim.input(Input::ClientConnected { session: SessionId(20), expires: true });
+        sim.input(Input::ClientAccess { session: SessionId(20), scopes: vec!["files".into()] });
+    }
     init_2025(&mut sim, 20);
     assert_eq!(listed_task_support(&mut sim, 20, 1)[0], ("fs__slow".to_string(), json!("optional")));
     sim.exit("fs", Some(1));

@@ -132,6 +132,10 @@ impl Gateway {
             (crate::config::Mode::Flat, true) => own[tools] ^= 0xad31_4e00,
             (crate::config::Mode::Flat, false) => {}
         }
+        if self.config.mode == crate::config::Mode::Flat {
+            // As in the shared view, of the backends this session sees.
+            own[tools] ^= self.tasks_hash(|s| self.sees_server(session, s));
+        }
         own
     }
 

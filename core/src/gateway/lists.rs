@@ -174,16 +174,23 @@ impl Gateway {
         let backends = &self.backends;
         let mut hashes = ListKind::ALL
             .map(|kind| self.catalog.visible_hash(kind, |s, _| backends.get(s).is_some_and(|b| b.is_visible())));
-        // Which backends run tasks decides what 2025-11-25 clients are told of
-        // their tools (`execution.taskSupport`): a change is a change of the list.
+        hashes[ListKind::Tools as usize] ^= self.tasks_hash(|_| true);
+        self.visible_cache = Some((version, hashes));
+        hashes
+    }
+
+    /// Which of the backends `sees` lets through run tasks: it decides what
+    /// 2025-11-25 clients are told of their tools (`execution.taskSupport`), so a
+    /// change is a change of the tools list.
+    pub(super) fn tasks_hash(&self, sees: impl Fn(&str) -> bool) -> u64 {
         let mut tasks = crate::catalog::Fnv::new();
-        for name in self.backends.keys().filter(|s| self.backend_runs_tasks(s, super::tasks::Form::Experimental)) {
+        let running =
+            self.backends.keys().filter(|s| sees(s) && self.backend_runs_tasks(s, super::tasks::Form::Experimental));
+        for name in running {
             tasks.write(name.as_bytes());
             tasks.write(&[0]);
         }
-        hashes[ListKind::Tools as usize] ^= tasks.finish();
-        self.visible_cache = Some((version, hashes));
-        hashes
+        tasks.finish()
     }
 
     /// Sends `list_changed` to each ready session whose last view of a list differs
