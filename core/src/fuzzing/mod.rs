@@ -13,6 +13,8 @@
 //!   again without an admin command or a config reload, or (an OAuth-managed one)
 //!   a new credential; one whose connection was refused for its credential is not
 //!   connected again before a credential arrives;
+//! - a backend's request that arrives on the stream of a call whose client still
+//!   waits for it is forwarded to that client, never to another session;
 //! - once no client is owed an answer and a margin past the longest request
 //!   deadline has passed, every client request was answered exactly once
 //!   (unless its client cancelled it or went away).
@@ -214,6 +216,11 @@ pub struct Harness {
     watch: PolicyWatch,
     /// Tags calls (`arguments.n`) so their retries can be followed.
     next_tag: u64,
+    /// Who asked each tagged call: tag → (session, id).
+    tagged: BTreeMap<u64, (u64, String)>,
+    /// While a backend's request arrives on the stream of a call its client still
+    /// waits for: that client's session, the only one it may be forwarded to.
+    route_to: Option<u64>,
     /// Calls that must get a result, not an error: (session, id).
     must_succeed: BTreeSet<(u64, String)>,
 }
@@ -274,6 +281,8 @@ impl Harness {
             awaiting: BTreeSet::new(),
             watch: PolicyWatch::default(),
             next_tag: 0,
+            tagged: BTreeMap::new(),
+            route_to: None,
             must_succeed: BTreeSet::new(),
         };
         h.drain()?;
@@ -478,6 +487,7 @@ impl Harness {
         self.asked.retain(|k, _| k.0 != session);
         self.answered.retain(|k, _| k.0 != session);
         self.cancelled.retain(|k| k.0 != session);
+        self.calls_asked.retain(|k| k.0 != session);
     }
 
     /// Moves time forward, firing every timer on the way.
@@ -619,6 +629,12 @@ impl Harness {
                         *self.answered.entry((session.0, id)).or_default() += 1;
                     }
                 } else if let Some(id) = v.id.and_then(|id| id.get().parse::<u64>().ok()) {
+                    if let Some(caller) = self.route_to.filter(|caller| *caller != session.0) {
+                        return Err(format!(
+                            "a request on the stream of session {caller}'s call went to session {} at {} ms: {frame}",
+                            session.0, self.now
+                        ));
+                    }
                     self.server_requests.push((session.0, id));
                 }
             }
@@ -902,13 +918,21 @@ impl Harness {
                 (StreamRef::Request(id), 1) => {
                     json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":id,"progress":c.byte()}})
                 }
-                (StreamRef::Request(id), _) if event_id.is_none() => {
+                (StreamRef::Request(id), _) => {
+                    // Its stream says whose call it serves: while that client still
+                    // waits for the call, nobody else may be asked.
+                    let caller = self.watch.tag_of("web", id).and_then(|n| self.tagged.get(&n)).cloned();
+                    self.route_to = caller
+                        .filter(|key| self.calls_asked.contains(key) && !self.cancelled.contains(key))
+                        .map(|(session, _)| session);
                     json!({"jsonrpc":"2.0","id":format!("s{id}"),"method":"sampling/createMessage","params":{"messages":[]}})
                 }
                 _ => json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}),
             };
             let frame = frame.to_string();
-            return self.input(Input::BackendEvent { server: "web".into(), generation, stream, event_id, frame });
+            let sent = self.input(Input::BackendEvent { server: "web".into(), generation, stream, event_id, frame });
+            self.route_to = None;
+            return sent;
         }
         let last_event_id = (c.below(3) != 0).then(|| event_id(c));
         let retry_ms = [None, Some(0), Some(100), Some(5_000), Some(u64::MAX)][c.below(5)];
@@ -966,6 +990,7 @@ impl Harness {
                     // Tagged, so the call's retries can be followed.
                     _ => {
                         self.next_tag += 1;
+                        self.tagged.insert(self.next_tag, (session.0, id.to_string()));
                         json!({ "n": self.next_tag })
                     }
                 };

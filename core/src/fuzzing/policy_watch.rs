@@ -91,6 +91,11 @@ impl PolicyWatch {
         Ok(())
     }
 
+    /// The tag of the call sent to `server` under request `id`, if it had one.
+    pub(super) fn tag_of(&self, server: &str, id: u64) -> Option<u64> {
+        self.sent.get(&(ServerName::from(server), id)).copied()
+    }
+
     /// A backend request failed in transport.
     pub(super) fn failed(&mut self, server: &ServerName, id: u64, failure: &Failure, now: u64) {
         let Some(n) = self.sent.remove(&(server.clone(), id)) else { return };
