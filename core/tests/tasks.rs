@@ -9,7 +9,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::*;
-use tether_core::{Config, Input, SessionId};
+use tether_core::{Action, Config, Input, SessionId};
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
 /// 2026-11-27T12:00:00.000Z
@@ -619,6 +619,55 @@ fn a_stateless_backends_input_required_during_a_task_is_answered_through_tasks_u
         (json!("completed"), json!("hello Ada"))
     );
     assert_eq!(sim.requests_to("fs", "tools/call").len(), 2);
+}
+
+/// What a stateless backend asks during a 2025-11-25 client's task belongs to the
+/// task, not to the session it was put to: when that session goes, the backend is
+/// told nothing (its inputs are answered by the call's retry, never as JSON-RPC
+/// responses), and whoever asks for the task's result next is asked instead.
+#[test]
+fn a_tasks_question_outlives_the_session_it_was_put_to() {
+    let mut sim = Sim::new(config());
+    sim.input(Input::WallClock { unix_ms: WALL });
+    let discover = json!({"resultType":"complete","supportedVersions":[STATELESS],"capabilities":{"tools":{}},"ttlMs":0,"cacheScope":"private"});
+    sim.answer("fs", "server/discover", discover);
+    let tools = json!({"resultType":"complete","tools":[{"name":"slow","inputSchema":{"type":"object"}}],"ttlMs":0,"cacheScope":"private"});
+    sim.answer("fs", "tools/list", tools);
+    init_2025(&mut sim, 20);
+    send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{}}));
+    let task = answer(&sim, 20, 1)["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    let ask = json!({"resultType":"input_required","requestState":"st-1",
+        "inputRequests":{"name":{"method":"elicitation/create","params":{"message":"name?"}}}});
+    reply_last(&mut sim, ask);
+    let asked = |sim: &Sim, session: u64| {
+        sim.frames_to(SessionId(session))
+            .into_iter()
+            .filter(|f| f["method"] == "elicitation/create")
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(asked(&sim, 20).len(), 1, "the task's client is asked\n{}", sim.log);
+    let sent_to_fs = sim.actions.len();
+    sim.input(Input::ClientClosed { session: SessionId(20) });
+    let told: Vec<String> = sim.actions[sent_to_fs..]
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::SendToBackend { frame, .. } => Some(frame.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(told.is_empty(), "fs is told nothing when the session goes: {told:?}");
+    init_2025(&mut sim, 21);
+    send(&mut sim, 21, 1, "tasks/result", json!({ "taskId": task }));
+    let question = asked(&sim, 21);
+    assert_eq!(question.len(), 1, "whoever waits for the result is asked\n{}", sim.log);
+    assert_eq!(question[0]["params"]["message"], "name?");
+    let reply_frame =
+        json!({"jsonrpc":"2.0","id": question[0]["id"].clone(),"result":{"action":"accept","content":{"name":"Ada"}}});
+    sim.session(SessionId(21), reply_frame);
+    let (retry, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(params["inputResponses"]["name"]["content"]["name"], "Ada", "{params}");
+    reply(&mut sim, "fs", retry, text_result("hello Ada"));
+    assert_eq!(answer(&sim, 21, 1)["result"]["content"][0]["text"], "hello Ada");
 }
 
 #[test]

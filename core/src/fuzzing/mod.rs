@@ -558,7 +558,8 @@ impl Harness {
                 if self.discard_due.as_ref() == Some(server) {
                     return Err(format!("{server}: a frame sent with a credential the engine knew was dead"));
                 }
-                let v = Envelope::read(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
+                let v = Envelope::read(frame)
+                    .map_err(|e| format!("gateway sent invalid JSON to {server}: {e}: {frame}"))?;
                 if let (Some(id), Some(method)) = (v.id.and_then(|id| id.get().parse::<u64>().ok()), v.method) {
                     let method = peek::string(Some(method)).unwrap_or_default();
                     if method == "tools/call" {
@@ -579,7 +580,8 @@ impl Harness {
                 self.connected.remove(server);
             }
             Action::SendToClient { session, frame, route } => {
-                let v = Envelope::read(frame).map_err(|e| format!("gateway sent invalid JSON: {e}"))?;
+                let v = Envelope::read(frame)
+                    .map_err(|e| format!("gateway sent invalid JSON to session {}: {e}: {frame}", session.0))?;
                 let is_answer = v.method.is_none() && v.id.is_some();
                 let routed_as = match route {
                     ClientRoute::Reply(id) => serde_json::from_str::<Value>(id).ok(),

@@ -86,9 +86,19 @@ impl Gateway {
         let pending: Vec<u64> =
             self.router.server_requests.iter().filter(|(_, r)| r.session == session).map(|(id, _)| *id).collect();
         self.drop_input_rounds(session);
+        let mut reasked = Vec::new();
         for id in pending {
             let Some(r) = self.router.server_requests.remove(&id) else { continue };
             if r.round.is_some() {
+                continue;
+            }
+            if let Some((task, key)) = r.task {
+                // A task's question outlives the session it was put to: it stays
+                // pending, and whoever waits for the task's result is asked.
+                if let Some(t) = self.tasks.tasks.get_mut(&task) {
+                    t.forwarded.remove(&key);
+                    reasked.push(task);
+                }
                 continue;
             }
             if self.backends.get(&r.server).is_some_and(|b| b.sup.generation() == r.generation && b.sup.is_connected())
@@ -96,6 +106,12 @@ impl Gateway {
                 let frame =
                     protocol::error_response(&r.backend_id, code::INTERNAL_ERROR, "the client disconnected", None);
                 self.to_backend(&r.server, frame, None);
+            }
+        }
+        for task in reasked {
+            let waiter = self.tasks.tasks.get(&task).and_then(|t| t.waiters.first().map(|(s, _)| *s));
+            if let Some(session) = waiter {
+                self.forward_task_inputs(&task, session);
             }
         }
         let mut emptied = Vec::new();
