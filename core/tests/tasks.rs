@@ -588,14 +588,20 @@ fn a_client_of_the_other_form_gets_tasks_tether_runs_even_from_a_backend_that_ru
     assert_eq!(answer(&sim, 20, 2)["result"]["content"][0]["text"], "plain");
 }
 
-#[test]
-fn a_stateless_backends_input_required_during_a_task_is_answered_through_tasks_update() {
+/// `fs` as a stateless backend that runs no tasks, with its one tool `slow`.
+fn booted_stateless() -> Sim {
     let mut sim = Sim::new(config());
     sim.input(Input::WallClock { unix_ms: WALL });
     let discover = json!({"resultType":"complete","supportedVersions":[STATELESS],"capabilities":{"tools":{}},"ttlMs":0,"cacheScope":"private"});
     sim.answer("fs", "server/discover", discover);
     let tools = json!({"resultType":"complete","tools":[{"name":"slow","inputSchema":{"type":"object"}}],"ttlMs":0,"cacheScope":"private"});
     sim.answer("fs", "tools/list", tools);
+    sim
+}
+
+#[test]
+fn a_stateless_backends_input_required_during_a_task_is_answered_through_tasks_update() {
+    let mut sim = booted_stateless();
     let task = start_task(&mut sim, 10, "slow");
     sim.note("fs (which runs no tasks) needs a name: tether's task waits for it");
     let ask = json!({"resultType":"input_required","requestState":"st-1",
@@ -627,12 +633,7 @@ fn a_stateless_backends_input_required_during_a_task_is_answered_through_tasks_u
 /// responses), and whoever asks for the task's result next is asked instead.
 #[test]
 fn a_tasks_question_outlives_the_session_it_was_put_to() {
-    let mut sim = Sim::new(config());
-    sim.input(Input::WallClock { unix_ms: WALL });
-    let discover = json!({"resultType":"complete","supportedVersions":[STATELESS],"capabilities":{"tools":{}},"ttlMs":0,"cacheScope":"private"});
-    sim.answer("fs", "server/discover", discover);
-    let tools = json!({"resultType":"complete","tools":[{"name":"slow","inputSchema":{"type":"object"}}],"ttlMs":0,"cacheScope":"private"});
-    sim.answer("fs", "tools/list", tools);
+    let mut sim = booted_stateless();
     init_2025(&mut sim, 20);
     send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{}}));
     let task = answer(&sim, 20, 1)["result"]["task"]["taskId"].as_str().unwrap().to_string();
