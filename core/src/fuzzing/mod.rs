@@ -922,10 +922,12 @@ impl Harness {
                 }
                 (StreamRef::Request(id), _) => {
                     // Its stream says whose call it serves: while that client still
-                    // waits for the call, nobody else may be asked.
+                    // waits for the call and the engine for this attempt of it
+                    // (not given up on, to be retried), nobody else may be asked.
                     let caller = self.watch.tag_of("web", id).and_then(|n| self.tagged.get(&n)).cloned();
+                    let live = self.gw.client_call_on("web", id);
                     self.route_to = caller
-                        .filter(|key| self.calls_asked.contains(key) && !self.cancelled.contains(key))
+                        .filter(|key| live && self.calls_asked.contains(key) && !self.cancelled.contains(key))
                         .map(|(session, _)| session);
                     json!({"jsonrpc":"2.0","id":format!("s{id}"),"method":"sampling/createMessage","params":{"messages":[]}})
                 }

@@ -363,8 +363,9 @@ impl Gateway {
             .map(|(id, _)| (*id, None))
     }
 
-    /// Whether `call` is a client call in flight on `server`'s live connection.
-    fn client_call_on(&self, server: &str, call: u64) -> bool {
+    /// Whether `call` is a client call in flight on `server`'s live connection
+    /// (the fuzz drivers ask too: a request on its stream is that client's).
+    pub(crate) fn client_call_on(&self, server: &str, call: u64) -> bool {
         let generation = self.backends.get(server).map(|b| b.sup.generation());
         self.router.calls.get(&call).is_some_and(|c| {
             &*c.server == server && Some(c.generation) == generation && matches!(c.kind, CallKind::Client(_))
