@@ -590,7 +590,11 @@ fn a_client_of_the_other_form_gets_tasks_tether_runs_even_from_a_backend_that_ru
 
 /// `fs` as a stateless backend that runs no tasks, with its one tool `slow`.
 fn booted_stateless() -> Sim {
-    let mut sim = Sim::new(config());
+    booted_stateless_with(config())
+}
+
+fn booted_stateless_with(config: Config) -> Sim {
+    let mut sim = Sim::new(config);
     sim.input(Input::WallClock { unix_ms: WALL });
     let discover = json!({"resultType":"complete","supportedVersions":[STATELESS],"capabilities":{"tools":{}},"ttlMs":0,"cacheScope":"private"});
     sim.answer("fs", "server/discover", discover);
@@ -669,6 +673,39 @@ fn a_tasks_question_outlives_the_session_it_was_put_to() {
     assert_eq!(params["inputResponses"]["name"]["content"]["name"], "Ada", "{params}");
     reply(&mut sim, "fs", retry, text_result("hello Ada"));
     assert_eq!(answer(&sim, 21, 1)["result"]["content"][0]["text"], "hello Ada");
+}
+
+/// A stateless backend's inputs are answered by its call's retry: a client's
+/// answer that comes after the task is gone (expired) is dropped, never sent to
+/// the backend as a JSON-RPC response (whose id would be the input's key).
+#[test]
+fn an_answer_to_a_stateless_backends_question_after_its_task_expired_goes_nowhere() {
+    let mut config = config();
+    config.tasks.ttl_ms = 10_000;
+    let mut sim = booted_stateless_with(config);
+    init_2025(&mut sim, 20);
+    send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{}}));
+    let ask = json!({"resultType":"input_required","requestState":"st-1",
+        "inputRequests":{"name":{"method":"elicitation/create","params":{"message":"name?"}}}});
+    reply_last(&mut sim, ask);
+    let question = sim.frames_to(SessionId(20)).into_iter().find(|f| f["method"] == "elicitation/create").unwrap();
+    sim.advance(11_000);
+    assert!(sim.log.contains(r#""status":"cancelled""#), "the task expired\n{}", sim.log);
+    let before = sim.actions.len();
+    for answer in [json!({"error":{"code":-1,"message":"no"}}), json!({"result":{"action":"decline"}})] {
+        let mut frame = answer;
+        frame["jsonrpc"] = json!("2.0");
+        frame["id"] = question["id"].clone();
+        sim.session(SessionId(20), frame);
+    }
+    let told: Vec<String> = sim.actions[before..]
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::SendToBackend { frame, .. } => Some(frame.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(told.is_empty(), "fs is told nothing of a question its call's retry would have carried: {told:?}");
 }
 
 #[test]

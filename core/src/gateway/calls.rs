@@ -132,8 +132,20 @@ pub(super) struct ServerRequest {
     /// An `elicitation/create`: the defaults its schema gives (raw JSON object),
     /// filled in when the client accepts without them (SEP-1034).
     pub defaults: Option<String>,
-    /// Asked for a (2025-11-25) task: the task and the input's key there.
-    pub task: Option<(String, String)>,
+    /// Asked for a (2025-11-25) task.
+    pub task: Option<TaskQuestion>,
+}
+
+/// A request put to a client for a (2025-11-25) task: where its answer goes.
+#[derive(Clone, Debug)]
+pub(super) struct TaskQuestion {
+    pub task: String,
+    /// The input's key in the task.
+    pub key: String,
+    /// An input of a stateless backend's `input_required`: its answer goes with
+    /// the call's retry, never to the backend as a response (`backend_id` is
+    /// then the key, not a request id).
+    pub in_round: bool,
 }
 
 /// A stateless backend answered a handshake-era client's call `input_required`:
@@ -189,11 +201,14 @@ pub(super) struct Gathering {
 #[derive(Clone, Debug)]
 pub(super) struct AskedInput {
     pub generation: Generation,
-    /// The backend's request id, raw JSON.
+    /// The backend's request id, raw JSON (the input's key, `in_round`).
     pub backend_id: String,
     pub method: String,
     /// Its params, raw JSON.
     pub params: Option<String>,
+    /// An input of a stateless backend's `input_required`, answered by the
+    /// call's retry (see [`TaskQuestion::in_round`]).
+    pub in_round: bool,
 }
 
 /// A client request waiting for backends that are starting for the first time:

@@ -92,12 +92,12 @@ impl Gateway {
             if r.round.is_some() {
                 continue;
             }
-            if let Some((task, key)) = r.task {
+            if let Some(question) = r.task {
                 // A task's question outlives the session it was put to: it stays
                 // pending, and whoever waits for the task's result is asked.
-                if let Some(t) = self.tasks.tasks.get_mut(&task) {
-                    t.forwarded.remove(&key);
-                    reasked.push(task);
+                if let Some(t) = self.tasks.tasks.get_mut(&question.task) {
+                    t.forwarded.remove(&question.key);
+                    reasked.push(question.task);
                 }
                 continue;
             }
@@ -525,8 +525,10 @@ impl Gateway {
         if let Some(round) = r.round {
             return self.input_answered(round, &r.backend_id, answer);
         }
-        if let Some((task, key)) = &r.task {
-            if self.task_input_answered(task, key, answer) {
+        if let Some(question) = &r.task {
+            // A stateless backend's input goes with its call's retry or nowhere
+            // (the task may be gone): never as a response.
+            if self.task_input_answered(&question.task, &question.key, answer) || question.in_round {
                 return;
             }
         }

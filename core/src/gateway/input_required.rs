@@ -74,6 +74,7 @@ impl Gateway {
             backend_id: backend_id.to_string(),
             method: method.to_string(),
             params: params.map(String::from),
+            in_round: false,
         };
         let awaiting = cc.awaiting_input.clone();
         // The backend names its request: a string id is a fine key (ids are unique
@@ -352,7 +353,8 @@ impl Gateway {
     pub(super) fn refuse_inputs<'a>(&mut self, server: &str, asked: impl Iterator<Item = &'a AskedInput>, why: &str) {
         let generation = self.backends.get(server).map(|b| b.sup.generation());
         let frames: Vec<String> = asked
-            .filter(|a| Some(a.generation) == generation)
+            // A stateless backend's inputs are its call's business, not requests.
+            .filter(|a| Some(a.generation) == generation && !a.in_round)
             .map(|a| {
                 if a.method == "elicitation/create" {
                     protocol::response(&a.backend_id, r#"{"action":"cancel"}"#)

@@ -65,6 +65,7 @@ impl Gateway {
                 backend_id: backend_id.to_string(),
                 method: method.to_string(),
                 params: params.map(String::from),
+                in_round: false,
             },
         );
         let changed = t.status != TaskStatus::InputRequired;
@@ -112,7 +113,11 @@ impl Gateway {
                     related: None,
                     round: None,
                     defaults,
-                    task: Some((task_id.to_string(), key.clone())),
+                    task: Some(super::calls::TaskQuestion {
+                        task: task_id.to_string(),
+                        key: key.clone(),
+                        in_round: asked.in_round,
+                    }),
                 },
             );
             if let Some(t) = self.tasks.tasks.get_mut(task_id) {
@@ -190,7 +195,7 @@ impl Gateway {
         for (key, request) in asked.requests {
             let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
             let params = request.get("params").map(Value::to_string);
-            t.asked.insert(key.clone(), AskedInput { generation, backend_id: key, method, params });
+            t.asked.insert(key.clone(), AskedInput { generation, backend_id: key, method, params, in_round: true });
         }
         t.status = TaskStatus::InputRequired;
         t.updated_unix_ms = unix;
@@ -241,7 +246,7 @@ impl Gateway {
                 t.updated_unix_ms = unix;
                 continue;
             }
-            if Some(asked.generation) == generation {
+            if Some(asked.generation) == generation && !asked.in_round {
                 let frame = match answer {
                     Value::Object(_) => protocol::response(&asked.backend_id, &answer.to_string()),
                     _ => {
