@@ -588,6 +588,17 @@ fn a_client_of_the_other_form_gets_tasks_tether_runs_even_from_a_backend_that_ru
     assert_eq!(answer(&sim, 20, 2)["result"]["content"][0]["text"], "plain");
 }
 
+/// The frames tether sent to backends after the first `since` actions.
+fn backend_frames_since(sim: &Sim, since: usize) -> Vec<String> {
+    sim.actions[since..]
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::SendToBackend { frame, .. } => Some(frame.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// `fs` as a stateless backend that runs no tasks, with its one tool `slow`.
 fn booted_stateless() -> Sim {
     booted_stateless_with(config())
@@ -653,13 +664,7 @@ fn a_tasks_question_outlives_the_session_it_was_put_to() {
     assert_eq!(asked(&sim, 20).len(), 1, "the task's client is asked\n{}", sim.log);
     let sent_to_fs = sim.actions.len();
     sim.input(Input::ClientClosed { session: SessionId(20) });
-    let told: Vec<String> = sim.actions[sent_to_fs..]
-        .iter()
-        .filter_map(|(_, a)| match a {
-            Action::SendToBackend { frame, .. } => Some(frame.clone()),
-            _ => None,
-        })
-        .collect();
+    let told = backend_frames_since(&sim, sent_to_fs);
     assert!(told.is_empty(), "fs is told nothing when the session goes: {told:?}");
     init_2025(&mut sim, 21);
     send(&mut sim, 21, 1, "tasks/result", json!({ "taskId": task }));
@@ -698,13 +703,7 @@ fn an_answer_to_a_stateless_backends_question_after_its_task_expired_goes_nowher
         frame["id"] = question["id"].clone();
         sim.session(SessionId(20), frame);
     }
-    let told: Vec<String> = sim.actions[before..]
-        .iter()
-        .filter_map(|(_, a)| match a {
-            Action::SendToBackend { frame, .. } => Some(frame.clone()),
-            _ => None,
-        })
-        .collect();
+    let told = backend_frames_since(&sim, before);
     assert!(told.is_empty(), "fs is told nothing of a question its call's retry would have carried: {told:?}");
 }
 
