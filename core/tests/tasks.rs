@@ -680,6 +680,37 @@ fn a_tasks_question_outlives_the_session_it_was_put_to() {
     assert_eq!(answer(&sim, 21, 1)["result"]["content"][0]["text"], "hello Ada");
 }
 
+/// A 2025-11-25 client (session 20) calls `fs__slow` as a task and stateless
+/// `fs` answers `input_required` for a name: the question the client is asked.
+fn asked_during_a_task(sim: &mut Sim) -> Value {
+    init_2025(sim, 20);
+    send(sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{}}));
+    let ask = json!({"resultType":"input_required","requestState":"st-1",
+        "inputRequests":{"name":{"method":"elicitation/create","params":{"message":"name?"}}}});
+    reply_last(sim, ask);
+    sim.frames_to(SessionId(20)).into_iter().find(|f| f["method"] == "elicitation/create").unwrap()
+}
+
+/// A stateless backend's question during a task lives in tether, not in the
+/// connection: the backend going idle meanwhile neither cancels it at the client
+/// nor loses the answer, which brings the backend back with the call's retry.
+#[test]
+fn a_stateless_backends_question_outlasts_its_connection() {
+    let mut sim = booted_stateless();
+    let question = asked_during_a_task(&mut sim);
+    sim.advance(200_000);
+    assert_eq!(sim.status("fs"), tether_core::Status::Dormant, "fs went idle\n{}", sim.log);
+    let cancelled =
+        sim.frames_to(SessionId(20)).into_iter().filter(|f| f["method"] == "notifications/cancelled").count();
+    assert_eq!(cancelled, 0, "the question stands\n{}", sim.log);
+    let answer_frame =
+        json!({"jsonrpc":"2.0","id": question["id"].clone(),"result":{"action":"accept","content":{"name":"Ada"}}});
+    sim.session(SessionId(20), answer_frame);
+    sim.answer("fs", "server/discover", json!({"resultType":"complete","supportedVersions":[STATELESS],"capabilities":{"tools":{}},"ttlMs":0,"cacheScope":"private"}));
+    let (_, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(params["inputResponses"]["name"]["content"]["name"], "Ada", "{}", sim.log);
+}
+
 /// A stateless backend's inputs are answered by its call's retry: a client's
 /// answer that comes after the task is gone (expired) is dropped, never sent to
 /// the backend as a JSON-RPC response (whose id would be the input's key).
@@ -688,14 +719,11 @@ fn an_answer_to_a_stateless_backends_question_after_its_task_expired_goes_nowher
     let mut config = config();
     config.tasks.ttl_ms = 10_000;
     let mut sim = booted_stateless_with(config);
-    init_2025(&mut sim, 20);
-    send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{}}));
-    let ask = json!({"resultType":"input_required","requestState":"st-1",
-        "inputRequests":{"name":{"method":"elicitation/create","params":{"message":"name?"}}}});
-    reply_last(&mut sim, ask);
-    let question = sim.frames_to(SessionId(20)).into_iter().find(|f| f["method"] == "elicitation/create").unwrap();
+    let question = asked_during_a_task(&mut sim);
     sim.advance(11_000);
     assert!(sim.log.contains(r#""status":"cancelled""#), "the task expired\n{}", sim.log);
+    let moot = sim.frames_to(SessionId(20)).into_iter().find(|f| f["method"] == "notifications/cancelled");
+    assert_eq!(moot.map(|f| f["params"]["requestId"].clone()), Some(question["id"].clone()), "the client is told");
     let before = sim.actions.len();
     for answer in [json!({"error":{"code":-1,"message":"no"}}), json!({"result":{"action":"decline"}})] {
         let mut frame = answer;

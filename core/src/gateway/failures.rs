@@ -305,7 +305,7 @@ impl Gateway {
             .server_requests
             .iter()
             // Inputs a stateless backend asked for live in tether, not in the connection.
-            .filter(|(_, r)| &*r.server == server && r.round.is_none())
+            .filter(|(_, r)| &*r.server == server && r.round.is_none() && !r.task.as_ref().is_some_and(|q| q.in_round))
             .map(|(id, r)| (*id, r.session, r.related.clone()))
             .collect();
         for (id, session, related) in pending {

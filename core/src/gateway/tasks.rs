@@ -407,6 +407,19 @@ impl Gateway {
     /// it get its outcome.
     pub(super) fn task_ended(&mut self, task_id: &str) {
         self.announce_task(task_id);
+        // What it still asks of clients is moot: they are told so.
+        let moot: Vec<(u64, SessionId)> = self
+            .router
+            .server_requests
+            .iter()
+            .filter(|(_, r)| r.task.as_ref().is_some_and(|q| q.task == task_id))
+            .map(|(id, r)| (*id, r.session))
+            .collect();
+        for (id, session) in moot {
+            self.router.server_requests.remove(&id);
+            let params = format!(r#"{{"requestId":{id},"reason":"the task ended"}}"#);
+            self.to_client(session, protocol::notification("notifications/cancelled", Some(&params)));
+        }
         let Some(t) = self.tasks.tasks.get_mut(task_id) else { return };
         t.forwarded.clear();
         let waiters = core::mem::take(&mut t.waiters);
