@@ -341,3 +341,25 @@ fn a_stateless_clients_log_level_goes_with_its_call_to_a_stateless_backend() {
     let (_, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
     assert!(meta_of(&params).get("io.modelcontextprotocol/logLevel").is_none(), "per request: {params}");
 }
+
+/// A stateless backend removed while a handshake client's answer to its
+/// `input_required` is outstanding: the call fails at once, the question is
+/// withdrawn, and the answer that comes later goes nowhere (there is no backend to
+/// retry the call on).
+#[test]
+fn a_backend_removed_while_its_question_is_out_fails_the_call_and_withdraws_the_question() {
+    let mut sim = Sim::new(one_stdio());
+    boot_stateless(&mut sim, &["book"]);
+    sim.client_init();
+    sim.call(1, "fs__book");
+    let (id, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    reply(&mut sim, "fs", id, json!({"resultType":"input_required","inputRequests":{"r":{"method":"roots/list"}}}));
+    let asked = sim.client_frames().into_iter().find(|f| f["method"] == "roots/list").expect("asked");
+    sim.admin(tether_core::AdminCommand::Remove { server: "fs".into() });
+    assert_eq!(sim.response(1)["error"]["code"], -32001, "{}", sim.log);
+    let withdrawn = sim.client_frames().into_iter().find(|f| f["method"] == "notifications/cancelled");
+    assert_eq!(withdrawn.map(|f| f["params"]["requestId"].clone()), Some(asked["id"].clone()), "{}", sim.log);
+    let before = sim.actions.len();
+    sim.client(json!({"jsonrpc":"2.0","id": asked["id"].clone(),"result":{"roots":[]}}));
+    assert_eq!(sim.actions.len(), before, "the late answer goes nowhere\n{}", sim.log);
+}

@@ -121,8 +121,24 @@ impl Gateway {
         }
     }
 
+    /// Fails the calls of `server` waiting for their clients' inputs, withdrawing
+    /// the requests still out (the backend is gone).
+    pub(super) fn fail_input_rounds_of(&mut self, server: &str, message: &str) {
+        let rounds: Vec<u64> =
+            self.router.input_rounds.iter().filter(|(_, r)| &*r.server == server).map(|(id, _)| *id).collect();
+        for round_id in rounds {
+            let Some(round) = self.router.input_rounds.remove(&round_id) else { continue };
+            self.cancel_round_requests(round_id, message);
+            self.fail_round(&round, code::BACKEND_UNAVAILABLE, message);
+        }
+    }
+
     /// Every input is in: the call goes to the backend again with them.
     fn finish_input_round(&mut self, round: InputRound) {
+        if !self.backends.contains_key(&round.server) {
+            let message = format!("backend '{}' was removed", round.server);
+            return self.fail_round(&round, code::BACKEND_UNAVAILABLE, &message);
+        }
         let InputRound { server, mut call, request_state, answers, .. } = round;
         let responses: Vec<String> =
             answers.iter().map(|(key, value)| format!("{}:{value}", protocol::quote(key))).collect();

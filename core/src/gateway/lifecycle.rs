@@ -44,6 +44,8 @@ impl Gateway {
         // Announce its last status change while it still exists; clients hear of the
         // lists it took away once, when the input settles.
         let Some(mut b) = self.backends.remove(server) else { return };
+        // Calls waiting for a client's inputs have no backend to go back to.
+        self.fail_input_rounds_of(server, &format!("backend '{server}' was removed"));
         self.retired_generations.insert(server.to_string(), b.sup.generation());
         for t in b.sup.drain_transitions() {
             self.emit(t.into_event(self.name(server)));
