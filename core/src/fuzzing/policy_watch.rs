@@ -58,6 +58,9 @@ impl PolicyWatch {
     /// A process was spawned or a connection begun.
     pub(super) fn started(&mut self, server: &ServerName, generation: Generation, now: u64) {
         self.started.insert(server.clone(), (generation, now));
+        // Requests of the connection before are gone with it: a failure reported
+        // for one later (a stale report) is no failure of a call in flight.
+        self.sent.retain(|(s, _), _| s != server);
     }
 
     /// A request went to a backend: a tagged call's retry must respect its wait.
