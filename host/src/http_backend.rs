@@ -21,6 +21,10 @@
 //! and an answer to a server request before what follows it. Requests do not hold
 //! up later frames: a slow JSON-answered call must not stall the connection.
 
+// ureq 2's error carries a whole response; requests are built in closures that
+// return it as ureq does (PooledAgent::send), so it is not boxed here.
+#![allow(clippy::result_large_err)]
+
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +35,8 @@ use tether_core::codec::SseDecoder;
 use tether_core::http_headers::{self, stateless_request_headers};
 use tether_core::protocol::{self, Message};
 use tether_core::{Failure, Input, StreamRef};
+
+use crate::keep_alive::PooledAgent;
 
 /// Connect timeout for every request.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -129,10 +135,12 @@ struct Shared {
     url: String,
     headers: BTreeMap<String, String>,
     legacy: bool,
-    agent: ureq::Agent,
+    /// Every request goes through it: idle connections are retired before the
+    /// server drops them, and a request lost to one the server closed goes again.
+    agent: PooledAgent,
     /// For requests whose answer is a stream that lasts (`subscriptions/listen`):
     /// no read timeout.
-    lasting_agent: ureq::Agent,
+    lasting_agent: PooledAgent,
     max_frame: usize,
     bearer: Option<BearerSource>,
     inputs: InputSink,
@@ -209,9 +217,11 @@ impl HttpBackend {
     /// Opens a connection. Streamable HTTP needs nothing up front; legacy SSE
     /// opens its event stream at once.
     pub fn connect(target: HttpTarget, inputs: InputSink, spawn: Spawner) -> HttpBackend {
-        let agent =
-            ureq::AgentBuilder::new().timeout_connect(CONNECT_TIMEOUT).timeout_read(target.read_timeout).build();
-        let lasting_agent = ureq::AgentBuilder::new().timeout_connect(CONNECT_TIMEOUT).build();
+        let read_timeout = target.read_timeout;
+        let agent = PooledAgent::new(move || {
+            ureq::AgentBuilder::new().timeout_connect(CONNECT_TIMEOUT).timeout_read(read_timeout)
+        });
+        let lasting_agent = PooledAgent::new(|| ureq::AgentBuilder::new().timeout_connect(CONNECT_TIMEOUT));
         let legacy = target.legacy;
         let shared = Arc::new(Shared {
             server: target.server,
@@ -309,15 +319,16 @@ impl HttpBackend {
         if let (Some(session), false) = (session, s.legacy) {
             let spawn = s.spawn.clone();
             spawn(Box::new(move || {
-                let mut req = s.agent.delete(&s.url).set("Mcp-Session-Id", &session);
-                if let Some(v) = &version {
-                    req = req.set("MCP-Protocol-Version", v);
-                }
-                for (k, v) in &s.headers {
-                    req = req.set(k, v);
-                }
-                req = s.with_bearer(req);
-                let _ = req.call();
+                let _ = s.agent.send(|agent| {
+                    let mut req = agent.delete(&s.url).set("Mcp-Session-Id", &session);
+                    if let Some(v) = &version {
+                        req = req.set("MCP-Protocol-Version", v);
+                    }
+                    for (k, v) in &s.headers {
+                        req = req.set(k, v);
+                    }
+                    s.with_bearer(req).call()
+                });
             }));
         }
     }
@@ -493,21 +504,23 @@ impl Shared {
         let lasting =
             headers.iter().any(|(name, value)| *name == http_headers::METHOD && value == "subscriptions/listen");
         let agent = if lasting { &self.lasting_agent } else { &self.agent };
-        let mut req = agent
-            .post(&self.url)
-            .set("Content-Type", "application/json")
-            .set("Accept", "application/json, text/event-stream");
-        for (k, v) in &self.headers {
-            req = req.set(k, v);
-        }
-        req = self.with_bearer(req);
-        for (k, v) in headers {
-            req = req.set(k, v);
-        }
-        for (k, v) in extra {
-            req = req.set(k, v);
-        }
-        let response = req.send_string(frame);
+        let response = agent.send(|agent| {
+            let mut req = agent
+                .post(&self.url)
+                .set("Content-Type", "application/json")
+                .set("Accept", "application/json, text/event-stream");
+            for (k, v) in &self.headers {
+                req = req.set(k, v);
+            }
+            req = self.with_bearer(req);
+            for (k, v) in headers {
+                req = req.set(k, v);
+            }
+            for (k, v) in extra {
+                req = req.set(k, v);
+            }
+            req.send_string(frame)
+        });
         if let Ok(r) = &response {
             self.note_nonce(r);
         }
@@ -515,8 +528,8 @@ impl Shared {
             return; // dropping the response closes it
         }
         match response {
-            Ok(response) => self.read_answer(response, request, Some(cancel)),
-            Err(ureq::Error::Status(status, response)) => self.refused(frame, request, status, response),
+            Ok(response) => self.read_answer(agent, response, request, Some(cancel)),
+            Err(ureq::Error::Status(status, response)) => self.refused(agent, frame, request, status, response),
             Err(ureq::Error::Transport(t)) => self.failed(request, transport_failure(&t)),
         }
     }
@@ -528,12 +541,12 @@ impl Shared {
     /// what it means (retry at another revision, fail the call). A 4xx without one
     /// (a handshake-era server refusing the unknown request, a proxy) stays an HTTP
     /// failure: on a probe, the core reads it as "handshake-era server".
-    fn refused(&self, frame: &str, request: Option<u64>, status: u16, response: ureq::Response) {
+    fn refused(&self, agent: &PooledAgent, frame: &str, request: Option<u64>, status: u16, response: ureq::Response) {
         if let Some(failure) = self.unauthorized(status, &response) {
             return self.failed(request, failure);
         }
         if (400..500).contains(&status) {
-            let body = error_text(response);
+            let body = error_text(agent, response);
             if error_answering(&body, frame) {
                 return self.report_frame(body);
             }
@@ -552,29 +565,28 @@ impl Shared {
         } else {
             self.url.clone()
         };
-        let mut req = self
-            .agent
-            .post(&url)
-            .set("Content-Type", "application/json")
-            .set("Accept", "application/json, text/event-stream");
-        for (k, v) in &self.headers {
-            req = req.set(k, v);
-        }
-        req = self.with_bearer(req);
-        let in_session = {
+        let (session_id, protocol_version) = {
             let state = self.state.lock().unwrap();
-            if let Some(v) = &state.protocol_version {
+            (state.session_id.clone().filter(|_| !self.legacy), state.protocol_version.clone())
+        };
+        let in_session = session_id.is_some();
+        let response = self.agent.send(|agent| {
+            let mut req = agent
+                .post(&url)
+                .set("Content-Type", "application/json")
+                .set("Accept", "application/json, text/event-stream");
+            for (k, v) in &self.headers {
+                req = req.set(k, v);
+            }
+            req = self.with_bearer(req);
+            if let Some(v) = &protocol_version {
                 req = req.set("MCP-Protocol-Version", v);
             }
-            match &state.session_id {
-                Some(id) if !self.legacy => {
-                    req = req.set("Mcp-Session-Id", id);
-                    true
-                }
-                _ => false,
+            if let Some(id) = &session_id {
+                req = req.set("Mcp-Session-Id", id);
             }
-        };
-        let response = req.send_string(frame);
+            req.send_string(frame)
+        });
         if let Ok(r) = &response {
             self.note_nonce(r);
         }
@@ -585,7 +597,7 @@ impl Shared {
                 if let Some(failure) = self.unauthorized(status, &r) {
                     return self.failed(request, failure);
                 }
-                let status = if in_session && status == 400 && rejects_session(&error_text(r)) {
+                let status = if in_session && status == 400 && rejects_session(&error_text(&self.agent, r)) {
                     // The spec answers a request in an unknown session with 404; the
                     // TypeScript SDK's example servers (and servers built from them)
                     // answer 400 "No valid session ID provided", e.g. after a restart.
@@ -605,13 +617,19 @@ impl Shared {
         if let Some(id) = response.header("Mcp-Session-Id") {
             self.state.lock().unwrap().session_id = Some(id.to_string());
         }
-        self.read_answer(response, request, None);
+        self.read_answer(&self.agent, response, request, None);
     }
 
     /// Reads what a POST got back: nothing (202), an SSE stream or a JSON body.
     /// `cancel` is there for a stateless-era request: its frames tell the
     /// transport nothing, and once it is cancelled nothing more is reported.
-    fn read_answer(self: &Arc<Self>, response: ureq::Response, request: Option<u64>, cancel: Option<&Cancel>) {
+    fn read_answer(
+        self: &Arc<Self>,
+        agent: &PooledAgent,
+        response: ureq::Response,
+        request: Option<u64>,
+        cancel: Option<&Cancel>,
+    ) {
         let cancelled = || cancel.is_some_and(Cancel::is_set);
         let is_sse = response.content_type() == "text/event-stream";
         if response.status() == 202 {
@@ -619,7 +637,7 @@ impl Shared {
         } else if is_sse {
             // A handshake-era request's stream may be resumed; a stateless-era one's is not.
             let stream = request.filter(|_| cancel.is_none()).map(StreamRef::Request);
-            let outcome = self.read_sse(response.into_reader(), false, request, cancel, stream, false);
+            let outcome = self.read_sse(agent.body(response), false, request, cancel, stream, false);
             if cancelled() {
                 return;
             }
@@ -636,7 +654,7 @@ impl Shared {
         } else {
             let mut body = String::new();
             let limit = self.max_frame as u64 + 1;
-            let read = response.into_reader().take(limit).read_to_string(&mut body);
+            let read = agent.body(response).take(limit).read_to_string(&mut body);
             match read {
                 _ if cancelled() => {}
                 Ok(_) if body.len() > self.max_frame => {
@@ -674,31 +692,34 @@ impl Shared {
     /// it ends (but with the answer of the request it resumes), the core hears
     /// of it.
     fn get_stream(self: &Arc<Self>, opened: Option<Opener>, stream: StreamRef, last_event_id: Option<String>) {
-        let mut req = self.agent.get(&self.url).set("Accept", "text/event-stream");
-        if let Some(id) = &last_event_id {
-            req = req.set("Last-Event-ID", id);
-        }
-        for (k, v) in &self.headers {
-            req = req.set(k, v);
-        }
-        req = self.with_bearer(req);
-        {
+        let (session_id, protocol_version) = {
             let state = self.state.lock().unwrap();
-            if let Some(id) = &state.session_id {
+            (state.session_id.clone(), state.protocol_version.clone())
+        };
+        let response = self.agent.send(|agent| {
+            let mut req = agent.get(&self.url).set("Accept", "text/event-stream");
+            if let Some(id) = &last_event_id {
+                req = req.set("Last-Event-ID", id);
+            }
+            for (k, v) in &self.headers {
+                req = req.set(k, v);
+            }
+            req = self.with_bearer(req);
+            if let Some(id) = &session_id {
                 req = req.set("Mcp-Session-Id", id);
             }
-            if let Some(v) = &state.protocol_version {
+            if let Some(v) = &protocol_version {
                 req = req.set("MCP-Protocol-Version", v);
             }
-        }
-        let response = req.call();
+            req.call()
+        });
         if let Ok(r) = &response {
             self.note_nonce(r);
         }
         drop(opened);
         let failure = match response {
             Ok(r) if r.content_type() == "text/event-stream" => {
-                let mut outcome = self.read_sse(r.into_reader(), false, stream.request(), None, Some(stream), true);
+                let mut outcome = self.read_sse(self.agent.body(r), false, stream.request(), None, Some(stream), true);
                 if outcome.answered {
                     return;
                 }
@@ -784,14 +805,16 @@ impl Shared {
     }
 
     fn legacy_stream(self: &Arc<Self>) {
-        let mut req = self.agent.get(&self.url).set("Accept", "text/event-stream");
-        for (k, v) in &self.headers {
-            req = req.set(k, v);
-        }
-        req = self.with_bearer(req);
-        match req.call() {
+        let response = self.agent.send(|agent| {
+            let mut req = agent.get(&self.url).set("Accept", "text/event-stream");
+            for (k, v) in &self.headers {
+                req = req.set(k, v);
+            }
+            self.with_bearer(req).call()
+        });
+        match response {
             Ok(r) => {
-                let _ = self.read_sse(r.into_reader(), true, None, None, None, false);
+                let _ = self.read_sse(self.agent.body(r), true, None, None, None, false);
                 self.failed(None, Failure::Reset);
             }
             Err(ureq::Error::Status(status, r)) => {
@@ -831,9 +854,9 @@ fn hide_in_challenge(challenge: &mut tether_core::credential::Challenge, token: 
     }
 }
 
-fn error_text(response: ureq::Response) -> String {
+fn error_text(agent: &PooledAgent, response: ureq::Response) -> String {
     let mut text = String::new();
-    let _ = response.into_reader().take(ERROR_BODY_LIMIT).read_to_string(&mut text);
+    let _ = agent.body(response).take(ERROR_BODY_LIMIT).read_to_string(&mut text);
     text
 }
 

@@ -13,6 +13,7 @@ pub mod control;
 pub mod credentials;
 pub mod flags;
 pub mod http_backend;
+pub mod keep_alive;
 pub mod launch;
 pub mod lifecycle;
 pub mod line_reader;

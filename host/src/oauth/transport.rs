@@ -3,6 +3,10 @@
 //! on every body read, so a slow or hostile server can neither hang a worker thread
 //! nor fill memory.
 
+// ureq 2's error carries a whole response; requests are built in closures that
+// return it as ureq does (PooledAgent::send), so it is not boxed here.
+#![allow(clippy::result_large_err)]
+
 use std::io::Read;
 use std::time::Duration;
 
@@ -10,6 +14,7 @@ use serde_json::Value;
 
 use super::secret::hide;
 use super::Failure;
+use crate::keep_alive::PooledAgent;
 
 /// How long a TCP (and TLS) connect may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -69,13 +74,15 @@ pub fn printable(s: &str) -> String {
 }
 
 /// The client for OAuth exchanges. Cheap to clone (the agents share their pools).
+/// Its connections are kept as toward backends ([`PooledAgent`]): retired before
+/// the server drops them, a request lost to one the server closed sent again.
 #[derive(Clone)]
 pub struct Http {
     /// For metadata GETs: follows a few redirects.
-    fetch: ureq::Agent,
+    fetch: PooledAgent,
     /// For POSTs (token, registration, revocation): never follows a redirect, so a
     /// secret in a body is never sent anywhere but where it was addressed.
-    post: ureq::Agent,
+    post: PooledAgent,
 }
 
 impl Default for Http {
@@ -99,20 +106,28 @@ impl Http {
                 .timeout(REQUEST_TIMEOUT)
                 .user_agent(concat!("tether/", env!("CARGO_PKG_VERSION")))
         };
-        Http { fetch: builder().redirects(3).build(), post: builder().redirects(0).build() }
+        Http {
+            fetch: PooledAgent::new(move || builder().redirects(3)),
+            post: PooledAgent::new(move || builder().redirects(0)),
+        }
     }
 
     /// GET a JSON document.
     pub fn get_json(&self, url: &str) -> Result<Answer, Failure> {
-        answer(self.fetch.get(url).set("Accept", "application/json").call())
+        answer(&self.fetch, self.fetch.send(|a| a.get(url).set("Accept", "application/json").call()))
     }
 
     /// GET any URL and return the status and the `WWW-Authenticate` header: used to
     /// provoke a protected resource's challenge.
     pub fn probe(&self, url: &str) -> Result<(u16, Option<String>), Failure> {
-        let result = self.fetch.get(url).set("Accept", "application/json, text/event-stream").call();
+        let result = self.fetch.send(|a| a.get(url).set("Accept", "application/json, text/event-stream").call());
         match result {
-            Ok(r) | Err(ureq::Error::Status(_, r)) => Ok((r.status(), r.header("WWW-Authenticate").map(str::to_owned))),
+            Ok(r) | Err(ureq::Error::Status(_, r)) => {
+                let answer = (r.status(), r.header("WWW-Authenticate").map(str::to_owned));
+                // Read within bounds so the connection can serve the next request.
+                let _ = std::io::copy(&mut self.fetch.body(r).take(BODY_LIMIT), &mut std::io::sink());
+                Ok(answer)
+            }
             Err(ureq::Error::Transport(t)) => Err(Failure::unavailable(format!("{url}: {t}"))),
         }
     }
@@ -131,24 +146,30 @@ impl Http {
         authorization: Option<&str>,
         dpop: Option<&str>,
     ) -> Result<Answer, Failure> {
-        let mut request = self.post.post(url).set("Accept", "application/json");
-        if let Some(value) = authorization {
-            request = request.set("Authorization", value);
-        }
-        if let Some(proof) = dpop {
-            request = request.set("DPoP", proof);
-        }
-        answer(request.send_form(form))
+        let sent = self.post.send(|agent| {
+            let mut request = agent.post(url).set("Accept", "application/json");
+            if let Some(value) = authorization {
+                request = request.set("Authorization", value);
+            }
+            if let Some(proof) = dpop {
+                request = request.set("DPoP", proof);
+            }
+            request.send_form(form)
+        });
+        answer(&self.post, sent)
     }
 
     /// POST a JSON document.
     pub fn post_json(&self, url: &str, body: &Value) -> Result<Answer, Failure> {
-        let request = self.post.post(url).set("Accept", "application/json").set("Content-Type", "application/json");
-        answer(request.send_string(&body.to_string()))
+        let body = body.to_string();
+        let sent = self.post.send(|agent| {
+            agent.post(url).set("Accept", "application/json").set("Content-Type", "application/json").send_string(&body)
+        });
+        answer(&self.post, sent)
     }
 }
 
-fn answer(result: Result<ureq::Response, ureq::Error>) -> Result<Answer, Failure> {
+fn answer(agent: &PooledAgent, result: Result<ureq::Response, ureq::Error>) -> Result<Answer, Failure> {
     let response = match result {
         Ok(r) | Err(ureq::Error::Status(_, r)) => r,
         Err(ureq::Error::Transport(t)) => return Err(Failure::unavailable(t.to_string())),
@@ -157,7 +178,7 @@ fn answer(result: Result<ureq::Response, ureq::Error>) -> Result<Answer, Failure
     let url = response.get_url().to_owned();
     let dpop_nonce = response.header("DPoP-Nonce").map(str::to_owned);
     let mut body = Vec::new();
-    if let Err(e) = response.into_reader().take(BODY_LIMIT + 1).read_to_end(&mut body) {
+    if let Err(e) = agent.body(response).take(BODY_LIMIT + 1).read_to_end(&mut body) {
         return Err(Failure::unavailable(format!("{url}: reading the answer: {e}")));
     }
     if body.len() as u64 > BODY_LIMIT {
