@@ -16,6 +16,7 @@
 //! flight; the old token is still used while it lasts) · `Reauth` (a person must
 //! log in; a login may be pending with its URL).
 
+use alloc::format;
 use alloc::string::String;
 use core::fmt;
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,14 @@ pub struct Challenge {
     /// `resource_metadata`: where its Protected Resource Metadata is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_metadata: Option<String>,
+    /// `error_description`: the server's words on what is wrong, for people
+    /// (printable, cut short by the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The refusal offered the `DPoP` scheme (RFC 9449 §7.1): the resource takes
+    /// proof-of-possession tokens. A resource that offers only `Bearer` refuses them.
+    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+    pub dpop: bool,
 }
 
 impl Challenge {
@@ -203,10 +212,37 @@ pub(crate) struct Credential {
     reason: Option<String>,
     /// The backend's last refusal: a login asks for the scope it named.
     challenge: Challenge,
+    /// The backend's last refusal as it came: what it said goes into the status.
+    refusal: Challenge,
     /// The epoch whose token was resent once for a DPoP nonce: one such resend
     /// per token, so a server that never takes the proof cannot loop.
     nonce_resent: Option<u64>,
+    /// The token in hand came from a token request of this process (not the
+    /// store) and the backend has not accepted it yet.
+    unproven: bool,
+    /// When the token in hand arrived.
+    issued_at: Option<Instant>,
+    /// Tokens refused by the backend before it accepted any of them, in a row:
+    /// they count on the backoff like failed connections.
+    fresh_refusals: u32,
+    /// When the last [`MAX_REFUSAL_ASKS`] token requests that refusals caused were
+    /// made, oldest first.
+    refusal_asks: heapless::Deque<Instant, MAX_REFUSAL_ASKS>,
+    /// The step in flight is a store read.
+    loading_store: bool,
 }
+
+/// At most this many token requests a minute are made because the backend refused
+/// a token; beyond, tether waits for the minute to pass. Scheduled refreshes ahead
+/// of expiry do not count.
+pub(crate) const MAX_REFUSAL_ASKS: usize = 6;
+
+/// A token refused this soon after it was issued, before the backend took it, is
+/// refused for what it is (its audience, its kind), not for its age.
+pub(crate) const FRESH_WINDOW: Duration = Duration::from_millis(10_000);
+
+/// The window of [`MAX_REFUSAL_ASKS`].
+pub(crate) const REFUSAL_ASKS_WINDOW: Duration = Duration::from_millis(60_000);
 
 /// How many times a 403 `insufficient_scope` may send the person to log in again
 /// before the request fails.
@@ -232,11 +268,17 @@ impl Credential {
             retry,
             retries: 0,
             nonce_resent: None,
+            unproven: false,
+            issued_at: None,
+            fresh_refusals: 0,
+            refusal_asks: heapless::Deque::new(),
+            loading_store: false,
             in_flight: false,
             login_url: None,
             step_ups: 0,
             reason: None,
             challenge: Challenge::default(),
+            refusal: Challenge::default(),
         }
     }
 
@@ -253,6 +295,11 @@ impl Credential {
     /// The URL of a prepared login, if any.
     pub(crate) fn login_url(&self) -> Option<&str> {
         self.login_url.as_deref()
+    }
+
+    /// What the backend said when it last refused a token.
+    pub(crate) fn last_refusal(&self) -> &Challenge {
+        &self.refusal
     }
 
     /// Why a person must log in, while in `Reauth`.
@@ -278,9 +325,23 @@ impl Credential {
         }
     }
 
+    /// The backend answered a request sent under the token in hand: it takes it.
+    pub(crate) fn accepted(&mut self) {
+        self.unproven = false;
+        self.fresh_refusals = 0;
+    }
+
     /// The backend refused a request sent under `epoch` with 401 (or 403 without
     /// `insufficient_scope`... that is [`Credential::on_insufficient_scope`]).
-    pub(crate) fn on_unauthorized(&mut self, epoch: u64, challenge: &Challenge) -> Next {
+    ///
+    /// A token the authorization server has just issued and the backend refuses
+    /// before accepting any (wrong audience, a bound token where only Bearer is
+    /// taken, a misconfigured resource) is a failure like a refused connection:
+    /// the next token is asked for on the backoff, never at once, and the refusal's
+    /// words become the reason. However a refusal comes, token requests it causes
+    /// are bounded ([`MAX_REFUSAL_ASKS`] a minute).
+    pub(crate) fn on_unauthorized(&mut self, now: Instant, epoch: u64, challenge: &Challenge, rng: &mut Rng) -> Next {
+        self.refusal = challenge.clone();
         if challenge.scope.is_some() || challenge.resource_metadata.is_some() {
             self.challenge = challenge.clone();
         }
@@ -294,7 +355,7 @@ impl Credential {
             self.nonce_resent = Some(self.epoch);
             return Next::Resend;
         }
-        match self.state {
+        match self.state.clone() {
             CredentialState::Reauth => Next::Reauth,
             CredentialState::Refreshing => Next::Wait,
             _ if self.in_flight => Next::Wait,
@@ -302,6 +363,27 @@ impl Credential {
             // backoff: asking it once more for every refused request would hammer
             // it (and an identity provider behind it). The request fails now.
             _ if self.retry_at.is_some() => Next::Reauth,
+            CredentialState::Valid if self.just_issued(now) => {
+                self.fresh_refusals = self.fresh_refusals.saturating_add(1);
+                let delay = self.retry.delay(self.fresh_refusals, rng);
+                self.retry_at = Some(now + delay);
+                self.refresh_at = None;
+                self.reason = Some(format!(
+                    "the backend refused a token the authorization server had just issued ({} in a row){}; \
+                     check that the authorization server issues tokens for this server (its resource, the \
+                     audience) of a kind it takes (Bearer or DPoP)",
+                    self.fresh_refusals,
+                    refusal_words(challenge)
+                ));
+                Next::Reauth
+            }
+            _ if !self.may_ask(now) => {
+                self.reason = Some(format!(
+                    "the backend refused {MAX_REFUSAL_ASKS} tokens within a minute{}",
+                    refusal_words(challenge)
+                ));
+                Next::Reauth
+            }
             CredentialState::Valid if self.refreshable => {
                 self.state = CredentialState::Refreshing;
                 self.in_flight = true;
@@ -356,10 +438,40 @@ impl Credential {
         Some(AuthStep::Login { challenge: self.challenge.clone() })
     }
 
+    /// Whether the token in hand was issued moments ago and the backend never took
+    /// it: then a refusal is about the token's kind, not its age.
+    fn just_issued(&self, now: Instant) -> bool {
+        self.unproven && self.issued_at.is_some_and(|at| now < at + FRESH_WINDOW)
+    }
+
+    /// Whether a refusal may cause a token request now: fewer than
+    /// [`MAX_REFUSAL_ASKS`] in the last minute. Noted as made when it may; when it
+    /// may not, the next try waits for the oldest to leave the window.
+    fn may_ask(&mut self, now: Instant) -> bool {
+        while self.refusal_asks.front().is_some_and(|&at| at + REFUSAL_ASKS_WINDOW <= now) {
+            self.refusal_asks.pop_front();
+        }
+        match self.refusal_asks.front() {
+            Some(&oldest) if self.refusal_asks.is_full() => {
+                self.retry_at = Some(oldest + REFUSAL_ASKS_WINDOW);
+                false
+            }
+            _ => {
+                let _ = self.refusal_asks.push_back(now);
+                true
+            }
+        }
+    }
+
     /// The host reported on the credential.
     pub(crate) fn on_update(&mut self, now: Instant, update: &CredentialUpdate, rng: &mut Rng) -> Next {
+        let from_store = core::mem::take(&mut self.loading_store);
         match update {
             CredentialUpdate::Ready { expires_in_ms, refreshable, scope } => {
+                // A token a request of ours just got, not one read from the store
+                // (an old one there may simply have expired).
+                self.unproven = self.in_flight && !from_store;
+                self.issued_at = Some(now);
                 self.epoch += 1;
                 self.state = CredentialState::Valid;
                 self.in_flight = false;
@@ -477,6 +589,7 @@ impl Credential {
         match self.state {
             CredentialState::Reauth => {
                 self.in_flight = true;
+                self.loading_store = true;
                 Some(AuthStep::Load)
             }
             CredentialState::Valid if self.refreshable => {
@@ -498,6 +611,8 @@ impl Credential {
     pub(crate) fn reset(&mut self) {
         self.retry_at = None;
         self.retries = 0;
+        self.fresh_refusals = 0;
+        self.refusal_asks.clear();
         if self.state == CredentialState::Reauth {
             self.state = CredentialState::Unknown;
             self.reason = None;
@@ -516,6 +631,16 @@ impl Credential {
         self.refresh_at = None;
         self.retry_at = None;
         self.recheck_at = Some(now + RECHECK);
+    }
+}
+
+/// What a refusal said, for the reason a person reads: `: error: description`.
+fn refusal_words(challenge: &Challenge) -> String {
+    match (&challenge.error, &challenge.description) {
+        (Some(e), Some(d)) => format!(": {e}: {d}"),
+        (Some(e), None) => format!(": {e}"),
+        (None, Some(d)) => format!(": {d}"),
+        (None, None) => String::new(),
     }
 }
 
@@ -601,8 +726,68 @@ mod tests {
         c.state = CredentialState::Valid;
         c.refreshable = true;
         let nonce = Challenge { error: Some("use_dpop_nonce".into()), ..Challenge::default() };
-        assert_eq!(c.on_unauthorized(c.epoch, &nonce), Next::Resend, "the token is fine: resend with the nonce");
-        assert_eq!(c.on_unauthorized(c.epoch, &nonce), Next::Step(AuthStep::Refresh), "once per token");
+        assert_eq!(
+            c.on_unauthorized(t(0), c.epoch, &nonce, &mut Rng::new(1)),
+            Next::Resend,
+            "the token is fine: resend with the nonce"
+        );
+        assert_eq!(
+            c.on_unauthorized(t(0), c.epoch, &nonce, &mut Rng::new(1)),
+            Next::Step(AuthStep::Refresh),
+            "once per token"
+        );
+    }
+
+    #[test]
+    fn a_token_refused_right_after_it_was_issued_is_renewed_on_the_backoff() {
+        let mut c = valid("a");
+        let mut rng = Rng::new(1);
+        let refused = Challenge { error: Some("invalid_token".into()), ..Challenge::default() };
+        assert_eq!(c.on_unauthorized(t(100), c.epoch(), &refused, &mut rng), Next::Step(AuthStep::Refresh));
+        let ready = CredentialUpdate::Ready { expires_in_ms: Some(3_600_000), refreshable: true, scope: None };
+        assert_eq!(c.on_update(t(200), &ready, &mut rng), Next::Resend);
+        assert_eq!(c.on_unauthorized(t(300), c.epoch(), &refused, &mut rng), Next::Reauth, "no new token at once");
+        assert_eq!(c.deadline(), Some(t(1_300)), "the backoff's first step");
+        assert!(c.reauth_reason().unwrap().contains("just issued (1 in a row): invalid_token"));
+        assert_eq!(c.on_unauthorized(t(400), c.epoch(), &refused, &mut rng), Next::Reauth, "refusals meanwhile wait");
+        assert_eq!(c.on_timer(t(1_300)), Some(AuthStep::Refresh));
+        c.on_update(t(1_400), &ready, &mut rng);
+        assert_eq!(c.on_unauthorized(t(1_500), c.epoch(), &refused, &mut rng), Next::Reauth);
+        assert_eq!(c.deadline(), Some(t(3_500)), "the second step");
+        assert_eq!(c.on_timer(t(3_500)), Some(AuthStep::Refresh));
+        c.on_update(t(3_600), &ready, &mut rng);
+        c.accepted();
+        assert_eq!(
+            c.on_unauthorized(t(3_700), c.epoch(), &refused, &mut rng),
+            Next::Step(AuthStep::Refresh),
+            "a token the backend took and then refused is renewed at once"
+        );
+        c.on_update(t(3_800), &ready, &mut rng);
+        assert_eq!(
+            c.on_unauthorized(t(3_800 + 10_000), c.epoch(), &refused, &mut rng),
+            Next::Step(AuthStep::Refresh),
+            "nor is one refused long after it came"
+        );
+    }
+
+    #[test]
+    fn refusals_cause_at_most_six_token_requests_a_minute() {
+        let mut c = valid("a");
+        let mut rng = Rng::new(1);
+        let ready = CredentialUpdate::Ready { expires_in_ms: Some(3_600_000), refreshable: true, scope: None };
+        for i in 0..MAX_REFUSAL_ASKS as u64 {
+            let at = 1_000 * i;
+            assert_eq!(
+                c.on_unauthorized(t(at), c.epoch(), &Challenge::default(), &mut rng),
+                Next::Step(AuthStep::Refresh)
+            );
+            c.on_update(t(at + 10), &ready, &mut rng);
+            c.accepted(); // taken once, then refused again: never a fresh refusal
+        }
+        assert_eq!(c.on_unauthorized(t(6_000), c.epoch(), &Challenge::default(), &mut rng), Next::Reauth);
+        assert_eq!(c.deadline(), Some(t(60_000)), "when the first of the six leaves the minute");
+        assert!(c.reauth_reason().unwrap().contains("refused 6 tokens within a minute"));
+        assert_eq!(c.on_timer(t(60_000)), Some(AuthStep::Refresh));
     }
 
     #[test]
@@ -614,7 +799,11 @@ mod tests {
         assert_eq!(c.on_timer(t(1_599)), None);
         assert_eq!(c.on_timer(t(1_600)), Some(AuthStep::Refresh));
         assert_eq!(c.deadline(), None, "nothing else while the refresh runs");
-        assert_eq!(c.on_unauthorized(c.epoch(), &Challenge::default()), Next::Wait, "single flight");
+        assert_eq!(
+            c.on_unauthorized(t(0), c.epoch(), &Challenge::default(), &mut Rng::new(1)),
+            Next::Wait,
+            "single flight"
+        );
     }
 
     #[test]
@@ -635,7 +824,7 @@ mod tests {
     fn a_login_left_open_when_a_token_came_from_the_store_does_not_end_it_when_it_fails() {
         let mut c = valid("a");
         let dead = CredentialUpdate::Failed { reason: CredentialFailure::InvalidGrant, message: "revoked".into() };
-        c.on_unauthorized(c.epoch(), &Challenge::default());
+        c.on_unauthorized(t(0), c.epoch(), &Challenge::default(), &mut Rng::new(1));
         assert_eq!(c.on_update(t(10), &dead, &mut Rng::new(1)), Next::Step(AuthStep::Discard));
         assert!(c.want_login().is_some());
         let pending = CredentialUpdate::LoginPending { url: "https://as.example/authorize".into() };
@@ -649,7 +838,10 @@ mod tests {
         };
         assert_eq!(c.on_update(t(600_020), &timed_out, &mut Rng::new(1)), Next::Wait, "the browser login timed out");
         assert_eq!(c.state(), &CredentialState::Valid);
-        assert_eq!(c.on_unauthorized(c.epoch(), &Challenge::default()), Next::Step(AuthStep::Refresh));
+        assert_eq!(
+            c.on_unauthorized(t(0), c.epoch(), &Challenge::default(), &mut Rng::new(1)),
+            Next::Step(AuthStep::Refresh)
+        );
         let rejected =
             CredentialUpdate::Failed { reason: CredentialFailure::Rejected, message: "invalid_client".into() };
         assert_eq!(
@@ -662,11 +854,14 @@ mod tests {
     #[test]
     fn a_dead_grant_is_discarded_and_never_refreshed_again() {
         let mut c = valid("a");
-        assert_eq!(c.on_unauthorized(c.epoch(), &Challenge::default()), Next::Step(AuthStep::Refresh));
+        assert_eq!(
+            c.on_unauthorized(t(0), c.epoch(), &Challenge::default(), &mut Rng::new(1)),
+            Next::Step(AuthStep::Refresh)
+        );
         let dead = CredentialUpdate::Failed { reason: CredentialFailure::InvalidGrant, message: "revoked".into() };
         assert_eq!(c.on_update(t(10), &dead, &mut Rng::new(1)), Next::Step(AuthStep::Discard));
         assert_eq!(c.state(), &CredentialState::Reauth);
-        assert_eq!(c.on_unauthorized(c.epoch(), &Challenge::default()), Next::Reauth);
+        assert_eq!(c.on_unauthorized(t(0), c.epoch(), &Challenge::default(), &mut Rng::new(1)), Next::Reauth);
         assert_eq!(c.on_timer(t(3_010)), Some(AuthStep::Load), "only the store is read again");
     }
 }

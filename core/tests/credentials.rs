@@ -212,6 +212,7 @@ fn a_first_login_is_asked_for_when_the_server_refuses_and_nothing_is_stored() {
         error: None,
         scope: Some("mcp:read".into()),
         resource_metadata: Some("https://web.example/.well-known/oauth-protected-resource".into()),
+        ..Challenge::default()
     };
     sim.refuse_probe("web");
     sim.fail(
@@ -242,11 +243,8 @@ fn a_first_login_is_asked_for_when_the_server_refuses_and_nothing_is_stored() {
 #[test]
 fn insufficient_scope_asks_for_one_login_with_the_wider_scope_then_fails() {
     let mut sim = web_with_token();
-    let wider = Challenge {
-        error: Some("insufficient_scope".into()),
-        scope: Some("mcp:write".into()),
-        resource_metadata: None,
-    };
+    let wider =
+        Challenge { error: Some("insufficient_scope".into()), scope: Some("mcp:write".into()), ..Challenge::default() };
     let mut union = wider.clone();
     union.scope = Some("mcp:read mcp:write".into());
     sim.call(1, "web__search");
@@ -432,4 +430,76 @@ fn while_a_renewal_waits_for_its_retry_a_refused_call_fails_at_once_without_aski
     let last = sim.last_request("web", "tools/call");
     reply(&mut sim, "web", last, text_result("ok"));
     assert_eq!(sim.response(4)["result"], text_result("ok"));
+}
+
+/// Plays a backend that refuses every token (a wrong audience, say) and an
+/// authorization server that issues one at once for every request, for `ms`,
+/// with a client call every five seconds. Returns the token requests made.
+fn refuse_everything_for(sim: &mut Sim, from: usize, ms: u64) -> usize {
+    let refusal = Failure::Unauthorized {
+        status: 401,
+        challenge: Challenge {
+            error: Some("invalid_token".into()),
+            description: Some("audience mismatch".into()),
+            ..Challenge::default()
+        },
+    };
+    let mut seen = from;
+    let start = sim.now;
+    let mut next_call = 100;
+    let asked_before = steps(sim).len();
+    while sim.now < start + ms {
+        if sim.now >= start + next_call {
+            sim.call(1_000 + next_call, "web__search");
+            next_call += 5_000;
+        }
+        // Everything that went out since last time: refuse requests, issue tokens.
+        let fresh: Vec<Action> = sim.actions[seen..].iter().map(|(_, a)| a.clone()).collect();
+        seen = sim.actions.len();
+        for action in fresh {
+            match action {
+                Action::SendToBackend { server, frame, .. } if &*server == "web" => {
+                    let v: Value = serde_json::from_str(&frame).unwrap();
+                    if let Some(id) = v.get("id").and_then(Value::as_u64).filter(|_| v.get("method").is_some()) {
+                        sim.fail("web", Some(id), refusal.clone());
+                    }
+                }
+                Action::Authorize { server, step: AuthStep::Refresh | AuthStep::Obtain { .. } }
+                    if &*server == "web" =>
+                {
+                    report(sim, ready(HOUR));
+                }
+                _ => {}
+            }
+        }
+        if sim.actions.len() == seen {
+            sim.advance(50);
+        }
+        assert!(steps(sim).len() < asked_before + 1_000, "a token loop:\n{}", sim.log);
+    }
+    steps(sim).len() - asked_before
+}
+
+#[test]
+fn a_backend_that_refuses_every_fresh_token_is_asked_again_on_the_backoff_only() {
+    let mut sim = Sim::new(oauth_config());
+    report(&mut sim, ready(HOUR));
+    sim.client_init();
+    sim.note("the backend refuses every token, the stored one first; the authorization server issues them at once");
+    let asked = refuse_everything_for(&mut sim, 0, 60_000);
+    // The stored token's refusal asks at once (it may just have expired); each
+    // token issued and refused after it waits on the backoff: 1, 2, 4, 8, 16 s...
+    assert!(asked <= 8, "{asked} token requests in a minute\n{}", sim.log);
+    assert!(asked >= 3, "tether still tries: {asked}");
+    assert_eq!(sim.status("web"), Status::RequiresReauth);
+    let message = sim.gw.status("web").and_then(|s| s.last_error).unwrap_or_default();
+    assert!(message.contains("invalid_token: audience mismatch"), "{message}");
+    assert!(message.contains("asks the authorization server again by itself"), "{message}");
+    for id in (100..60_000).step_by(5_000) {
+        assert_eq!(sim.responses_for(1_000 + id).len(), 1, "call {id} answered once\n{}", sim.log);
+    }
+    sim.note("a minute later the pace is the backoff's: at most a couple a minute");
+    let from = sim.actions.len();
+    let later = refuse_everything_for(&mut sim, from, 60_000);
+    assert!(later <= 2, "{later} token requests in the second minute");
 }

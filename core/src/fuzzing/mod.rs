@@ -1107,7 +1107,7 @@ impl Harness {
                     challenge: Challenge {
                         error: Some(error.into()),
                         scope: scope.map(String::from),
-                        resource_metadata: None,
+                        ..Challenge::default()
                     },
                 };
                 let failure = [

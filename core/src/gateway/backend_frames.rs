@@ -97,6 +97,13 @@ impl Gateway {
         }
         let Some(call) = self.router.calls.remove(&call_id) else { return };
         self.stream_answered(server, call_id);
+        let b = self.backends.get_mut(server).expect("live");
+        if call_id >= b.credential_first_id {
+            // Sent with the token in hand and answered: the backend takes it.
+            if let Some(credential) = b.credential.as_mut() {
+                credential.accepted();
+            }
+        }
         match call.kind {
             CallKind::Initialize { may_probe } => self.handshake_answer(server, answer, may_probe),
             CallKind::Probe { may_initialize } => self.probe_answer(server, answer, may_initialize),

@@ -110,10 +110,11 @@ impl Gateway {
         if status == 403 {
             return;
         }
+        let now = self.now;
         let b = self.backends.get_mut(server).expect("live");
         let credential = b.credential.as_mut().expect("managed");
         let epoch = if sent_before { 0 } else { credential.epoch() };
-        if let Next::Step(step) = credential.on_unauthorized(epoch, challenge) {
+        if let Next::Step(step) = credential.on_unauthorized(now, epoch, challenge, &mut self.rng) {
             self.authorize(server, step);
         }
     }
@@ -128,6 +129,7 @@ impl Gateway {
         challenge: &Challenge,
         sent_before: bool,
     ) {
+        let now = self.now;
         let b = self.backends.get_mut(server).expect("live");
         let credential = b.credential.as_mut().expect("managed");
         let epoch = credential.epoch();
@@ -144,7 +146,7 @@ impl Gateway {
             let msg = format!("backend '{server}' forbids this call (HTTP 403){}", scope_note(challenge));
             return self.fail_refused(server, call, &msg);
         } else {
-            credential.on_unauthorized(if sent_before { 0 } else { epoch }, challenge)
+            credential.on_unauthorized(now, if sent_before { 0 } else { epoch }, challenge, &mut self.rng)
         };
         match next {
             Next::Reauth | Next::FailWaiting => {
@@ -168,13 +170,14 @@ impl Gateway {
     /// The connection itself was refused (its handshake, or the stream): close it
     /// and connect again once a credential is in hand.
     fn connection_refused(&mut self, server: &str, status: u16, challenge: &Challenge, sent_before: bool) {
+        let now = self.now;
         let b = self.backends.get_mut(server).expect("live");
         let credential = b.credential.as_mut().expect("managed");
         let epoch = if sent_before { 0 } else { credential.epoch() };
         let next = if status == 403 && challenge.is_insufficient_scope() {
             credential.on_insufficient_scope(challenge)
         } else {
-            credential.on_unauthorized(epoch, challenge)
+            credential.on_unauthorized(now, epoch, challenge, &mut self.rng)
         };
         if matches!(next, Next::Reauth | Next::FailWaiting) {
             return self.credential_next(server, Next::Reauth);
@@ -210,7 +213,7 @@ impl Gateway {
                 let b = &self.backends[server];
                 let status = b.sup.status();
                 if status == Status::RequiresReauth {
-                    self.reconnect_now(server, false);
+                    self.reconnect(server, false, false);
                 } else if b.awaiting_credential {
                     self.connect(server);
                 } else {
@@ -235,7 +238,8 @@ impl Gateway {
                         self.fail_unavailable(server, q.call);
                     }
                 } else if b.sup.status() != Status::RequiresReauth {
-                    let failure = Failure::Unauthorized { status: 401, challenge: Challenge::default() };
+                    let challenge = b.credential.as_ref().map(|c| c.last_refusal().clone()).unwrap_or_default();
+                    let failure = Failure::Unauthorized { status: 401, challenge };
                     self.connection_lost(server, failure);
                 }
                 let msg = self.reauth_message(server);

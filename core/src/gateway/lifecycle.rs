@@ -65,8 +65,16 @@ impl Gateway {
         self.connect(server);
     }
 
-    /// Admin reconnect (or restart, which also clears history).
+    /// Admin reconnect (or restart, which also clears history). An operator's
+    /// reconnect also starts the credential's backoff over.
     pub(super) fn reconnect_now(&mut self, server: &str, clear_history: bool) {
+        self.reconnect(server, clear_history, true);
+    }
+
+    /// Reconnects at once: for an operator (`operator`), or because a backend that
+    /// refused its credential has a new one (then the credential's backoff, which
+    /// counts refusals of fresh tokens, stands).
+    pub(super) fn reconnect(&mut self, server: &str, clear_history: bool, operator: bool) {
         let status = self.backends[server].sup.status();
         let given_up = matches!(status, Status::PermanentlyFailed | Status::RequiresReauth | Status::Disconnected);
         let b = self.backends.get_mut(server).expect("live");
@@ -76,7 +84,7 @@ impl Gateway {
             b.sup.reset_history();
         }
         // A backend waiting for a login asks the credential store afresh.
-        if given_up {
+        if given_up && operator {
             if let Some(c) = b.credential.as_mut() {
                 c.reset();
             }

@@ -135,9 +135,11 @@ impl fmt::Display for Failure {
             Failure::Http { status } => write!(f, "HTTP {status}"),
             Failure::Unauthorized { status, challenge } => {
                 write!(f, "HTTP {status}")?;
-                match &challenge.error {
-                    Some(e) => write!(f, " ({e})"),
-                    None => Ok(()),
+                match (&challenge.error, &challenge.description) {
+                    (Some(e), Some(d)) => write!(f, " ({e}: {d})"),
+                    (Some(e), None) => write!(f, " ({e})"),
+                    (None, Some(d)) => write!(f, " ({d})"),
+                    (None, None) => Ok(()),
                 }
             }
             Failure::Exited { code: Some(code) } => write!(f, "process exited with code {code}"),

@@ -402,6 +402,7 @@ fn the_managed_token_goes_on_every_request_and_a_refusal_carries_its_challenge()
         error: Some("invalid_token".into()),
         scope: Some("mcp:read".into()),
         resource_metadata: Some("http://x/prm".into()),
+        ..Default::default()
     };
     assert_eq!(next_input(&rx), failed(1, Failure::Unauthorized { status: 401, challenge }));
     *token.lock().unwrap() = "fresh".into();

@@ -6,7 +6,8 @@
 //! challenges and the parameters of one challenge, so a name followed by `=` is a
 //! parameter and anything else starts the next challenge. Schemes and parameter
 //! names are case-insensitive. Only the `Bearer` challenge (RFC 6750) matters to
-//! tether: its `error`, `scope` and `resource_metadata` (RFC 9728 §5.1).
+//! tether: its `error`, `error_description`, `scope` and `resource_metadata` (RFC
+//! 9728 §5.1), and whether a `DPoP` challenge (RFC 9449 §7.1) stands beside it.
 //!
 //! The parse result is `tether_core::credential::Challenge`, which the HTTP
 //! backend attaches to the 401 or 403 it reports to the engine.
@@ -23,7 +24,13 @@ pub fn parse(header: &str) -> Option<Challenge> {
     let scheme = |name: &str| all.iter().find(|c| c.scheme.eq_ignore_ascii_case(name));
     let chosen = scheme("bearer").or_else(|| scheme("dpop"))?;
     let param = |name: &str| chosen.params.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
-    Some(Challenge { error: param("error"), scope: param("scope"), resource_metadata: param("resource_metadata") })
+    Some(Challenge {
+        error: param("error"),
+        scope: param("scope"),
+        resource_metadata: param("resource_metadata"),
+        description: param("error_description").map(|d| super::transport::printable(&d)),
+        dpop: scheme("dpop").is_some(),
+    })
 }
 
 /// One challenge: its scheme as written and its parameters, names lower-cased, in
@@ -179,7 +186,13 @@ mod tests {
             error: error.map(Into::into),
             scope: scope.map(Into::into),
             resource_metadata: rm.map(Into::into),
+            ..Challenge::default()
         })
+    }
+
+    /// `challenge` with what else the header said.
+    fn with(challenge: Option<Challenge>, description: Option<&str>, dpop: bool) -> Option<Challenge> {
+        challenge.map(|c| Challenge { description: description.map(Into::into), dpop, ..c })
     }
 
     #[test]
@@ -192,7 +205,11 @@ mod tests {
             parse(
                 r#"Bearer error="insufficient_scope", scope="mcp:write", resource_metadata="https://a/b", error_description="Scope upgrade, please""#
             ),
-            bearer(Some("insufficient_scope"), Some("mcp:write"), Some("https://a/b"))
+            with(
+                bearer(Some("insufficient_scope"), Some("mcp:write"), Some("https://a/b")),
+                Some("Scope upgrade, please"),
+                false
+            )
         );
         assert_eq!(
             parse(r#"Bearer scope="mcp:basic mcp:read", resource_metadata="https://a/b""#),
@@ -222,11 +239,11 @@ mod tests {
         assert_eq!(parse(r#"Basic realm="x", Bearer scope="s""#), bearer(None, Some("s"), None));
         assert_eq!(
             parse(r#"DPoP algs="ES256 PS256", Bearer error="invalid_token""#),
-            bearer(Some("invalid_token"), None, None)
+            with(bearer(Some("invalid_token"), None, None), None, true)
         );
         assert_eq!(
             parse(r#"DPoP algs="ES256", resource_metadata="https://a/b""#),
-            bearer(None, None, Some("https://a/b"))
+            with(bearer(None, None, Some("https://a/b")), None, true)
         );
         assert_eq!(parse(r#"Negotiate abc+/==, Bearer scope="s", Basic realm="r""#), bearer(None, Some("s"), None));
         assert_eq!(parse("Newauth realm=\"apps\", type=1, title=\"Login\", Basic realm=\"simple\""), None);
@@ -236,6 +253,14 @@ mod tests {
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].params.len(), 3);
         assert_eq!(all[1].scheme, "Basic");
+    }
+
+    #[test]
+    fn descriptions_are_kept_short_and_printable() {
+        let long = format!("Bearer error=\"invalid_token\", error_description=\"bad\\\u{7}{}\"", "x".repeat(500));
+        let c = parse(&long).unwrap();
+        assert_eq!(c.description.as_deref().map(str::len), Some(200));
+        assert!(c.description.unwrap().starts_with("badx"));
     }
 
     #[test]
