@@ -218,10 +218,12 @@ impl Authority {
         self.dpop_key_for(token, None)
     }
 
+    /// A new grant is bound only where the authorization server signs DPoP proofs
+    /// tether can make and the resource (`discovery`) takes bound tokens.
     fn dpop_key_for(
         &self,
         token: Option<&TokenRecord>,
-        algs: Option<&[String]>,
+        discovery: Option<&Discovery>,
     ) -> Result<Option<Arc<DpopKey>>, Failure> {
         let mut held = self.dpop.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(stored) = token.filter(|t| t.dpop_bound()).and_then(|t| t.dpop_key.as_ref()) {
@@ -232,7 +234,8 @@ impl Authority {
             *held = Some(key.clone());
             return Ok(Some(key));
         }
-        if !self.settings.dpop || !dpop::supported(algs) {
+        let Some(discovery) = discovery.filter(|d| d.resource_dpop) else { return Ok(None) };
+        if !self.settings.dpop || !dpop::supported(discovery.server.dpop_signing_alg_values_supported.as_deref()) {
             return Ok(None);
         }
         if let Some(key) = held.as_ref() {
@@ -685,7 +688,7 @@ impl Authority {
         };
         let scope = self.unattended_scope(discovery, challenge);
         let endpoint = server.token_endpoint()?;
-        let dpop = self.dpop_key_for(None, server.dpop_signing_alg_values_supported.as_deref())?;
+        let dpop = self.dpop_key_for(None, Some(&discovery))?;
         let (resource, scope_ref) = (&discovery.resource, scope.as_deref());
         let granted = token::jwt_bearer(&self.http, endpoint, &auth, assertion, resource, scope_ref, dpop.as_deref())?;
         client.auth_method = Some(auth.method().to_owned());
@@ -746,7 +749,7 @@ impl Authority {
         }
         let scope = self.unattended_scope(discovery, challenge);
         let endpoint = server.token_endpoint()?;
-        let dpop = self.dpop_key_for(None, server.dpop_signing_alg_values_supported.as_deref())?;
+        let dpop = self.dpop_key_for(None, Some(&discovery))?;
         let granted = token::client_credentials(
             &self.http,
             endpoint,
@@ -1019,7 +1022,7 @@ impl Authority {
             self.client_auth(&client, &server.issuer, server.token_endpoint_auth_methods_supported.as_deref())?;
         // A refused code (expired, used, for another redirect) is a failed login, not
         // a dead grant: the credential in hand, if any (a step-up), stays.
-        let dpop = self.dpop_key_for(None, server.dpop_signing_alg_values_supported.as_deref())?;
+        let dpop = self.dpop_key_for(None, Some(&discovery))?;
         let (resource, dpop_ref) = (&discovery.resource, dpop.as_deref());
         let code = token::Code { code, redirect_uri: &redirect_uri, verifier: &verifier };
         let granted =
@@ -1089,6 +1092,7 @@ fn stored_discovery(c: &StoredCredential) -> Discovery {
     Discovery {
         resource: c.resource.clone(),
         resource_scopes: None,
+        resource_dpop: false,
         server: discovery::ServerMetadata {
             issuer: c.issuer.clone(),
             token_endpoint: Some(c.token_endpoint.clone()),

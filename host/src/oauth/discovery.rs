@@ -39,6 +39,20 @@ pub struct ResourceMetadata {
     /// The scopes it knows.
     #[serde(default)]
     pub scopes_supported: Option<Vec<String>>,
+    /// JWS algorithms it accepts in DPoP proofs (RFC 9728 §2): it takes DPoP.
+    #[serde(default)]
+    pub dpop_signing_alg_values_supported: Option<Vec<String>>,
+    /// It takes DPoP-bound tokens only (RFC 9728 §2).
+    #[serde(default)]
+    pub dpop_bound_access_tokens_required: bool,
+}
+
+impl ResourceMetadata {
+    /// Whether the resource says it takes DPoP-bound tokens.
+    pub fn takes_dpop(&self) -> bool {
+        self.dpop_bound_access_tokens_required
+            || self.dpop_signing_alg_values_supported.as_ref().is_some_and(|algs| !algs.is_empty())
+    }
 }
 
 /// An authorization server's metadata (RFC 8414 §2), the parts tether uses.
@@ -133,6 +147,12 @@ pub struct Discovery {
     pub resource_scopes: Option<Vec<String>>,
     /// The authorization server.
     pub server: ServerMetadata,
+    /// The protected resource takes DPoP-bound tokens: its metadata says so, or
+    /// its refusal offered the `DPoP` scheme. Only then is a new grant bound to a
+    /// key: a resource that answers `Bearer` alone refuses `Authorization: DPoP`
+    /// (FastMCP's verifier, tether's own listener), and a public client's refresh
+    /// token bound to a key it refuses would never serve.
+    pub resource_dpop: bool,
 }
 
 /// Discovers the authorization server of the backend at `server_url`. When the
@@ -150,7 +170,12 @@ pub fn discover(
     let Some(prm) = protected_resource(http, &server, challenge)? else {
         // 2025-03-26: the authorization server is the backend's origin.
         let metadata = authorization_server(http, &origin)?.unwrap_or_else(|| ServerMetadata::defaults(&origin));
-        return Ok(Discovery { resource: canonical, resource_scopes: None, server: metadata });
+        return Ok(Discovery {
+            resource: canonical,
+            resource_scopes: None,
+            server: metadata,
+            resource_dpop: challenge.dpop,
+        });
     };
     let resource = match prm.resource.as_deref().map(str::trim) {
         Some(r) if resource::covers(r, server_url) => r.to_owned(),
@@ -167,7 +192,8 @@ pub fn discover(
     };
     let metadata = authorization_server(http, &issuer)?
         .ok_or_else(|| Failure::rejected(format!("no authorization server metadata found for {issuer}")))?;
-    Ok(Discovery { resource, resource_scopes: prm.scopes_supported, server: metadata })
+    let resource_dpop = challenge.dpop || prm.takes_dpop();
+    Ok(Discovery { resource, resource_scopes: prm.scopes_supported, server: metadata, resource_dpop })
 }
 
 /// The protected resource's metadata, or `None` when it publishes none.
@@ -250,6 +276,15 @@ mod tests {
         m.code_challenge_methods_supported = Some(vec!["plain".into(), "S256".into()]);
         assert!(m.supports_s256());
         assert!(ServerMetadata::defaults("http://a").supports_s256());
+    }
+
+    #[test]
+    fn a_resource_takes_dpop_when_its_metadata_says_so() {
+        let prm = |doc: Value| serde_json::from_value::<ResourceMetadata>(doc).unwrap();
+        assert!(!prm(serde_json::json!({"resource": "https://a"})).takes_dpop());
+        assert!(!prm(serde_json::json!({"dpop_signing_alg_values_supported": []})).takes_dpop());
+        assert!(prm(serde_json::json!({"dpop_signing_alg_values_supported": ["ES256"]})).takes_dpop());
+        assert!(prm(serde_json::json!({"dpop_bound_access_tokens_required": true})).takes_dpop());
     }
 
     #[test]

@@ -49,6 +49,8 @@ struct World {
     revoked: Vec<String>,
     /// The authorization server binds tokens with DPoP, and wants its nonce.
     dpop: bool,
+    /// The protected resource's metadata lists DPoP algorithms.
+    resource_dpop: bool,
     /// DPoP proofs the token endpoint got.
     dpop_proofs: Vec<String>,
     /// Tokens and codes handed out.
@@ -114,6 +116,7 @@ impl Fake {
             hits: Vec::new(),
             token_requests: Vec::new(),
             dpop: false,
+            resource_dpop: false,
             dpop_proofs: Vec::new(),
             registrations: Vec::new(),
             authorizations: Vec::new(),
@@ -177,7 +180,11 @@ fn handle(mut request: tiny_http::Request, world: &Mutex<World>) {
     let as_path = w.as_path;
     if path == "/.well-known/oauth-protected-resource/mcp" && !w.legacy {
         let resource = w.prm_resource.clone().unwrap_or(format!("{base}/mcp"));
-        let doc = json!({"resource": resource, "authorization_servers": [issuer], "scopes_supported": ["mcp:read"]});
+        let mut doc =
+            json!({"resource": resource, "authorization_servers": [issuer], "scopes_supported": ["mcp:read"]});
+        if w.resource_dpop {
+            doc["dpop_signing_alg_values_supported"] = json!(["ES256"]);
+        }
         return respond(request, 200, doc, None);
     }
     if path == format!("/.well-known/oauth-authorization-server{as_path}") && !w.legacy {
@@ -818,15 +825,16 @@ fn enterprise_managed_exchanges_the_id_token_then_the_identity_assertion() {
     assert!(message.contains("identity provider") && !message.contains("expired-id-token"), "{message}");
 }
 
-/// DPoP where the authorization server supports it: the token request carries a
-/// proof (again with the server's nonce when it asks for one), the token comes
-/// bound, its key is stored with it, and every request to the backend carries
-/// `DPoP <token>` and a fresh proof for its method and URL, with the backend's
-/// nonce once it gave one; a new process finds the same key.
+/// DPoP where the authorization server supports it and the resource takes it: the
+/// token request carries a proof (again with the server's nonce when it asks for
+/// one), the token comes bound, its key is stored with it, and every request to
+/// the backend carries `DPoP <token>` and a fresh proof for its method and URL,
+/// with the backend's nonce once it gave one; a new process finds the same key.
 #[test]
 fn dpop_binds_tokens_where_the_authorization_server_supports_it() {
     let fake = Fake::start();
     fake.world().dpop = true;
+    fake.world().resource_dpop = true;
     let dir = tempfile::tempdir().unwrap();
     let settings = a_settings();
     let a = authority(&fake, dir.path(), settings.clone());
@@ -863,10 +871,33 @@ fn dpop_binds_tokens_where_the_authorization_server_supports_it() {
     // Turned off, plain bearer tokens.
     let fake = Fake::start();
     fake.world().dpop = true;
+    fake.world().resource_dpop = true;
     let plain = OAuthSettings { dpop: false, ..a_settings() };
     let c = authority(&fake, tempfile::tempdir().unwrap().path(), plain);
     ready(&run(&c, AuthStep::Obtain { challenge: Challenge::default() }));
     assert!(c.authorize("POST", &fake.url()).unwrap().0.starts_with("Bearer cc-"));
+}
+
+/// The authorization server offers DPoP but the resource does not say it takes
+/// it (its metadata lists no DPoP algorithm, its refusal offers `Bearer` only):
+/// plain bearer tokens, which it takes, and no proof at the token endpoint. A
+/// refusal offering the `DPoP` scheme is enough to bind.
+#[test]
+fn dpop_only_where_the_resource_takes_it() {
+    let fake = Fake::start();
+    fake.world().dpop = true;
+    let a = authority(&fake, tempfile::tempdir().unwrap().path(), a_settings());
+    let bearer_only = Challenge { error: Some("invalid_token".into()), ..Challenge::default() };
+    ready(&run(&a, AuthStep::Obtain { challenge: bearer_only }));
+    let (authorization, proof) = a.authorize("POST", &fake.url()).unwrap();
+    assert!(authorization.starts_with("Bearer cc-") && proof.is_none(), "{authorization}");
+    assert!(fake.world().dpop_proofs.is_empty(), "no proof at the token endpoint");
+    let fake = Fake::start();
+    fake.world().dpop = true;
+    let b = authority(&fake, tempfile::tempdir().unwrap().path(), a_settings());
+    let offers_dpop = Challenge { dpop: true, ..Challenge::default() };
+    ready(&run(&b, AuthStep::Obtain { challenge: offers_dpop }));
+    assert!(b.authorize("POST", &fake.url()).unwrap().0.starts_with("DPoP dpop-"));
 }
 
 fn a_settings() -> OAuthSettings {
