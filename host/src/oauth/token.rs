@@ -92,7 +92,15 @@ impl ClientAuth {
                 None
             }
             ClientAuth::Unidentified => None,
-            ClientAuth::Basic { client_id, secret } => Some(basic_authorization(client_id, secret.expose())),
+            ClientAuth::Basic { client_id, secret } => {
+                // The client_id goes in the body too (RFC 6749 §3.2.1 lets a client
+                // name itself there; it authenticates nothing): some servers read
+                // it from the body only, whatever the Basic header says (the MCP
+                // Python SDK's authorization server, hence FastMCP's, answers
+                // `invalid_client: Missing client_id` without it).
+                form.push(("client_id", client_id.clone()));
+                Some(basic_authorization(client_id, secret.expose()))
+            }
             ClientAuth::Post { client_id, secret } => {
                 form.push(("client_id", client_id.clone()));
                 form.push(("client_secret", secret.expose().to_owned()));
@@ -442,7 +450,7 @@ mod tests {
         assert_eq!(form, vec![("client_id", "id".to_owned()), ("client_secret", "s".to_owned())]);
         let mut form = Vec::new();
         assert!(ClientAuth::for_method(BASIC, "id", Some(&secret)).apply(&mut form).is_some());
-        assert!(form.is_empty());
+        assert_eq!(form, vec![("client_id", "id".to_owned())], "the id in the body too, never the secret");
         let mut form = Vec::new();
         assert_eq!(ClientAuth::for_method(BASIC, "id", None).method(), NONE);
         ClientAuth::for_method(NONE, "id", Some(&secret)).apply(&mut form);
