@@ -112,6 +112,11 @@ pub enum CredentialFailure {
     /// Anything else that a retry will not fix (a metadata or issuer mismatch, an
     /// unsupported method, a refused registration, a login that timed out).
     Rejected,
+    /// The authorization server refuses the client tether is configured as
+    /// (`invalid_client`): no login mends that, the configuration must change. (A
+    /// client tether registered by itself and the server forgot is registered
+    /// anew by the host, which reports the grant gone instead.)
+    ClientRefused,
 }
 
 /// What the host reports about a backend's credential.
@@ -230,6 +235,9 @@ pub(crate) struct Credential {
     refusal_asks: heapless::Deque<Instant, MAX_REFUSAL_ASKS>,
     /// The step in flight is a store read.
     loading_store: bool,
+    /// The authorization server refuses the configured client: the person must
+    /// fix the configuration, a login would fail the same way.
+    misconfigured: bool,
 }
 
 /// At most this many token requests a minute are made because the backend refused
@@ -273,6 +281,7 @@ impl Credential {
             fresh_refusals: 0,
             refusal_asks: heapless::Deque::new(),
             loading_store: false,
+            misconfigured: false,
             in_flight: false,
             login_url: None,
             step_ups: 0,
@@ -428,10 +437,16 @@ impl Credential {
         Next::Step(AuthStep::Login { challenge })
     }
 
+    /// Whether the authorization server refuses the configured client (the
+    /// configuration must change; no login helps).
+    pub(crate) fn misconfigured(&self) -> bool {
+        self.misconfigured
+    }
+
     /// A call found the backend waiting for a person: prepare a login (and open the
-    /// browser) unless one is pending or under way.
+    /// browser) unless one is pending or under way, or none can help.
     pub(crate) fn want_login(&mut self) -> Option<AuthStep> {
-        if self.state != CredentialState::Reauth || self.in_flight || self.login_url.is_some() {
+        if self.state != CredentialState::Reauth || self.in_flight || self.login_url.is_some() || self.misconfigured {
             return None;
         }
         self.in_flight = true;
@@ -472,6 +487,7 @@ impl Credential {
                 // (an old one there may simply have expired).
                 self.unproven = self.in_flight && !from_store;
                 self.issued_at = Some(now);
+                self.misconfigured = false;
                 self.epoch += 1;
                 self.state = CredentialState::Valid;
                 self.in_flight = false;
@@ -544,6 +560,14 @@ impl Credential {
                             Next::Reauth
                         }
                     }
+                    CredentialFailure::ClientRefused => {
+                        self.login_url = None;
+                        self.expires_at = None;
+                        self.refresh_at = None;
+                        self.enter_reauth(now, message.clone());
+                        self.misconfigured = true;
+                        Next::Reauth
+                    }
                     CredentialFailure::Rejected => {
                         self.login_url = None;
                         if self.state == CredentialState::Valid && self.step_ups > 0 {
@@ -613,6 +637,7 @@ impl Credential {
         self.retries = 0;
         self.fresh_refusals = 0;
         self.refusal_asks.clear();
+        self.misconfigured = false;
         if self.state == CredentialState::Reauth {
             self.state = CredentialState::Unknown;
             self.reason = None;
@@ -788,6 +813,22 @@ mod tests {
         assert_eq!(c.deadline(), Some(t(60_000)), "when the first of the six leaves the minute");
         assert!(c.reauth_reason().unwrap().contains("refused 6 tokens within a minute"));
         assert_eq!(c.on_timer(t(60_000)), Some(AuthStep::Refresh));
+    }
+
+    #[test]
+    fn a_refused_client_asks_for_the_configuration_not_a_login() {
+        let mut c = valid("a");
+        let mut rng = Rng::new(1);
+        c.on_unauthorized(t(100), c.epoch(), &Challenge::default(), &mut rng);
+        let refused = CredentialUpdate::Failed {
+            reason: CredentialFailure::ClientRefused,
+            message: "token endpoint: HTTP 401: invalid_client".into(),
+        };
+        assert_eq!(c.on_update(t(200), &refused, &mut rng), Next::Reauth);
+        assert!(c.misconfigured());
+        assert_eq!(c.want_login(), None, "no login can mend it");
+        c.reset();
+        assert!(!c.misconfigured(), "a reload or an operator's reconnect tries again");
     }
 
     #[test]

@@ -722,7 +722,13 @@ impl Harness {
                     0 | 1 => ready,
                     2 => CredentialUpdate::LoginRequired,
                     3 => failed(CredentialFailure::Unavailable),
-                    _ => failed([CredentialFailure::InvalidGrant, CredentialFailure::Rejected][c.below(2)]),
+                    _ => failed(
+                        [
+                            CredentialFailure::InvalidGrant,
+                            CredentialFailure::Rejected,
+                            CredentialFailure::ClientRefused,
+                        ][c.below(3)],
+                    ),
                 },
                 Step::Login => match c.below(4) {
                     0 => failed(CredentialFailure::Rejected),

@@ -284,6 +284,13 @@ impl Gateway {
             );
         };
         let reason = credential.reauth_reason().unwrap_or("login required");
+        if credential.misconfigured() {
+            return format!(
+                "{reason}: the authorization server refuses the client tether is configured as; correct the \
+                 backend's oauth settings (client_id, client_secret or private_key), then reload the \
+                 configuration or run `tether reconnect {server}`"
+            );
+        }
         if credential.retrying() {
             // An unreachable token endpoint, a refused unattended grant, an
             // assertion file not there yet: no login mends these, time may.

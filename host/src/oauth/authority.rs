@@ -688,7 +688,7 @@ impl Authority {
         };
         let scope = self.unattended_scope(discovery, challenge);
         let endpoint = server.token_endpoint()?;
-        let dpop = self.dpop_key_for(None, Some(&discovery))?;
+        let dpop = self.dpop_key_for(None, Some(discovery))?;
         let (resource, scope_ref) = (&discovery.resource, scope.as_deref());
         let granted = token::jwt_bearer(&self.http, endpoint, &auth, assertion, resource, scope_ref, dpop.as_deref())?;
         client.auth_method = Some(auth.method().to_owned());
@@ -749,7 +749,7 @@ impl Authority {
         }
         let scope = self.unattended_scope(discovery, challenge);
         let endpoint = server.token_endpoint()?;
-        let dpop = self.dpop_key_for(None, Some(&discovery))?;
+        let dpop = self.dpop_key_for(None, Some(discovery))?;
         let granted = token::client_credentials(
             &self.http,
             endpoint,
@@ -821,8 +821,61 @@ impl Authority {
                 self.held().dead_refresh = Some(old);
                 Err(f)
             }
+            Err(f)
+                if f.reason == CredentialFailure::ClientRefused && base.client.source == ClientSource::Registered =>
+            {
+                // The server forgot the client tether registered (its restart, a
+                // purge): the registration and the grant made under it are dead.
+                // Dropped, so the next login registers anew instead of sending a
+                // person to an error page with the dead client_id.
+                self.forget_registration(&base.client.client_id);
+                Err(Failure::invalid_grant(format!(
+                    "{}; the authorization server no longer knows the client tether registered, which was \
+                     dropped: the next login registers again",
+                    f.message
+                )))
+            }
             Err(f) => Err(f),
         }
+    }
+
+    /// [`Authority::forget_registration`] under the store's lock.
+    fn forget_registration_unlocked(&self, client_id: &str) {
+        match self.lock_store() {
+            Ok(_guard) => self.forget_registration(client_id),
+            Err(e) => tracing::warn!(server = %self.server, "dropping a registration the server forgot: {}", e.message),
+        }
+    }
+
+    /// Whether the authorization server refuses an authorization request outright
+    /// (a 4xx where a login page or a redirect should be: an unknown client, a
+    /// redirect URI it does not know), with what it said. Asked without following
+    /// redirects, so nothing reaches the login's listener.
+    fn authorization_refused(&self, url: &str) -> Option<String> {
+        match self.http.peek(url) {
+            Ok(answer) if (400..500).contains(&answer.status) => Some(answer.oauth_error().1),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(server = %self.server, "asking the authorization endpoint first: {}", e.message);
+                None
+            }
+        }
+    }
+
+    /// Deletes the stored credential of the registered client `client_id` (the
+    /// store's lock is held by the caller), and what is held of it.
+    fn forget_registration(&self, client_id: &str) {
+        let stored = self.read_store();
+        if stored.as_ref().is_some_and(|c| c.client.client_id == client_id) {
+            if let Err(e) = self.store.delete(&self.key) {
+                tracing::warn!(server = %self.server, "dropping a registration the server forgot: {e}");
+            }
+        }
+        let mut held = self.held();
+        if held.credential.as_ref().is_some_and(|c| c.client.client_id == client_id) {
+            held.credential = None;
+        }
+        tracing::warn!(server = %self.server, "the authorization server no longer knows client {client_id}: registration dropped");
     }
 
     /// How the client authenticates at the token endpoint: a signed assertion for a
@@ -946,7 +999,10 @@ impl Authority {
         let loopback = self.listen(kept.as_ref()).map_err(Failure::rejected)?;
         tracing::debug!(server = %self.server, "the login redirect listens on 127.0.0.1:{}", loopback.port());
         let redirect_uri = loopback.redirect_uri();
-        let client = registration::identify(&self.http, &self.settings, server, kept.as_ref(), &redirect_uri)?;
+        let mut client = registration::identify(&self.http, &self.settings, server, kept.as_ref(), &redirect_uri)?;
+        let reused =
+            kept.as_ref().is_some_and(|k| k.source == ClientSource::Registered && k.client_id == client.client_id);
+        let configured = client.source == ClientSource::Configured;
         let prior: Vec<String> = {
             let held = self.held();
             let granted = held.credential.as_ref().and_then(|c| c.token.as_ref()).and_then(|t| t.scope.clone());
@@ -962,16 +1018,44 @@ impl Authority {
         );
         let pkce = Pkce::new();
         let state = pkce::state();
-        let url = AuthorizationRequest {
-            endpoint: &endpoint,
-            client_id: &client.client_id,
-            redirect_uri: &redirect_uri,
-            code_challenge: &pkce.challenge,
-            state: &state,
-            resource: &discovery.resource,
-            scope: scope.as_deref(),
+        let url_for = |client_id: &str| {
+            AuthorizationRequest {
+                endpoint: &endpoint,
+                client_id,
+                redirect_uri: &redirect_uri,
+                code_challenge: &pkce.challenge,
+                state: &state,
+                resource: &discovery.resource,
+                scope: scope.as_deref(),
+            }
+            .url()
+        };
+        let mut url = url_for(&client.client_id)?;
+        if reused {
+            // A registration from an earlier login: the server may have forgotten
+            // it (a restart, a purge), and then shows the person an error page it
+            // cannot redirect from, and the login would wait for nothing. Asked
+            // first; a refused one is dropped and the client registers again.
+            if let Some(refusal) = self.authorization_refused(&url) {
+                tracing::warn!(server = %self.server, "the authorization server refuses the stored registration ({refusal}): registering again");
+                self.forget_registration_unlocked(&client.client_id);
+                client = registration::identify(&self.http, &self.settings, server, None, &redirect_uri)?;
+                url = url_for(&client.client_id)?;
+            }
+        } else if configured {
+            // A configured client the server refuses by name (an OAuth error in
+            // its answer, not just any page): no login can succeed, say so now.
+            if let Some((Some(error), text)) =
+                self.http.peek(&url).ok().filter(|a| (400..500).contains(&a.status)).map(|a| a.oauth_error())
+            {
+                if matches!(error.as_str(), "invalid_client" | "unauthorized_client") {
+                    return Err(Failure::client_refused(format!(
+                        "the authorization server refuses client {:?} at its authorization endpoint ({text})",
+                        client.client_id
+                    )));
+                }
+            }
         }
-        .url()?;
         self.held().requested_scope = scope.clone();
         let expected = Expected {
             state,

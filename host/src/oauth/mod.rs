@@ -208,6 +208,11 @@ impl Failure {
         Failure { reason: CredentialFailure::Unavailable, message: message.into() }
     }
 
+    /// The authorization server refuses the client itself (`invalid_client`).
+    pub fn client_refused(message: impl Into<String>) -> Self {
+        Failure { reason: CredentialFailure::ClientRefused, message: message.into() }
+    }
+
     /// The grant is dead: only a new login helps.
     pub fn invalid_grant(message: impl Into<String>) -> Self {
         Failure { reason: CredentialFailure::InvalidGrant, message: message.into() }

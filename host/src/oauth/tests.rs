@@ -53,6 +53,9 @@ struct World {
     resource_dpop: bool,
     /// DPoP proofs the token endpoint got.
     dpop_proofs: Vec<String>,
+    /// Client ids the server no longer knows (it restarted): `invalid_client` at
+    /// the token endpoint, an error at the authorization endpoint.
+    forgotten: HashSet<String>,
     /// Tokens and codes handed out.
     secrets: Vec<String>,
 }
@@ -118,6 +121,7 @@ impl Fake {
             dpop: false,
             resource_dpop: false,
             dpop_proofs: Vec::new(),
+            forgotten: HashSet::new(),
             registrations: Vec::new(),
             authorizations: Vec::new(),
             revoked: Vec::new(),
@@ -214,6 +218,14 @@ fn handle(mut request: tiny_http::Request, world: &Mutex<World>) {
             w.registrations.push(reg);
             let id = w.mint("client");
             respond(request, 201, json!({"client_id": id, "token_endpoint_auth_method": "none"}), None);
+        }
+        ("GET", "/authorize") if w.forgotten.contains(&form(&query).get("client_id").cloned().unwrap_or_default()) => {
+            let doc = json!({"error": "invalid_client", "error_description": "Client ID not found"});
+            respond(request, 400, doc, None);
+        }
+        ("POST", "/token") if w.forgotten.contains(&form(&body).get("client_id").cloned().unwrap_or_default()) => {
+            let doc = json!({"error": "invalid_client", "error_description": "Client ID not found"});
+            respond(request, 401, doc, None);
         }
         ("GET", "/authorize") => {
             let q = form(&query);
@@ -657,6 +669,57 @@ fn invalid_grant_then_discard() {
     assert!(left.token.is_none());
     assert_eq!(left.client.client_id, "client-seed");
     assert_eq!(run(&a, AuthStep::Load), CredentialUpdate::Missing);
+}
+
+/// The authorization server forgot the client tether registered (it restarted):
+/// the refresh fails with `invalid_client`, the registration is dropped with the
+/// grant, and the next login registers again instead of sending the person to an
+/// error page with the dead client_id.
+#[test]
+fn a_registration_the_server_forgot_is_dropped_and_made_again() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    seed(&fake, dir.path(), "at-seed", "rt-seed", Some(unix_now() + 30));
+    fake.world().forgotten.insert("client-seed".into());
+    let a = authority(&fake, dir.path(), OAuthSettings::default());
+    ready(&run(&a, AuthStep::Load));
+    let (reason, message) = failed(&run(&a, AuthStep::Refresh));
+    assert_eq!(reason, CredentialFailure::InvalidGrant, "{message}");
+    assert!(message.contains("invalid_client") && message.contains("registers again"), "{message}");
+    assert!(stored(&fake, dir.path()).is_none(), "the dead registration is gone");
+    let url = login(&a);
+    assert_ne!(query(&url)["client_id"], "client-seed");
+    assert_eq!(fake.world().registrations.len(), 1, "registered anew");
+    assert_eq!(stored(&fake, dir.path()).unwrap().client.client_id, query(&url)["client_id"]);
+}
+
+/// A login that would reuse a stored registration the server no longer knows (it
+/// refuses the authorization request outright) registers again first, so the
+/// person never meets an error page and the login never waits for nothing.
+#[test]
+fn a_login_with_a_forgotten_registration_registers_again_first() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let a = authority(&fake, dir.path(), OAuthSettings::default());
+    let first = login(&a);
+    let old = query(&first)["client_id"].clone();
+    fake.world().forgotten.insert(old.clone());
+    let second = login(&a);
+    assert_ne!(query(&second)["client_id"], old);
+    assert_eq!(fake.world().registrations.len(), 2);
+}
+
+/// A configured client the server refuses by name fails the login at once with
+/// what the server said, as a client the configuration must fix.
+#[test]
+fn a_configured_client_the_server_refuses_fails_the_login_at_once() {
+    let fake = Fake::start();
+    fake.world().forgotten.insert("configured".into());
+    let settings = OAuthSettings { client_id: Some("configured".into()), ..OAuthSettings::default() };
+    let a = authority(&fake, tempfile::tempdir().unwrap().path(), settings);
+    let (reason, message) = failed(&run(&a, AuthStep::Login { challenge: Challenge::default() }));
+    assert_eq!(reason, CredentialFailure::ClientRefused);
+    assert!(message.contains("invalid_client: Client ID not found"), "{message}");
 }
 
 /// A `Discard` does not delete a credential another process stored meanwhile.

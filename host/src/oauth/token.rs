@@ -336,6 +336,7 @@ fn request<T>(
         let message = format!("{name}: {text}");
         return Err(match error.as_deref() {
             Some("invalid_grant") => Failure::invalid_grant(message),
+            Some("invalid_client") => Failure::client_refused(message),
             _ => Failure::rejected(message),
         });
     }

@@ -132,6 +132,12 @@ impl Http {
         }
     }
 
+    /// GET `url` without following a redirect: its status (a redirect is an
+    /// answer), and its body as JSON when it is JSON.
+    pub fn peek(&self, url: &str) -> Result<Answer, Failure> {
+        answer(&self.post, self.post.send(|a| a.get(url).set("Accept", "application/json, text/html").call()))
+    }
+
     /// POST a form (`application/x-www-form-urlencoded`), with an `Authorization`
     /// header when given.
     pub fn post_form(&self, url: &str, form: &[(&str, &str)], authorization: Option<&str>) -> Result<Answer, Failure> {
