@@ -503,6 +503,14 @@ impl Credential {
                     (true, Some(ms)) => Some(now + Duration::from_millis(ms - refresh_margin(ms))),
                     _ => None,
                 };
+                if *refreshable && *expires_in_ms == Some(0) {
+                    // Expired already (read from the store after a while): renewed
+                    // before anything goes out with it; what waits goes after.
+                    self.state = CredentialState::Refreshing;
+                    self.in_flight = true;
+                    self.refresh_at = None;
+                    return Next::Step(AuthStep::Refresh);
+                }
                 Next::Resend
             }
             CredentialUpdate::Missing => {

@@ -503,3 +503,28 @@ fn a_backend_that_refuses_every_fresh_token_is_asked_again_on_the_backoff_only()
     let later = refuse_everything_for(&mut sim, from, 60_000);
     assert!(later <= 2, "{later} token requests in the second minute");
 }
+
+#[test]
+fn a_stored_token_found_expired_is_refreshed_before_anything_waits_on_it() {
+    let mut sim = Sim::new(oauth_config());
+    sim.note("the store holds a token that expired while tether was not running");
+    report(&mut sim, CredentialUpdate::Ready { expires_in_ms: Some(0), refreshable: true, scope: None });
+    assert_eq!(step_names(&sim), ["load", "refresh"], "renewed at once, not at the first refusal");
+    sim.client_init();
+    sim.call(1, "web__search");
+    sim.note("the first request went out without it (the host never sends an expired token): refused");
+    sim.refuse_probe("web");
+    let first = sim.requests_to("web", "initialize").last().map(|(id, _)| *id);
+    if let Some(id) = first {
+        sim.fail("web", Some(id), unauthorized());
+    }
+    assert_eq!(step_names(&sim), ["load", "refresh"], "no second renewal while the first runs");
+    sim.advance(100);
+    report(&mut sim, ready(HOUR));
+    sim.boot("web", &["search"]);
+    sim.advance(3_000);
+    let id = sim.last_request("web", "tools/call");
+    reply(&mut sim, "web", id, text_result("ok"));
+    assert_eq!(sim.response(1)["result"], text_result("ok"), "{}", sim.log);
+    assert_eq!(sim.status("web"), Status::Online);
+}

@@ -187,8 +187,16 @@ impl Authority {
 
     /// The credential headers for a `method` request to the backend at `url`:
     /// `Authorization` (`Bearer`, or `DPoP` with a fresh proof for a bound token).
+    ///
+    /// An expired token is never sent (nothing then): a server may take an expired
+    /// token for a stolen one and revoke the grant (FastMCP's in-memory provider
+    /// deletes the refresh token), and it would be refused anyway. The engine
+    /// refreshes such a token at once and the request waits for it.
     pub fn authorize(&self, method: &str, url: &str) -> Option<(String, Option<String>)> {
         let token = self.held().credential.as_ref()?.token.clone()?;
+        if token.expires_at.is_some_and(|at| at <= unix_now()) {
+            return None;
+        }
         let access = token.access_token.expose();
         if !token.dpop_bound() {
             return Some((format!("Bearer {access}"), None));

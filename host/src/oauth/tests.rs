@@ -671,6 +671,21 @@ fn invalid_grant_then_discard() {
     assert_eq!(run(&a, AuthStep::Load), CredentialUpdate::Missing);
 }
 
+/// A stored token found expired is never put on a request, even before its
+/// refresh comes back; the refreshed one is.
+#[test]
+fn an_expired_token_is_never_sent() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    seed(&fake, dir.path(), "at-seed", "rt-seed", Some(unix_now() - 10));
+    let a = authority(&fake, dir.path(), OAuthSettings::default());
+    let (expires_in_ms, refreshable, _) = ready(&run(&a, AuthStep::Load));
+    assert_eq!((expires_in_ms, refreshable), (Some(0), true));
+    assert_eq!(a.authorize("POST", &fake.url()), None, "nothing rather than an expired token");
+    ready(&run(&a, AuthStep::Refresh));
+    assert!(a.authorize("POST", &fake.url()).unwrap().0.starts_with("Bearer at-"));
+}
+
 /// The authorization server forgot the client tether registered (it restarted):
 /// the refresh fails with `invalid_client`, the registration is dropped with the
 /// grant, and the next login registers again instead of sending the person to an
