@@ -31,6 +31,10 @@ enum Answer {
     Active(Map<String, Value>),
     /// `active: false` (or no `active: true`).
     Inactive,
+    /// A 4xx about the token (node-oidc-provider answers `unsupported_token_type`
+    /// for a JWT where RFC 7662 §2.2 says `active: false`): a refusal of the token,
+    /// with what the server said.
+    Refused(String),
 }
 
 /// The introspection endpoint and what it said lately.
@@ -92,6 +96,10 @@ impl Introspector {
             };
             let verdict = match answer {
                 Answer::Inactive => Err(Rejection::invalid("token not active")),
+                Answer::Refused(text) => {
+                    tracing::debug!(endpoint = %self.endpoint, "token introspection refused the token: {text}");
+                    Err(Rejection::invalid("token not active"))
+                }
                 // Only access tokens open the door: a refresh token is not one.
                 Answer::Active(claims) if claims.get("token_type").and_then(Value::as_str) == Some("refresh_token") => {
                     Err(Rejection::invalid("wrong token type"))
@@ -111,7 +119,9 @@ impl Introspector {
         })
     }
 
-    /// One introspection request. Errors are for the log, and never quote the token.
+    /// One introspection request. Errors (the endpoint cannot answer: unreachable,
+    /// 5xx, 429, or tether itself refused or misdirected: 401, 403, 404, 405) are
+    /// for the log, and never quote the token; any other 4xx refuses the token.
     fn ask(&self, http: &Http, token: &str) -> Result<Answer, String> {
         let mut form = vec![("token", token), ("token_type_hint", "access_token")];
         let authorization = match (&self.client_id, &self.client_secret) {
@@ -126,7 +136,13 @@ impl Introspector {
         if answer.status != 200 {
             let secrets: Vec<&str> =
                 [Some(token), self.client_secret.as_ref().map(Secret::expose)].into_iter().flatten().collect();
-            return Err(answer.oauth_error_hiding(&secrets).1);
+            let text = answer.oauth_error_hiding(&secrets).1;
+            return match answer.status {
+                401 | 403 => Err(format!("{text} (the introspection client tether is configured as is refused)")),
+                404 | 405 => Err(format!("{text} (is the introspection endpoint right?)")),
+                400..=499 if !answer.server_failed() => Ok(Answer::Refused(text)),
+                _ => Err(text),
+            };
         }
         let Some(Value::Object(obj)) = answer.json else {
             return Err("the answer is not a JSON object".to_owned());

@@ -697,6 +697,19 @@ fn introspection_failures_are_unavailable_and_not_cached() {
     assert_eq!(fake.count("POST /introspect"), 3);
 }
 
+/// A 4xx about the token itself (node-oidc-provider answers 400
+/// `unsupported_token_type` for a JWT, where RFC 7662 says `active: false`) is a
+/// refusal of that token (401 `invalid_token`), not an outage (503).
+#[test]
+fn an_introspection_4xx_about_the_token_refuses_it() {
+    let (fake, v) = introspecting(&[("a.jwt.token", json!({"error": "unsupported_token_type"}))]);
+    fake.world().introspection_status = 400;
+    assert_eq!(v.validate("a.jwt.token"), invalid("token not active"));
+    assert_eq!(v.check_cached("a.jwt.token"), Some(invalid("token not active")), "kept like any refusal");
+    fake.world().introspection_status = 404;
+    assert!(matches!(v.validate("other-token"), Err(Rejection::Unavailable(_))), "a wrong endpoint is tether's");
+}
+
 #[test]
 fn concurrent_introspections_of_one_token_share_one_request() {
     let (fake, v) = introspecting(&[("opaque-good", json!({"active": true, "aud": RESOURCE}))]);
