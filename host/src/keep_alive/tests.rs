@@ -155,3 +155,58 @@ fn keep_alive_hints_set_the_idle_limit() {
     assert_eq!(idle_limit(0), Duration::ZERO);
     assert!(DEFAULT_IDLE_LIMIT < Duration::from_secs(5));
 }
+
+/// A hyper server (as many Rust MCP servers are) whose idle connections are
+/// closed `idle` after their last answer, by hyper's own header timer: the
+/// connections it accepted are counted.
+fn hyper_server(idle: Duration) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+    use smol_hyper::rt::{FuturesIo, SmolTimer};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    thread::spawn(move || {
+        let listener = smol::Async::new(listener).unwrap();
+        let executor = Arc::new(smol::Executor::new());
+        smol::block_on(executor.run(async {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let service = hyper::service::service_fn(|request: hyper::Request<hyper::body::Incoming>| async move {
+                    let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::<Bytes>::new(body)))
+                });
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder.timer(SmolTimer::new()).header_read_timeout(idle);
+                let connection = builder.serve_connection(FuturesIo::new(smol::net::TcpStream::from(stream)), service);
+                executor.spawn(async move { drop(connection.await) }).detach();
+            }
+        }));
+    });
+    (url, accepted)
+}
+
+#[test]
+fn calls_at_gaps_around_a_hyper_servers_idle_timeout_all_succeed() {
+    // The server drops idle connections after 300 ms and says nothing of it (no
+    // Keep-Alive header): calls 250 to 350 ms apart meet connections it is just
+    // closing, and each must still go through. (The exact race, a close while
+    // the request is on its way, is rare here; the raw server above makes it
+    // happen every time.)
+    let (url, accepted) = hyper_server(Duration::from_millis(300));
+    let agent = agent();
+    let mut failed = Vec::new();
+    for i in 0..24u64 {
+        let body = format!("call {i}");
+        match post(&agent, &url, &body) {
+            Ok(echo) => assert_eq!(echo, body),
+            Err(e) => failed.push(format!("{i}: {e}")),
+        }
+        thread::sleep(Duration::from_millis(250 + (i * 37) % 101));
+    }
+    assert!(failed.is_empty(), "failed calls: {failed:?}");
+    let accepted = accepted.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(accepted > 1, "the server closed idle connections ({accepted} accepted)");
+}
