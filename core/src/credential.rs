@@ -386,7 +386,7 @@ impl Credential {
                 ));
                 Next::Reauth
             }
-            _ if !self.may_ask(now) => {
+            _ if self.young(now, None) && !self.may_ask(now) => {
                 self.reason = Some(format!(
                     "the backend refused {MAX_REFUSAL_ASKS} tokens within a minute{}",
                     refusal_words(challenge)
@@ -456,7 +456,21 @@ impl Credential {
     /// Whether the token in hand was issued moments ago and the backend never took
     /// it: then a refusal is about the token's kind, not its age.
     fn just_issued(&self, now: Instant) -> bool {
-        self.unproven && self.issued_at.is_some_and(|at| now < at + FRESH_WINDOW)
+        self.unproven && self.young(now, Some(FRESH_WINDOW))
+    }
+
+    /// Whether the token in hand is in the first half of its life (and within
+    /// `cap` of its arrival): a refusal then is no matter of age. One refused late
+    /// in its life has likely expired by the backend's clock, and renewing it is
+    /// what is needed, however often short-lived tokens make that.
+    fn young(&self, now: Instant, cap: Option<Duration>) -> bool {
+        let Some(at) = self.issued_at else { return false };
+        let half = self.expires_at.map(|exp| Duration::from_millis(exp.saturating_since(at).as_millis() / 2));
+        let window = match (half, cap) {
+            (Some(h), Some(c)) => Some(h.min(c)),
+            (h, c) => h.or(c),
+        };
+        window.map_or(true, |w| now < at + w)
     }
 
     /// Whether a refusal may cause a token request now: fewer than

@@ -848,7 +848,8 @@ fn unauthorized(status: u16, response: &ureq::Response) -> Option<Failure> {
 /// `challenge` with `token` hidden from every field: a server may quote the token
 /// it refused, and the challenge goes into status, traces and the next login.
 fn hide_in_challenge(challenge: &mut tether_core::credential::Challenge, token: &str) {
-    let fields = [&mut challenge.error, &mut challenge.scope, &mut challenge.resource_metadata];
+    let fields =
+        [&mut challenge.error, &mut challenge.scope, &mut challenge.resource_metadata, &mut challenge.description];
     for field in fields.into_iter().flatten() {
         *field = crate::oauth::hide(field, &[token]);
     }

@@ -194,7 +194,8 @@ impl Authority {
     /// refreshes such a token at once and the request waits for it.
     pub fn authorize(&self, method: &str, url: &str) -> Option<(String, Option<String>)> {
         let token = self.held().credential.as_ref()?.token.clone()?;
-        if token.expires_at.is_some_and(|at| at <= unix_now()) {
+        // Stored in whole seconds, rounded down: past its second, it is expired.
+        if token.expires_at.is_some_and(|at| at < unix_now()) {
             return None;
         }
         let access = token.access_token.expose();
