@@ -76,12 +76,15 @@ pub fn check_configured_issuer(settings: &OAuthSettings, issuer: &str) -> Result
 
 /// The token endpoint authentication method to register with: `none` (a native
 /// public client, protected by PKCE) unless the server does not take it, then
-/// `client_secret_basic`, then `client_secret_post`.
+/// `client_secret_post`, then `client_secret_basic`.
 pub fn registration_method(server: &ServerMetadata) -> &'static str {
     let Some(supported) = &server.token_endpoint_auth_methods_supported else {
         return token::NONE;
     };
-    [token::NONE, token::BASIC, token::POST]
+    // `client_secret_post` before `client_secret_basic` where both are offered:
+    // every server that takes it reads the client from the form, where some read
+    // it only (the MCP Python SDK's, so FastMCP's, also at revocation).
+    [token::NONE, token::POST, token::BASIC]
         .into_iter()
         .find(|m| supported.iter().any(|s| s == m))
         .unwrap_or(token::NONE)
@@ -142,9 +145,11 @@ mod tests {
         assert_eq!(registration_method(&server(None)), "none");
         assert_eq!(registration_method(&server(Some(&["client_secret_post", "none"]))), "none");
         assert_eq!(
-            registration_method(&server(Some(&["client_secret_post", "client_secret_basic"]))),
-            "client_secret_basic"
+            registration_method(&server(Some(&["client_secret_basic", "client_secret_post"]))),
+            "client_secret_post",
+            "the form where both are offered"
         );
+        assert_eq!(registration_method(&server(Some(&["client_secret_basic"]))), "client_secret_basic");
         assert_eq!(registration_method(&server(Some(&["client_secret_post"]))), "client_secret_post");
     }
 
