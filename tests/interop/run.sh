@@ -29,6 +29,8 @@ FILESYSTEM_VERSION=2026.8.31           # npm: @modelcontextprotocol/server-files
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
+# shellcheck source=tests/interop/node_pins.sh
+source tests/interop/node_pins.sh
 INTEROP_DIR="$ROOT/target/interop"
 VENV="$INTEROP_DIR/venv"
 NODE_DIR="$INTEROP_DIR/node"
@@ -103,27 +105,7 @@ node_pins=(
     "@modelcontextprotocol/server-memory@$MEMORY_VERSION"
     "@modelcontextprotocol/server-filesystem@$FILESYSTEM_VERSION"
 )
-installed_version() {
-    node -e 'try { console.log(require(process.argv[1]).version) } catch (e) { console.log("") }' "$1"
-}
-node_up_to_date() {
-    local pin name version
-    for pin in "${node_pins[@]}"; do
-        name="${pin%@*}"
-        version="${pin##*@}"
-        [ "$(installed_version "$NODE_DIR/node_modules/$name/package.json")" = "$version" ] || return 1
-    done
-}
-if node_up_to_date; then
-    echo "== interop: ${node_pins[*]} up to date"
-else
-    echo "== interop: npm install ${node_pins[*]}"
-    mkdir -p "$NODE_DIR"
-    npm install --prefix "$NODE_DIR" --save-exact --no-audit --no-fund --no-update-notifier \
-        --loglevel=error "${node_pins[@]}" < /dev/null \
-        || fail "npm install ${node_pins[*]} failed (is the npm registry reachable?)"
-    node_up_to_date || fail "not every one of ${node_pins[*]} found in $NODE_DIR after npm install"
-fi
+npm_install_pinned interop "$NODE_DIR" "${node_pins[@]}"
 
 # ---- the binaries ----------------------------------------------------------------
 for runtime in $INTEROP_RUNTIMES; do
