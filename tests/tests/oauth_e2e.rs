@@ -280,7 +280,7 @@ fn log_in(config: &Path, store: &Path, browser: &Browser, backend: &OAuthBackend
     });
     assert!(landed.get_url().starts_with("http://127.0.0.1:"), "{}", landed.get_url());
     let page = landed.into_string().unwrap();
-    assert!(page.contains("Logged in"), "{page}");
+    assert!(page.contains("Authorized: tether is finishing the login"), "{page}");
     let out = match rx.recv_timeout(SOON) {
         Ok(out) => out.expect("tether auth login output"),
         Err(_) => {

@@ -66,7 +66,7 @@ impl Loopback {
             match check_callback(query, expected) {
                 Callback::Stray => respond(request, 400, STRAY),
                 Callback::Code(code) => {
-                    respond(request, 200, "Logged in. You can close this tab.");
+                    respond(request, 200, "Authorized: tether is finishing the login (its status, or `tether auth status`, says when it is done). You can close this tab.");
                     return Some(Ok(code));
                 }
                 Callback::Failed(failure) => {

@@ -179,7 +179,7 @@ fn answer(id: usize, uri: &Uri, expected: &Expected, decided: &Decided) -> Respo
     }
     let (response, outcome) = match check_callback(uri.query().unwrap_or(""), expected) {
         Callback::Stray => return page(400, STRAY, false),
-        Callback::Code(code) => (page(200, "Logged in. You can close this tab.", true), Ok(code)),
+        Callback::Code(code) => (page(200, "Authorized: tether is finishing the login (its status, or `tether auth status`, says when it is done). You can close this tab.", true), Ok(code)),
         Callback::Failed(failure) => (page(400, &format!("Login failed: {}", failure.message), true), Err(failure)),
     };
     *decided.borrow_mut() = Some((id, outcome));
