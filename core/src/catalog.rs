@@ -372,7 +372,7 @@ impl Catalog {
     /// Whether the config of `server` hides the resource at its `uri` (the
     /// backend's own URI), so it may not be read or subscribed to.
     fn hides_uri(&self, server: &str, uri: &str) -> bool {
-        self.backends.get(server).is_some_and(|r| !r.selection.resources.serves(uri))
+        self.backends.get(server).is_some_and(|r| !r.selection.resources.serves_resource(uri))
     }
 
     /// Forgets a backend and its items.
@@ -415,7 +415,11 @@ impl Catalog {
             let filter = selection.filter(kind);
             for (position, item) in lists[kind.index()].iter().enumerate() {
                 let key = item.get(kind.key_field()).and_then(Value::as_str).unwrap_or("");
-                if !key.is_empty() && !filter.serves(key) {
+                let shown = match kind {
+                    ListKind::Resources | ListKind::ResourceTemplates => filter.serves_resource(key),
+                    ListKind::Tools | ListKind::Prompts => filter.serves(key),
+                };
+                if !key.is_empty() && !shown {
                     let served = self.served_key(server, prefixed, &alias, kind, key, filter);
                     hidden[kind.index()].push(Hidden { served, item: item.clone(), position });
                     continue;

@@ -117,6 +117,7 @@ pub mod protocol;
 pub mod redact;
 pub mod selection;
 pub mod trace;
+pub mod uri;
 
 pub use config::{Config, ConfigError, ServerConfig, Transport};
 pub use gateway::{BackendStatus, Gateway, HostError, LogLine, LogSource};

@@ -75,6 +75,23 @@ impl Filter {
         (self.allow.is_empty() || self.allow.iter().any(|p| glob(p, name))) && !self.deny.iter().any(|p| glob(p, name))
     }
 
+    /// Whether the resource at `uri` (or the template) is served, matched as the
+    /// backend will understand it ([`crate::uri::normalize`]: dot segments, percent
+    /// escapes, duplicate slashes, the case of scheme and host), patterns alike. A
+    /// URI that cannot be normalised is not served. Deny patterns also match
+    /// whatever the case (a case-insensitive file system reads `/SRV/PRIV` as
+    /// `/srv/priv`); allow patterns match the case they name.
+    pub fn serves_resource(&self, uri: &str) -> bool {
+        if self.allow.is_empty() && self.deny.is_empty() {
+            return true;
+        }
+        let Some(uri) = crate::uri::normalize(uri) else { return false };
+        let pattern = |p: &String| crate::uri::normalize(p).unwrap_or_else(|| p.clone());
+        let lower = uri.to_lowercase();
+        (self.allow.is_empty() || self.allow.iter().any(|p| glob(&pattern(p), &uri)))
+            && !self.deny.iter().any(|p| glob(&pattern(p).to_lowercase(), &lower))
+    }
+
     /// The override for the item the backend calls `name`, if any.
     pub fn override_for(&self, name: &str) -> Option<&Override> {
         self.overrides.get(name)
@@ -184,6 +201,36 @@ mod tests {
         assert!(only_deny.serves("anything"));
         assert!(!only_deny.serves("write_file"));
         assert!(Filter::default().serves("x"));
+    }
+
+    #[test]
+    fn resource_rules_see_the_uri_the_backend_will_read() {
+        let allow = Filter { allow: vec!["file:///srv/pub/*".into()], ..Default::default() };
+        assert!(allow.serves_resource("file:///srv/pub/notes.txt"));
+        assert!(allow.serves_resource("FILE:///srv/pub/./notes.txt"));
+        for walk in [
+            "file:///srv/pub/../priv/secret.txt",
+            "file:///srv/pub/%2e%2e/priv/secret.txt",
+            "file:///srv/pub/..%2fpriv/secret.txt",
+            "file:///srv/pub/..\\priv\\secret.txt",
+            "file:///srv/pub/%zz",
+        ] {
+            assert!(!allow.serves_resource(walk), "{walk}");
+        }
+        let deny = Filter { deny: vec!["file:///srv/priv/*".into()], ..Default::default() };
+        for walk in [
+            "file:///srv/priv/secret.txt",
+            "file:///srv//priv/secret.txt",
+            "file:///srv/./priv/secret.txt",
+            "file:///x/../srv/priv/secret.txt",
+            "file:///srv/%70riv/secret.txt",
+            "file:///SRV/PRIV/secret.txt",
+            "file:///srv/priv%00/secret.txt",
+        ] {
+            assert!(!deny.serves_resource(walk), "{walk}");
+        }
+        assert!(deny.serves_resource("file:///srv/pub/x"));
+        assert!(Filter::default().serves_resource("anything at all"), "no rule, nothing to match");
     }
 
     #[test]

@@ -203,6 +203,19 @@ fn prompts_and_resources_are_chosen_the_same_way() {
 
     sim.client(json!({"jsonrpc":"2.0","id":6,"method":"resources/read","params":{"uri":"fs+file:///notes/a.md"}}));
     assert_eq!(sim.requests_to("fs", "resources/read").len(), 1);
+
+    // Dressed up to pass the rule, as the backend would resolve it: refused all the same.
+    for (id, walk) in [
+        (7, "fs+file:///notes/../etc/secrets"),
+        (8, "fs+file:///notes/%2e%2e/etc/secrets"),
+        (9, "fs+file:///notes/..%2Fetc/secrets"),
+        (10, "fs+file:///notes/%zz"),
+    ] {
+        sim.client(json!({"jsonrpc":"2.0","id":id,"method":"resources/read","params":{"uri":walk}}));
+        let message = error_of(&sim, id)["message"].as_str().unwrap().to_string();
+        assert!(message.contains("is not served"), "{walk}: {message}");
+    }
+    assert_eq!(sim.requests_to("fs", "resources/read").len(), 1, "none of them reached the backend");
 }
 
 #[test]
