@@ -10,6 +10,7 @@ use serde_json::Value;
 use tether_host::control::{self, AskError, Request};
 
 use crate::status_cli::local::not_running;
+use crate::status_cli::table::clean;
 
 /// Exit codes: done; tether refused (an unknown backend); no tether reached.
 const DONE: u8 = 0;
@@ -58,12 +59,31 @@ fn describe(request: &Request, reply: &Value, pid: Option<&str>) -> String {
             let mut out = String::new();
             for line in reply["lines"].as_array().into_iter().flatten() {
                 let at = line["at"].as_u64().unwrap_or(0);
-                let source = line["source"].as_str().unwrap_or("?");
-                let text = line["text"].as_str().unwrap_or("");
+                // A backend's stderr, printed to a terminal: its escape sequences
+                // are shown, never obeyed.
+                let source = clean(line["source"].as_str().unwrap_or("?"));
+                let text = clean(line["text"].as_str().unwrap_or(""));
                 out.push_str(&format!("{who}{:>9}  {source:<6}  {text}\n", crate::status_cli::table::human_ms(at)));
             }
             out
         }
         Request::Status => reply["status"].to_string() + "\n",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backends_escape_sequences_are_shown_not_obeyed() {
+        // OSC 52 (write the clipboard), a screen clear, a carriage return over the
+        // line, a bidirectional override.
+        let planted = "ok\u{1b}]52;c;cm0gLXJm\u{7}\u{1b}[2J\rfake\u{202e}txt";
+        let reply = serde_json::json!({"lines": [{"at": 1000, "source": "stderr\u{1b}[31m", "text": planted}]});
+        let out = describe(&Request::Logs { server: "x".into(), lines: Some(1) }, &reply, None);
+        assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
+        assert!(!out.contains('\u{202e}'), "{out:?}");
+        assert!(out.contains("\\u{1b}]52;c;cm0gLXJm") && out.contains("\\r") && out.contains("\\u{202e}"), "{out:?}");
     }
 }

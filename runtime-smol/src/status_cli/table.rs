@@ -358,13 +358,16 @@ pub fn human_ms(ms: u64) -> String {
 }
 
 /// Text from the network made safe for one terminal cell: control characters
-/// (escape sequences a backend printed) shown escaped, not obeyed.
-fn clean(text: &str) -> String {
+/// (escape sequences a backend printed: OSC 52 writing the clipboard, screen
+/// clears, carriage returns over the line) and bidirectional overrides shown
+/// escaped, not obeyed.
+pub(crate) fn clean(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
             '\t' => out.push(' '),
             c if c.is_control() => out.extend(c.escape_default()),
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => out.extend(c.escape_unicode()),
             c => out.push(c),
         }
     }
