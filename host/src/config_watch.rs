@@ -64,13 +64,14 @@ impl ConfigWatch {
 
 fn read(path: &Path) -> Option<Vec<u8>> {
     let meta = std::fs::metadata(path).ok()?;
-    if meta.len() > MAX_BYTES {
-        // Compare what can be compared cheaply: a file this large is refused by
-        // the reader, which says so once per change of size or time.
-        let stamp = format!("{}:{:?}", meta.len(), meta.modified().ok());
+    if meta.len() > MAX_BYTES || !meta.is_file() {
+        // Compare what can be compared cheaply: a file this large (or a FIFO, a
+        // device) is refused by the reader, which says so once per change of size
+        // or time.
+        let stamp = format!("{}:{}:{:?}", meta.is_file(), meta.len(), meta.modified().ok());
         return Some(stamp.into_bytes());
     }
-    std::fs::read(path).ok()
+    crate::safe_file::read_regular(path, MAX_BYTES).ok()
 }
 
 /// Goes on with `watch` on a thread of its own, calling `changed` each time the

@@ -27,4 +27,5 @@ pub mod process_tree;
 pub mod recorder;
 pub mod reload;
 pub mod resource_auth;
+pub mod safe_file;
 pub mod status_document;

@@ -188,12 +188,17 @@ impl std::error::Error for ConfigFileError {
     }
 }
 
+/// The configuration file's text: a regular file (a FIFO or a device in its place
+/// is refused at once, never waited on) of at most [`crate::safe_file::CONFIG_LIMIT`].
+fn read_text(path: &Path) -> std::io::Result<String> {
+    crate::safe_file::read_regular_text(path, crate::safe_file::CONFIG_LIMIT)
+}
+
 /// Reads and parses the configuration file at `path`, expanding `${VAR}` from the
 /// process environment, and validates the result.
 pub fn load(path: &Path) -> Result<Config, ConfigFileError> {
     let origin = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|source| ConfigFileError::Io { origin: origin.clone(), source })?;
+    let text = read_text(path).map_err(|source| ConfigFileError::Io { origin: origin.clone(), source })?;
     let config = parse(&text, &origin, &|name| std::env::var(name).ok())?;
     tracing::debug!(file = %origin, servers = config.servers.len(), "configuration loaded");
     Ok(config)
@@ -219,8 +224,7 @@ pub fn default_path() -> Option<PathBuf> {
 /// environment). Entries with `"oauth": true` or none have no object here.
 pub fn oauth_sections(path: &Path) -> Result<BTreeMap<String, Value>, ConfigFileError> {
     let origin = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|source| ConfigFileError::Io { origin: origin.clone(), source })?;
+    let text = read_text(path).map_err(|source| ConfigFileError::Io { origin: origin.clone(), source })?;
     let root: Node = json(&text, &origin)?;
     let env = |name: &str| std::env::var(name).ok();
     let invalid = |p: Problem| ConfigFileError::from_problems(&origin, vec![p]);
@@ -250,8 +254,7 @@ pub fn oauth_sections(path: &Path) -> Result<BTreeMap<String, Value>, ConfigFile
 /// client's secret usually comes from the environment); `None` when absent.
 pub fn authorization_section(path: &Path) -> Result<Option<Value>, ConfigFileError> {
     let origin = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|source| ConfigFileError::Io { origin: origin.clone(), source })?;
+    let text = read_text(path).map_err(|source| ConfigFileError::Io { origin: origin.clone(), source })?;
     let root: Node = json(&text, &origin)?;
     let invalid = |p: Problem| ConfigFileError::from_problems(&origin, vec![p]);
     let section = root

@@ -627,7 +627,7 @@ impl Authority {
         let path = file.ok_or_else(|| Failure::rejected(format!("the {grant} grant needs {key} or {key}_file")))?;
         // A file not written yet (or being rewritten) may be there at the next try;
         // one that cannot be read (permissions, a directory, not UTF-8) will not.
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let text = crate::safe_file::read_regular_text(path, crate::safe_file::SECRET_LIMIT).map_err(|e| {
             let message = format!("reading the {key}_file {}: {e}", path.display());
             match e.kind() {
                 std::io::ErrorKind::NotFound => Failure::unavailable(message),
@@ -1218,7 +1218,7 @@ fn token_record(
 fn load_signing_key(settings: &OAuthSettings) -> Option<Result<SigningKey, String>> {
     let pem = match (&settings.private_key, &settings.private_key_file) {
         (Some(key), _) => key.expose().to_owned(),
-        (None, Some(path)) => match std::fs::read_to_string(path) {
+        (None, Some(path)) => match crate::safe_file::read_regular_text(path, crate::safe_file::SECRET_LIMIT) {
             Ok(text) => text,
             Err(e) => return Some(Err(format!("reading {}: {e}", path.display()))),
         },

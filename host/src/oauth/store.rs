@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pkce;
 use super::secret::Secret;
+use crate::safe_file;
 
 /// How the client identity used with an authorization server was obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -196,8 +197,10 @@ impl FileStore {
     }
 
     /// Creates the directory (and its parents) private to the user (0700 on Unix).
-    /// An existing directory's mode is left alone: it may be shared (say
-    /// `TETHER_STATE_DIR=/tmp`), and the files in it are private anyway.
+    /// Its parents may be shared (say `TETHER_STATE_DIR=/tmp`); the directory
+    /// itself must then be this user's and writable by nobody else, or it is
+    /// refused: a directory another user made first could hold planted
+    /// credentials that send tether's client secret where they say.
     fn ensure_dir(&self) -> io::Result<()> {
         let mut builder = fs::DirBuilder::new();
         builder.recursive(true);
@@ -206,7 +209,8 @@ impl FileStore {
             use std::os::unix::fs::DirBuilderExt;
             builder.mode(0o700);
         }
-        builder.create(&self.dir)
+        builder.create(&self.dir)?;
+        safe_file::check_private_dir(&self.dir)
     }
 }
 
@@ -237,12 +241,14 @@ fn unix_millis() -> u128 {
 
 impl CredentialStore for FileStore {
     fn load(&self, key: &str) -> io::Result<Option<StoredCredential>> {
-        let text = match fs::read_to_string(self.file(key, "json")?) {
-            Ok(text) => text,
+        let path = self.file(key, "json")?;
+        safe_file::check_private_dir(&self.dir)?;
+        let bytes = match safe_file::read_private(&path, safe_file::SECRET_LIMIT) {
+            Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
+            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
         };
-        serde_json::from_str(&text)
+        serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("unreadable credential file: {e}")))
     }
@@ -319,7 +325,7 @@ impl FileStore {
 /// it has no readable stamp and is older than a lease (its owner died between
 /// creating and writing it). True if the caller should try to create it again.
 fn take_over_if_stale(path: &Path, lease: Duration) -> bool {
-    let text = match fs::read_to_string(path) {
+    let text = match read_stamp(path) {
         Ok(text) => text,
         Err(e) => return e.kind() == io::ErrorKind::NotFound,
     };
@@ -333,7 +339,12 @@ fn take_over_if_stale(path: &Path, lease: Duration) -> bool {
     // Re-read just before removing, so a lock that changed hands meanwhile is left
     // alone (a narrow race remains; the refresh logic survives it by re-reading
     // the store after an `invalid_grant`).
-    stale && fs::read_to_string(path).is_ok_and(|now| now == text) && fs::remove_file(path).is_ok()
+    stale && read_stamp(path).is_ok_and(|now| now == text) && fs::remove_file(path).is_ok()
+}
+
+/// A lock file's stamp (a short JSON line).
+fn read_stamp(path: &Path) -> io::Result<String> {
+    safe_file::read_regular_text(path, 4096)
 }
 
 /// A held file lock: removed on drop, unless its lease ran out and someone else
@@ -347,7 +358,7 @@ impl LeaseGuard for FileLease {}
 
 impl Drop for FileLease {
     fn drop(&mut self) {
-        if fs::read_to_string(&self.path).is_ok_and(|text| text == self.stamp) {
+        if read_stamp(&self.path).is_ok_and(|text| text == self.stamp) {
             let _ = fs::remove_file(&self.path);
         }
     }
@@ -410,6 +421,28 @@ mod tests {
         store.delete(&key).unwrap();
         store.delete(&key).unwrap();
         assert_eq!(store.load(&key).unwrap(), None);
+    }
+
+    /// A shared state directory where another user made `credentials/` first, or
+    /// made it writable to others, and planted a credential under the key tether
+    /// computes from the URL: refused with a clear message, nothing presented.
+    #[test]
+    fn planted_credentials_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path().join("credentials"));
+        store.save("k", &sample()).unwrap();
+        assert!(store.load("k").unwrap().is_some());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(store.dir(), fs::Permissions::from_mode(0o777)).unwrap();
+            let err = store.load("k").unwrap_err();
+            assert!(err.to_string().contains("others may write to it"), "{err}");
+            assert!(store.save("k", &sample()).is_err(), "nor written into");
+            fs::set_permissions(store.dir(), fs::Permissions::from_mode(0o700)).unwrap();
+            fs::set_permissions(dir.path().join("credentials/k.json"), fs::Permissions::from_mode(0o666)).unwrap();
+            assert!(store.load("k").unwrap_err().to_string().contains("k.json"));
+        }
     }
 
     #[test]

@@ -35,6 +35,22 @@ pub mod unsupported;
 #[cfg(not(any(unix, windows)))]
 use unsupported as imp;
 
+/// Opens `path` for reading without waiting: a FIFO opens at once instead of
+/// waiting for a writer (unix: `O_NONBLOCK`), and a terminal never becomes
+/// tether's. What it is, is for the caller to check on the handle.
+pub fn open_for_reading(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    imp::open_for_reading(path)
+}
+
+/// Why a file or directory that holds secrets cannot be trusted, if it cannot:
+/// another user owns it, or others may write to it (anyone who can plant a file
+/// there can make tether present their token or send its client secret to their
+/// server). Unix only, as ssh does for its keys; on Windows the profile's
+/// folders are private by their ACLs, and nothing is refused.
+pub fn untrusted(meta: &std::fs::Metadata) -> Option<String> {
+    imp::untrusted(meta)
+}
+
 /// Sets up `cmd` to start a backend: in a process group of its own (unix: so
 /// the group can be signalled as one; Windows: so a Ctrl-C in tether's console
 /// reaches tether, which stops its backends itself, and not the backends

@@ -130,6 +130,26 @@ fn endpoint_dir() -> PathBuf {
     }
 }
 
+/// See [`crate::platform::open_for_reading`].
+pub fn open_for_reading(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)
+}
+
+/// See [`crate::platform::untrusted`].
+pub fn untrusted(meta: &std::fs::Metadata) -> Option<String> {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    if meta.uid() != uid {
+        return Some(format!("it belongs to uid {}, not to uid {uid} running tether", meta.uid()));
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o022 != 0 {
+        return Some(format!("others may write to it (mode {:o})", mode & 0o7777));
+    }
+    None
+}
+
 /// The endpoint directory, created 0700 if missing; refused when someone else
 /// owns it or others may enter it (in a shared /tmp anyone could have made it
 /// first, to watch or answer in our place).

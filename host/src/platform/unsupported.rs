@@ -9,6 +9,16 @@ use super::Signal;
 /// See [`crate::platform::configure_child`].
 pub fn configure_child(_cmd: &mut Command) {}
 
+/// See [`crate::platform::open_for_reading`].
+pub fn open_for_reading(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path)
+}
+
+/// See [`crate::platform::untrusted`].
+pub fn untrusted(_meta: &std::fs::Metadata) -> Option<String> {
+    None
+}
+
 /// See [`crate::platform::Containment`]: nothing here.
 #[derive(Debug)]
 pub struct Containment;

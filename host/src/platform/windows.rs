@@ -46,6 +46,18 @@ const TERMINATED: u32 = 1;
 /// returns (and after its own timeout anyway).
 const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// See [`crate::platform::open_for_reading`]: opening a file never waits on
+/// Windows (a named pipe is not a path a config names by accident).
+pub fn open_for_reading(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path)
+}
+
+/// See [`crate::platform::untrusted`]: the profile's folders are private by their
+/// ACLs; nothing is refused here.
+pub fn untrusted(_meta: &std::fs::Metadata) -> Option<String> {
+    None
+}
+
 /// See [`crate::platform::configure_child`].
 pub fn configure_child(cmd: &mut Command) {
     cmd.creation_flags(CREATE_NEW_PROCESS_GROUP);
