@@ -833,3 +833,33 @@ fn restarted_with(capabilities: Value, scoped: bool) -> (usize, Value) {
         sim.frames_to(SessionId(20)).iter().filter(|f| f["method"] == "notifications/tools/list_changed").count();
     (told, listed_task_support(&mut sim, 20, 2)[0].1.clone())
 }
+
+#[test]
+fn a_task_is_unknown_to_a_session_whose_scopes_do_not_show_its_server() {
+    let mut config = config();
+    config
+        .scopes
+        .insert("fs".into(), tether_core::access::ScopeGrant { servers: vec!["fs".into()], tools: Vec::new() });
+    config.scopes.insert(
+        "other".into(),
+        tether_core::access::ScopeGrant { servers: vec!["elsewhere".into()], tools: Vec::new() },
+    );
+    let mut sim = booted(config);
+    let scoped = |sim: &mut Sim, session: u64, scope: &str| {
+        sim.input(Input::ClientConnected { session: SessionId(session), expires: true });
+        sim.input(Input::ClientAccess { session: SessionId(session), scopes: vec![scope.to_string()] });
+    };
+    scoped(&mut sim, 1, "fs");
+    let task = start_task(&mut sim, 1, "slow");
+    scoped(&mut sim, 2, "fs");
+    assert_eq!(task_request(&mut sim, 2, "tasks/get", &task)["result"]["taskId"], task.as_str(), "fs may read it");
+    scoped(&mut sim, 3, "other");
+    let refused = task_request(&mut sim, 3, "tasks/get", &task);
+    let message = refused["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("unknown task"), "the same answer as for no task: {refused}");
+    scoped(&mut sim, 4, "other");
+    let cancel = task_request(&mut sim, 4, "tasks/cancel", &task);
+    assert!(cancel.get("error").is_some(), "nor cancelled: {cancel}");
+    scoped(&mut sim, 5, "fs");
+    assert_eq!(task_request(&mut sim, 5, "tasks/get", &task)["result"]["status"], "working", "still running");
+}

@@ -490,7 +490,9 @@ impl Gateway {
         let Some(task_id) = params.get("taskId").and_then(Value::as_str) else {
             return self.reply_error(session, id, code::INVALID_PARAMS, "missing taskId (a string)", None);
         };
-        let Some(task) = self.tasks.tasks.get(task_id) else {
+        // A task of a backend the session's scopes do not show is unknown to it, as
+        // the backend is: the same answer as for an id that never existed.
+        let Some(task) = self.tasks.tasks.get(task_id).filter(|t| self.sees_server(session, &t.server)) else {
             // A backend's task is asked about only by a session that sees the backend.
             let backend = form.and_then(|form| self.task_backend(task_id, form));
             if let Some((server, own)) = backend.filter(|(server, _)| self.sees_server(session, server)) {
@@ -556,8 +558,12 @@ impl Gateway {
     /// `tasks/list` (2025-11-25): the tasks this session asked for (ids are the
     /// only key to a task, so no session sees another's), newest last, one page.
     pub(super) fn list_tasks(&mut self, session: SessionId, id: &RawId) {
-        let mut mine: Vec<(&String, &Task)> =
-            self.tasks.tasks.iter().filter(|(_, t)| t.owner == Some(session)).collect();
+        let mut mine: Vec<(&String, &Task)> = self
+            .tasks
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.owner == Some(session) && self.sees_server(session, &t.server))
+            .collect();
         mine.sort_by_key(|(_, t)| t.created);
         let mut tasks: Vec<String> =
             mine.iter().map(|(tid, t)| format!("{{{}}}", self.task_fields(tid, t, Form::Experimental))).collect();
