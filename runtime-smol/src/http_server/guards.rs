@@ -17,6 +17,9 @@ pub(super) const SSE: &str = "text/event-stream";
 /// Why a request is refused before it is looked at.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Refusal {
+    /// More than one `Host` header: which one names the target is anyone's guess
+    /// (a proxy in front may have read the other), and RFC 9112 §3.2 says 400.
+    RepeatedHost,
     /// `Host` names something else than this loopback server (DNS rebinding).
     Host,
     /// `Origin` is neither loopback nor allowed.
@@ -27,6 +30,9 @@ pub(super) enum Refusal {
 
 /// Host, then Origin, then the token: a 401 reveals nothing behind it.
 pub(super) fn admit(options: &ServerOptions, headers: &HeaderMap) -> Result<(), Refusal> {
+    if headers.get_all(HOST).iter().nth(1).is_some() {
+        return Err(Refusal::RepeatedHost);
+    }
     if !host_allowed(options.listen, &options.allowed_origins, headers.get(HOST)) {
         return Err(Refusal::Host);
     }
@@ -216,6 +222,14 @@ mod tests {
         assert!(!host_allowed(loopback, &[], Some(&v("localhost:evil"))));
         assert!(host_allowed(loopback, &["http://mcp.internal:9000".into()], Some(&v("mcp.internal:8080"))));
         assert!(host_allowed(any, &[], Some(&v("evil.example"))));
+    }
+
+    #[test]
+    fn two_host_headers_are_refused_on_every_listener() {
+        let options = ServerOptions { listen: "0.0.0.0:8080".parse().unwrap(), ..ServerOptions::default() };
+        let two = headers(&[("host", "localhost"), ("host", "evil.example")]);
+        assert_eq!(admit(&options, &two), Err(Refusal::RepeatedHost));
+        assert_eq!(admit(&options, &headers(&[("host", "localhost")])), Ok(()));
     }
 
     #[test]

@@ -94,6 +94,9 @@ fn screen(shared: &Shared, request: &Request<Incoming>) -> Screened {
     let status_path = shared.status.get().is_some() && status_routes::is_status_path(request.uri().path());
     match guards::admit(options, request.headers()) {
         Ok(()) => {}
+        Err(Refusal::RepeatedHost) => {
+            return refused(StatusCode::BAD_REQUEST, "bad request: more than one Host header")
+        }
         Err(Refusal::Host) => {
             return refused(StatusCode::FORBIDDEN, "forbidden: the Host header does not name this server")
         }
