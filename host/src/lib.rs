@@ -29,3 +29,4 @@ pub mod reload;
 pub mod resource_auth;
 pub mod safe_file;
 pub mod status_document;
+pub mod warn_limit;

@@ -18,6 +18,7 @@ use super::{Rejection, Verified};
 use crate::oauth::token::basic_authorization;
 use crate::oauth::transport::Http;
 use crate::oauth::Secret;
+use crate::warn_limit::WarnLimit;
 
 /// The longest an active token's verdict is kept: a revoked token stops working
 /// within this time.
@@ -47,6 +48,9 @@ pub(super) struct Introspector {
     /// When the endpoint last failed: requests that waited for that attempt do not
     /// try again at once.
     failed_at: Mutex<Option<Instant>>,
+    /// Its failures, which any client can cause with a new token: logged at most
+    /// once per interval.
+    failure_warning: WarnLimit,
 }
 
 impl Introspector {
@@ -59,6 +63,7 @@ impl Introspector {
             cache: VerdictCache::new(CAPACITY),
             gates: Gates::default(),
             failed_at: Mutex::new(None),
+            failure_warning: WarnLimit::new(),
         }
     }
 
@@ -89,7 +94,10 @@ impl Introspector {
             let answer = match self.ask(http, token) {
                 Ok(answer) => answer,
                 Err(message) => {
-                    tracing::warn!(endpoint = %self.endpoint, "token introspection failed: {message}");
+                    self.failure_warning.warn(|left_out| {
+                        let more = crate::warn_limit::more(left_out);
+                        tracing::warn!(endpoint = %self.endpoint, "token introspection failed: {message}{more}");
+                    });
                     *self.failed_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(clock.now());
                     return Err(unavailable());
                 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
 use tether_host::resource_auth::{Rejection, TokenValidator};
+use tether_host::warn_limit::{self, WarnLimit};
 
 use super::reply::{self, Body};
 
@@ -56,6 +57,8 @@ pub struct ResourceGuard {
     document: String,
     /// The scopes a challenge tells clients to ask for, space-separated.
     challenge_scope: String,
+    /// "Cannot check access tokens now", which any client can cause per request.
+    unavailable_warning: WarnLimit,
 }
 
 impl std::fmt::Debug for ResourceGuard {
@@ -107,6 +110,7 @@ impl ResourceGuard {
             metadata_paths,
             metadata_url,
             document: document.to_string(),
+            unavailable_warning: WarnLimit::new(),
         })
     }
 
@@ -192,7 +196,9 @@ impl ResourceGuard {
                 response
             }
             Rejection::Unavailable(why) => {
-                tracing::warn!("cannot check access tokens now: {why}");
+                self.unavailable_warning.warn(|left_out| {
+                    tracing::warn!("cannot check access tokens now: {why}{}", warn_limit::more(left_out));
+                });
                 let mut response = reply::error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "service unavailable: the authorization server cannot be reached to check the token; retry",
