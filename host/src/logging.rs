@@ -159,13 +159,26 @@ pub struct StderrLog {
     recent: VecDeque<String>,
     /// Some of `recent` were dropped by the rate limit.
     withheld: bool,
+    /// Dropped lines not yet said in a summary, and how often summaries go out
+    /// (once per [`crate::warn_limit::INTERVAL`]: a flooding backend would
+    /// otherwise write one every time a line gets through, 10 a second).
+    unsaid: u64,
+    summaries: crate::warn_limit::WarnLimit,
 }
 
 impl StderrLog {
     /// The stderr of one process of backend `server`; `redactor` blanks the
     /// config's secrets in logged lines.
     pub fn new(server: ServerName, redactor: Redactor) -> StderrLog {
-        StderrLog { server, redactor, budget: LineBudget::new(), recent: VecDeque::new(), withheld: false }
+        StderrLog {
+            server,
+            redactor,
+            budget: LineBudget::new(),
+            recent: VecDeque::new(),
+            withheld: false,
+            unsaid: 0,
+            summaries: crate::warn_limit::WarnLimit::new(),
+        }
     }
 
     /// One line: logged if within the rate (after a summary of what was dropped);
@@ -182,7 +195,16 @@ impl StderrLog {
             }
             Admit::Log { dropped } => {
                 if dropped > 0 {
-                    self.summary(dropped);
+                    self.unsaid += dropped;
+                    let (server, unsaid) = (&self.server, self.unsaid);
+                    let mut said = false;
+                    self.summaries.warn(|_| {
+                        summary(server, unsaid);
+                        said = true;
+                    });
+                    if said {
+                        self.unsaid = 0;
+                    }
                 }
                 tracing::debug!(target: "backend", server = %self.server, "{}", self.redactor.redact(line));
                 self.withheld = false;
@@ -195,9 +217,9 @@ impl StderrLog {
     /// logged, and returns the last lines to hand to the core if the rate limit
     /// kept some of them from it (empty otherwise).
     pub fn finish(&mut self) -> Vec<String> {
-        let dropped = self.budget.take_dropped();
+        let dropped = self.budget.take_dropped() + std::mem::take(&mut self.unsaid);
         if dropped > 0 {
-            self.summary(dropped);
+            summary(&self.server, dropped);
         }
         if !std::mem::take(&mut self.withheld) {
             return Vec::new();
@@ -205,13 +227,19 @@ impl StderrLog {
         self.recent.drain(..).collect()
     }
 
-    fn summary(&self, dropped: u64) {
-        tracing::warn!(
-            target: "backend",
-            server = %self.server,
-            "{dropped} stderr lines not logged (over {STDERR_PER_SECOND} lines/s)"
-        );
+    /// Dropped lines not yet said in a summary (for tests).
+    #[cfg(test)]
+    fn unsaid(&self) -> u64 {
+        self.unsaid
     }
+}
+
+fn summary(server: &ServerName, dropped: u64) {
+    tracing::warn!(
+        target: "backend",
+        server = %server,
+        "{dropped} stderr lines not logged (over {STDERR_PER_SECOND} lines/s)"
+    );
 }
 
 #[cfg(test)]
@@ -229,6 +257,25 @@ mod tests {
         assert_eq!(level(None, "error", 0, 3), "error");
         assert_eq!(level(None, "error", 2, 0), "info");
         assert_eq!(level(Some("tether=trace"), "error", 0, 2), "tether=trace");
+    }
+
+    #[test]
+    fn a_flood_is_summarised_once_per_interval_and_the_rest_at_the_end() {
+        let mut log = super::StderrLog::new("flood".into(), tether_core::redact::Redactor::default());
+        let flood = |log: &mut super::StderrLog| {
+            for _ in 0..(STDERR_BURST + 100) {
+                log.line("spam");
+            }
+        };
+        flood(&mut log);
+        std::thread::sleep(Duration::from_millis(1_050));
+        flood(&mut log); // the first line through says what was dropped
+        assert_eq!(log.unsaid(), 0, "the first summary goes out at once");
+        std::thread::sleep(Duration::from_millis(1_050));
+        flood(&mut log); // within the interval: counted, not said
+        assert!(log.unsaid() > 0, "a second summary within 10 s waits");
+        assert!(!log.finish().is_empty(), "the kept lines go to the core");
+        assert_eq!(log.unsaid(), 0, "the end says the rest");
     }
 
     #[test]
