@@ -42,7 +42,7 @@ pub const DEFAULT_IDLE_LIMIT: Duration = Duration::from_secs(4);
 
 /// Builds the agent a [`PooledAgent`] hands out (timeouts, redirects, TLS): called
 /// again whenever the pool is retired.
-pub type AgentSettings = Arc<dyn Fn() -> ureq::AgentBuilder + Send + Sync>;
+type AgentSettings = Arc<dyn Fn() -> ureq::AgentBuilder + Send + Sync>;
 
 thread_local! {
     /// Set by [`NotingResolver`] when ureq opens a connection on this thread.
@@ -138,7 +138,7 @@ impl PooledAgent {
     /// the connection back in the pool, and its idle time starts).
     pub fn body(&self, response: ureq::Response) -> Body {
         let pooled = keeps_connection(&response);
-        Body { reader: response.into_reader(), agent: pooled.then(|| self.clone()), done: false }
+        Body { reader: response.into_reader(), agent: pooled.then(|| self.clone()) }
     }
 
     /// The agent to send with now: a new one (its pool empty) when the newest
@@ -185,16 +185,15 @@ impl PooledAgent {
 /// A response body read through a [`PooledAgent`].
 pub struct Body {
     reader: Box<dyn Read + Send + Sync + 'static>,
+    /// The agent to tell when the body ends (taken then: told once).
     agent: Option<PooledAgent>,
-    done: bool,
 }
 
 impl Read for Body {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.reader.read(buf)?;
-        if n == 0 && !buf.is_empty() && !self.done {
-            self.done = true;
-            if let Some(agent) = &self.agent {
+        if n == 0 && !buf.is_empty() {
+            if let Some(agent) = self.agent.take() {
                 agent.returned();
             }
         }
