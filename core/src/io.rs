@@ -92,6 +92,11 @@ pub enum Input {
         session: SessionId,
         /// The scopes, as the token lists them.
         scopes: Vec<String>,
+        /// Who holds the token (its issuer and subject, as the transport names
+        /// them): the tasks a session creates are bound to it, so another
+        /// identity cannot read them even given their ids.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        principal: Option<String>,
     },
     /// A client went away.
     ClientClosed {
@@ -636,7 +641,9 @@ impl fmt::Display for Input {
         match self {
             Input::ClientConnected { session, .. } => write!(f, "client {} connected", session.0),
             Input::ClientFrame { session, frame, .. } => write!(f, "client {} -> {}", session.0, short(frame)),
-            Input::ClientAccess { session, scopes } => write!(f, "client {} holds {} scopes", session.0, scopes.len()),
+            Input::ClientAccess { session, scopes, .. } => {
+                write!(f, "client {} holds {} scopes", session.0, scopes.len())
+            }
             Input::ClientClosed { session } => write!(f, "client {} closed", session.0),
             Input::BackendStarted { server, generation, pid } => match pid {
                 Some(pid) => write!(f, "{server}#{generation} started (pid {pid})"),

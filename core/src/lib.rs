@@ -83,6 +83,7 @@ macro_rules! layer {
 mod gateway;
 mod io;
 mod rng;
+mod secret_ids;
 pub mod time;
 
 layer!(

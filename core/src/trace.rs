@@ -31,6 +31,30 @@ pub struct TraceHeader {
     pub start: Instant,
     /// The configuration given to [`Gateway::new`].
     pub config: Config,
+    /// The key given to [`Gateway::set_id_key`], as 64 hex digits, if one was.
+    /// Whoever holds the trace can tell the ids it gave out: it is as private
+    /// as the calls it records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_key: Option<String>,
+}
+
+/// `key` as the hex a trace header holds.
+pub fn id_key_hex(key: &[u8; 32]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key a trace header holds, if it is 64 hex digits.
+fn id_key_from_hex(hex: &str) -> Option<[u8; 32]> {
+    let bytes = hex.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, pair) in bytes.chunks(2).enumerate() {
+        let pair = core::str::from_utf8(pair).ok()?;
+        key[i] = u8::from_str_radix(pair, 16).ok()?;
+    }
+    Some(key)
 }
 
 /// One recorded input.
@@ -108,6 +132,11 @@ pub fn replay(trace: &str) -> Result<Vec<(Instant, Action)>, TraceError> {
         pin_handshake_era(&mut config);
     }
     let mut gw = Gateway::new(config, header.seed, header.start).map_err(TraceError::Config)?;
+    if let Some(hex) = &header.id_key {
+        let key = id_key_from_hex(hex)
+            .ok_or_else(|| TraceError::Parse { line: 1, message: "id_key: expected 64 hex digits".into() })?;
+        gw.set_id_key(key);
+    }
     let mut out = Vec::new();
     while let Some(a) = gw.poll_action() {
         out.push((header.start, a));
@@ -140,4 +169,17 @@ pub fn render(actions: &[(Instant, Action)]) -> String {
         out.push_str(&format!("[{:>9}] {a}\n", at.as_millis()));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_key_survives_the_header() {
+        let key: [u8; 32] = core::array::from_fn(|i| (i * 37) as u8);
+        assert_eq!(id_key_from_hex(&id_key_hex(&key)), Some(key));
+        assert_eq!(id_key_from_hex("00"), None);
+        assert_eq!(id_key_from_hex(&"zz".repeat(32)), None);
+    }
 }

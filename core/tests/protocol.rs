@@ -183,7 +183,7 @@ fn a_request_on_a_calls_post_stream_goes_to_that_calls_client() {
     let (alice, bob) = (SessionId(10), SessionId(11));
     for session in [alice, bob] {
         sim.input(Input::ClientConnected { session, expires: true });
-        sim.input(Input::ClientAccess { session, scopes: vec!["mcp".into()] });
+        sim.input(Input::ClientAccess { session, scopes: vec!["mcp".into()], principal: None });
         sim.session(session, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"t","version":"1"}}}));
         sim.session(session, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     }

@@ -56,7 +56,7 @@ fn booted(mode: Mode) -> Sim {
 /// An HTTP session whose token carries `scopes`, through its handshake.
 fn connect(sim: &mut Sim, session: SessionId, scopes: &[&str]) {
     sim.input(Input::ClientConnected { session, expires: true });
-    sim.input(Input::ClientAccess { session, scopes: scopes.iter().map(|s| s.to_string()).collect() });
+    sim.input(Input::ClientAccess { session, scopes: scopes.iter().map(|s| s.to_string()).collect(), principal: None });
     sim.session(session, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}));
     sim.session(session, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
 }
@@ -142,19 +142,19 @@ fn a_session_is_told_of_changes_it_can_see_and_of_no_other() {
 
     // A token with more scopes (step-up) widens the view, and the session is told;
     // while the new scope grants nothing that exists, there is nothing to tell.
-    sim.input(Input::ClientAccess { session: TIME_ONLY, scopes: vec!["time".into(), "echo".into()] });
+    sim.input(Input::ClientAccess { session: TIME_ONLY, scopes: vec!["time".into(), "echo".into()], principal: None });
     assert_eq!(list_changed(&sim, TIME_ONLY), 0);
     sim.backend("everything", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
     sim.answer_tools("everything", &["echo", "add", "sum"]);
     assert_eq!(list_changed(&sim, TIME_ONLY), 1);
     assert_eq!(list_changed(&sim, ECHO_ONLY), 2);
-    sim.input(Input::ClientAccess { session: ECHO_ONLY, scopes: vec!["echo".into(), "time".into()] });
+    sim.input(Input::ClientAccess { session: ECHO_ONLY, scopes: vec!["echo".into(), "time".into()], principal: None });
     assert_eq!(list_changed(&sim, ECHO_ONLY), 3, "the time tools appear");
     let time = ask(&mut sim, TIME_ONLY, 2, "tools/list", json!({}));
     assert_eq!(names(&time, "tools", "name"), ["everything__echo", "time__get_current_time", "time__convert_time"]);
     // The same scopes again change nothing.
     let told = list_changed(&sim, TIME_ONLY);
-    sim.input(Input::ClientAccess { session: TIME_ONLY, scopes: vec!["echo".into(), "time".into()] });
+    sim.input(Input::ClientAccess { session: TIME_ONLY, scopes: vec!["echo".into(), "time".into()], principal: None });
     assert_eq!(list_changed(&sim, TIME_ONLY), told);
 }
 
@@ -212,7 +212,7 @@ fn a_backend_log_or_request_reaches_no_session_that_cannot_see_it() {
     // A session that takes roots requests and comes first in order, but sees only time.
     let early = SessionId(0);
     sim.input(Input::ClientConnected { session: early, expires: true });
-    sim.input(Input::ClientAccess { session: early, scopes: vec!["time".into()] });
+    sim.input(Input::ClientAccess { session: early, scopes: vec!["time".into()], principal: None });
     sim.session(early, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":{}},"clientInfo":{"name":"t","version":"1"}}}));
     sim.session(early, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     let marks: Vec<usize> = [early, TIME_ONLY, NO_SCOPE].iter().map(|s| sim.frames_to(*s).len()).collect();
@@ -253,7 +253,7 @@ fn scopes_lost_take_their_subscriptions_and_a_new_mapping_is_announced() {
     let mut config = config(Mode::Flat);
     config.scopes.insert("all".into(), grant(&["everything"], &[]));
     sim.input(Input::ConfigReloaded { config: config.clone() });
-    sim.input(Input::ClientAccess { session: ECHO_ONLY, scopes: both });
+    sim.input(Input::ClientAccess { session: ECHO_ONLY, scopes: both, principal: None });
     sim.session(
         ECHO_ONLY,
         json!({"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{"uri":"everything+test://a"}}),
@@ -262,7 +262,7 @@ fn scopes_lost_take_their_subscriptions_and_a_new_mapping_is_announced() {
     reply(&mut sim, "everything", subscribe, json!({}));
     assert_eq!(answer(&sim, ECHO_ONLY, 1)["result"], json!({}));
     // A token without `all`: the subscription goes, at the backend too (the only subscriber).
-    sim.input(Input::ClientAccess { session: ECHO_ONLY, scopes: vec!["echo".into()] });
+    sim.input(Input::ClientAccess { session: ECHO_ONLY, scopes: vec!["echo".into()], principal: None });
     assert_eq!(sim.requests_to("everything", "resources/unsubscribe").len(), 1);
     let mark = sim.frames_to(ECHO_ONLY).len();
     sim.backend(
@@ -300,7 +300,11 @@ fn a_backend_request_goes_to_the_token_holder_whose_call_is_in_flight_and_never_
     let mut sim = booted(Mode::Flat);
     let with_elicitation = |sim: &mut Sim, session: SessionId, scopes: &[&str]| {
         sim.input(Input::ClientConnected { session, expires: true });
-        sim.input(Input::ClientAccess { session, scopes: scopes.iter().map(|s| s.to_string()).collect() });
+        sim.input(Input::ClientAccess {
+            session,
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            principal: None,
+        });
         sim.session(session, json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"t","version":"1"}}}));
         sim.session(session, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
     };

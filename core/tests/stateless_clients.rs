@@ -7,7 +7,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::*;
-use tether_core::Config;
+use tether_core::{Config, Input, SessionId};
 
 fn config(stateless_clients: bool) -> Config {
     let mut config = one_stdio();
@@ -472,4 +472,45 @@ fn requests_a_backend_sends_together_make_one_round_and_a_later_one_the_next() {
     let second = sim.response(2)["result"].clone();
     assert_eq!(second["resultType"], "input_required");
     assert_eq!(second["inputRequests"].as_object().unwrap().keys().collect::<Vec<_>>(), ["late"]);
+}
+
+#[test]
+fn a_request_state_answers_only_the_identity_it_was_given_to() {
+    let mut sim = booted(true);
+    let open = |sim: &mut Sim, session: u64, principal: &str| {
+        let session = SessionId(session);
+        sim.input(Input::ClientConnected { session, expires: true });
+        sim.input(Input::ClientAccess { session, scopes: Vec::new(), principal: Some(principal.into()) });
+        session
+    };
+    let alice = open(&mut sim, 10, "alice");
+    sim.session(
+        alice,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params": call_params(json!({"sampling":{}}))}),
+    );
+    let call = sim.last_request("fs", "tools/call");
+    let sampling = json!({"messages":[{"role":"user","content":{"type":"text","text":"hi?"}}],"maxTokens":5});
+    sim.backend("fs", json!({"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params": sampling}));
+    sim.advance(50);
+    let asked = sim.frames_to(alice).pop().unwrap();
+    let state = asked["result"]["requestState"].as_str().expect("input_required").to_string();
+    let mut retry = call_params(json!({"sampling":{}}));
+    retry["inputResponses"] =
+        json!({"s1": {"role":"assistant","content":{"type":"text","text":"from bob"},"model":"m"}});
+    retry["requestState"] = json!(state);
+
+    let bob = open(&mut sim, 11, "bob");
+    sim.session(bob, json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": retry}));
+    let refused = sim.frames_to(bob).pop().unwrap();
+    assert_eq!(refused["error"]["code"], -32602, "bob's retry with alice's state is refused: {refused}");
+    assert!(!sim.log.contains("from bob"), "nothing of bob's reached fs");
+    assert_eq!(sim.requests_to("fs", "tools/call").len(), 1, "nor did it start a call");
+
+    let again = open(&mut sim, 12, "alice");
+    retry["inputResponses"]["s1"]["content"]["text"] = json!("from alice");
+    sim.session(again, json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params": retry}));
+    assert!(sim.log.contains("from alice"), "alice's retry from a new session answers fs: {}", sim.log);
+    reply(&mut sim, "fs", call, text_result("done"));
+    let done = sim.frames_to(again).pop().unwrap();
+    assert_eq!(done["result"]["content"][0]["text"], "done", "{done}");
 }

@@ -536,7 +536,7 @@ fn booted_stateless_with_tasks() -> Sim {
 }
 
 #[test]
-fn tasks_of_a_backend_that_runs_them_pass_through_with_namespaced_ids() {
+fn tasks_of_a_backend_that_runs_them_pass_through_under_ids_of_tethers_own() {
     let mut sim = booted_stateless_with_tasks();
     sim.note("the client's tasks extension goes to fs, which answers with its own task");
     call(&mut sim, 10, "slow", with_tasks());
@@ -548,10 +548,19 @@ fn tasks_of_a_backend_that_runs_them_pass_through_with_namespaced_ids() {
         "lastUpdatedAt":"2026-11-27T12:00:00Z","ttlMs":60000,"pollIntervalMs":500});
     reply(&mut sim, "fs", backend_call, created);
     let created = answer(&sim, 10, 1)["result"].clone();
-    assert_eq!((created["resultType"].clone(), created["taskId"].clone()), (json!("task"), json!("fs__t-7")));
+    assert_eq!(created["resultType"], json!("task"));
+    let ours = created["taskId"].as_str().unwrap().to_string();
+    assert_eq!(ours.len(), 32, "an id of tether's own, not fs's guessable one: {ours}");
 
-    sim.note("tasks/get of fs__t-7 goes to fs as t-7; the answer names fs__t-7 again");
-    post(&mut sim, 11, 1, "tasks/get", json!({"taskId":"fs__t-7"}), with_tasks());
+    sim.note("the backend's id, bare or namespaced, names nothing through tether");
+    for (i, guess) in ["t-7", "fs__t-7"].into_iter().enumerate() {
+        post(&mut sim, 30 + i as u64, 1, "tasks/get", json!({ "taskId": guess }), with_tasks());
+        assert_eq!(answer(&sim, 30 + i as u64, 1)["error"]["code"], -32602, "{guess}");
+    }
+    assert!(sim.requests_to("fs", "tasks/get").is_empty());
+
+    sim.note("tasks/get of tether's id goes to fs as t-7; the answer names tether's id again");
+    post(&mut sim, 11, 1, "tasks/get", json!({ "taskId": ours }), with_tasks());
     let (get, params) = sim.requests_to("fs", "tasks/get").pop().unwrap();
     assert_eq!(params["taskId"], "t-7");
     assert_eq!(params["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"], json!({ TASKS: {} }));
@@ -559,10 +568,10 @@ fn tasks_of_a_backend_that_runs_them_pass_through_with_namespaced_ids() {
         "lastUpdatedAt":"2026-11-27T12:00:02Z","ttlMs":60000,"result":{"content":[{"type":"text","text":"done"}]}});
     reply(&mut sim, "fs", get, detailed);
     let got = answer(&sim, 11, 1)["result"].clone();
-    assert_eq!((got["taskId"].clone(), got["result"]["content"][0]["text"].clone()), (json!("fs__t-7"), json!("done")));
+    assert_eq!((got["taskId"].clone(), got["result"]["content"][0]["text"].clone()), (json!(ours), json!("done")));
 
     sim.note("cancel and update go the same way; an id of no backend is unknown");
-    post(&mut sim, 12, 1, "tasks/cancel", json!({"taskId":"fs__t-7"}), with_tasks());
+    post(&mut sim, 12, 1, "tasks/cancel", json!({ "taskId": ours }), with_tasks());
     let (cancel, params) = sim.requests_to("fs", "tasks/cancel").pop().unwrap();
     assert_eq!(params["taskId"], "t-7");
     reply(&mut sim, "fs", cancel, json!({"resultType":"complete"}));
@@ -750,30 +759,28 @@ fn a_2025_backends_tasks_pass_through_to_a_2025_client_status_notifications_incl
     assert_eq!(params["task"], json!({"ttl":5000}), "fs runs the task: it is asked for one");
     let task = json!({"taskId":"b1","status":"working","createdAt":"2026-11-27T12:00:00Z","lastUpdatedAt":"2026-11-27T12:00:00Z","ttl":5000});
     reply(&mut sim, "fs", call, json!({ "task": task }));
-    assert_eq!(answer(&sim, 20, 1)["result"]["task"]["taskId"], "fs__b1");
-    sim.note("fs's status notification reaches the client that asked, the id namespaced");
+    let ours = answer(&sim, 20, 1)["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    assert_eq!(ours.len(), 32, "an id of tether's own: {ours}");
+    sim.note("fs's status notification reaches the client that asked, with tether's id");
     let mut status = task.clone();
     status["status"] = json!("completed");
     sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tasks/status","params": status}));
     let told = sim.frames_to(SessionId(20)).into_iter().find(|f| f["method"] == "notifications/tasks/status").unwrap();
-    assert_eq!(
-        (told["params"]["taskId"].clone(), told["params"]["status"].clone()),
-        (json!("fs__b1"), json!("completed"))
-    );
+    assert_eq!((told["params"]["taskId"].clone(), told["params"]["status"].clone()), (json!(ours), json!("completed")));
     sim.note("tasks/list shows the session its own tasks fs runs, as last seen; another session none");
     send(&mut sim, 20, 3, "tasks/list", json!({}));
     let listed = answer(&sim, 20, 3)["result"]["tasks"].clone();
-    assert_eq!((listed[0]["taskId"].clone(), listed[0]["status"].clone()), (json!("fs__b1"), json!("completed")));
+    assert_eq!((listed[0]["taskId"].clone(), listed[0]["status"].clone()), (json!(ours), json!("completed")));
     init_2025(&mut sim, 21);
     send(&mut sim, 21, 1, "tasks/list", json!({}));
     assert_eq!(answer(&sim, 21, 1)["result"]["tasks"], json!([]));
-    send(&mut sim, 20, 2, "tasks/result", json!({"taskId":"fs__b1"}));
+    send(&mut sim, 20, 2, "tasks/result", json!({ "taskId": ours }));
     let (result_call, params) = sim.requests_to("fs", "tasks/result").pop().unwrap();
     assert_eq!(params["taskId"], "b1");
     let payload = json!({"content":[{"type":"text","text":"ok"}],"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"b1"}}});
     reply(&mut sim, "fs", result_call, payload);
     let result = answer(&sim, 20, 2)["result"].clone();
-    assert_eq!(result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], "fs__b1");
+    assert_eq!(result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], json!(ours));
     assert_eq!(result["content"][0]["text"], "ok");
 }
 
@@ -820,7 +827,7 @@ fn restarted_with(capabilities: Value, scoped: bool) -> (usize, Value) {
     let mut sim = booted(config);
     if scoped {
         sim.input(Input::ClientConnected { session: SessionId(20), expires: true });
-        sim.input(Input::ClientAccess { session: SessionId(20), scopes: vec!["files".into()] });
+        sim.input(Input::ClientAccess { session: SessionId(20), scopes: vec!["files".into()], principal: None });
     }
     init_2025(&mut sim, 20);
     assert_eq!(listed_task_support(&mut sim, 20, 1)[0], ("fs__slow".to_string(), json!("optional")));
@@ -847,7 +854,11 @@ fn a_task_is_unknown_to_a_session_whose_scopes_do_not_show_its_server() {
     let mut sim = booted(config);
     let scoped = |sim: &mut Sim, session: u64, scope: &str| {
         sim.input(Input::ClientConnected { session: SessionId(session), expires: true });
-        sim.input(Input::ClientAccess { session: SessionId(session), scopes: vec![scope.to_string()] });
+        sim.input(Input::ClientAccess {
+            session: SessionId(session),
+            scopes: vec![scope.to_string()],
+            principal: None,
+        });
     };
     scoped(&mut sim, 1, "fs");
     let task = start_task(&mut sim, 1, "slow");
@@ -862,4 +873,81 @@ fn a_task_is_unknown_to_a_session_whose_scopes_do_not_show_its_server() {
     assert!(cancel.get("error").is_some(), "nor cancelled: {cancel}");
     scoped(&mut sim, 5, "fs");
     assert_eq!(task_request(&mut sim, 5, "tasks/get", &task)["result"]["status"], "working", "still running");
+}
+
+/// A stateless request of `method` on a fresh session held by `principal`.
+fn post_as(sim: &mut Sim, principal: &str, session: u64, method: &str, params: Value) -> Value {
+    let mut params = params;
+    params["_meta"] = meta(with_tasks());
+    let s = SessionId(session);
+    sim.input(Input::ClientConnected { session: s, expires: true });
+    sim.input(Input::ClientAccess { session: s, scopes: Vec::new(), principal: Some(principal.into()) });
+    sim.session(s, json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}));
+    sim.advance(500);
+    answer(sim, session, 1)
+}
+
+#[test]
+fn a_task_tether_runs_is_unknown_to_another_identity_that_learns_its_id() {
+    let mut sim = booted(config());
+    let created = post_as(&mut sim, "alice", 1, "tools/call", json!({"name":"fs__slow","arguments":{}}));
+    let task = created["result"]["taskId"].as_str().unwrap().to_string();
+    for (session, method) in [(2, "tasks/get"), (3, "tasks/update"), (4, "tasks/cancel")] {
+        let mut params = json!({ "taskId": task });
+        if method == "tasks/update" {
+            params["inputResponses"] = json!({});
+        }
+        let refused = post_as(&mut sim, "bob", session, method, params);
+        let message = refused["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert!(message.contains("unknown task"), "{method}: the same answer as for no task: {refused}");
+    }
+    let got = post_as(&mut sim, "alice", 5, "tasks/get", json!({ "taskId": task }));
+    assert_eq!(got["result"]["status"], "working", "alice reads it from a new session; bob's cancel did nothing");
+}
+
+#[test]
+fn a_backends_task_is_bound_to_the_identity_that_asked_and_its_own_ids_name_nothing() {
+    let mut sim = Sim::new(config());
+    sim.input(Input::WallClock { unix_ms: WALL });
+    let caps = json!({"tools":{},"tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}});
+    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities": caps}));
+    let tools =
+        json!({"tools":[{"name":"slow","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}]});
+    sim.answer("fs", "tools/list", tools);
+    let as_2025 = |sim: &mut Sim, session: u64, principal: &str| {
+        let s = SessionId(session);
+        sim.input(Input::ClientConnected { session: s, expires: true });
+        sim.input(Input::ClientAccess { session: s, scopes: Vec::new(), principal: Some(principal.into()) });
+        let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}});
+        sim.session(s, init);
+        sim.session(s, json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    };
+    as_2025(&mut sim, 20, "alice");
+    send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{}}));
+    let (call, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    let task = json!({"taskId":"1","status":"working","createdAt":"2026-11-27T12:00:00Z","lastUpdatedAt":"2026-11-27T12:00:00Z","ttl":5000});
+    reply(&mut sim, "fs", call, json!({ "task": task }));
+    let ours = answer(&sim, 20, 1)["result"]["task"]["taskId"].as_str().unwrap().to_string();
+
+    as_2025(&mut sim, 21, "bob");
+    for (id, guess) in [(1, ours.as_str()), (2, "fs__1"), (3, "1")] {
+        send(&mut sim, 21, id, "tasks/result", json!({ "taskId": guess }));
+        let refused = answer(&sim, 21, id);
+        assert_eq!(refused["error"]["code"], -32602, "bob may not name alice's task as {guess}: {refused}");
+    }
+    assert!(sim.requests_to("fs", "tasks/result").is_empty(), "nothing of bob's reached fs");
+
+    as_2025(&mut sim, 22, "alice");
+    send(&mut sim, 22, 1, "tasks/result", json!({ "taskId": ours }));
+    let (_, params) = sim.requests_to("fs", "tasks/result").pop().expect("alice's new session reaches her task");
+    assert_eq!(params["taskId"], "1");
+
+    sim.note("fs restarts its numbering: its new task 1 is bob's, alice's old id names nothing");
+    send(&mut sim, 21, 9, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{}}));
+    let call = sim.last_request("fs", "tools/call");
+    reply(&mut sim, "fs", call, json!({ "task": task }));
+    let bobs = answer(&sim, 21, 9)["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    assert_ne!(bobs, ours);
+    send(&mut sim, 22, 2, "tasks/get", json!({ "taskId": ours }));
+    assert_eq!(answer(&sim, 22, 2)["error"]["code"], -32602, "alice's old id no longer reaches fs's task 1");
 }

@@ -68,9 +68,7 @@ impl PolicyFlags {
 
     /// The seed from the flags, or one from the clock.
     pub fn seed(&self) -> u64 {
-        self.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-        })
+        self.seed.unwrap_or_else(crate::entropy::seed)
     }
 }
 

@@ -11,6 +11,7 @@ pub mod config_file;
 pub mod config_watch;
 pub mod control;
 pub mod credentials;
+pub mod entropy;
 pub mod flags;
 pub mod http_backend;
 pub mod keep_alive;

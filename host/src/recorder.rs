@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 
 use tether_core::redact::Redactor;
-use tether_core::trace::{header_line, input_line, TraceHeader, TRACE_VERSION};
+use tether_core::trace::{header_line, id_key_hex, input_line, TraceHeader, TRACE_VERSION};
 use tether_core::{Config, Input, Instant};
 
 /// Writes a trace: a header, then one line per input, flushed as it goes so a
@@ -16,10 +16,18 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts a trace of a gateway created at `start` with `seed`.
-    pub fn start(file: File, config: &Config, seed: u64, start: Instant, redactor: &Redactor) -> std::io::Result<Self> {
+    /// Starts a trace of a gateway created at `start` with `seed` (and ids
+    /// keyed with `id_key`, when the host set one).
+    pub fn start(
+        file: File,
+        config: &Config,
+        (seed, id_key): (u64, Option<&[u8; 32]>),
+        start: Instant,
+        redactor: &Redactor,
+    ) -> std::io::Result<Self> {
         let mut out = BufWriter::new(file);
-        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start, config: config.redacted() };
+        let id_key = id_key.map(id_key_hex);
+        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start, config: config.redacted(), id_key };
         // Arguments may quote a secret too (`--api-key "$KEY"`).
         writeln!(out, "{}", redactor.redact(&header_line(&header)))?;
         out.flush()?;

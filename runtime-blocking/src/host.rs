@@ -50,14 +50,17 @@ impl HostBuilder {
 
     /// Validates the configuration, starts the backends and the timer.
     pub fn start(self) -> Result<Host, ConfigError> {
-        let seed = self.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-        });
+        let seed = self.seed.unwrap_or_else(tether_host::entropy::seed);
         let clock = Clock::start();
         let start = clock.now();
-        let gw = Gateway::new(self.config.clone(), seed, start)?;
+        let mut gw = Gateway::new(self.config.clone(), seed, start)?;
+        let id_key = tether_host::entropy::id_key();
+        match &id_key {
+            Some(key) => gw.set_id_key(*key),
+            None => tracing::warn!("no randomness from the operating system: task ids follow the seed"),
+        }
         let record = self.record.and_then(|file| {
-            Recorder::start(file, &self.config, seed, start, gw.redactor())
+            Recorder::start(file, &self.config, (seed, id_key.as_ref()), start, gw.redactor())
                 .map_err(|e| tracing::error!("cannot record the trace: {e}"))
                 .ok()
         });

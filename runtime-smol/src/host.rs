@@ -126,6 +126,8 @@ pub(crate) struct Core {
     gathering: bool,
     /// The pipes holding gathered frames.
     held: Vec<Held>,
+    /// The key of the engine's capability ids, for a trace's header.
+    id_key: Option<[u8; 32]>,
 }
 
 /// A pipe writer holding frames gathered during a burst.
@@ -149,7 +151,12 @@ impl Host {
         let clock = Clock::start();
         let (inputs, inputs_rx) = async_channel::unbounded();
         let start = clock.now();
-        let gw = Gateway::new(config, seed, start)?;
+        let mut gw = Gateway::new(config, seed, start)?;
+        let id_key = tether_host::entropy::id_key();
+        match &id_key {
+            Some(key) => gw.set_id_key(*key),
+            None => tracing::warn!("no randomness from the operating system: task ids follow the seed"),
+        }
         // The loop feeds it first (recorded in a trace like any input).
         let _ = inputs.try_send(Clock::wall_clock());
         let (queries, queries_rx) = async_channel::unbounded();
@@ -173,6 +180,7 @@ impl Host {
             alarm_at: None,
             gathering: false,
             held: Vec::new(),
+            id_key,
         };
         Ok(Host {
             engine: Arc::new(Engine { core: Mutex::new(core) }),
@@ -199,7 +207,8 @@ impl Host {
     /// quotes a secret has it blanked.
     pub fn record_to(&mut self, file: File, config: &Config, seed: u64) -> std::io::Result<()> {
         let mut core = self.engine.lock();
-        core.record = Some(Recorder::start(file, config, seed, self.start, core.gw.redactor())?);
+        let id_key = core.id_key;
+        core.record = Some(Recorder::start(file, config, (seed, id_key.as_ref()), self.start, core.gw.redactor())?);
         Ok(())
     }
 

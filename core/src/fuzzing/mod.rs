@@ -319,7 +319,7 @@ impl Harness {
             }
             Input::ClientConnected { session, .. } if self.gw.session_era(*session).is_some() => {}
             Input::ClientConnected { session, .. } => drop(self.scopes.remove(&session.0)),
-            Input::ClientAccess { session, scopes } if self.gw.session_era(*session).is_some() => {
+            Input::ClientAccess { session, scopes, .. } if self.gw.session_era(*session).is_some() => {
                 self.scopes.insert(session.0, scopes.clone());
             }
             Input::BackendExited { server, generation, .. } => {
@@ -851,7 +851,7 @@ impl Harness {
             self.input(Input::ClientConnected { session: SessionId(3), expires: false })?;
             // Its token's scopes grant backend `a` and `b`'s tools, not `web`.
             let scopes = alloc::vec!["sa".into(), "tb".into(), "unmapped".into()];
-            self.input(Input::ClientAccess { session: SessionId(3), scopes })?;
+            self.input(Input::ClientAccess { session: SessionId(3), scopes, principal: None })?;
         }
         for session in 1..=2 {
             let frame = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{"sampling":{},"roots":{}}}}"#;

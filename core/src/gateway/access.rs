@@ -18,11 +18,16 @@ const MAX_SCOPES: usize = 256;
 impl Gateway {
     /// `ClientAccess`: the session now holds `scopes`. When that changes what it
     /// sees, it is told as for any other change of its lists.
-    pub(super) fn client_access(&mut self, session: SessionId, mut scopes: Vec<String>) {
+    /// A session's principal never changes once known (the listener refuses a
+    /// session's requests from another identity).
+    pub(super) fn client_access(&mut self, session: SessionId, mut scopes: Vec<String>, principal: Option<String>) {
         scopes.truncate(MAX_SCOPES);
         scopes.sort();
         scopes.dedup();
         let Some(s) = self.sessions.open.get_mut(&session) else { return };
+        if s.principal.is_none() {
+            s.principal = principal;
+        }
         if s.scopes.as_ref() == Some(&scopes) {
             return;
         }

@@ -184,6 +184,9 @@ pub(super) struct PendingInput {
     pub answer: Option<Result<String, String>>,
     /// Given up (backend requests answered with errors) after this.
     pub deadline: Instant,
+    /// The identity that was asked, when the transport checks tokens: only a
+    /// retry of the same identity may answer (the state alone is not enough).
+    pub principal: Option<String>,
 }
 
 /// Requests a handshake-era backend asked during a stateless client's call,

@@ -208,9 +208,9 @@ impl Gateway {
         if let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get_mut(&call) {
             cc.id = client_id.clone();
         }
-        self.router
-            .pending_inputs
-            .insert(state, PendingInput { call, server, session, client_id, asked, answer, deadline });
+        let principal = self.sessions.open.get(&session).and_then(|s| s.principal.clone());
+        let pending = PendingInput { call, server, session, client_id, asked, answer, deadline, principal };
+        self.router.pending_inputs.insert(state, pending);
     }
 
     /// The `requestState` of a stateless client's retry, if this request is one.
@@ -233,7 +233,10 @@ impl Gateway {
     /// requests, and the waiting call answers this request. Inputs still missing
     /// are asked again under a new `requestState`.
     pub(super) fn resume_with_inputs(&mut self, session: SessionId, id: RawId, state: &str, params: Option<&str>) {
-        let Some(pending) = self.router.pending_inputs.remove(state) else {
+        // Another identity's state is unknown to this one, and stays usable by its own.
+        let theirs =
+            self.router.pending_inputs.get(state).is_some_and(|p| !self.holds_task(session, p.principal.as_deref()));
+        let Some(pending) = (!theirs).then(|| self.router.pending_inputs.remove(state)).flatten() else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown or expired requestState", None);
         };
         let responses: Map<String, Value> = params

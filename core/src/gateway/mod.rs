@@ -157,6 +157,8 @@ fn era_revision<S: serde::Serializer>(era: &Era, s: S) -> Result<S::Ok, S::Error
 pub struct Gateway {
     config: Config,
     rng: Rng,
+    /// Task ids and continuations: unpredictable from those already handed out.
+    ids: crate::secret_ids::SecretIds,
     now: Instant,
     backends: BTreeMap<ServerName, Backend>,
     catalog: Catalog,
@@ -196,6 +198,7 @@ impl Gateway {
             redactor: Redactor::default(),
             config: Config::default(),
             rng: Rng::new(seed),
+            ids: crate::secret_ids::SecretIds::from_seed(seed),
             now,
             backends: BTreeMap::new(),
             sessions: Sessions::default(),
@@ -214,6 +217,14 @@ impl Gateway {
         Ok(gw)
     }
 
+    /// Keys the ids that work as capabilities (task ids, `requestState`) with
+    /// 256 bits the host drew from the operating system. Without it they follow
+    /// the seed, which suits tests but not a listener others can reach. Call it
+    /// before the first input; a trace records the key.
+    pub fn set_id_key(&mut self, key: [u8; 32]) {
+        self.ids = crate::secret_ids::SecretIds::new(key);
+    }
+
     /// Feeds one input at time `now`.
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), HostError> {
         if now < self.now {
@@ -225,7 +236,7 @@ impl Gateway {
             Input::ClientFrame { session, frame, param_headers } => {
                 self.client_frame(session, &frame, param_headers.as_ref())
             }
-            Input::ClientAccess { session, scopes } => self.client_access(session, scopes),
+            Input::ClientAccess { session, scopes, principal } => self.client_access(session, scopes, principal),
             Input::ClientClosed { session } => self.client_closed(session),
             Input::BackendStarted { server, generation, .. } => {
                 self.current(&server, generation)?;

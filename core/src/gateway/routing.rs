@@ -558,20 +558,25 @@ impl Gateway {
                     protocol::response(&call.id, result)
                 }
                 Shape::Unsubscribe(_) => protocol::response(&call.id, result),
-                Shape::TaskIds => match self.namespace_task_ids(server, result) {
-                    Some(result) => {
-                        match call.method {
-                            "tools/call" => self.remember_passed_task(session, &result),
-                            "tasks/get" | "tasks/cancel" => {
-                                if let Ok(task) = serde_json::from_str::<Map<String, Value>>(&result) {
-                                    self.note_passed_task(&task);
+                Shape::TaskIds => match call.method {
+                    "tools/call" => match self.adopt_passed_task(session, server, result) {
+                        Some(result) => protocol::response(&call.id, &result),
+                        None => protocol::response(&call.id, result),
+                    },
+                    _ => match self.client_task_ids(server, result) {
+                        Some(result) => {
+                            match call.method {
+                                "tasks/get" | "tasks/cancel" => {
+                                    if let Ok(task) = serde_json::from_str::<Map<String, Value>>(&result) {
+                                        self.note_passed_task(&task);
+                                    }
                                 }
+                                _ => {}
                             }
-                            _ => {}
+                            protocol::response(&call.id, &result)
                         }
-                        protocol::response(&call.id, &result)
-                    }
-                    None => protocol::response(&call.id, result),
+                        None => protocol::response(&call.id, result),
+                    },
                 },
             },
         };

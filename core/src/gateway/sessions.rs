@@ -87,6 +87,9 @@ pub(super) struct Session {
     pub seen: [u64; 4],
     /// The OAuth scopes its token carries; `None`: not restricted (see `access.rs`).
     pub scopes: Option<Vec<String>>,
+    /// Who holds its token, when the transport checks tokens: the tasks it
+    /// creates are bound to it.
+    pub principal: Option<String>,
     /// Restricted sessions: the fingerprint of their own view of each list when
     /// they last saw it (`seen` then says which catalog that view was taken from).
     pub seen_own: [u64; 4],
@@ -120,6 +123,7 @@ impl Session {
             listens: BTreeMap::new(),
             seen: [0; 4],
             scopes: None,
+            principal: None,
             seen_own: [0; 4],
             log_level: None,
             quiet_until: None,

@@ -1,10 +1,9 @@
 //! Tasks of backends that run them (a stateless backend announcing the
 //! extension, a 2025-11-25 one whose `tools/call` takes tasks), for clients of
-//! the same form: passed through, their ids namespaced like names
-//! (`{server}{separator}{id}`), `tasks/*` routed back to the backend with its
+//! the same form: passed through under ids of tether's own (unguessable, bound
+//! to the identity that asked), `tasks/*` routed back to the backend with its
 //! own id, and status notifications relayed to the session that asked.
 
-use alloc::format;
 use alloc::string::{String, ToString};
 use serde_json::{Map, Value};
 
@@ -36,39 +35,75 @@ impl Gateway {
         }
     }
 
-    /// The backend a passed-through task id names (`{server}{separator}{id}`),
-    /// and the backend's own id, when that backend runs tasks in `form`.
-    pub(super) fn task_backend(&self, task_id: &str, form: Form) -> Option<(ServerName, String)> {
-        let separator = self.config.separator.as_str();
-        self.backends.keys().filter(|name| self.backend_runs_tasks(name, form)).find_map(|name| {
-            let own = task_id.strip_prefix(&**name)?.strip_prefix(separator)?;
-            (!own.is_empty()).then(|| (name.clone(), own.to_string()))
-        })
+    /// The backend running the passed-through task `task_id` (tether's id) and
+    /// the backend's own id, when `session` may reach it: the task is of `form`,
+    /// its backend still runs tasks, and `session` holds the identity that
+    /// created it (see [`Gateway::holds_task`]).
+    pub(super) fn task_backend(&self, session: SessionId, task_id: &str, form: Form) -> Option<(ServerName, String)> {
+        let p = self.tasks.passed.iter().find(|p| p.id == task_id && p.form == form)?;
+        let reachable = self.backend_runs_tasks(&p.server, form) && self.holds_task(session, p.principal.as_deref());
+        reachable.then(|| (p.server.clone(), p.own.clone()))
     }
 
-    /// A backend's answer about its tasks, with every task id in it namespaced
-    /// for clients (`taskId`, `task.taskId`, and the related-task `_meta`).
-    pub(super) fn namespace_task_ids(&self, server: &str, result: &str) -> Option<String> {
-        let mut result: Map<String, Value> = serde_json::from_str(result).ok()?;
-        let prefix = format!("{server}{}", self.config.separator);
+    /// A backend answered a client's `tools/call` with a task it runs: the
+    /// client is given an id of tether's own for it (a backend's ids may be
+    /// 1, 2, 3...: anyone could name another's), bound to the identity that
+    /// asked, and the answer says that id. `None`: no task in it.
+    pub(super) fn adopt_passed_task(&mut self, session: SessionId, server: &str, result: &str) -> Option<String> {
+        let form = self.task_form(session)?;
+        let parsed: Map<String, Value> = serde_json::from_str(result).ok()?;
+        let own = match form {
+            Form::Experimental => parsed.get("task").and_then(|t| t.get("taskId")),
+            Form::Extension => parsed.get("taskId"),
+        };
+        let own = own.and_then(Value::as_str)?.to_string();
+        let id = self.unguessable_id();
+        // A backend that reuses an id (numbering again from 1 after a restart)
+        // names another task by it now: the old one is gone, and whoever held it
+        // must not reach the new one.
+        self.tasks.passed.retain(|p| !(*p.server == *server && p.own == own));
+        if self.tasks.passed.len() >= self.config.tasks.max_tasks as usize {
+            self.tasks.passed.pop_front();
+        }
+        let principal = self.sessions.open.get(&session).and_then(|s| s.principal.clone());
+        let passed = PassedTask { id, server: server.into(), own, session, principal, form, task: String::new() };
+        self.tasks.passed.push_back(passed);
+        let rewritten = self.client_task_ids(server, result)?;
+        if let Ok(Value::Object(answer)) = serde_json::from_str::<Value>(&rewritten) {
+            if let Some(Value::Object(task)) = answer.get("task") {
+                self.note_passed_task(task);
+            }
+        }
+        Some(rewritten)
+    }
+
+    /// A backend's message about its tasks, with every task id in it (`taskId`,
+    /// `task.taskId`, the related-task `_meta`) the id tether gave the client.
+    /// Ids tether never handed out are left as they are (nothing routes them).
+    pub(super) fn client_task_ids(&self, server: &str, message: &str) -> Option<String> {
+        let mut message: Map<String, Value> = serde_json::from_str(message).ok()?;
+        let ours = |own: &str| {
+            self.tasks.passed.iter().rev().find(|p| *p.server == *server && p.own == own).map(|p| p.id.clone())
+        };
         let rename = |v: &mut Value| {
             if let Some(Value::String(id)) = v.get_mut("taskId") {
-                id.insert_str(0, &prefix);
+                if let Some(ours) = ours(id) {
+                    *id = ours;
+                }
             }
         };
-        if result.contains_key("taskId") {
-            let mut whole = Value::Object(core::mem::take(&mut result));
-            rename(&mut whole);
-            let Value::Object(m) = whole else { unreachable!("an object") };
-            result = m;
+        if let Some(Value::String(id)) = message.get_mut("taskId") {
+            if let Some(ours) = ours(id) {
+                *id = ours;
+            }
         }
-        if let Some(task) = result.get_mut("task") {
+        if let Some(task) = message.get_mut("task") {
             rename(task);
         }
-        if let Some(related) = result.get_mut("_meta").and_then(|m| m.get_mut(RELATED_TASK)) {
+        if let Some(related) = message.get_mut("_meta").and_then(|m| m.get_mut(RELATED_TASK)) {
             rename(related);
         }
-        serde_json::to_string(&result).ok()
+        serde_json::to_string(&message).ok()
     }
 
     /// A `tasks/*` request about a task its backend runs: sent there with the
@@ -96,38 +131,26 @@ impl Gateway {
         self.admit(server, call);
     }
 
-    /// A 2025-11-25 backend's `notifications/tasks/status` about a task it runs:
-    /// to the session that asked for the task, the id namespaced.
+    /// A backend's `notifications/tasks/status` about a task it runs: to the
+    /// session that asked for the task, with tether's id. About a task tether
+    /// did not hand out (another gateway's, or forgotten): dropped.
     pub(super) fn forward_task_status(&mut self, server: &str, params: Option<&str>) {
-        let Some(params) = params.and_then(|p| self.namespace_task_ids(server, p)) else { return };
+        let Some(params) = params.and_then(|p| self.client_task_ids(server, p)) else { return };
         let Ok(status) = serde_json::from_str::<Map<String, Value>>(&params) else { return };
         let Some(task) = status.get("taskId").and_then(Value::as_str) else { return };
+        let Some(session) = self.tasks.passed.iter().find(|p| p.id == task && *p.server == *server).map(|p| p.session)
+        else {
+            return;
+        };
         self.note_passed_task(&status);
-        let Some(session) = self.tasks.passed.iter().find(|p| p.id == task).map(|p| p.session) else { return };
         if self.sessions.open.contains_key(&session) {
             self.to_client(session, protocol::notification("notifications/tasks/status", Some(&params)));
         }
     }
 
-    /// A backend answered a client with a task it runs (its id namespaced): its
-    /// status notifications go to that client's session.
-    pub(super) fn remember_passed_task(&mut self, session: SessionId, result: &str) {
-        let Ok(result) = serde_json::from_str::<Map<String, Value>>(result) else { return };
-        let Some(Value::Object(task)) = result.get("task") else { return };
-        let Some(id) = task.get("taskId").and_then(Value::as_str) else { return };
-        if self.config.tasks.max_tasks == 0 {
-            return;
-        }
-        if self.tasks.passed.len() >= self.config.tasks.max_tasks as usize {
-            self.tasks.passed.pop_front();
-        }
-        let task = Value::Object(task.clone()).to_string();
-        self.tasks.passed.push_back(PassedTask { id: id.to_string(), session, task });
-    }
-
     /// A 2025-11-25 backend's task passed through tether again (its status
-    /// notification, or a `tasks/get` or `tasks/cancel` answer; namespaced):
-    /// `tasks/list` shows it as it was last seen.
+    /// notification, or a `tasks/get` or `tasks/cancel` answer; with tether's
+    /// id): `tasks/list` shows it as it was last seen.
     pub(super) fn note_passed_task(&mut self, task: &Map<String, Value>) {
         let Some(id) = task.get("taskId").and_then(Value::as_str) else { return };
         let Some(passed) = self.tasks.passed.iter_mut().find(|p| p.id == id) else { return };

@@ -64,6 +64,9 @@ pub(super) struct Task {
     pub asked: BTreeMap<String, AskedInput>,
     /// Says why it failed or was cancelled, when tether knows.
     pub message: Option<String>,
+    /// The identity that created it, when the transport checks tokens: no other
+    /// may reach it, whatever ids it learns.
+    pub principal: Option<String>,
     /// The handshake-era session that asked for it (2025-11-25 form): where
     /// what the backend asks goes, and whose `tasks/list` shows it.
     pub owner: Option<SessionId>,
@@ -106,14 +109,23 @@ pub(super) struct TaskStore {
     pub passed: VecDeque<PassedTask>,
 }
 
-/// A task a 2025-11-25 backend runs, as tether last saw it pass.
+/// A task a backend runs, as tether last saw it pass.
 #[derive(Clone, Debug)]
 pub(super) struct PassedTask {
-    /// Its namespaced id.
+    /// The id tether gave the client for it.
     pub id: String,
+    /// The backend running it.
+    pub server: ServerName,
+    /// The backend's own id for it.
+    pub own: String,
     /// The session that asked for it: where its status notifications go, and
     /// whose `tasks/list` shows it.
     pub session: SessionId,
+    /// The identity that asked for it, when the transport checks tokens: no
+    /// other may reach it.
+    pub principal: Option<String>,
+    /// The form of tasks it was asked for in.
+    pub form: super::tasks::Form,
     /// The task as last seen (namespaced), raw JSON object.
     pub task: String,
 }

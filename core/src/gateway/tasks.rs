@@ -279,6 +279,7 @@ impl Gateway {
             outcome: None,
             asked: BTreeMap::new(),
             message: None,
+            principal: self.sessions.open.get(&call.session).and_then(|s| s.principal.clone()),
             owner: (form == Form::Experimental).then_some(call.session),
             forwarded: BTreeSet::new(),
             waiters: Vec::new(),
@@ -328,11 +329,10 @@ impl Gateway {
         }
     }
 
-    /// 128 bits from the engine's PRNG, as hex: a task id or a `requestState`
-    /// (seeded by the host, so a trace replays them).
+    /// 128 unpredictable bits, as hex: a task id or a `requestState` (keyed by
+    /// the host, so a trace replays them; see [`crate::secret_ids`]).
     pub(super) fn unguessable_id(&mut self) -> String {
-        let (a, b) = (self.rng.next_u64(), self.rng.next_u64());
-        format!("{a:016x}{b:016x}")
+        self.ids.next_id()
     }
 
     /// The task members every task message carries (raw `"key":value` pairs),
@@ -490,11 +490,13 @@ impl Gateway {
         let Some(task_id) = params.get("taskId").and_then(Value::as_str) else {
             return self.reply_error(session, id, code::INVALID_PARAMS, "missing taskId (a string)", None);
         };
-        // A task of a backend the session's scopes do not show is unknown to it, as
-        // the backend is: the same answer as for an id that never existed.
-        let Some(task) = self.tasks.tasks.get(task_id).filter(|t| self.sees_server(session, &t.server)) else {
+        // A task of a backend the session's scopes do not show, or another
+        // identity's, is unknown to it: the same answer as for an id that never existed.
+        let reachable =
+            |t: &&Task| self.sees_server(session, &t.server) && self.holds_task(session, t.principal.as_deref());
+        let Some(task) = self.tasks.tasks.get(task_id).filter(reachable) else {
             // A backend's task is asked about only by a session that sees the backend.
-            let backend = form.and_then(|form| self.task_backend(task_id, form));
+            let backend = form.and_then(|form| self.task_backend(session, task_id, form));
             if let Some((server, own)) = backend.filter(|(server, _)| self.sees_server(session, server)) {
                 return self.pass_task_request(session, id.clone(), method, params, &server, &own);
             }
@@ -555,6 +557,14 @@ impl Gateway {
         }
     }
 
+    /// Whether `session` may reach a task created by `principal`: any session
+    /// when it was created without one (ids are unguessable; a stdio client,
+    /// a listener without tokens), else only sessions of the same identity.
+    pub(super) fn holds_task(&self, session: SessionId, principal: Option<&str>) -> bool {
+        let Some(principal) = principal else { return true };
+        self.sessions.open.get(&session).and_then(|s| s.principal.as_deref()) == Some(principal)
+    }
+
     /// `tasks/list` (2025-11-25): the tasks this session asked for (ids are the
     /// only key to a task, so no session sees another's), newest last, one page.
     pub(super) fn list_tasks(&mut self, session: SessionId, id: &RawId) {
@@ -569,7 +579,8 @@ impl Gateway {
             mine.iter().map(|(tid, t)| format!("{{{}}}", self.task_fields(tid, t, Form::Experimental))).collect();
         // Tasks backends run, as last seen (their own tasks/list would show every
         // client's tasks: each session sees only those it asked for).
-        tasks.extend(self.tasks.passed.iter().filter(|p| p.session == session).map(|p| p.task.clone()));
+        let passed = self.tasks.passed.iter().filter(|p| p.session == session && p.form == Form::Experimental);
+        tasks.extend(passed.filter(|p| !p.task.is_empty()).map(|p| p.task.clone()));
         let result = format!(r#"{{"tasks":[{}]}}"#, tasks.join(","));
         self.reply(session, id, &result);
     }

@@ -35,7 +35,13 @@ impl Sim {
     }
 
     pub fn with_seed(config: Config, seed: u64) -> Sim {
-        let header = TraceHeader { tether_trace: TRACE_VERSION, seed, start: Instant::ZERO, config: config.clone() };
+        let header = TraceHeader {
+            tether_trace: TRACE_VERSION,
+            seed,
+            start: Instant::ZERO,
+            config: config.clone(),
+            id_key: None,
+        };
         let gw = Gateway::new(config, seed, Instant::ZERO).expect("valid config");
         let mut sim = Sim {
             gw,

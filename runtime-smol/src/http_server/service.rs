@@ -194,7 +194,7 @@ async fn post(
     };
     // OAuth: the engine is told the token's scopes before each message (it
     // ignores a repeat), so a refreshed or stepped-up token counts at once.
-    let access = owner.as_ref().map(|o| o.scopes.clone());
+    let access = owner.as_ref().map(|o| Access { scopes: o.scopes.clone(), principal: o.identity.clone() });
     let (session, new_key) = match key {
         Some(key) => {
             let table = shared.table();
@@ -254,8 +254,9 @@ async fn post(
             self::request(shared, connection, session, opened, id, frame).await
         }
         Shape::Notification | Shape::Response => {
-            if let Some(scopes) = access {
-                if shared.inputs.send(Input::ClientAccess { session, scopes }).await.is_err() {
+            if let Some(Access { scopes, principal }) = access {
+                let principal = Some(principal);
+                if shared.inputs.send(Input::ClientAccess { session, scopes, principal }).await.is_err() {
                     return host_gone();
                 }
             }
@@ -334,8 +335,14 @@ struct Frame {
     text: String,
     /// For a stateless-era POST (see [`param_headers`]).
     param_headers: Option<BTreeMap<String, String>>,
-    /// OAuth scopes the engine is told of first (the request's token's).
-    access: Option<Vec<String>>,
+    /// What the engine is told of first: the request's token's scopes and holder.
+    access: Option<Access>,
+}
+
+/// A request's bearer, as the engine hears of it.
+struct Access {
+    scopes: Vec<String>,
+    principal: String,
 }
 
 /// Forwards a request and answers with whatever the core routes to it first.
@@ -367,8 +374,9 @@ async fn request(
     if connect && shared.inputs.send(Input::ClientConnected { session, expires: true }).await.is_err() {
         return host_gone();
     }
-    if let Some(scopes) = access {
-        if shared.inputs.send(Input::ClientAccess { session, scopes }).await.is_err() {
+    if let Some(Access { scopes, principal }) = access {
+        let principal = Some(principal);
+        if shared.inputs.send(Input::ClientAccess { session, scopes, principal }).await.is_err() {
             return host_gone();
         }
     }

@@ -1194,6 +1194,7 @@ fn a_session_gets_its_scopes_before_its_first_message_and_belongs_to_its_bearer(
     };
     assert!(matches!(inputs[0], Input::ClientConnected { .. }));
     assert_eq!(scopes(&inputs[1]), Some(vec!["mcp".to_string(), "time".to_string()]));
+    let Input::ClientAccess { principal: Some(alice), .. } = &inputs[1] else { panic!("{:?}", inputs[1]) };
     assert!(matches!(inputs[2], Input::ClientFrame { .. }));
 
     // Another bearer cannot use it, with any method.
@@ -1211,6 +1212,8 @@ fn a_session_gets_its_scopes_before_its_first_message_and_belongs_to_its_bearer(
     let at = inputs.iter().rposition(|i| scopes(i).is_some()).unwrap();
     assert_eq!(scopes(&inputs[at]), Some(vec!["mcp".to_string(), "time".to_string(), "echo".to_string()]));
     assert!(matches!(&inputs[at + 1], Input::ClientFrame { frame, .. } if frame.contains("tools/list")));
+    let Input::ClientAccess { principal, .. } = &inputs[at] else { unreachable!() };
+    assert_eq!(principal.as_ref(), Some(alice), "the same holder: the tasks it creates are bound to it");
     assert!(!h.frames().iter().any(|f| f.contains("\"id\":1")), "bob's request was not forwarded");
     // Notifications too carry their token's scopes (the engine ignores repeats).
     let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}});
