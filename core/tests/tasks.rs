@@ -744,8 +744,8 @@ fn an_answer_to_a_stateless_backends_question_after_its_task_expired_goes_nowher
     assert!(told.is_empty(), "fs is told nothing of a question its call's retry would have carried: {told:?}");
 }
 
-#[test]
-fn a_2025_backends_tasks_pass_through_to_a_2025_client_status_notifications_included() {
+/// `fs` as a 2025-11-25 backend whose `tools/call` takes tasks, with `slow`.
+fn booted_2025_task_runner() -> Sim {
     let mut sim = Sim::new(config());
     sim.input(Input::WallClock { unix_ms: WALL });
     let caps = json!({"tools":{},"tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}});
@@ -753,6 +753,12 @@ fn a_2025_backends_tasks_pass_through_to_a_2025_client_status_notifications_incl
     let tools =
         json!({"tools":[{"name":"slow","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}]});
     sim.answer("fs", "tools/list", tools);
+    sim
+}
+
+#[test]
+fn a_2025_backends_tasks_pass_through_to_a_2025_client_status_notifications_included() {
+    let mut sim = booted_2025_task_runner();
     init_2025(&mut sim, 20);
     send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{"ttl":5000}}));
     let (call, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
@@ -907,13 +913,7 @@ fn a_task_tether_runs_is_unknown_to_another_identity_that_learns_its_id() {
 
 #[test]
 fn a_backends_task_is_bound_to_the_identity_that_asked_and_its_own_ids_name_nothing() {
-    let mut sim = Sim::new(config());
-    sim.input(Input::WallClock { unix_ms: WALL });
-    let caps = json!({"tools":{},"tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}});
-    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities": caps}));
-    let tools =
-        json!({"tools":[{"name":"slow","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}]});
-    sim.answer("fs", "tools/list", tools);
+    let mut sim = booted_2025_task_runner();
     let as_2025 = |sim: &mut Sim, session: u64, principal: &str| {
         let s = SessionId(session);
         sim.input(Input::ClientConnected { session: s, expires: true });
