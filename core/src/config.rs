@@ -190,8 +190,12 @@ impl Policy {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
-    /// Client sessions at once; further connections are closed.
+    /// Client sessions at once. When full, a new HTTP session takes the place of
+    /// the longest idle one (of the identity holding the most), else is refused.
     pub max_sessions: u32,
+    /// Sessions one identity (the holder of an OAuth token) may hold at once:
+    /// its next one takes the place of its own longest idle one, else is refused.
+    pub max_sessions_per_identity: u32,
     /// Requests in flight (client calls and the gateway's own) across all backends.
     pub max_in_flight: u32,
     /// Requests in flight from one client session.
@@ -219,6 +223,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_sessions: 64,
+            max_sessions_per_identity: 32,
             max_in_flight: 1024,
             max_in_flight_per_session: 256,
             max_queued_per_backend: 128,
@@ -237,6 +242,7 @@ impl Limits {
     fn validate(&self) -> Result<(), ConfigError> {
         for (field, v) in [
             ("max_sessions", self.max_sessions),
+            ("max_sessions_per_identity", self.max_sessions_per_identity),
             ("max_in_flight", self.max_in_flight),
             ("max_in_flight_per_session", self.max_in_flight_per_session),
             ("max_queued_per_backend", self.max_queued_per_backend),

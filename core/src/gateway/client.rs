@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
 use super::calls::{CallKind, RawFields, Shape};
+use super::sessions::Among;
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::Mode;
@@ -23,6 +24,10 @@ impl Gateway {
     pub(super) fn client_connected(&mut self, session: SessionId, expires: bool) {
         if self.sessions.open.contains_key(&session) {
             return;
+        }
+        if self.sessions.open.len() >= self.config.limits.max_sessions as usize && expires {
+            // An idle HTTP session of whoever holds the most makes room.
+            self.make_room(Among::Largest);
         }
         if self.sessions.open.len() >= self.config.limits.max_sessions as usize {
             if expires {
@@ -42,6 +47,36 @@ impl Gateway {
         let mut s = super::sessions::Session::new(expires, self.now);
         s.seen = self.visible_hashes();
         self.sessions.open.insert(session, s);
+    }
+
+    /// Closes the longest idle session of `among`, if there is one, to make
+    /// room for a new one. Its client is told nothing: it lost nothing in
+    /// flight, and its next request gets 404 and opens another.
+    fn make_room(&mut self, among: Among<'_>) -> bool {
+        let Some(victim) = self.sessions.longest_idle(among) else { return false };
+        self.client_closed(victim);
+        self.push(Action::CloseClient { session: victim });
+        true
+    }
+
+    /// Under an identity's quota of sessions (`limits.max_sessions_per_identity`):
+    /// a new handshake-era session of an identity at its quota takes the place of
+    /// its own longest idle one, else is refused with -32003 (and closed).
+    fn within_identity_quota(&mut self, session: SessionId, id: &str) -> bool {
+        let Some(principal) = self.sessions.open.get(&session).and_then(|s| s.principal.clone()) else { return true };
+        let quota = self.config.limits.max_sessions_per_identity as usize;
+        if self.sessions.held_by(&principal, session) < quota || self.make_room(Among::Identity(&principal)) {
+            return true;
+        }
+        let msg = format!(
+            "this identity holds {quota} sessions with requests in flight, as many as tether allows one \
+             (limits.max_sessions_per_identity); close one and retry"
+        );
+        let frame = protocol::error_response(id, code::OVERLOADED, &msg, None);
+        self.reply_to_client(session, id, frame);
+        self.client_closed(session);
+        self.push(Action::CloseClient { session });
+        false
     }
 
     pub(super) fn client_closed(&mut self, session: SessionId) {
@@ -298,6 +333,9 @@ impl Gateway {
     }
 
     fn initialize(&mut self, session: SessionId, id: &str, params: Option<Map<String, Value>>) {
+        if !self.within_identity_quota(session, id) {
+            return;
+        }
         let params = params.unwrap_or_default();
         let requested = params.get("protocolVersion").and_then(Value::as_str);
         let version = protocol::negotiate_version(requested);

@@ -50,6 +50,41 @@ impl Sessions {
         held.chain(idle)
     }
 
+    /// The session to close to make room for another: the longest idle one (an
+    /// HTTP session with nothing in flight, as for idle expiry) of `among`.
+    pub(super) fn longest_idle(&self, among: Among<'_>) -> Option<SessionId> {
+        let idle = |principal: Option<&str>| {
+            self.open
+                .iter()
+                .filter(move |(_, s)| {
+                    s.principal.as_deref() == principal && s.era_known && s.idle() && !s.per_request()
+                })
+                .min_by_key(|(id, s)| (s.last_active, id.0))
+                .map(|(id, _)| *id)
+        };
+        match among {
+            Among::Identity(principal) => idle(Some(principal)),
+            Among::Largest => {
+                // Whoever holds the most sessions gives one up first.
+                let mut held: BTreeMap<Option<&str>, usize> = BTreeMap::new();
+                for s in self.open.values() {
+                    *held.entry(s.principal.as_deref()).or_default() += 1;
+                }
+                let mut holders: Vec<(Option<&str>, usize)> = held.into_iter().collect();
+                holders.sort_by(|a, b| b.1.cmp(&a.1));
+                holders.into_iter().find_map(|(principal, _)| idle(principal))
+            }
+        }
+    }
+
+    /// Handshake-era sessions `principal` holds now, besides `except`.
+    pub(super) fn held_by(&self, principal: &str, except: SessionId) -> usize {
+        self.open
+            .iter()
+            .filter(|(id, s)| **id != except && s.principal.as_deref() == Some(principal) && !s.per_request())
+            .count()
+    }
+
     /// Checks the sessions' own bounds.
     pub(super) fn check_invariants(&self, limits: &Limits) -> Result<(), String> {
         if self.open.len() > limits.max_sessions as usize {
@@ -62,6 +97,15 @@ impl Sessions {
         }
         Ok(())
     }
+}
+
+/// Whose sessions [`Sessions::longest_idle`] chooses among.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Among<'a> {
+    /// Those of one identity.
+    Identity(&'a str),
+    /// Those of the identity (or the sessions without one) holding the most.
+    Largest,
 }
 
 /// One client session.
@@ -135,6 +179,12 @@ impl Session {
     pub(super) fn expiry(&self, idle_ms: u32) -> Option<Instant> {
         (self.expires && self.in_flight.is_empty())
             .then(|| self.last_active + Duration::from_millis(u64::from(idle_ms)))
+    }
+
+    /// An HTTP session with nothing in flight or listening: closing it loses
+    /// nothing its client waits for (it opens another when it needs one).
+    pub(super) fn idle(&self) -> bool {
+        self.expires && self.in_flight.is_empty() && self.listens.is_empty()
     }
 
     /// A stateless-era session over HTTP: it serves one request and closes with
