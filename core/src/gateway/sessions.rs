@@ -71,7 +71,7 @@ impl Sessions {
                     *held.entry(s.principal.as_deref()).or_default() += 1;
                 }
                 let mut holders: Vec<(Option<&str>, usize)> = held.into_iter().collect();
-                holders.sort_by(|a, b| b.1.cmp(&a.1));
+                holders.sort_by_key(|h| core::cmp::Reverse(h.1));
                 holders.into_iter().find_map(|(principal, _)| idle(principal))
             }
         }
