@@ -12,8 +12,9 @@
 //!   answered as a stream), while a backend logs 64 KiB messages to every session;
 //! - **events**: 40 `/events` subscribers that never read, while a backend that
 //!   dies at start is restarted over and over for 6 s (`HOSTILE_HTTP_EVENTS_SECS`);
-//! - **connections**: 300 idle connections from one address: those over the per-peer
-//!   cap are refused at once.
+//! - **connections**: one client holds 64 sessions, another 1,000 idle connections
+//!   from the same address: a third client connects, opens a session and calls
+//!   within a second (idle connections and idle sessions give way).
 //!
 //! Throughout, the stdio session and an HTTP session call `fs__echo` every few
 //! milliseconds. Each phase asserts that tether is alive, its RSS stays under
@@ -68,7 +69,9 @@ fn hostile_http_clients_leave_tether_alive_small_and_responsive() {
     }
     if wanted("connections") {
         let counted = refused.clone();
-        figures.push(phase("connections", move |addr, _| counted.store(connection_flood(addr, 300), Ordering::SeqCst)));
+        figures.push(phase("connections", move |addr, url| {
+            counted.store(crowded_out(addr, url, 1000, 64), Ordering::SeqCst)
+        }));
     }
     eprintln!(
         "{:<12} {:>13} {:>13} {:>8} {:>8} {:>8} {:>6}",
@@ -98,7 +101,8 @@ fn hostile_http_clients_leave_tether_alive_small_and_responsive() {
         }
     }
     if wanted("connections") {
-        assert!(refused.load(Ordering::SeqCst) > 0, "no connection was refused by the per-peer cap");
+        let gave_way = refused.load(Ordering::SeqCst);
+        assert!(gave_way > 0, "no idle connection gave way: the flood never reached the per-peer cap");
     }
 }
 
@@ -155,7 +159,8 @@ fn phase(name: &'static str, attack: impl FnOnce(SocketAddr, &str) + Send + 'sta
         }
         // The noisy backend's log messages and tether's events are not looked at.
         t.inbox.clear();
-        // The HTTP session is left alone while its peer's connections are capped.
+        // The HTTP session is left alone while another client takes every session
+        // (it is idle between calls: it may give way and have to open another).
         if name != "connections" {
             let at = Instant::now();
             match http.echo(&text) {
@@ -388,33 +393,38 @@ fn stalled_events(addr: SocketAddr, how_long: Duration) {
     eprintln!("events: {restarts} restarts; {closed} of {} stalled subscribers were closed", stalled.len());
 }
 
-/// Opens `count` idle connections; the number answered 503 (refused) within a second.
-fn connection_flood(addr: SocketAddr, count: usize) -> u64 {
+/// One client opens `sessions` sessions, another `idle` connections that send
+/// nothing; then a third connects, opens a session and calls `fs__echo`, which
+/// must take under a second. The number of idle connections tether closed to
+/// make room (none refused with 503: they were idle).
+fn crowded_out(addr: SocketAddr, url: &str, idle: usize, sessions: usize) -> u64 {
+    let holder = ureq::AgentBuilder::new().timeout(Duration::from_secs(20)).build();
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"hoarder","version":"1"}}});
+    for _ in 0..sessions {
+        let (status, _, body) = mcp_post(&holder, url, None, None, &init).expect("a hoarded session");
+        assert_eq!(status, 200, "{body}");
+    }
     let started = Instant::now();
-    let mut streams: Vec<TcpStream> = (0..count).filter_map(|_| connect(addr)).collect();
-    let mut refused = 0;
+    let mut streams: Vec<TcpStream> = (0..idle).filter_map(|_| connect(addr)).collect();
+    eprintln!("connections: {} idle ones opened in {:?}", streams.len(), started.elapsed());
+    let at = Instant::now();
+    let newcomer = HttpSession::open(url);
+    assert_eq!(newcomer.echo("newcomer").as_deref(), Ok("newcomer"));
+    let took = at.elapsed();
+    eprintln!("connections: a new client opened a session and called in {took:?}");
+    assert!(took < Duration::from_secs(1), "the new client waited {took:?}");
+    let (mut closed, mut refused) = (0, 0);
     for s in &mut streams {
-        let _ = s.set_nonblocking(true);
+        let _ = s.set_read_timeout(Some(Duration::from_millis(1)));
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => closed += 1,
+            Ok(n) if String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 503") => refused += 1,
+            Err(e) if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => closed += 1,
+            _ => {}
+        }
     }
-    let deadline = Instant::now() + Duration::from_secs(1);
-    let mut pending: Vec<&mut TcpStream> = streams.iter_mut().collect();
-    while !pending.is_empty() && Instant::now() < deadline {
-        pending.retain_mut(|s| {
-            let mut buf = [0u8; 64];
-            match s.read(&mut buf) {
-                Ok(n) if n > 0 => {
-                    if String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 503") {
-                        refused += 1;
-                    }
-                    false
-                }
-                Ok(_) => false,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
-                Err(_) => false,
-            }
-        });
-        thread::sleep(Duration::from_millis(10));
-    }
-    eprintln!("connections: {} opened in {:?}, {refused} refused with 503", streams.len(), started.elapsed());
-    refused
+    eprintln!("connections: {closed} idle connections gave way, {refused} were refused");
+    assert_eq!(refused, 0, "idle connections are never refused while others are idle");
+    closed
 }

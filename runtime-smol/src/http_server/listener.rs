@@ -1,25 +1,27 @@
 //! Accepting connections and serving each with hyper's HTTP/1.1 server on smol:
-//! the caps on connections (in all and per peer address), and the end of a
-//! connection whose client reads its event stream too slowly.
+//! the caps on connections (see [`super::census`]), and the end of a connection
+//! whose client reads its event stream too slowly or that gives way at a cap.
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 use std::pin::pin;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_io::Async;
 use futures_lite::future;
+use http_body_util::BodyExt;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
 use super::message::{error_body, TRANSPORT_ERROR};
+use super::reply::Body;
 use super::{service, Shared};
 use crate::byte_queue::Closer;
 
-/// How long a client may take to send a request's headers.
+/// How long a client may take to send a request's headers (hyper counts from
+/// the end of the previous response on a keep-alive connection).
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest request head.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -34,51 +36,61 @@ pub(super) struct Connection {
     pub(super) closer: Closer,
 }
 
-/// The connections open now: in all and by peer address.
-#[derive(Debug, Default)]
-pub(super) struct Census {
-    total: usize,
-    by_peer: HashMap<IpAddr, usize>,
-}
-
-impl Census {
-    /// Counts a connection from `peer` if the caps allow it.
-    fn admit(&mut self, peer: IpAddr, max_total: usize, max_per_peer: usize) -> bool {
-        let from_peer = self.by_peer.get(&peer).copied().unwrap_or(0);
-        if self.total >= max_total || from_peer >= max_per_peer {
-            return false;
-        }
-        self.total += 1;
-        self.by_peer.insert(peer, from_peer + 1);
-        true
-    }
-
-    fn release(&mut self, peer: IpAddr) {
-        self.total = self.total.saturating_sub(1);
-        if let Some(n) = self.by_peer.get_mut(&peer) {
-            *n -= 1;
-            if *n == 0 {
-                self.by_peer.remove(&peer);
-            }
-        }
-    }
-
-    /// Connections open now.
-    #[cfg(test)]
-    pub(super) fn total(&self) -> usize {
-        self.total
-    }
-}
-
 /// A connection's place under the caps, given back when it ends.
 struct Slot {
     shared: Arc<Shared>,
-    peer: IpAddr,
+    id: u64,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.shared.census().release(self.peer);
+        self.shared.census().closed(self.id);
+    }
+}
+
+/// A request being served: its connection does not give way at a cap until
+/// the response (its whole body) is sent or dropped.
+struct InRequest {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl InRequest {
+    fn begin(shared: &Arc<Shared>, id: u64) -> InRequest {
+        shared.census().busy(id);
+        InRequest { shared: shared.clone(), id }
+    }
+}
+
+impl Drop for InRequest {
+    fn drop(&mut self) {
+        self.shared.census().done(self.id, Instant::now());
+    }
+}
+
+/// A response body that keeps its request counted as being served.
+struct Tracked {
+    body: Body,
+    _request: InRequest,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = hyper::body::Bytes;
+    type Error = <Body as hyper::body::Body>::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -95,16 +107,16 @@ pub(super) async fn accept_loop(shared: Arc<Shared>, listener: Async<TcpListener
             None => break,
             Some(Ok((stream, peer))) => {
                 let options = &shared.options;
-                let admitted =
-                    shared.census().admit(peer.ip(), options.max_connections, options.max_connections_per_peer);
-                if !admitted {
+                let (total, per_peer) = (options.max_connections, options.max_connections_per_peer);
+                let admitted = shared.census().admit(peer.ip(), total, per_peer, Instant::now());
+                let Some(admitted) = admitted else {
                     refuse(stream.get_ref());
-                    tracing::debug!(%peer, "HTTP connection refused: too many connections");
+                    tracing::debug!(%peer, "HTTP connection refused: every connection is busy with a request");
                     continue;
-                }
-                let slot = Slot { shared: shared.clone(), peer: peer.ip() };
+                };
+                let slot = Slot { shared: shared.clone(), id: admitted.id };
                 let _ = stream.get_ref().set_nodelay(true);
-                smol::spawn(serve(shared.clone(), stream, peer, slot)).detach();
+                smol::spawn(serve(shared.clone(), stream, peer, slot, admitted.evicted)).detach();
             }
             Some(Err(e)) => {
                 tracing::warn!("HTTP accept failed: {e}");
@@ -121,7 +133,8 @@ pub(super) async fn accept_loop(shared: Arc<Shared>, listener: Async<TcpListener
 fn refuse(stream: &std::net::TcpStream) {
     static ANSWER: OnceLock<Vec<u8>> = OnceLock::new();
     let answer = ANSWER.get_or_init(|| {
-        let body = error_body(TRANSPORT_ERROR, "service unavailable: too many connections; retry later");
+        let body =
+            error_body(TRANSPORT_ERROR, "service unavailable: every connection is busy with a request; retry later");
         format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
              connection: close\r\nretry-after: 1\r\n\r\n{body}",
@@ -138,16 +151,42 @@ fn refuse(stream: &std::net::TcpStream) {
 
 /// Serves one connection; on shutdown, finishes the request in progress and
 /// closes. A connection whose event stream overflowed is reset at once.
-async fn serve(shared: Arc<Shared>, stream: Async<std::net::TcpStream>, peer: SocketAddr, _slot: Slot) {
+async fn serve(
+    shared: Arc<Shared>,
+    stream: Async<std::net::TcpStream>,
+    peer: SocketAddr,
+    slot: Slot,
+    evicted: async_channel::Receiver<()>,
+) {
     let stream = smol::net::TcpStream::from(stream);
+    let mut first = [0u8; 1];
+    let spoke = future::or(async { matches!(stream.peek(&mut first).await, Ok(n) if n > 0) }, async {
+        async_io::Timer::after(shared.options.silent_timeout).await;
+        false
+    });
+    // Giving way or stopping while it is silent ends it as well.
+    let ended = async {
+        let _ = future::or(evicted.recv(), shared.stop_rx.recv()).await;
+        false
+    };
+    if !future::or(spoke, ended).await {
+        tracing::debug!(%peer, "HTTP connection closed: it sent nothing");
+        return;
+    }
     let stop = shared.stop_rx.clone();
     let (closer, closed) = Closer::new();
     let connection_info = Arc::new(Connection { peer, closer: closer.clone() });
     let handler = shared.clone();
+    let id = slot.id;
     let service = service_fn(move |request| {
         let shared = handler.clone();
         let connection = connection_info.clone();
-        async move { Ok::<_, std::convert::Infallible>(service::handle(shared, &connection, request).await) }
+        async move {
+            let request_done = InRequest::begin(&shared, id);
+            let response = service::handle(shared, &connection, request).await;
+            let response = response.map(|body| Tracked { body, _request: request_done }.boxed_unsync());
+            Ok::<_, std::convert::Infallible>(response)
+        }
     });
     let mut builder = http1::Builder::new();
     builder.timer(SmolTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
@@ -157,17 +196,24 @@ async fn serve(shared: Arc<Shared>, stream: Async<std::net::TcpStream>, peer: So
         Served(hyper::Result<()>),
         Stopping,
         TooSlow,
+        GaveWay,
     }
     let end = future::or(
         async { End::Served(connection.as_mut().await) },
         future::or(
+            future::or(
+                async {
+                    let _ = stop.recv().await;
+                    End::Stopping
+                },
+                async {
+                    let _ = closed.recv().await;
+                    End::TooSlow
+                },
+            ),
             async {
-                let _ = stop.recv().await;
-                End::Stopping
-            },
-            async {
-                let _ = closed.recv().await;
-                End::TooSlow
+                let _ = evicted.recv().await;
+                End::GaveWay
             },
         ),
     )
@@ -184,33 +230,14 @@ async fn serve(shared: Arc<Shared>, stream: Async<std::net::TcpStream>, peer: So
             tracing::debug!(%peer, "HTTP connection closed: its client reads too slowly");
             return;
         }
+        End::GaveWay => {
+            // Idle: closing it loses nothing (a keep-alive client opens another).
+            tracing::debug!(%peer, "idle HTTP connection closed to make room for a new one");
+            return;
+        }
     };
     drop(closer);
     if let Err(e) = result {
         tracing::debug!("HTTP connection ended: {e}");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_census_caps_connections_per_peer_and_in_all() {
-        let (a, b, c): (IpAddr, IpAddr, IpAddr) =
-            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap(), "10.0.0.3".parse().unwrap());
-        let mut census = Census::default();
-        assert!(census.admit(a, 3, 2) && census.admit(a, 3, 2));
-        assert!(!census.admit(a, 3, 2), "a third from one peer");
-        assert!(census.admit(b, 3, 2));
-        assert!(!census.admit(c, 3, 2), "a fourth in all");
-        census.release(a);
-        assert!(census.admit(c, 3, 2));
-        assert_eq!(census.total(), 3);
-        for peer in [a, b, c] {
-            census.release(peer);
-        }
-        assert_eq!(census.total(), 0);
-        assert!(census.by_peer.is_empty(), "peers with no connection are forgotten");
     }
 }

@@ -76,6 +76,7 @@
 //!   the one that opened it (403 otherwise).
 
 mod body;
+mod census;
 mod guards;
 mod listener;
 mod message;
@@ -127,10 +128,14 @@ pub struct ServerOptions {
     pub body_min_rate: u64,
     /// Bytes all bodies being received at once may hold together (503 beyond). Default 64 MiB.
     pub body_budget_bytes: usize,
-    /// Connections open at once; more are answered 503 and closed. Default 512.
+    /// Connections open at once. At the cap a new one takes the place of the
+    /// one idle longest; with every one in a request it is answered 503 and
+    /// closed. Default 512.
     pub max_connections: usize,
-    /// Connections open at once from one IP address. Default 128.
+    /// Connections open at once from one IP address, likewise. Default 128.
     pub max_connections_per_peer: usize,
+    /// A new connection that sends nothing for this long is closed. Default 10 s.
+    pub silent_timeout: Duration,
     /// Offer the standalone GET stream; `false`: GET answers 405. Default `true`.
     pub get_stream: bool,
     /// Session numbers are allocated from here upward. Default 2 (1 is stdio's).
@@ -172,6 +177,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("body_budget_bytes", &self.body_budget_bytes)
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_peer", &self.max_connections_per_peer)
+            .field("silent_timeout", &self.silent_timeout)
             .field("get_stream", &self.get_stream)
             .field("first_session", &self.first_session)
             .field("replay_events", &self.replay_events)
@@ -199,6 +205,7 @@ impl Default for ServerOptions {
             body_budget_bytes: 64 * 1024 * 1024,
             max_connections: 512,
             max_connections_per_peer: 128,
+            silent_timeout: Duration::from_secs(10),
             get_stream: true,
             first_session: 2,
             replay_events: 256,
@@ -229,7 +236,7 @@ struct Shared {
     local_addr: SocketAddr,
     table: Mutex<Table>,
     /// The connections open now (for the caps).
-    census: Mutex<listener::Census>,
+    census: Mutex<census::Census>,
     /// Bytes the request bodies being received may still take.
     budget: body::Budget,
     /// Closed by [`HttpServer::shutdown`]: the accept loop and every connection watch it.
@@ -244,7 +251,7 @@ impl Shared {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn census(&self) -> MutexGuard<'_, listener::Census> {
+    fn census(&self) -> MutexGuard<'_, census::Census> {
         self.census.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

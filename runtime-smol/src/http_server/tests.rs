@@ -873,28 +873,63 @@ fn a_chunked_body_of_one_byte_chunks_is_forwarded_whole() {
     assert!(h.frames().contains(&body));
 }
 
+/// A connection in a request: its head sent and its body not yet, in session `session`.
+fn busy_connection(addr: std::net::SocketAddr, session: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(post_head(session, 100).as_bytes()).unwrap();
+    stream.write_all(b"{").unwrap();
+    stream
+}
+
+/// Whether the server closed `stream` within `wait` (without sending anything).
+fn closed_by_server(stream: &mut TcpStream, wait: Duration) -> bool {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut byte = [0u8; 1];
+    matches!(stream.read(&mut byte), Ok(0))
+        || matches!(stream.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+}
+
 #[test]
-fn connections_over_the_caps_are_refused_at_once() {
+fn at_the_caps_idle_connections_give_way_and_only_busy_ones_refuse_a_newcomer() {
     let h = start(ServerOptions { max_connections: 3, max_connections_per_peer: 2, ..options() });
     let addr = h.server.local_addr();
-    let held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let session = h.initialize();
+    let mut idle: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    let (status, text) = raw(addr, "GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", b"");
+    assert_eq!(status, 404, "a newcomer is served at once: {text}");
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(closed_by_server(&mut idle[0], Duration::from_secs(2)), "the connection idle longest gave way");
+
+    // Two connections of the peer in a request: neither gives way.
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(50));
+    let _busy: Vec<TcpStream> = (0..2).map(|_| busy_connection(addr, &session)).collect();
+    std::thread::sleep(Duration::from_millis(100));
     let mut extra = TcpStream::connect(addr).unwrap();
     let started = Instant::now();
     let (status, text) = read_answer(&mut extra, Duration::from_secs(5));
     assert_eq!(status, 503, "{text}");
-    assert!(text.contains("too many connections"), "{text}");
-    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
-    // A connection that ends gives its place back.
-    drop(held);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let (status, _) = raw(addr, "GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", b"");
-        if status == 404 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "still refused after the connections closed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(text.contains("busy"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(1), "refused at once: {:?}", started.elapsed());
+}
+
+#[test]
+fn a_connection_that_sends_nothing_is_closed_after_the_silent_timeout() {
+    let h = start(ServerOptions { silent_timeout: Duration::from_millis(300), ..options() });
+    let addr = h.server.local_addr();
+    let mut silent = TcpStream::connect(addr).unwrap();
+    let started = Instant::now();
+    assert!(closed_by_server(&mut silent, Duration::from_secs(5)), "closed");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(3), "{waited:?}");
+    // One that speaks within it is served as ever, however slowly its head comes.
+    let mut slow = TcpStream::connect(addr).unwrap();
+    slow.write_all(b"GET /nowhere HTTP/1.1\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    slow.write_all(b"Host: 127.0.0.1\r\nConnection: close\r\n\r\n").unwrap();
+    assert_eq!(read_answer(&mut slow, Duration::from_secs(5)).0, 404);
 }
 
 #[test]
@@ -902,7 +937,12 @@ fn the_total_cap_counts_every_peer() {
     // One peer here, so a per-peer cap above the total shows the total at work.
     let h = start(ServerOptions { max_connections: 1, max_connections_per_peer: 10, ..options() });
     let addr = h.server.local_addr();
-    let _held = TcpStream::connect(addr).unwrap();
+    let session = h.initialize();
+    let mut idle = TcpStream::connect(addr).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let _busy = busy_connection(addr, &session);
+    assert!(closed_by_server(&mut idle, Duration::from_secs(2)), "the idle one gave way");
+    std::thread::sleep(Duration::from_millis(100));
     let mut extra = TcpStream::connect(addr).unwrap();
     assert_eq!(read_answer(&mut extra, Duration::from_secs(5)).0, 503);
 }
