@@ -8,6 +8,9 @@
 //! - **trickle**: 100 connections each send a 200-byte POST body one byte every 40 ms;
 //! - **chunked**: one POST whose body is 1 M one-byte chunks (under the body limit;
 //!   `HOSTILE_HTTP_CHUNKS=4000000` for 4 M, the figure the limit was set against);
+//! - **bodies**: 17 POSTs of 4 MiB sent but for their last bytes, then stalled:
+//!   together more than the 64 MiB all bodies may hold; the other session's small
+//!   POSTs still get through (the largest stalled body gives way to them);
 //! - **sse**: 40 sessions whose SSE stream is never read (20 GET streams, 20 POSTs
 //!   answered as a stream), while a backend logs 64 KiB messages to every session;
 //! - **events**: 40 `/events` subscribers that never read, while a backend that
@@ -61,6 +64,9 @@ fn hostile_http_clients_leave_tether_alive_small_and_responsive() {
     }
     if wanted("sse") {
         figures.push(phase("sse", stalled_sse));
+    }
+    if wanted("bodies") {
+        figures.push(phase("bodies", |addr, _| stalled_bodies(addr, 17, Duration::from_secs(4))));
     }
     if wanted("events") {
         // `HOSTILE_HTTP_EVENTS_SECS` makes the churn longer (to watch memory grow, or not).
@@ -280,6 +286,32 @@ fn trickle(addr: SocketAddr, conns: usize, pieces: usize, gap: Duration) {
         *statuses.entry(status_of(s, Duration::from_millis(200))).or_insert(0) += 1;
     }
     eprintln!("trickle: answers by status {statuses:?}");
+}
+
+/// `conns` POSTs of 4 MiB (the body limit) each: all but the last bytes sent
+/// at once, then nothing for `stall`, so together they hold more than the
+/// bodies' shared budget (64 MiB).
+fn stalled_bodies(addr: SocketAddr, conns: usize, stall: Duration) {
+    const LIMIT: usize = 4 * 1024 * 1024;
+    let head = post_head(&format!("Content-Length: {LIMIT}\r\n"));
+    let chunk = vec![b' '; 64 * 1024];
+    let mut streams: Vec<TcpStream> = Vec::new();
+    for _ in 0..conns {
+        let Some(mut s) = connect(addr) else { continue };
+        let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+        let _ = s.write_all(head.as_bytes());
+        let mut sent = 0;
+        while sent + chunk.len() < LIMIT && s.write_all(&chunk).is_ok() {
+            sent += chunk.len();
+        }
+        streams.push(s);
+    }
+    thread::sleep(stall);
+    let mut statuses = std::collections::BTreeMap::new();
+    for s in &mut streams {
+        *statuses.entry(status_of(s, Duration::from_millis(200))).or_insert(0) += 1;
+    }
+    eprintln!("bodies: {} stalled 4 MiB bodies; answers by status {statuses:?}", streams.len());
 }
 
 /// One POST whose JSON body comes in `chunks` one-byte chunks.

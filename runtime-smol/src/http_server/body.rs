@@ -1,6 +1,12 @@
 //! Reading a request body under limits: a size bound, a deadline for the whole
 //! body, a minimum pace, and a budget shared by every body being read at once.
 //!
+//! The budget is shared fairly: when it is spent, the body holding the most
+//! gives way (it is refused, its bytes freed) to one that would hold less, so
+//! a peer that stalls many large bodies cannot keep everyone's small requests
+//! out (on loopback or behind a proxy every client is the same peer). A body
+//! is refused for the budget only when no other holds more than it would.
+//!
 //! Memory follows the bytes of the body, never the way it was cut: each piece
 //! hyper hands over (one read, one chunk of a chunked body) is copied into one
 //! buffer and released at once, so a body of a million one-byte chunks holds
@@ -11,9 +17,9 @@
 //! [`BodyLimits::min_rate`] bytes received, and never more than
 //! [`BodyLimits::timeout`] in all (the model of Apache's `mod_reqtimeout`).
 
+use std::collections::HashMap;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
@@ -42,7 +48,8 @@ pub(super) enum BodyError {
     TimedOut,
     /// Behind the minimum pace.
     TooSlow,
-    /// The bodies being read already hold the whole [`Budget`].
+    /// The bodies being read hold the whole [`Budget`] and none holds more
+    /// than this one would, or this one gave way to a smaller one.
     Busy,
     /// The connection failed or the body was malformed.
     Broken,
@@ -51,39 +58,92 @@ pub(super) enum BodyError {
 /// Bytes that all bodies being read may hold together; cheap to clone.
 #[derive(Clone, Debug)]
 pub(super) struct Budget {
-    left: Arc<AtomicUsize>,
+    state: Arc<Mutex<Holdings>>,
+}
+
+/// What the bodies being read hold.
+#[derive(Debug)]
+struct Holdings {
+    left: usize,
+    next_id: u64,
+    /// Each body's bytes, and what tells it to give way.
+    bodies: HashMap<u64, (usize, async_channel::Sender<()>)>,
 }
 
 impl Budget {
     /// A budget of `bytes`.
     pub(super) fn new(bytes: usize) -> Budget {
-        Budget { left: Arc::new(AtomicUsize::new(bytes)) }
+        let holdings = Holdings { left: bytes, next_id: 0, bodies: HashMap::new() };
+        Budget { state: Arc::new(Mutex::new(holdings)) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Holdings> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Bytes not held by any body now.
     #[cfg(test)]
     pub(super) fn left(&self) -> usize {
-        self.left.load(Ordering::SeqCst)
+        self.lock().left
     }
 
-    fn take(&self, bytes: usize) -> bool {
-        self.left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(bytes)).is_ok()
+    /// A body starts holding nothing; the receiver ends when it must give way.
+    fn join(&self) -> Held<'_> {
+        let (tx, rx) = async_channel::bounded(1);
+        let mut state = self.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        state.bodies.insert(id, (0, tx));
+        Held { budget: self, id, gave_way: rx }
     }
 
-    fn give_back(&self, bytes: usize) {
-        self.left.fetch_add(bytes, Ordering::SeqCst);
+    /// `bytes` more for body `id`, made room for by the body holding the most
+    /// when that one holds more than `id` would; `false`: no room (or `id`
+    /// already gave way).
+    fn take(&self, id: u64, bytes: usize) -> bool {
+        let mut state = self.lock();
+        let Some(&(mine, _)) = state.bodies.get(&id) else { return false };
+        while state.left < bytes {
+            let would_hold = mine + bytes;
+            let victim = state
+                .bodies
+                .iter()
+                .filter(|(other, (held, _))| **other != id && *held > would_hold)
+                .max_by_key(|(other, (held, _))| (*held, u64::MAX - **other))
+                .map(|(other, _)| *other);
+            let Some(victim) = victim else { return false };
+            if let Some((held, tell)) = state.bodies.remove(&victim) {
+                state.left += held;
+                tell.close();
+            }
+        }
+        state.left -= bytes;
+        if let Some((held, _)) = state.bodies.get_mut(&id) {
+            *held += bytes;
+        }
+        true
+    }
+
+    /// Body `id` ended: what it holds is free again.
+    fn leave(&self, id: u64) {
+        let mut state = self.lock();
+        if let Some((held, _)) = state.bodies.remove(&id) {
+            state.left += held;
+        }
     }
 }
 
-/// The part of a [`Budget`] one body holds, returned when it is dropped.
+/// One body's place in a [`Budget`], given back when it is dropped.
 struct Held<'a> {
     budget: &'a Budget,
-    bytes: usize,
+    id: u64,
+    /// Ends when the body must give way to another.
+    gave_way: async_channel::Receiver<()>,
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        self.budget.give_back(self.bytes);
+        self.budget.leave(self.id);
     }
 }
 
@@ -104,7 +164,7 @@ where
     let start = Instant::now();
     let after = |wait: Duration| start.checked_add(wait).unwrap_or_else(|| start + Duration::from_secs(1 << 32));
     let hard = after(limits.timeout);
-    let mut held = Held { budget, bytes: 0 };
+    let held = budget.join();
     // What is declared is not there yet: memory follows what arrives.
     let mut buf = Vec::with_capacity(declared.map_or(0, |len| len.min(64 * 1024) as usize));
     let mut body = pin!(body);
@@ -116,13 +176,29 @@ where
     // arrived since has passed too.
     let mut timer = async_io::Timer::at(deadline(0));
     loop {
-        let next = future::or(async { Some(body.frame().await) }, async {
-            (&mut timer).await;
-            None
-        })
+        /// What ended the wait.
+        enum Next<F> {
+            Piece(F),
+            Timer,
+            GaveWay,
+        }
+        let next = future::or(
+            async { Next::Piece(body.frame().await) },
+            future::or(
+                async {
+                    (&mut timer).await;
+                    Next::Timer
+                },
+                async {
+                    let _ = held.gave_way.recv().await;
+                    Next::GaveWay
+                },
+            ),
+        )
         .await;
         let frame = match next {
-            None => {
+            Next::GaveWay => return Err(BodyError::Busy),
+            Next::Timer => {
                 let due = deadline(buf.len());
                 if Instant::now() < due {
                     timer.set_at(due);
@@ -130,9 +206,9 @@ where
                 }
                 return Err(if due == hard { BodyError::TimedOut } else { BodyError::TooSlow });
             }
-            Some(None) => return Ok(buf),
-            Some(Some(Err(_))) => return Err(BodyError::Broken),
-            Some(Some(Ok(frame))) => frame,
+            Next::Piece(None) => return Ok(buf),
+            Next::Piece(Some(Err(_))) => return Err(BodyError::Broken),
+            Next::Piece(Some(Ok(frame))) => frame,
         };
         // Trailers carry nothing tether reads.
         let Ok(data) = frame.into_data() else { continue };
@@ -144,10 +220,9 @@ where
             let target = (buf.capacity() * 2).clamp(len, limits.max_bytes);
             buf.reserve_exact(target - buf.len());
         }
-        if !budget.take(data.len()) {
+        if !budget.take(held.id, data.len()) {
             return Err(BodyError::Busy);
         }
-        held.bytes += data.len();
         buf.extend_from_slice(&data);
     }
 }
@@ -194,7 +269,7 @@ fn pace_allowance(received: usize, min_rate: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use futures_lite::StreamExt;
     use http_body_util::StreamBody;
@@ -333,27 +408,43 @@ mod tests {
     }
 
     #[test]
-    fn bodies_read_at_once_share_one_budget() {
-        let budget = Budget::new(150);
+    fn bodies_read_at_once_share_one_budget_and_the_largest_gives_way() {
+        let budget = Budget::new(250);
+        let limits = limits();
+        // Two large bodies that stall, holding 100 and 120 of 250.
         let (tx1, body1) = fed();
         tx1.try_send(Ok(Frame::data(Bytes::from(vec![b'x'; 100])))).unwrap();
         let (tx2, body2) = fed();
-        tx2.try_send(Ok(Frame::data(Bytes::from(vec![b'y'; 100])))).unwrap();
-        drop(tx2);
-        let limits = limits();
-        let (first, second) = smol::block_on(async {
-            let first = smol::spawn({
+        tx2.try_send(Ok(Frame::data(Bytes::from(vec![b'y'; 120])))).unwrap();
+        // A small one that needs 50: the one holding the most (120) gives way.
+        let (tx3, body3) = fed();
+        tx3.try_send(Ok(Frame::data(Bytes::from(vec![b'z'; 50])))).unwrap();
+        drop(tx3);
+        // Then one larger than what is left (150) and than any holder (100):
+        // it pushes out nobody smaller, and is refused.
+        let (tx4, body4) = fed();
+        tx4.try_send(Ok(Frame::data(Bytes::from(vec![b'w'; 200])))).unwrap();
+        drop(tx4);
+        let (first, second, small, equal) = smol::block_on(async {
+            let spawn = |body, budget: &Budget| {
                 let budget = budget.clone();
-                async move { read(body1, None, &limits, &budget).await }
-            });
-            // The first holds 100 of 150 until it ends (its sender is still open).
-            async_io::Timer::after(Duration::from_millis(50)).await;
-            let second = read(body2, None, &limits, &budget).await;
+                smol::spawn(async move { read(body, None, &limits, &budget).await })
+            };
+            let first = spawn(body1, &budget);
+            async_io::Timer::after(Duration::from_millis(30)).await;
+            let second = spawn(body2, &budget);
+            async_io::Timer::after(Duration::from_millis(30)).await;
+            let small = read(body3, None, &limits, &budget).await;
+            let second = second.await;
+            let equal = read(body4, None, &limits, &budget).await;
             drop(tx1);
-            (first.await, second)
+            (first.await, second, small, equal)
         });
-        assert_eq!(second, Err(BodyError::Busy));
-        assert_eq!(first.map(|b| b.len()), Ok(100));
-        assert_eq!(budget.left(), 150);
+        assert_eq!(small.map(|b| b.len()), Ok(50), "the small body is read");
+        assert_eq!(second, Err(BodyError::Busy), "the largest holder gave way");
+        assert_eq!(equal, Err(BodyError::Busy), "a larger body does not push out a smaller one");
+        assert_eq!(first.map(|b| b.len()), Ok(100), "the other large one finished");
+        assert_eq!(budget.left(), 250, "everything is given back");
+        drop(tx2);
     }
 }
