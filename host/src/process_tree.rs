@@ -25,7 +25,9 @@ use crate::platform;
 pub use crate::platform::Signal;
 
 /// The environment variable marking a backend's processes with their lineage:
-/// `<tether pid>.<serial>`, unique per started process.
+/// `<tether pid>.<tether start time>.<serial>`, unique per started process and
+/// naming the tether that started it (the start time, in clock ticks since
+/// boot on Linux, tells it from a later process with the same pid).
 pub const LINEAGE_VAR: &str = "TETHER_LINEAGE";
 
 /// Which started process a tree descends from (the value of [`LINEAGE_VAR`]).
@@ -36,7 +38,7 @@ impl Lineage {
     /// A lineage no other process started by this tether has.
     pub fn next() -> Lineage {
         static SERIAL: AtomicU64 = AtomicU64::new(1);
-        Lineage(format!("{}.{}", std::process::id(), SERIAL.fetch_add(1, Ordering::Relaxed)))
+        Lineage(format!("{}{}", own_prefix(), SERIAL.fetch_add(1, Ordering::Relaxed)))
     }
 
     /// The mark as it appears in the environment.
@@ -193,16 +195,72 @@ pub fn reap_orphans() -> usize {
     }
 }
 
+/// The start of every lineage of this tether: `<pid>.<start time>.`.
+fn own_prefix() -> &'static str {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREFIX.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        let start = linux::start_time(std::process::id()).unwrap_or(0);
+        #[cfg(not(target_os = "linux"))]
+        let start = 0;
+        format!("{}.{start}.", std::process::id())
+    })
+}
+
+/// Kills what a tether that ended without stopping its backends (killed with
+/// SIGKILL, or by the OOM killer) left running: every process of this user whose
+/// lineage names a tether that is no longer running, with its descendants, in
+/// its backend's group or not (a daemon that called `setsid` keeps the mark).
+/// A gateway calls it once at start; how many were killed. Linux only: nothing
+/// else lists a process's environment. Processes that cleared their
+/// environment carry no mark and are not found.
+pub fn kill_leftovers_of_ended_tethers() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        let mut total = 0;
+        for _ in 0..4 {
+            let leftovers = linux::orphaned_by_ended_tethers();
+            if leftovers.is_empty() {
+                break;
+            }
+            total += leftovers.len();
+            for pid in leftovers {
+                platform::signal_process(pid, Signal::Kill);
+            }
+        }
+        if total > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            reap_orphans();
+        }
+        total
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+/// [`kill_leftovers_of_ended_tethers`], saying what it did: call once, from a
+/// gateway's binary, before starting backends.
+pub fn sweep_at_start() {
+    let killed = kill_leftovers_of_ended_tethers();
+    if killed > 0 {
+        tracing::warn!(
+            "killed {killed} processes that a tether which ended without stopping its backends left running"
+        );
+    }
+}
+
 /// Kills every process this tether adopted that descends from one of its
 /// backends (by lineage), with its descendants, and reaps them: the last sweep
 /// at shutdown, for leftovers of processes already gone. Linux only.
 pub fn kill_adopted_leftovers() -> usize {
     #[cfg(target_os = "linux")]
     {
-        let prefix = format!("{}.", std::process::id());
+        let prefix = own_prefix();
         let mut total = 0;
         for _ in 0..4 {
-            let leftovers = linux::adopted_leftovers(&prefix);
+            let leftovers = linux::adopted_leftovers(prefix);
             if leftovers.is_empty() {
                 break;
             }
@@ -236,17 +294,58 @@ mod linux {
         pub ppid: u32,
         pub pgrp: u32,
         pub zombie: bool,
+        /// When it started, in clock ticks since boot.
+        pub start: u64,
     }
 
     fn stat(pid: u32) -> Option<Proc> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
         let (_, rest) = text.rsplit_once(')')?;
-        let mut fields = rest.split_whitespace();
-        let state = fields.next()?;
-        let ppid = fields.next()?.parse().ok()?;
-        let pgrp = fields.next()?.parse().ok()?;
-        Some(Proc { pid, ppid, pgrp, zombie: matches!(state, "Z" | "X") })
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let state = *fields.first()?;
+        let ppid = fields.get(1)?.parse().ok()?;
+        let pgrp = fields.get(2)?.parse().ok()?;
+        // Field 22 of the line, the 20th after the command.
+        let start = fields.get(19)?.parse().ok()?;
+        Some(Proc { pid, ppid, pgrp, zombie: matches!(state, "Z" | "X"), start })
+    }
+
+    /// When process `pid` started (clock ticks since boot).
+    pub(super) fn start_time(pid: u32) -> Option<u64> {
+        stat(pid).map(|p| p.start)
+    }
+
+    /// Whether the tether a lineage names (`<pid>.<start>.<serial>`, or the
+    /// older `<pid>.<serial>`) is still running.
+    fn owner_running(lineage: &str, procs: &HashMap<u32, Proc>) -> bool {
+        let mut parts = lineage.split('.');
+        let Some(pid) = parts.next().and_then(|p| p.parse::<u32>().ok()) else { return true };
+        let (a, b) = (parts.next(), parts.next());
+        let Some(owner) = procs.get(&pid).filter(|p| !p.zombie) else { return false };
+        match (a.and_then(|s| s.parse::<u64>().ok()), b) {
+            // A start time of 0: it could not be read; the pid alone says.
+            (Some(start), Some(_)) => start == 0 || owner.start == start,
+            _ => true,
+        }
+    }
+
+    /// Processes of this user marked with the lineage of a tether that is no
+    /// longer running, with their descendants.
+    pub(super) fn orphaned_by_ended_tethers() -> Vec<u32> {
+        use std::os::unix::fs::MetadataExt;
+        let me = std::process::id();
+        let uid = std::fs::metadata(format!("/proc/{me}")).map(|m| m.uid()).ok();
+        let procs = all();
+        let by_pid: HashMap<u32, Proc> = procs.iter().map(|p| (p.pid, *p)).collect();
+        let seeds = procs
+            .iter()
+            .filter(|p| p.pid != me && !p.zombie)
+            .filter(|p| std::fs::metadata(format!("/proc/{}", p.pid)).map(|m| m.uid()).ok() == uid)
+            .filter(|p| lineage_of(p.pid).is_some_and(|l| !owner_running(&l, &by_pid)))
+            .map(|p| p.pid)
+            .collect();
+        with_descendants(&procs, seeds)
     }
 
     /// Every process visible now.

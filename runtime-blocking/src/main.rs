@@ -68,6 +68,7 @@ fn main() -> ExitCode {
     ));
     // Whatever a backend leaves behind is reparented to tether, which kills it.
     tether_host::process_tree::become_subreaper();
+    tether_host::process_tree::sweep_at_start();
     match serve(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

@@ -19,6 +19,7 @@ fn main() -> ExitCode {
     if matches!(cli.command, None | Some(Command::Serve(_) | Command::Check | Command::Demo)) {
         // Whatever a backend leaves behind is reparented to tether, which kills it.
         tether_host::process_tree::become_subreaper();
+        tether_host::process_tree::sweep_at_start();
     }
     // The file a running tether serves, to find its control channel.
     let config = tether_host::flags::config_path(cli.config.as_deref());

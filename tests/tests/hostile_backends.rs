@@ -249,6 +249,48 @@ fn grandchildren_die_with_their_backend(rt: Runtime) {
     assert!(survivors.is_empty(), "{rt}: grandchildren {survivors:?} survived tether's exit");
 }
 
+#[cfg(target_os = "linux")]
+on_both_runtimes!(what_a_killed_tether_left_running_dies_when_the_next_one_starts);
+/// tether is killed with SIGKILL (nothing of it runs to stop its backends):
+/// the backends themselves die with it (parent-death signal), but a process in
+/// a backend's group and a daemon in a session of its own are reparented to
+/// init and live on. The next tether kills them as it starts, and says so.
+#[cfg(target_os = "linux")]
+fn what_a_killed_tether_left_running_dies_when_the_next_one_starts(rt: Runtime) {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [dir.path().join("same-group.pids"), dir.path().join("new-session.pids")];
+    let backend = |name: &str, place: &str, file: &Path| {
+        mock_server(&["--name", name, "--spawn-grandchild", place, "--grandchild-pid-file", file.to_str().unwrap()])
+    };
+    let config = json!({
+        "mcpServers": {
+            "ok": mock_server(&["--name", "ok"]),
+            "grp": backend("grp", "same-group", &files[0]),
+            "ses": backend("ses", "new-session", &files[1]),
+        },
+    });
+    let mut t = start(rt, config.clone(), &[]);
+    let spawned = wait_until(SOON, || files.iter().all(|f| pids_in(f).len() == 1));
+    assert!(spawned, "{rt}: the grandchildren were not started\n{}", tail(&t.stderr_text()));
+    let _ = t.tool_names();
+    let leftovers: Vec<u32> = files.iter().flat_map(|f| pids_in(f)).collect();
+    t.signal("KILL");
+    let reparented = wait_until(SOON, || !process_running(t.pid()));
+    assert!(reparented, "{rt}: tether did not die");
+    std::thread::sleep(Duration::from_millis(300));
+    let alive: Vec<u32> = leftovers.iter().copied().filter(|p| process_running(*p)).collect();
+    assert_eq!(alive, leftovers, "{rt}: the leftovers outlive a SIGKILL (what this test is about)");
+
+    let next = start(rt, json!({"mcpServers": { "ok": mock_server(&["--name", "ok"]) }}), &[]);
+    let gone = wait_until(SOON, || leftovers.iter().all(|p| !process_running(*p)));
+    let survivors: Vec<u32> = leftovers.iter().copied().filter(|p| process_running(*p)).collect();
+    for pid in &survivors {
+        kill_leftover(*pid);
+    }
+    assert!(gone, "{rt}: {survivors:?} survived the next tether's start\n{}", tail(&next.stderr_text()));
+    assert!(next.stderr_text().contains("left running"), "{rt}: it says so\n{}", tail(&next.stderr_text()));
+}
+
 /// Kills a leftover process so a failing test leaves nothing behind.
 fn kill_leftover(pid: u32) {
     let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
