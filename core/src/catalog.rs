@@ -301,6 +301,11 @@ pub struct Installed {
     pub rejected: Vec<Rejected>,
 }
 
+/// Bytes after which a page of a list served to clients ends (it then holds at
+/// least one item): a catalog of large items reaches clients in pages of a few
+/// megabytes, not in one frame of hundreds.
+pub const PAGE_BYTES: usize = 4 * 1024 * 1024;
+
 impl Catalog {
     /// An empty catalog joining backend and item names with `separator`.
     pub fn new(separator: &str) -> Self {
@@ -399,21 +404,43 @@ impl Catalog {
     /// returned as conflicts; tools with invalid `x-mcp-header` annotations are
     /// skipped and returned as rejected.
     pub fn install(&mut self, server: &str, lists: [Vec<Map<String, Value>>; 4]) -> Installed {
+        let raw = lists.map(|list| Some(list.into_iter().map(|m| Value::Object(m).to_string().into()).collect()));
+        self.replace(server, raw)
+    }
+
+    /// [`Catalog::install`] of items as the backend sent them (raw JSON objects,
+    /// parsed one at a time, so a large list is never held twice as parsed
+    /// values); a kind given as `None` keeps what it holds (a backend re-listed
+    /// one list on its `list_changed`).
+    pub fn replace(&mut self, server: &str, mut lists: [Option<Vec<alloc::boxed::Box<str>>>; 4]) -> Installed {
         self.version += 1;
-        let Some(reg) = self.backends.get(server) else {
+        let Some(reg) = self.backends.get_mut(server) else {
             return Installed::default();
         };
         let (prefixed, alias, selection) = (reg.prefixed, reg.alias.clone(), reg.selection.clone());
-        self.clear_index(server);
+        let mut kept = core::mem::take(&mut reg.catalog);
+        let replaced = |kind: ListKind| lists[kind.index()].is_some();
+        self.tools.retain(|_, slot| slot.server != server || !replaced(ListKind::Tools));
+        self.prompts.retain(|_, slot| slot.server != server || !replaced(ListKind::Prompts));
         let mut conflicts = Vec::new();
         let mut rejected = Vec::new();
         let mut built: [Vec<Entry>; 4] = Default::default();
         let mut hidden: [Vec<Hidden>; 4] = Default::default();
         let mut held: [Vec<(usize, Map<String, Value>)>; 4] = Default::default();
         for kind in ListKind::ALL {
+            let k = kind.index();
+            let Some(items) = lists[k].take() else {
+                built[k] = core::mem::take(&mut kept.lists[k]);
+                hidden[k] = core::mem::take(&mut kept.hidden[k]);
+                held[k] = core::mem::take(&mut kept.held[k]);
+                continue;
+            };
             let mut seen = BTreeMap::new();
             let filter = selection.filter(kind);
-            for (position, item) in lists[kind.index()].iter().enumerate() {
+            // Each item's text is dropped once its entry is built.
+            let parsed = items.into_iter().filter_map(|raw| serde_json::from_str::<Map<String, Value>>(&raw).ok());
+            for (position, item) in parsed.enumerate() {
+                let item = &item;
                 let key = item.get(kind.key_field()).and_then(Value::as_str).unwrap_or("");
                 let shown = match kind {
                     ListKind::Resources | ListKind::ResourceTemplates => filter.serves_resource(key),
@@ -577,6 +604,7 @@ impl Catalog {
 
     /// One page of the aggregated list as a JSON result, with tether's own cursor.
     /// Errors when the cursor is not one tether issued for this kind.
+    /// A page also ends once it holds [`PAGE_BYTES`] (after at least one item).
     pub fn page(
         &self,
         kind: ListKind,
@@ -616,7 +644,7 @@ impl Catalog {
         let mut count = 0;
         let mut more = false;
         for (i, (server, entry)) in self.visible(kind, keep).enumerate().skip(start) {
-            if count == page_size {
+            if count == page_size || out.len() >= PAGE_BYTES {
                 more = i >= start;
                 break;
             }
@@ -765,7 +793,9 @@ impl Catalog {
         } else {
             0
         };
-        let json = serde_json::to_string(&obj).ok()?;
+        let mut json = serde_json::to_string(&obj).ok()?;
+        // Written by doubling a buffer: kept at its length, not its capacity.
+        json.shrink_to_fit();
         let task_support = if kind == ListKind::Tools { TaskSupport::of(item) } else { TaskSupport::Unspecified };
         let lists_execution = obj.contains_key("execution");
         Some(Entry {

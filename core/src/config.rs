@@ -210,6 +210,12 @@ pub struct Limits {
     pub max_discovery_pages: u32,
     /// Items kept from one backend's list.
     pub max_catalog_items: u32,
+    /// Bytes (of the items' JSON as listed) kept from one backend's lists
+    /// together; pages past it are not asked for.
+    pub max_catalog_bytes: u32,
+    /// Bytes kept from every backend's lists together: a backend discovered
+    /// when the others hold most of it keeps what is left.
+    pub max_total_catalog_bytes: u32,
     /// Server-to-client requests (sampling, elicitation, roots) pending at once.
     pub max_pending_server_requests: u32,
     /// Resource subscriptions across all sessions.
@@ -231,6 +237,8 @@ impl Default for Limits {
             page_size: 500,
             max_discovery_pages: 100,
             max_catalog_items: 10_000,
+            max_catalog_bytes: 16 * 1024 * 1024,
+            max_total_catalog_bytes: 128 * 1024 * 1024,
             max_pending_server_requests: 64,
             max_subscriptions: 1024,
             idle_session_ms: 30 * 60 * 1000,
@@ -250,6 +258,8 @@ impl Limits {
             ("page_size", self.page_size),
             ("max_discovery_pages", self.max_discovery_pages),
             ("max_catalog_items", self.max_catalog_items),
+            ("max_catalog_bytes", self.max_catalog_bytes),
+            ("max_total_catalog_bytes", self.max_total_catalog_bytes),
             ("max_pending_server_requests", self.max_pending_server_requests),
             ("max_subscriptions", self.max_subscriptions),
             ("idle_session_ms", self.idle_session_ms),

@@ -596,6 +596,15 @@ pub enum Event {
         /// The served name both wanted.
         name: String,
     },
+    /// A backend listed more than tether keeps (`limits.max_catalog_items`,
+    /// `max_catalog_bytes`, `max_total_catalog_bytes`): the rest of the list was
+    /// left out.
+    CatalogCut {
+        /// Backend.
+        server: ServerName,
+        /// What was kept and which limit cut it.
+        detail: String,
+    },
 }
 
 impl Event {
@@ -613,7 +622,8 @@ impl Event {
             | Event::CircuitClosed { server, .. }
             | Event::ToolsDiscovered { server, .. }
             | Event::ProtocolViolation { server, .. }
-            | Event::NameConflict { server, .. } => server,
+            | Event::NameConflict { server, .. }
+            | Event::CatalogCut { server, .. } => server,
         }
     }
 }
@@ -774,6 +784,7 @@ impl fmt::Display for Event {
                 write!(f, "protocol_violation {server}: {}", short(detail))
             }
             Event::NameConflict { server, name } => write!(f, "name_conflict {server}: {name}"),
+            Event::CatalogCut { server, detail } => write!(f, "catalog_cut {server}: {detail}"),
         }
     }
 }

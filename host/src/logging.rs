@@ -91,7 +91,8 @@ pub fn log_event(event: &Event) {
         Event::CircuitOpened { .. }
         | Event::ServerHealthDegraded { .. }
         | Event::ProtocolViolation { .. }
-        | Event::NameConflict { .. } => tracing::warn!("{event}"),
+        | Event::NameConflict { .. }
+        | Event::CatalogCut { .. } => tracing::warn!("{event}"),
     }
 }
 

@@ -116,6 +116,15 @@ pub struct MockOptions {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub extra_tools: usize,
 
+    /// Pad each extra tool's description to about BYTES (for catalogs of
+    /// hundreds of megabytes; each page is built when it is asked for).
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub extra_tool_bytes: usize,
+
+    /// List tools N to a page, with a `nextCursor` (0: all on one page).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub tools_page_size: usize,
+
     /// Exit with code 3 once N tool calls have been answered.
     #[arg(long, value_name = "N")]
     pub crash_after: Option<u64>,
@@ -212,6 +221,8 @@ impl Default for MockOptions {
             name: "mock".to_string(),
             tools: None,
             extra_tools: 0,
+            extra_tool_bytes: 0,
+            tools_page_size: 0,
             crash_after: None,
             exit_on_start: None,
             stderr: None,

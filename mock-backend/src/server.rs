@@ -194,7 +194,7 @@ impl Mock {
         match method {
             "initialize" => self.initialize(session, params, call),
             "ping" if !self.options.no_ping => Ok(json!({})),
-            "tools/list" => Ok(json!({"tools": self.tool_definitions()})),
+            "tools/list" => Ok(self.tool_page(params)),
             "tools/call" => self.call_tool(session, params, call, outlet, None),
             "resources/list" => Ok(resource_list()),
             "resources/templates/list" => Ok(resource_template_list()),
@@ -246,7 +246,7 @@ impl Mock {
         let meta = RequestMeta::parse(params)?;
         let result = match method {
             "server/discover" => self.discover(call)?,
-            "tools/list" => cacheable(json!({"tools": self.tool_definitions()})),
+            "tools/list" => cacheable(self.tool_page(params)),
             "tools/call" => self.call_tool(session, params, call, &**outlet, Some(&meta))?,
             "resources/list" => cacheable(resource_list()),
             "resources/templates/list" => cacheable(resource_template_list()),

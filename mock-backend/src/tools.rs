@@ -279,17 +279,41 @@ impl Mock {
         builtins.chain(extras).chain(added).collect()
     }
 
-    pub(crate) fn tool_definitions(&self) -> Vec<Value> {
+    /// A `tools/list` result: one page of `--tools-page-size` tools from the
+    /// request's `cursor` (an offset), with the next cursor; all without a size.
+    pub(crate) fn tool_page(&self, params: &Value) -> Value {
         let no_arguments = json!({"type": "object", "properties": {}});
         let define = |name: String, description: String| json!({"name": name, "description": description, "inputSchema": no_arguments});
-        self.tools()
-            .into_iter()
-            .map(|tool| match tool {
+        let pad = self.options.extra_tool_bytes;
+        let tools = self.tools();
+        let from = params
+            .get("cursor")
+            .and_then(Value::as_str)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0usize)
+            .min(tools.len());
+        let to = match self.options.tools_page_size {
+            0 => tools.len(),
+            size => (from + size).min(tools.len()),
+        };
+        let page: Vec<Value> = tools[from..to]
+            .iter()
+            .map(|tool| match *tool {
                 Tool::Builtin(builtin) => builtin.definition(),
-                Tool::Extra(n) => define(format!("t{n}"), format!("Trivial tool number {n}; returns its name.")),
+                Tool::Extra(n) => {
+                    let mut description = format!("Trivial tool number {n}; returns its name.");
+                    if description.len() < pad {
+                        description.extend(std::iter::repeat('.').take(pad - description.len()));
+                    }
+                    define(format!("t{n}"), description)
+                }
                 Tool::Added => define(ADDED_TOOL.to_string(), "The tool add_tool added.".to_string()),
             })
-            .collect()
+            .collect();
+        match to < tools.len() {
+            true => json!({"tools": page, "nextCursor": to.to_string()}),
+            false => json!({"tools": page}),
+        }
     }
 
     fn find_tool(&self, name: &str) -> Option<Tool> {

@@ -249,46 +249,49 @@ fn grandchildren_die_with_their_backend(rt: Runtime) {
     assert!(survivors.is_empty(), "{rt}: grandchildren {survivors:?} survived tether's exit");
 }
 
-#[cfg(target_os = "linux")]
-on_both_runtimes!(what_a_killed_tether_left_running_dies_when_the_next_one_starts);
-/// tether is killed with SIGKILL (nothing of it runs to stop its backends):
-/// the backends themselves die with it (parent-death signal), but a process in
-/// a backend's group and a daemon in a session of its own are reparented to
-/// init and live on. The next tether kills them as it starts, and says so.
-#[cfg(target_os = "linux")]
-fn what_a_killed_tether_left_running_dies_when_the_next_one_starts(rt: Runtime) {
-    let dir = tempfile::tempdir().unwrap();
-    let files = [dir.path().join("same-group.pids"), dir.path().join("new-session.pids")];
-    let backend = |name: &str, place: &str, file: &Path| {
-        mock_server(&["--name", name, "--spawn-grandchild", place, "--grandchild-pid-file", file.to_str().unwrap()])
-    };
+on_both_runtimes!(a_catalog_of_600_mb_is_cut_at_its_bound_and_memory_stays_under_twice_it);
+/// A backend lists 6,000 tools of 100 KB (600 MB, in pages of 10 MB): tether
+/// keeps what `limits.max_catalog_bytes` (64 MiB here) allows, asks for no page
+/// past it, says so, and its memory stays under twice the bound.
+fn a_catalog_of_600_mb_is_cut_at_its_bound_and_memory_stays_under_twice_it(rt: Runtime) {
+    const BOUND: u64 = 64 * 1024 * 1024;
+    let big = mock_server(&[
+        "--name",
+        "big",
+        "--tools",
+        "echo",
+        "--extra-tools",
+        "6000",
+        "--extra-tool-bytes",
+        "100000",
+        "--tools-page-size",
+        "100",
+    ]);
     let config = json!({
-        "mcpServers": {
-            "ok": mock_server(&["--name", "ok"]),
-            "grp": backend("grp", "same-group", &files[0]),
-            "ses": backend("ses", "new-session", &files[1]),
-        },
+        "tether": { "limits": { "max_catalog_bytes": BOUND, "max_catalog_items": 100000 } },
+        "mcpServers": { "ok": mock_server(&["--name", "ok"]), "big": big },
     });
-    let mut t = start(rt, config.clone(), &[]);
-    let spawned = wait_until(SOON, || files.iter().all(|f| pids_in(f).len() == 1));
-    assert!(spawned, "{rt}: the grandchildren were not started\n{}", tail(&t.stderr_text()));
-    let _ = t.tool_names();
-    let leftovers: Vec<u32> = files.iter().flat_map(|f| pids_in(f)).collect();
-    t.signal("KILL");
-    let reparented = wait_until(SOON, || !process_running(t.pid()));
-    assert!(reparented, "{rt}: tether did not die");
+    let mut t = Tether::start_with(rt, config, &[]);
+    let rss = RssSampler::start(t.pid());
+    t.initialize();
+    let cut = t.wait_log("catalog_cut big", Duration::from_secs(60));
+    assert!(cut, "{rt}: no cut was logged\n{}", tail(&t.stderr_text()));
+    let discovered = t.wait_log("tools_discovered big", SOON);
+    assert!(discovered, "{rt}: discovery did not end\n{}", tail(&t.stderr_text()));
+    let log = t.stderr_text();
+    let at = log.find("tools_discovered big count=").unwrap() + "tools_discovered big count=".len();
+    let kept: usize = log[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap();
+    assert!((600..=672).contains(&kept), "{rt}: {kept} tools of 100 KB kept under a 64 MiB bound");
+    // A client lists them in pages of a few megabytes.
+    let first = t.request_timeout("tools/list", json!({}), Duration::from_secs(30));
+    let tools = first["result"]["tools"].as_array().map_or(0, Vec::len);
+    assert!(tools > 0 && tools < 100 && first["result"]["nextCursor"].is_string(), "{rt}: a page of {tools} tools");
     std::thread::sleep(Duration::from_millis(300));
-    let alive: Vec<u32> = leftovers.iter().copied().filter(|p| process_running(*p)).collect();
-    assert_eq!(alive, leftovers, "{rt}: the leftovers outlive a SIGKILL (what this test is about)");
-
-    let next = start(rt, json!({"mcpServers": { "ok": mock_server(&["--name", "ok"]) }}), &[]);
-    let gone = wait_until(SOON, || leftovers.iter().all(|p| !process_running(*p)));
-    let survivors: Vec<u32> = leftovers.iter().copied().filter(|p| process_running(*p)).collect();
-    for pid in &survivors {
-        kill_leftover(*pid);
+    let peak = rss.peak();
+    eprintln!("{rt:<16} 600 MB listed: {kept} tools kept, peak RSS {peak:?} KiB (bound {} KiB)", BOUND / 1024);
+    if let Some(peak) = peak {
+        assert!(peak < 2 * BOUND / 1024, "{rt}: RSS reached {peak} KiB, over twice the bound");
     }
-    assert!(gone, "{rt}: {survivors:?} survived the next tether's start\n{}", tail(&next.stderr_text()));
-    assert!(next.stderr_text().contains("left running"), "{rt}: it says so\n{}", tail(&next.stderr_text()));
 }
 
 /// Kills a leftover process so a failing test leaves nothing behind.

@@ -1,10 +1,11 @@
 //! The backend side: each backend's state, connecting, the handshake (or the
 //! stateless probe), listens, discovery and health answers.
 
-use alloc::collections::VecDeque;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::calls::{Call, CallKind, Queued};
@@ -49,9 +50,10 @@ pub(super) struct Backend {
     pub discovery: Option<Discovery>,
     /// Run discovery again when the current one ends (list_changed arrived meanwhile).
     pub rediscover: u8,
-    /// The raw lists of the last successful discovery, so one list can be
-    /// refreshed (on its `list_changed`) without listing the others again.
-    pub listed: [Vec<Map<String, Value>>; 4],
+    /// Bytes of each list in the catalog (the items' JSON as listed).
+    pub catalog_bytes: [u64; 4],
+    /// Why the catalog is not all the backend listed, when a limit cut it.
+    pub catalog_cut: Option<String>,
     /// How long each of those lists may be cached, as the backend said.
     pub cache: [CacheHint; 4],
     /// The catalog holds a completed discovery of this backend.
@@ -102,7 +104,13 @@ pub(super) struct Backend {
 pub(super) struct Discovery {
     /// Kinds being re-listed (bit `1 << kind`); the others keep their last lists.
     pub requested: u8,
-    pub lists: [Vec<Map<String, Value>>; 4],
+    /// Each list's items as listed (raw JSON objects), and their bytes.
+    pub lists: [Vec<alloc::boxed::Box<str>>; 4],
+    pub bytes: [u64; 4],
+    /// Bytes this discovery may keep in all (see [`Gateway::catalog_room`]).
+    pub room: u64,
+    /// Which limit left items out, if one did.
+    pub cut: Option<&'static str>,
     /// Each list's cache hint: the shortest-lived of its pages.
     pub cache: [Option<CacheHint>; 4],
     pub outstanding: u32,
@@ -121,7 +129,8 @@ impl Backend {
             capabilities: Map::new(),
             discovery: None,
             rediscover: 0,
-            listed: Default::default(),
+            catalog_bytes: [0; 4],
+            catalog_cut: None,
             cache: [CacheHint::STALE; 4],
             catalog_discovered: false,
             skip_discovery: false,
@@ -531,7 +540,9 @@ impl Gateway {
             .into_iter()
             .filter(|k| requested & kind_bit(*k) != 0 && b.has_capability(k.capability()))
             .collect();
-        b.discovery = Some(Discovery { requested, ..Discovery::default() });
+        let room = self.catalog_room(server, requested);
+        let Some(b) = self.backends.get_mut(server) else { return };
+        b.discovery = Some(Discovery { requested, room, ..Discovery::default() });
         for kind in &kinds {
             self.request_page(server, *kind, None, 1);
         }
@@ -557,6 +568,27 @@ impl Gateway {
         self.to_backend(server, frame, Some(id));
     }
 
+    /// Bytes a discovery of `server` re-listing `requested` may keep: its own
+    /// bound, and what the other backends' catalogs (and its lists not being
+    /// re-listed) leave of the total.
+    fn catalog_room(&self, server: &str, requested: u8) -> u64 {
+        let limits = &self.config.limits;
+        let others: u64 = self
+            .backends
+            .iter()
+            .map(|(name, b)| match &**name == server {
+                true => ListKind::ALL
+                    .iter()
+                    .filter(|k| requested & kind_bit(**k) == 0)
+                    .map(|k| b.catalog_bytes[*k as usize])
+                    .sum(),
+                false => b.catalog_bytes.iter().sum::<u64>(),
+            })
+            .sum();
+        let own = u64::from(limits.max_catalog_bytes);
+        own.min(u64::from(limits.max_total_catalog_bytes).saturating_sub(others))
+    }
+
     pub(super) fn discovery_answer(&mut self, server: &str, kind: ListKind, pages: u32, answer: Result<&str, &str>) {
         let max_items = self.config.limits.max_catalog_items as usize;
         let max_pages = self.config.limits.max_discovery_pages;
@@ -564,21 +596,48 @@ impl Gateway {
         let Some(d) = b.discovery.as_mut() else { return };
         d.outstanding = d.outstanding.saturating_sub(1);
         let mut next = None;
-        match answer.ok().and_then(|r| serde_json::from_str::<Map<String, Value>>(r).ok()) {
-            Some(mut result) => {
-                let hint = CacheHint::of(&result);
+        // Only the page's members are parsed here; each item stays its raw text
+        // (parsed one at a time when the catalog is built), so a large page is
+        // never held as a tree of values.
+        let page = answer.ok().and_then(|r| serde_json::from_str::<BTreeMap<String, &RawValue>>(r).ok());
+        match page {
+            Some(page) => {
+                let small: Map<String, Value> = ["ttlMs", "cacheScope"]
+                    .iter()
+                    .filter_map(|key| Some((key.to_string(), serde_json::from_str(page.get(*key)?.get()).ok()?)))
+                    .collect();
+                let hint = CacheHint::of(&small);
                 let cached = &mut d.cache[kind as usize];
                 *cached = Some(cached.map_or(hint, |h| h.and(hint)));
-                if let Some(Value::Array(items)) = result.remove(kind.result_key()) {
-                    let list = &mut d.lists[kind as usize];
-                    for item in items {
-                        if let (Value::Object(m), true) = (item, list.len() < max_items) {
-                            list.push(m);
-                        }
+                let items =
+                    page.get(kind.result_key()).and_then(|raw| serde_json::from_str::<Vec<&RawValue>>(raw.get()).ok());
+                for item in items.unwrap_or_default() {
+                    let text = item.get();
+                    if !text.starts_with('{') {
+                        continue;
                     }
+                    let list = &mut d.lists[kind as usize];
+                    let held: u64 = d.bytes.iter().sum();
+                    if list.len() >= max_items {
+                        d.cut.get_or_insert("limits.max_catalog_items");
+                        break;
+                    }
+                    if held + text.len() as u64 > d.room {
+                        d.cut.get_or_insert(if d.room < u64::from(self.config.limits.max_catalog_bytes) {
+                            "limits.max_total_catalog_bytes"
+                        } else {
+                            "limits.max_catalog_bytes"
+                        });
+                        break;
+                    }
+                    d.bytes[kind as usize] += text.len() as u64;
+                    list.push(text.into());
                 }
-                if let Some(Value::String(cursor)) = result.remove("nextCursor") {
-                    if pages < max_pages && !cursor.is_empty() {
+                let full = d.cut.is_some();
+                if let Some(cursor) = page.get("nextCursor").and_then(|c| serde_json::from_str::<String>(c.get()).ok())
+                {
+                    // Past a limit, the rest is not asked for.
+                    if pages < max_pages && !cursor.is_empty() && !full {
                         next = Some(cursor);
                     }
                 }
@@ -618,16 +677,22 @@ impl Gateway {
         }
         if !d.failed {
             b.catalog_discovered = true;
-            let mut lists = d.lists;
-            for kind in ListKind::ALL {
-                if d.requested & kind_bit(kind) == 0 {
-                    lists[kind as usize] = b.listed[kind as usize].clone();
-                } else {
+            let mut lists: [Option<Vec<alloc::boxed::Box<str>>>; 4] = Default::default();
+            for (kind, list) in ListKind::ALL.into_iter().zip(d.lists) {
+                if d.requested & kind_bit(kind) != 0 {
                     b.cache[kind as usize] = d.cache[kind as usize].unwrap_or(CacheHint::STALE);
+                    b.catalog_bytes[kind as usize] = d.bytes[kind as usize];
+                    lists[kind as usize] = Some(list);
                 }
             }
-            b.listed = lists.clone();
-            let installed = self.catalog.install(server, lists);
+            let kept: u64 = b.catalog_bytes.iter().sum();
+            b.catalog_cut = d.cut.map(|limit| {
+                format!("catalog cut at {kept} bytes by {limit}: the rest of what it listed is not served")
+            });
+            if let Some(detail) = b.catalog_cut.clone() {
+                self.emit(Event::CatalogCut { server: self.name(server), detail });
+            }
+            let installed = self.catalog.replace(server, lists);
             for c in installed.conflicts {
                 self.emit(Event::NameConflict { server: self.name(server), name: c.name });
             }

@@ -76,7 +76,7 @@ impl Level {
             Event::ServerHealthRestored { .. } | Event::CircuitClosed { .. } => Level::Notice,
             Event::ServerPermanentlyFailed { .. } => Level::Error,
             Event::ToolsDiscovered { .. } | Event::ProtocolViolation { .. } => Level::Debug,
-            Event::NameConflict { .. } => Level::Warning,
+            Event::NameConflict { .. } | Event::CatalogCut { .. } => Level::Warning,
         }
     }
 }

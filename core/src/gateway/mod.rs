@@ -131,6 +131,9 @@ pub struct BackendStatus {
     /// Where a person logs in, while the backend waits for one (`requires_reauth`
     /// with a login prepared): status displays show it as a link.
     pub login_url: Option<String>,
+    /// Why its catalog is not all it listed (a limit cut it), while that holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catalog_note: Option<String>,
 }
 
 impl BackendStatus {
@@ -375,6 +378,7 @@ impl Gateway {
             login_url: (b.sup.status() == Status::RequiresReauth)
                 .then(|| b.credential.as_ref().and_then(|c| c.login_url()).map(ToString::to_string))
                 .flatten(),
+            catalog_note: b.catalog_cut.clone(),
         }
     }
 
