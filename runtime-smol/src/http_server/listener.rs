@@ -15,6 +15,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use smol_hyper::rt::{FuturesIo, SmolTimer};
 
+use super::framing::{HeadWatch, Watched};
 use super::message::{error_body, TRANSPORT_ERROR};
 use super::reply::Body;
 use super::{service, Shared};
@@ -53,18 +54,20 @@ impl Drop for Slot {
 struct InRequest {
     shared: Arc<Shared>,
     id: u64,
+    watch: Arc<HeadWatch>,
 }
 
 impl InRequest {
-    fn begin(shared: &Arc<Shared>, id: u64) -> InRequest {
+    fn begin(shared: &Arc<Shared>, id: u64, watch: &Arc<HeadWatch>) -> InRequest {
         shared.census().busy(id);
-        InRequest { shared: shared.clone(), id }
+        InRequest { shared: shared.clone(), id, watch: watch.clone() }
     }
 }
 
 impl Drop for InRequest {
     fn drop(&mut self) {
         self.shared.census().done(self.id, Instant::now());
+        self.watch.expect_head();
     }
 }
 
@@ -178,11 +181,14 @@ async fn serve(
     let connection_info = Arc::new(Connection { peer, closer: closer.clone() });
     let handler = shared.clone();
     let id = slot.id;
+    let watch = HeadWatch::new();
+    let heads = watch.clone();
     let service = service_fn(move |request| {
         let shared = handler.clone();
         let connection = connection_info.clone();
+        let heads = heads.clone();
         async move {
-            let request_done = InRequest::begin(&shared, id);
+            let request_done = InRequest::begin(&shared, id, &heads);
             let response = service::handle(shared, &connection, request).await;
             let response = response.map(|body| Tracked { body, _request: request_done }.boxed_unsync());
             Ok::<_, std::convert::Infallible>(response)
@@ -190,7 +196,8 @@ async fn serve(
     });
     let mut builder = http1::Builder::new();
     builder.timer(SmolTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
-    let mut connection = pin!(builder.serve_connection(FuturesIo::new(stream.clone()), service));
+    let io = FuturesIo::new(Watched::new(stream.clone(), watch.clone()));
+    let mut connection = pin!(builder.serve_connection(io, service));
     /// How the connection's serving ended.
     enum End {
         Served(hyper::Result<()>),
@@ -237,7 +244,32 @@ async fn serve(
         }
     };
     drop(closer);
+    if watch.saw_bare_lf() {
+        refuse_bare_lf(stream).await;
+        tracing::debug!(%peer, "HTTP request refused: a line of its head ended in a bare LF");
+        return;
+    }
     if let Err(e) = result {
         tracing::debug!("HTTP connection ended: {e}");
     }
+}
+
+/// Answers a request whose head had a bare LF (hyper gave up on the
+/// connection) with 400, and closes.
+async fn refuse_bare_lf(mut stream: smol::net::TcpStream) {
+    use futures_lite::AsyncWriteExt;
+    let body = error_body(TRANSPORT_ERROR, "bad request: every line of a request head must end in CRLF");
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let write = async {
+        let _ = stream.write_all(answer.as_bytes()).await;
+        let _ = stream.flush().await;
+    };
+    future::or(write, async {
+        async_io::Timer::after(Duration::from_secs(2)).await;
+    })
+    .await;
 }

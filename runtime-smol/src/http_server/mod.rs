@@ -77,6 +77,7 @@
 
 mod body;
 mod census;
+mod framing;
 mod guards;
 mod listener;
 mod message;

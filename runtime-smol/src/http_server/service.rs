@@ -92,6 +92,10 @@ fn screen(shared: &Shared, request: &Request<Incoming>) -> Screened {
     let refused = |status, text| Screened::Refused(reply::error(status, text));
     let options = &shared.options;
     let status_path = shared.status.get().is_some() && status_routes::is_status_path(request.uri().path());
+    if let Some(why) = super::framing::refused_framing(request.headers()) {
+        // Where the body ends is in doubt: nothing more is read from this connection.
+        return Screened::Refused(reply::closing(reply::error(StatusCode::BAD_REQUEST, why)));
+    }
     match guards::admit(options, request.headers()) {
         Ok(()) => {}
         Err(Refusal::RepeatedHost) => {

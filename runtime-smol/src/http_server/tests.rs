@@ -301,6 +301,44 @@ fn raw(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
 }
 
 #[test]
+fn heads_a_proxy_may_read_otherwise_are_400_and_the_connection_closes() {
+    let h = start(options());
+    let addr = h.server.local_addr();
+    let body = initialize_body();
+    let post = |framing: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {ACCEPT}\r\nContent-Type: application/json\r\n{framing}\r\n"
+        )
+    };
+    let chunked = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
+    let (status, text) = raw(addr, &post("Transfer-Encoding: identity, chunked\r\n"), chunked.as_bytes());
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("chunked alone") && text.to_ascii_lowercase().contains("connection: close"), "{text}");
+    let bare = "GET /nowhere HTTP/1.1\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let (status, text) = raw(addr, bare, b"");
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("CRLF"), "{text}");
+    assert_eq!(h.connected(), 0, "nothing reached the host");
+    // Chunked alone, and a body with bare LFs in it, are fine; so is a second
+    // request on the same connection.
+    let (status, text) = raw(addr, &post("Transfer-Encoding: chunked\r\nConnection: close\r\n"), chunked.as_bytes());
+    assert_eq!(status, 200, "{text}");
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let get = "GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    for _ in 0..2 {
+        stream.write_all(get.as_bytes()).unwrap();
+        let mut buf = [0u8; 4096];
+        let n = stream.read(&mut buf).unwrap();
+        assert!(
+            String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 404"),
+            "{}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+    }
+}
+
+#[test]
 fn initialize_opens_a_session_with_an_unguessable_id() {
     let h = start(ServerOptions { first_session: 40, ..options() });
     let answer = h.post(None, &initialize_body());
