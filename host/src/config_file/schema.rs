@@ -231,20 +231,29 @@ fn normalized(key: &str) -> String {
     key.chars().filter(|c| *c != '_' && *c != '-').map(|c| c.to_ascii_lowercase()).collect()
 }
 
-/// Levenshtein distance over bytes (keys are ASCII).
+/// Edit distance over bytes (keys are ASCII) where swapping two neighbours is
+/// one edit, as typing makes it (`agrs`, `evn`): the optimal string alignment
+/// form of Damerau–Levenshtein.
 fn edit_distance(a: &str, b: &str) -> usize {
-    let b = b.as_bytes();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.bytes().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitution = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(diagonal + 1);
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    // Rows i-2, i-1 and i of the table.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    let mut row: Vec<usize> = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        row[0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (previous[j] + 1).min(row[j - 1] + 1).min(previous[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(before[j - 2] + 1);
+            }
+            row[j] = best;
         }
+        core::mem::swap(&mut before, &mut previous);
+        core::mem::swap(&mut previous, &mut row);
     }
-    row[b.len()]
+    previous[b.len()]
 }
 
 #[cfg(test)]
@@ -260,6 +269,17 @@ mod tests {
         assert_eq!(typo_distance("request_timeout", "request_timeout_ms"), 1);
         assert_eq!(typo_distance("vitall", "vital"), 1);
         assert_eq!(edit_distance("dev", "env"), 2);
+        assert_eq!(edit_distance("agrs", "args"), 1, "a swap is one edit");
+        assert_eq!(edit_distance("evn", "env"), 1);
+        assert_eq!(edit_distance("", "env"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn swapped_letters_in_a_server_entry_are_caught() {
+        assert_eq!(stray_key("agrs", Level::Entry, FS).as_deref(), Some("unknown key (did you mean \"args\"?)"));
+        assert_eq!(stray_key("evn", Level::Entry, FS).as_deref(), Some("unknown key (did you mean \"env\"?)"));
+        assert_eq!(stray_key("cwd_", Level::Entry, FS).as_deref(), Some("unknown key (did you mean \"cwd\"?)"));
     }
 
     #[test]

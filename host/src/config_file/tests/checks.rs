@@ -97,6 +97,14 @@ fn typos_of_known_keys_suggest_the_key_and_its_place() {
         problems(r#"{"mcpServers": {"web": {"url": "https://x.test/mcp", "hedaers": {"A": "b"}}}}"#),
         ["mcpServers.web.hedaers: unknown key (did you mean \"headers\"?)"]
     );
+    // Swapped letters are one slip of the fingers (with `agrs`, npx once ran bare).
+    assert_eq!(
+        problems(r#"{"mcpServers": {"fs": {"command": "npx", "agrs": ["-y", "x"], "evn": {"A": "b"}}}}"#),
+        [
+            "mcpServers.fs.agrs: unknown key (did you mean \"args\"?)",
+            "mcpServers.fs.evn: unknown key (did you mean \"env\"?)",
+        ]
+    );
     assert_eq!(
         problems(r#"{"mcpServer": {"fs": {"command": "x"}}, "tehter": {}}"#),
         ["mcpServer: unknown key (did you mean \"mcpServers\"?)", "tehter: unknown key (did you mean \"tether\"?)"]
