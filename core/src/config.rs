@@ -342,6 +342,11 @@ pub struct ServerConfig {
     /// Disabled backends are configured but never started.
     #[serde(default)]
     pub disabled: bool,
+    /// Why this entry cannot be started, when the config file has a problem that
+    /// touches it alone (an environment variable it names is not set): it stays
+    /// in `error` with this message, and the other backends run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken: Option<String>,
     /// Policy changes for this backend only.
     #[serde(default, skip_serializing_if = "is_default_overrides")]
     pub policy: PolicyOverrides,
@@ -399,6 +404,7 @@ impl ServerConfig {
             vital: false,
             lazy: false,
             disabled: false,
+            broken: None,
             policy: PolicyOverrides::default(),
             era: None,
             oauth: false,

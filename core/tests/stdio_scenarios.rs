@@ -892,3 +892,28 @@ fn the_recent_log_keeps_stderr_and_events_across_restarts() {
     assert_eq!(sim.gw.recent_log("fs", 1).unwrap().len(), 1, "the last lines only");
     assert!(sim.gw.recent_log("nope", 10).is_none());
 }
+
+/// An entry the config file could not complete (an unset variable) stays in
+/// `error` with the file's message, never started, whoever asks (an operator's
+/// restart included); the others run. Mended by a reload, it starts.
+#[test]
+fn a_broken_entry_stays_in_error_and_starts_once_mended() {
+    let why = "mcpServers.gh.env.TOKEN: environment variable GH_TOKEN is not set; set it and reload";
+    let broken = ServerConfig { broken: Some(why.into()), ..ServerConfig::stdio("gh-server", &[]) };
+    let config = Config::default().server("fs", ServerConfig::stdio("fs-server", &[])).server("gh", broken);
+    let mut sim = Sim::new(config.clone());
+    sim.boot("fs", &["read"]);
+    assert!(spawns(&sim, "gh").is_empty(), "never started");
+    let status = sim.gw.status("gh").unwrap();
+    assert_eq!((status.status, status.last_error.as_deref()), (Status::Error, Some(why)));
+    assert_eq!(sim.status("fs"), Status::Online);
+    sim.input(Input::Admin { command: AdminCommand::Restart { server: "gh".into() } });
+    assert!(spawns(&sim, "gh").is_empty(), "an operator's restart does not start it either");
+    assert_eq!(sim.gw.status("gh").unwrap().last_error.as_deref(), Some(why));
+
+    let mut mended = config;
+    mended.servers.get_mut("gh").unwrap().broken = None;
+    sim.input(Input::ConfigReloaded { config: mended });
+    assert_eq!(spawns(&sim, "gh").len(), 1, "started once mended");
+    assert_eq!(spawns(&sim, "fs").len(), 1, "fs untouched");
+}

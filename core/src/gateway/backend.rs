@@ -256,6 +256,10 @@ impl Gateway {
     pub(super) fn connect(&mut self, server: &str) {
         let now = self.now;
         let name = self.name(server);
+        if let Some(why) = self.backends.get(server).and_then(|b| b.config.broken.clone()) {
+            // Its entry cannot be started as written: it says so, and waits for a fix.
+            return self.close_backend(server, Status::Error, Some(why));
+        }
         let Some(b) = self.backends.get_mut(server) else { return };
         let generation = b.sup.begin_connect(now);
         if b.first_connect_at.is_some() {

@@ -702,6 +702,7 @@ impl Gateway {
                 Some(b) => {
                     let transport_changed = b.config.transport != server.transport;
                     let was_disabled = b.config.disabled;
+                    let mended = b.config.broken != server.broken;
                     if !server.manages_credential() {
                         b.credential = None;
                     } else if b.credential.is_none() {
@@ -717,7 +718,11 @@ impl Gateway {
                         if b.sup.is_connected() || !was_disabled {
                             self.close_backend(&name, Status::Disconnected, Some("disabled by config".into()));
                         }
-                    } else if transport_changed || was_disabled || !self.backends[name.as_str()].catalog_discovered {
+                    } else if transport_changed
+                        || was_disabled
+                        || mended
+                        || !self.backends[name.as_str()].catalog_discovered
+                    {
                         self.restart_for_config(&name);
                     }
                 }

@@ -65,8 +65,17 @@ fn substitute(reference: &str, path: &str, env: Env<'_>) -> Result<String, Probl
         (Some(value), Some(default)) if value.is_empty() => Ok(default.to_string()),
         (Some(value), _) => Ok(value),
         (None, Some(default)) => Ok(default.to_string()),
-        (None, None) => Err(Problem::new(path, format!("environment variable {name} is not set"))),
+        (None, None) => Err(Problem::new(path, format!("{UNSET_PREFIX}{name}{UNSET_SUFFIX}"))),
     }
+}
+
+const UNSET_PREFIX: &str = "environment variable ";
+const UNSET_SUFFIX: &str = " is not set";
+
+/// Whether `problem` is a variable that is not set (which, in a server entry,
+/// touches that server alone).
+pub(super) fn is_unset(problem: &Problem) -> bool {
+    problem.message.starts_with(UNSET_PREFIX) && problem.message.ends_with(UNSET_SUFFIX)
 }
 
 fn is_variable_name(name: &str) -> bool {

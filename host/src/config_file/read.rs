@@ -21,8 +21,34 @@ pub(super) fn read(root: &Node, env: Env<'_>) -> Result<Config, Vec<Problem>> {
         return Err(vec![Problem::new("", "the top level must be a JSON object")]);
     };
     let mut reader = Reader { env, problems: Vec::new() };
-    let config = reader.file(obj);
+    let mut config = reader.file(obj);
     if reader.problems.is_empty() {
+        return Ok(config);
+    }
+    // Unset variables alone touch only the servers that name them: those stay in
+    // `error` with the message, and the others run. With any other mistake the
+    // whole file is refused, every problem listed.
+    let server_of = |p: &Problem| {
+        let (section, rest) = p.path.split_once('.')?;
+        let name = rest.split(['.', '[']).next()?;
+        (matches!(section, "mcpServers" | "servers") && config.servers.contains_key(name)).then(|| name.to_string())
+    };
+    if reader.problems.iter().all(|p| super::expand::is_unset(p) && server_of(p).is_some()) {
+        let mut by_server: BTreeMap<String, Vec<&Problem>> = BTreeMap::new();
+        for p in &reader.problems {
+            by_server.entry(server_of(p).expect("checked above")).or_default().push(p);
+        }
+        for (name, problems) in by_server {
+            let more = match problems.len() {
+                1 => String::new(),
+                n => format!(" (and {} more)", n - 1),
+            };
+            let why = format!("{}{more}; set it and reload", problems[0]);
+            tracing::warn!(server = %name, "{why}");
+            if let Some(server) = config.servers.get_mut(&name) {
+                server.broken = Some(why);
+            }
+        }
         return Ok(config);
     }
     let order = ordinals(root);
@@ -395,7 +421,16 @@ impl Reader<'_> {
             self.push(path, "must be a string");
             return None;
         };
-        expand(text, path, self.env).map_err(|p| self.problems.push(p)).ok()
+        match expand(text, path, self.env) {
+            Ok(expanded) => Some(expanded),
+            Err(problem) => {
+                // An unset variable may leave this server alone in error (see
+                // `read`): the entry keeps its shape, the text as written.
+                let unset = super::expand::is_unset(&problem);
+                self.problems.push(problem);
+                unset.then(|| text.to_string())
+            }
+        }
     }
 
     /// An optional object of strings (`env`, `headers`), each value expanded.

@@ -182,12 +182,24 @@ fn env_expansion_with_defaults_and_escapes() {
 
 #[test]
 fn missing_variable_names_the_server_and_field() {
-    let err = parse_err(
-        r#"{"servers": {"web": {"url": "https://x.test/mcp", "headers": {"Authorization": "Bearer ${API_TOKEN}"}}}}"#,
+    // Alone, an unset variable puts only its server in error; the file loads.
+    let config = parse_ok(
+        r#"{"servers": {"web": {"url": "https://x.test/mcp", "headers": {"Authorization": "Bearer ${API_TOKEN}"}},
+                        "fs": {"command": "x", "args": ["a", "${DIR}", "${DIR2}"]}, "ok": {"command": "y"}}}"#,
     );
-    assert_eq!(err, "test.json: servers.web.headers.Authorization: environment variable API_TOKEN is not set");
-    let err = parse_err(r#"{"servers": {"fs": {"command": "x", "args": ["a", "${DIR}"]}}}"#);
-    assert_eq!(err, "test.json: servers.fs.args[1]: environment variable DIR is not set");
+    assert_eq!(
+        config.servers["web"].broken.as_deref(),
+        Some("servers.web.headers.Authorization: environment variable API_TOKEN is not set; set it and reload")
+    );
+    assert!(matches!(config.servers["web"].transport, Transport::Http { .. }), "the entry keeps its shape");
+    assert_eq!(
+        config.servers["fs"].broken.as_deref(),
+        Some("servers.fs.args[1]: environment variable DIR is not set (and 1 more); set it and reload")
+    );
+    assert_eq!(config.servers["ok"].broken, None);
+    // Beside a mistake of another kind, it is listed with it and the file refused.
+    let err = parse_err(r#"{"servers": {"fs": {"command": "x", "args": ["a", "${DIR}"], "lazy": 3}}}"#);
+    assert!(err.contains("servers.fs.args[1]: environment variable DIR is not set"), "{err}");
     let err = parse_err(r#"{"servers": {"fs": {"command": "x", "args": ["${DIR"]}}}"#);
     assert!(err.starts_with("test.json: servers.fs.args[0]: unterminated"), "{err}");
     let err = parse_err(r#"{"servers": {"fs": {"command": "x", "args": ["${not valid}"]}}}"#);
@@ -255,8 +267,13 @@ fn entries_must_say_how_to_reach_the_server() {
 fn secret_values_never_appear_in_errors() {
     const SECRET: &str = "hunter2-very-secret";
     let env = move |name: &str| (name == "TOKEN").then(|| SECRET.to_string());
+    let unset = format!(
+        r#"{{"mcpServers": {{"w": {{"url": "https://x.test", "headers": {{"Authorization": "{SECRET} ${{MISSING}}"}}}}}}}}"#
+    );
+    let broken = parse(&unset, "test.json", &env).unwrap().servers["w"].broken.clone().unwrap();
+    assert!(!broken.contains(SECRET) && broken.starts_with("mcpServers.w.headers.Authorization"), "{broken}");
     let cases = [
-        format!(r#"{{"mcpServers": {{"w": {{"url": "https://x.test", "headers": {{"Authorization": "{SECRET} ${{MISSING}}"}}}}}}}}"#),
+        format!(r#"{{"mcpServers": {{"w": {{"url": "https://x.test", "headers": {{"Authorization": "{SECRET} ${{MISSING}}"}}, "lazy": 1}}}}}}"#),
         format!(r#"{{"mcpServers": {{"w": {{"url": "https://x.test", "headers": {{"Authorization": "{SECRET} ${{bad name}}"}}}}}}}}"#),
         format!(r#"{{"mcpServers": {{"w": {{"command": "x", "env": {{"KEY": "{SECRET} ${{OPEN"}}}}}}}}"#),
         format!(r#"{{"mcpServers": {{"w": {{"command": "x", "env": {{"KEY": ["{SECRET}"]}}}}}}}}"#),
