@@ -95,7 +95,7 @@ fn a_handshake_backend_silent_to_the_probe_gets_initialize_after_the_probe_timeo
     sim.advance(1);
     let (init, _) = sim.requests_to("fs", "initialize").pop().expect("initialize after 3 s of silence");
     let probe = sim.requests_to("fs", "server/discover")[0].0;
-    sim.note("the late answer to the probe is ignored; the handshake goes on");
+    sim.note("the late answer to the probe is not a stateless one: the handshake goes on");
     sim.backend("fs", json!({"jsonrpc":"2.0","id":probe,"error":{"code":-32600,"message":"not initialized"}}));
     reply(&mut sim, "fs", init, json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
     sim.answer_tools("fs", &["read"]);
@@ -104,6 +104,33 @@ fn a_handshake_backend_silent_to_the_probe_gets_initialize_after_the_probe_timeo
     let violations =
         events(&sim).iter().filter(|(_, e)| matches!(e, tether_core::Event::ProtocolViolation { .. })).count();
     assert_eq!(violations, 0);
+}
+
+/// A server of the stateless revision slow to start (`uvx` on a cold cache)
+/// answers the probe after its timeout, then refuses the `initialize` sent in
+/// its place: the late answer is an answer, and the backend comes up stateless.
+#[test]
+fn a_stateless_server_that_answers_the_probe_late_comes_up_stateless() {
+    for refusal_first in [false, true] {
+        let mut sim = Sim::new(one_stdio());
+        sim.advance(3000);
+        let (init, _) = sim.requests_to("fs", "initialize").pop().expect("initialize after 3 s of silence");
+        let probe = sim.requests_to("fs", "server/discover")[0].0;
+        let refuse = json!({"jsonrpc":"2.0","id":init,"error":{"code":-32022,"message":"initialize is not supported"}});
+        if refusal_first {
+            sim.note("the refusal of initialize comes first: the late probe still decides");
+            sim.backend("fs", refuse.clone());
+            assert_ne!(sim.status("fs"), Status::Offline, "not failed yet");
+        }
+        reply(&mut sim, "fs", probe, discover_result(true));
+        if !refusal_first {
+            sim.backend("fs", refuse);
+        }
+        sim.answer("fs", "tools/list", tools_result(&["read"]));
+        assert_eq!(sim.status("fs"), Status::Online, "refusal first: {refusal_first}\n{}", sim.log);
+        assert_eq!(sim.gw.status("fs").unwrap().era, Era::Stateless);
+        assert_eq!(sim.requests_to("fs", "initialize").len(), 1, "never asked again");
+    }
 }
 
 #[test]

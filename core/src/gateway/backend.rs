@@ -370,6 +370,11 @@ impl Gateway {
             Err(_) => None,
         };
         let Some(result) = result else {
+            if self.late_probe_of(server).is_some() {
+                // The probe that timed out may still say what the server speaks:
+                // its answer decides (a stateless server refuses `initialize`).
+                return;
+            }
             if may_probe && answer.is_err() {
                 // It spoke the handshake era before; refusing `initialize` now may
                 // mean it was upgraded to the stateless revision only.
@@ -426,6 +431,60 @@ impl Gateway {
             Err(_) if may_initialize => self.send_initialize(server, false),
             Err(message) => self.connection_lost(server, Failure::Other { message }),
             Ok(()) => {}
+        }
+    }
+
+    /// The id of a timed-out probe of `server`'s current connection still
+    /// waiting for its answer, if there is one.
+    fn late_probe_of(&self, server: &str) -> Option<u64> {
+        let generation = self.backends.get(server)?.sup.generation();
+        self.router
+            .calls
+            .iter()
+            .find(|(_, c)| &*c.server == server && c.generation == generation && matches!(c.kind, CallKind::LateProbe))
+            .map(|(id, _)| *id)
+    }
+
+    /// A probe answered after its timeout, once `initialize` was sent in its
+    /// place. A stateless answer before the handshake succeeded opens the
+    /// connection in the stateless era (the `initialize` is dropped: such a
+    /// server refuses it). Otherwise: if `initialize` was refused meanwhile,
+    /// the connection failed; else the handshake goes on.
+    pub(super) fn late_probe_answer(&mut self, server: &str, answer: Result<&str, &str>) {
+        let Some(b) = self.backends.get(server) else { return };
+        if b.sup.is_ready() {
+            return;
+        }
+        let generation = b.sup.generation();
+        let initialize = self
+            .router
+            .calls
+            .iter()
+            .find(|(_, c)| {
+                &*c.server == server && c.generation == generation && matches!(c.kind, CallKind::Initialize { .. })
+            })
+            .map(|(id, _)| *id);
+        let stateless = answer.ok().and_then(|r| serde_json::from_str::<Map<String, Value>>(r).ok()).filter(|result| {
+            result.get("supportedVersions").and_then(Value::as_array).is_some_and(|v| {
+                v.iter().any(|v| v.as_str().is_some_and(|v| protocol::STATELESS_VERSIONS.contains(&v)))
+            })
+        });
+        match (stateless, initialize) {
+            (Some(result), pending) => {
+                if let Some(id) = pending {
+                    if let Some(call) = self.router.calls.get_mut(&id) {
+                        call.kind = CallKind::Quiet;
+                    }
+                }
+                self.connection_opened(server, Era::Stateless, &result);
+            }
+            // `initialize` still out: its answer decides.
+            (None, Some(_)) => {}
+            // `initialize` was refused and the probe says nothing better.
+            (None, None) => {
+                let message = "initialize refused, and server/discover did not show a stateless server".to_string();
+                self.connection_lost(server, Failure::Other { message });
+            }
         }
     }
 
