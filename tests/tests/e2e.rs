@@ -586,6 +586,20 @@ fn closing_stdin_shuts_down_cleanly_with_the_backends(rt: Runtime) {
     assert_clean_log(&log.lock().unwrap());
 }
 
+on_both_runtimes!(a_stateless_server_slow_to_answer_the_probe_comes_up_stateless);
+/// A server of the stateless revision that takes 4 s to answer `server/discover`
+/// (past the 3 s probe timeout, as `uvx` on a cold cache does) refuses the
+/// `initialize` tether sends meanwhile; its late answer still opens it.
+fn a_stateless_server_slow_to_answer_the_probe_comes_up_stateless(rt: Runtime) {
+    let servers = json!({ "slow": mock("slow", &["--stateless", "--init-delay-ms", "4000"]) });
+    let mut t = Tether::start_with(rt, config(servers, fast_policy()), &[]);
+    t.initialize();
+    let online = wait_until(Duration::from_secs(15), || t.tool_names().contains(&"slow__echo".to_string()));
+    assert!(online, "{rt}: the slow stateless server never came up\n{}", t.stderr_text());
+    assert_eq!(t.call_text("slow__echo", json!({"text": "late"})), "late");
+    assert!(!t.stderr_text().contains("permanently_failed"), "{rt}\n{}", t.stderr_text());
+}
+
 on_both_runtimes!(stateless_backends_serve_a_handshake_client);
 /// Scenario: backends of the stateless 2026-07-28 revision (`mock-mcp --stateless`,
 /// over stdio and over HTTP) beside a handshake-era one, behind a handshake-era
