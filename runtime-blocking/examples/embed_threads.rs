@@ -1,7 +1,7 @@
 //! Embedding tether on plain threads: two backends, list the tools, call one,
 //! then kill a backend and watch the gateway restart it.
 //!
-//! `cargo build -p tether-tests --bin mock-mcp && cargo run -p tether-blocking --example embed`
+//! `cargo build -p tether-tests --bin mock-mcp && cargo run -p tether-blocking --example embed_threads`
 //! (or pass any stdio MCP server command as arguments, e.g. `-- npx -y @modelcontextprotocol/server-everything`).
 
 use std::sync::mpsc::channel;
