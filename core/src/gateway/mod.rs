@@ -371,7 +371,8 @@ impl Gateway {
             crashes_in_window: b.sup.crashes.count(self.now),
             tools: cat.map_or(0, |c| c.tool_count()),
             estimated_tokens: cat.map_or(0, |c| c.estimated_tokens()),
-            last_error: b.sup.message().map(ToString::to_string),
+            // Idle (dormant) is no failure: its message ("idle") is no error.
+            last_error: b.sup.message().filter(|_| b.sup.status() != Status::Dormant).map(ToString::to_string),
             generation: b.sup.generation(),
             era: b.era,
             uptime_ms: b.online_since.map(|at| self.now.saturating_since(at).as_millis()),

@@ -220,10 +220,13 @@ const GAP: &str = "  ";
 pub fn render(report: &Report, view: &View) -> String {
     let t = &report.tether;
     let mut out = String::new();
-    let online = report.backends.iter().filter(|b| b.status.known() == Some(Status::Online)).count();
+    // Dormant (idle, started again by the next call) is available, not down.
+    let serving = report.backends.iter().filter(|b| b.status.known().is_some_and(Status::is_serving)).count();
+    let idle = report.backends.iter().filter(|b| b.status.known() == Some(Status::Dormant)).count();
+    let idle = if idle > 0 { format!(" ({idle} idle)") } else { String::new() };
     let _ = writeln!(
         out,
-        "tether {} at {}  up {}  sessions {}  in flight {}  mode {}  backends {online}/{} online",
+        "tether {} at {}  up {}  sessions {}  in flight {}  mode {}  backends {serving}/{} available{idle}",
         clean(&t.version),
         view.url,
         human_ms(t.uptime_ms.saturating_add(view.age_ms)),
@@ -306,13 +309,16 @@ impl Row {
             (n, None) => format!("#{n}"),
             (n, Some(ms)) => format!("#{n} in {}", human_ms(ms.saturating_sub(age_ms))),
         };
+        // Health is that of a backend that runs: none for one that is down.
+        let down = b.status.known().is_some_and(Status::is_down);
+        let health = if down { "-".to_string() } else { clean(&b.health) };
         let cells = vec![
             clean(&b.server),
             clean(&b.transport),
             clean(b.status.as_str()),
             clean(&b.breaker),
             retry,
-            clean(&b.health),
+            health,
             b.crashes_in_window.to_string(),
             b.tools.to_string(),
             b.estimated_tokens.to_string(),
@@ -325,7 +331,7 @@ impl Row {
             error: b.last_error.as_deref().map_or_else(|| "-".to_string(), one_line),
             status: Tone::of_status(&b.status),
             breaker: Tone::of_breaker(&b.breaker),
-            health: Tone::of_health(&b.health),
+            health: if down { Tone::Plain } else { Tone::of_health(&b.health) },
         }
     }
 }
