@@ -718,3 +718,18 @@ fn a_slow_backend_delays_tools_list_by_at_most_two_seconds_and_is_announced_when
     assert_eq!(listed_tools(&mut sim, 2), ["fs__read_file", "web__search"]);
     insta::assert_snapshot!(sim.log);
 }
+
+/// A URL whose path names no MCP endpoint answers the very first request with
+/// 404: no session was lost, the URL is wrong, and the status says so.
+#[test]
+fn a_404_to_the_first_initialize_says_the_path_is_wrong() {
+    let mut sim = Sim::new(one_http());
+    fail_latest(&mut sim, "web", "server/discover", Failure::Http { status: 404 });
+    if !sim.requests_to("web", "initialize").is_empty() {
+        fail_latest(&mut sim, "web", "initialize", Failure::Http { status: 404 });
+    }
+    let status = sim.gw.status("web").unwrap();
+    let message = status.last_error.unwrap_or_default();
+    assert!(message.contains("HTTP 404") && message.contains("check its path"), "{message}");
+    assert!(!message.contains("session lost"), "{message}");
+}

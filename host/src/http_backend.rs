@@ -951,6 +951,17 @@ fn answers(frame: &str, id: u64) -> bool {
 fn transport_failure(t: &ureq::Transport) -> Failure {
     match t.kind() {
         ureq::ErrorKind::Dns => Failure::Dns,
+        // ureq reports a failed TLS handshake as a failed connection: it is not a
+        // refusal, and saying so sends the user looking in the wrong place.
+        ureq::ErrorKind::ConnectionFailed if t.message().is_some_and(|m| m.contains("tls")) => {
+            let source = std::error::Error::source(t).map(|s| s.to_string()).unwrap_or_default();
+            let hint = if source.contains("corrupt message") || source.contains("InvalidContentType") {
+                " (the server answered in plain HTTP: use an http:// URL, or its TLS port)"
+            } else {
+                ""
+            };
+            Failure::Other { message: format!("TLS handshake failed: {source}{hint}") }
+        }
         ureq::ErrorKind::ConnectionFailed => Failure::Refused,
         ureq::ErrorKind::Io => {
             let text = transport_text(t);

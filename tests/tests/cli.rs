@@ -84,6 +84,39 @@ fn check_prints_a_table_and_fails_when_a_backend_fails() {
     assert!(broken.contains("missing API key"), "the failing row should carry the backend's stderr: {broken}");
 }
 
+/// The first hour's misleading messages, as `tether check` shows them: an
+/// `https://` URL to a plain-HTTP server is a TLS failure (not "connection
+/// refused"), an unset `${VAR}` keeps only its own server from starting.
+#[test]
+fn check_says_what_is_wrong_in_words_a_new_user_can_act_on() {
+    // A plain-HTTP server: whatever comes, it answers 400 in plain text.
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = plain.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in plain.incoming().flatten() {
+            let mut stream = stream;
+            let _ = std::io::Write::write_all(&mut stream, b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let servers = json!({
+        "good": mock_server(&["--name", "good"]),
+        "plain": { "url": format!("https://127.0.0.1:{port}/mcp") },
+        "keyless": mock_server(&["--name", "keyless", "--stderr", "${TETHER_TEST_SURELY_UNSET_KEY}"]),
+    });
+    let config = write_config(dir.path(), &with_policy(servers));
+    let out = run(&["--config", &config, "check"], Duration::from_secs(30));
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    let row = |name: &str| stdout.lines().find(|l| l.split_whitespace().next() == Some(name)).unwrap_or("").to_string();
+    assert!(row("good").contains("online"), "one bad entry stops nothing else:\n{stdout}\n{}", text(&out.stderr));
+    let plain = row("plain");
+    assert!(plain.contains("TLS handshake failed") && plain.contains("plain HTTP"), "{plain}");
+    assert!(!plain.contains("refused"), "{plain}");
+    let keyless = row("keyless");
+    assert!(keyless.contains("error") && keyless.contains("TETHER_TEST_SURELY_UNSET_KEY is not set"), "{keyless}");
+}
+
 #[test]
 fn check_succeeds_when_every_backend_is_online() {
     let dir = tempfile::tempdir().unwrap();

@@ -123,6 +123,12 @@ impl Gateway {
         let b = self.backends.get_mut(server).expect("live");
         b.session_losses = b.session_losses.saturating_add(1);
         let handshaking = !b.sup.is_ready();
+        if handshaking && b.session_losses == 1 && !b.catalog_discovered {
+            // Never opened: no session to lose. A 404 to the first request is a URL
+            // that names no MCP endpoint, most often a wrong path.
+            let message = "HTTP 404: nothing answers MCP at this URL; check its path in the config".into();
+            return self.connection_lost(server, Failure::Other { message });
+        }
         if handshaking || b.session_losses > 1 {
             return self.connection_lost(server, Failure::Other { message: "backend session lost (HTTP 404)".into() });
         }
