@@ -278,12 +278,30 @@ pub fn parse_jsonc(text: &str, origin: &str) -> Result<Node, ConfigFileError> {
 /// as JSON.
 fn json<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result<T, ConfigFileError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    serde_json::from_str(&strip_jsonc(text)).map_err(|e| syntax_error(origin, &e))
+    serde_json::from_str(&strip_jsonc(text)).map_err(|e| syntax_error(origin, text, &e))
 }
 
-fn syntax_error(origin: &str, e: &serde_json::Error) -> ConfigFileError {
-    let (line, column) = (e.line(), e.column());
+fn syntax_error(origin: &str, text: &str, e: &serde_json::Error) -> ConfigFileError {
+    let (mut line, mut column) = (e.line(), e.column());
     let full = e.to_string();
-    let message = full.strip_suffix(&format!(" at line {line} column {column}")).unwrap_or(&full).to_string();
+    let parser = full.strip_suffix(&format!(" at line {line} column {column}")).unwrap_or(&full);
+    let message = match parser {
+        p if p.starts_with("control character") => {
+            // Found at a raw line break inside a string: the string is on the line before.
+            if column == 0 && line > 1 {
+                line -= 1;
+                column = text.lines().nth(line - 1).map_or(1, |l| l.len() + 1);
+            }
+            "a string is not closed on this line, or holds a raw line break or tab (write \\n or \\t)".to_string()
+        }
+        p if p.starts_with("invalid escape") => {
+            "invalid escape in a string: write a backslash as \\\\ (a Windows path as C:\\\\Users or C:/Users)"
+                .to_string()
+        }
+        p if p.starts_with("EOF while parsing") => format!("{p}: the file ends before it is closed"),
+        "trailing characters" => "something follows the end of the JSON value (a stray `}` or text?)".to_string(),
+        "key must be a string" => "keys must be strings in double quotes".to_string(),
+        p => p.to_string(),
+    };
     ConfigFileError::Syntax { origin: origin.to_string(), line, column, message }
 }

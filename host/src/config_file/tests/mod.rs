@@ -212,7 +212,20 @@ fn syntax_errors_report_line_and_column() {
     let err = parse(text, "cfg.json", &no_env).unwrap_err();
     assert!(matches!(err, ConfigFileError::Syntax { line: 4, column: 5, .. }), "{err:?}");
     assert_eq!(err.to_string(), "cfg.json:4:5: expected `,` or `}`");
-    assert_eq!(parse_err("{\"servers\": {"), "test.json:1:13: EOF while parsing an object");
+    assert_eq!(
+        parse_err("{\"servers\": {"),
+        "test.json:1:13: EOF while parsing an object: the file ends before it is closed"
+    );
+    // A string left open at the end of its line: the parser's own words were
+    // "control character (\u0000-\u001F) found while parsing a string" at column 0
+    // of the next line.
+    let err = parse_err("{\"servers\": {\"fs\": {\"command\": \"x,\n  \"args\": []}}}");
+    assert_eq!(
+        err,
+        "test.json:1:35: a string is not closed on this line, or holds a raw line break or tab (write \\n or \\t)"
+    );
+    let err = parse_err(r#"{"servers": {"fs": {"command": "C:\new\tools\x.exe"}}}"#);
+    assert!(err.contains("invalid escape") && err.contains("C:/Users"), "{err}");
 }
 
 #[test]
