@@ -332,17 +332,30 @@ impl Supervisor {
         self.set_status(status, message);
     }
 
-    /// A call wants this backend. Cancels a scheduled retry when a connection
-    /// should be tried right away.
-    pub fn readiness(&mut self) -> Readiness {
+    /// A call wants this backend at `now`. A remote backend waiting out its
+    /// reconnect backoff keeps to it, whoever asks (calls do not each make an
+    /// attempt): the call waits for the scheduled attempt, or is refused at once
+    /// when that comes after the call's own timeout. Otherwise a scheduled
+    /// retry (a stdio restart's delay) is cancelled and a connection tried now.
+    pub fn readiness(&mut self, now: Instant) -> Readiness {
         match self.status {
             Status::Online | Status::DiscoveringTools if self.connected => Readiness::Ready,
             Status::Connecting | Status::Restarting if self.connected => Readiness::Wait,
             Status::RequiresReauth | Status::PermanentlyFailed | Status::Disconnected => Readiness::Refuse,
-            _ => {
-                self.timers[Timer::Retry as usize] = None;
-                Readiness::StartNow
-            }
+            _ => match self.timers[Timer::Retry as usize] {
+                Some(at) if !self.stdio && at > now => {
+                    let patience = Duration::from_millis(self.policy.request_timeout_ms);
+                    if at.saturating_since(now) <= patience {
+                        Readiness::Wait
+                    } else {
+                        Readiness::Refuse
+                    }
+                }
+                _ => {
+                    self.timers[Timer::Retry as usize] = None;
+                    Readiness::StartNow
+                }
+            },
         }
     }
 
@@ -448,7 +461,7 @@ mod tests {
             AfterLoss::GaveUp { crashes: 3 }
         );
         assert_eq!(s.status(), Status::PermanentlyFailed);
-        assert_eq!(s.readiness(), Readiness::Refuse);
+        assert_eq!(s.readiness(t(6300)), Readiness::Refuse);
         assert_eq!(s.poll_timeout(), None);
         s.check_invariants(t(6300)).unwrap();
     }
@@ -463,7 +476,7 @@ mod tests {
     }
 
     #[test]
-    fn remote_reconnects_with_backoff_and_a_call_cancels_the_wait() {
+    fn remote_reconnects_with_backoff_which_a_call_waits_for() {
         let mut rng = Rng::new(9);
         let mut s = Supervisor::new(false, false, Policy::default(), t(0));
         s.begin_connect(t(0));
@@ -474,12 +487,14 @@ mod tests {
         };
         assert!((900..=1100).contains(&delay.as_millis()));
         assert_eq!(s.status(), Status::Offline);
-        assert_eq!(s.readiness(), Readiness::StartNow);
-        assert_eq!(s.timer(Timer::Retry), None);
-        s.begin_connect(t(20));
-        assert_eq!(s.readiness(), Readiness::Wait);
-        assert_eq!(s.on_handshake(t(30), false, &mut rng), Some(1));
-        assert_eq!(s.readiness(), Readiness::Ready);
+        assert_eq!(s.readiness(t(20)), Readiness::Wait, "the call waits for the scheduled attempt");
+        assert!(s.timer(Timer::Retry).is_some(), "which stays where the backoff put it");
+        let due = s.timer(Timer::Retry).unwrap();
+        assert_eq!(s.readiness(due), Readiness::StartNow, "once due, a call may make it");
+        s.begin_connect(due);
+        assert_eq!(s.readiness(due), Readiness::Wait);
+        assert_eq!(s.on_handshake(due, false, &mut rng), Some(1));
+        assert_eq!(s.readiness(due), Readiness::Ready);
         s.on_discovered(t(40), &mut rng);
         assert_eq!(s.status(), Status::Online);
         let statuses: Vec<_> = s.drain_transitions().map(|t| t.to).collect();
@@ -499,7 +514,7 @@ mod tests {
             AfterLoss::Reauth
         );
         assert_eq!(s.poll_timeout(), None);
-        assert_eq!(s.readiness(), Readiness::Refuse);
+        assert_eq!(s.readiness(t(1)), Readiness::Refuse);
     }
 
     #[test]

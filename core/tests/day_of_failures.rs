@@ -429,6 +429,9 @@ impl World {
             Action::Emit {
                 event: tether_core::Event::ServerStatusChanged { server, to: Status::RequiresReauth, message, .. },
             } => {
+                // From here it waits for a person, not for tether: no recovery
+                // bound holds for it.
+                self.recovering.remove(&server);
                 // A person is asked for only when no live token is at hand.
                 if let Some(acct) = self.accounts.get(&server) {
                     if let Some(t) = acct.held.filter(|t| !(acct.revoked && t.grant == acct.grant)) {
@@ -996,6 +999,18 @@ impl World {
         }
         self.accounts.values_mut().for_each(|a| a.outage_until = 0);
         self.operator();
+        // A login nobody started (its token revoked, and no call came since to ask
+        // for one) is started by the operator, as a person would from the status page.
+        let unasked: Vec<tether_core::ServerName> = self
+            .names
+            .iter()
+            .filter(|s| self.accounts.get(*s).is_some_and(|a| a.login.is_none()))
+            .filter(|s| self.gw.status(s).map(|s| s.status) == Some(Status::RequiresReauth))
+            .cloned()
+            .collect();
+        for server in unasked {
+            self.input(Input::Admin { command: AdminCommand::Reconnect { server } });
+        }
         self.healed_at = self.now;
         self.run_until(self.now + LONGEST_RECOVERY);
         self.operator();

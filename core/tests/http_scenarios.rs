@@ -380,8 +380,11 @@ fn http_401_on_initialize_requires_reauth_and_the_waiting_call_says_so() {
     sim.note("the server restarts: the connection drops");
     sim.fail("web", None, Failure::Reset);
     assert_eq!(sim.status("web"), Status::Offline);
-    sim.note("a call arrives while offline: it starts a reconnect at once, and initialize gets HTTP 401");
+    sim.note("a call arrives while offline: it waits for the scheduled reconnect, whose initialize gets HTTP 401");
+    let before = connects(&sim, "web").len();
     sim.call(1, "web__search");
+    assert_eq!(connects(&sim, "web").len(), before, "the backoff holds for calls too");
+    sim.advance(sim.gw.status("web").unwrap().next_retry_ms.unwrap());
     assert_eq!(connects(&sim, "web").last().unwrap().0, sim.now);
     fail_latest(&mut sim, "web", "initialize", Failure::Http { status: 401 });
     let err = error_of(&sim, 1);
@@ -414,9 +417,11 @@ fn two_calls_on_an_offline_backend_start_one_reconnect_and_one_rediscovery() {
     let scheduled = sim.now + sim.gw.status("web").unwrap().next_retry_ms.unwrap();
     sim.advance(100);
 
-    sim.note("two calls arrive before the scheduled retry: the first starts a reconnect now, the second waits for it");
+    sim.note("two calls arrive before the scheduled retry: both wait for it (the backoff holds for calls too)");
     sim.call(1, "web__search");
     sim.call(2, "web__search");
+    assert_eq!(connects(&sim, "web").len(), 1, "no attempt of the calls' own");
+    sim.advance(scheduled - sim.now);
     let attempt_at = sim.now;
     assert_eq!(connects(&sim, "web").len(), 2, "exactly one reconnect for both calls");
     assert_eq!(request_times(&sim, "web", "initialize").len(), 2, "exactly one initialize for both calls");
@@ -453,7 +458,7 @@ fn two_calls_on_an_offline_backend_start_one_reconnect_and_one_rediscovery() {
     sim.answer_tools("web", &["search"]);
     assert_eq!(sim.status("web"), Status::Online);
     sim.advance(scheduled + 10_000 - sim.now);
-    assert_eq!(connects(&sim, "web").last().unwrap().0, attempt_at, "the scheduled retry was cancelled");
+    assert_eq!(connects(&sim, "web").last().unwrap().0, attempt_at, "no further attempt");
     assert_eq!(request_times(&sim, "web", "tools/list").len(), 2);
     insta::assert_snapshot!(sim.log);
 }
@@ -539,7 +544,7 @@ fn rediscovery_that_times_out_keeps_the_cached_catalog() {
 // ----- 6. reconnect now: admin command, or a call arriving while offline -----
 
 #[test]
-fn admin_reconnect_and_a_call_while_offline_try_at_once_and_a_failure_is_a_structured_error() {
+fn an_admin_reconnect_tries_at_once_a_call_waits_for_the_backoff_and_a_failure_is_a_structured_error() {
     let mut sim = web_online();
     sim.advance(1000);
     sim.note("the server goes away: offline, first reconnect scheduled");
@@ -560,8 +565,10 @@ fn admin_reconnect_and_a_call_while_offline_try_at_once_and_a_failure_is_a_struc
     sim.advance(first_retry + 1 - sim.now);
     assert_eq!(connects(&sim, "web").len(), connects_so_far, "the cancelled retry does not fire");
 
-    sim.note("a call arrives while offline: it cancels the scheduled retry and tries now");
+    sim.note("a call arrives while offline: it waits for the scheduled attempt (the backoff holds for calls too)");
     sim.call(1, "web__search");
+    assert_eq!(connects(&sim, "web").len(), connects_so_far, "no attempt of the call's own");
+    sim.advance(sim.gw.status("web").unwrap().next_retry_ms.unwrap());
     assert_eq!(connects(&sim, "web").last().unwrap().0, sim.now);
     assert!(sim.responses_for(1).is_empty(), "the call waits for the attempt");
     sim.note("that attempt is refused too: the call gets a structured error");

@@ -129,11 +129,14 @@ fn meta_mode_serves_six_tools_and_a_backend_tool_is_found_described_and_executed
 #[test]
 fn execute_tool_has_the_resilience_of_a_direct_call() {
     let mut sim = booted(meta());
-    sim.note("web goes offline; execute_tool on it tries at once, then answers the structured error");
+    sim.note("web goes offline; execute_tool on it waits for the scheduled attempt, then answers the structured error");
     sim.fail("web", None, Failure::Refused);
     assert_eq!(sim.status("web"), Status::Offline);
     sim.client(json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_tool","arguments":{"name":"web__search","arguments":{"query":"x"}}}}));
-    assert_eq!(sim.status("web"), Status::Connecting, "the call does not wait for the scheduled retry");
+    assert_eq!(sim.status("web"), Status::Offline, "the backoff holds: no attempt of the call's own");
+    let wait = sim.gw.status("web").unwrap().next_retry_ms.unwrap();
+    sim.advance(wait);
+    assert_eq!(sim.status("web"), Status::Connecting, "the scheduled attempt");
     sim.fail("web", None, Failure::Refused);
     let error = sim.response(1)["error"].clone();
     assert_eq!(error["code"], -32001, "{error}");

@@ -97,11 +97,12 @@ pub fn traffic_coverage(data: &[u8]) -> Result<Coverage, Violation> {
         day.pass(&mut h, &mut c, ms)?;
     }
     // The world heals: breakers cool down, an operator restarts what gave up,
-    // and calls to every backend must find it again.
+    // and calls to every backend must find it again, once the longest reconnect
+    // wait (180 s + 10 %) has passed: calls keep to the backoff too.
     day.moods = [Mood::Healthy; 3];
     day.operator(&mut h)?;
     for round in 0..3 {
-        day.pass(&mut h, &mut c, 31_000)?;
+        day.pass(&mut h, &mut c, if round == 2 { 200_000 } else { 31_000 })?;
         for server in 0..3 {
             let id = day.call_to(&mut h, server, 1)?;
             // By the last round every breaker has cooled and every backend can be

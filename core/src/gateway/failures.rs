@@ -226,7 +226,7 @@ impl Gateway {
             }
             // Respawn now and retry once on the fresh process.
             let b = self.backends.get_mut(server).expect("live");
-            if !b.queue.is_empty() && b.sup.readiness() == Readiness::StartNow {
+            if !b.queue.is_empty() && b.sup.readiness(now) == Readiness::StartNow {
                 self.connect(server);
             }
         }

@@ -407,7 +407,7 @@ impl Gateway {
         if self.router.calls.len() >= self.config.limits.max_in_flight as usize {
             return self.refuse_overloaded(server, call, "too many requests in flight");
         }
-        match b.sup.readiness() {
+        match b.sup.readiness(now) {
             Readiness::Ready => self.dispatch(server, call),
             Readiness::Wait | Readiness::StartNow
                 if b.queue.len() >= self.config.limits.max_queued_per_backend as usize =>
@@ -422,7 +422,9 @@ impl Gateway {
                 }
             }
             Readiness::Refuse => {
-                self.login_wanted(server);
+                if b.sup.status() == Status::RequiresReauth {
+                    self.login_wanted(server);
+                }
                 self.fail_unavailable(server, call)
             }
         }
