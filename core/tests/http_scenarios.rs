@@ -710,6 +710,12 @@ fn a_slow_backend_delays_tools_list_by_at_most_two_seconds_and_is_announced_when
     let names: Vec<&str> =
         list["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["fs__read_file"]);
+    // The short list explains itself: which server is still starting, and what follows.
+    let told: Vec<Value> =
+        sim.client_frames().into_iter().filter(|f| f["params"]["data"]["event"] == "servers_starting").collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0]["params"]["data"]["servers"], json!(["web"]));
+    assert!(told[0]["params"]["data"]["message"].as_str().unwrap().contains("list_changed follows"));
     assert!(tools_changed_at(&sim).is_empty(), "the client saw the list it was answered with: nothing to announce");
 
     sim.note("web's connect deadline (30 s) passes: offline, reconnect scheduled");

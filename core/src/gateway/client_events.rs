@@ -179,6 +179,41 @@ impl Gateway {
         }
     }
 
+    /// A `tools/list` went to `session` while servers it may see were still
+    /// starting for the first time (the list waits `aggregation_deadline_ms` at
+    /// most): it is told which, and that `list_changed` follows when their tools
+    /// arrive, so a short list explains itself (a cold `npx` start can take half
+    /// a minute). Handshake-era sessions that take `info`, with client events on.
+    pub(super) fn tell_of_servers_starting(&mut self, session: SessionId) {
+        if !self.config.client_events {
+            return;
+        }
+        let Some(s) = self.sessions.open.get(&session) else { return };
+        if !s.ready || s.era != Era::Handshake || Level::Info < s.log_level.unwrap_or(DEFAULT_LEVEL) {
+            return;
+        }
+        let starting: Vec<String> = self
+            .backends
+            .iter()
+            .filter(|(_, b)| !b.catalog_discovered && !b.config.disabled && b.sup.status().is_starting())
+            .filter(|(_, b)| b.sup.status() != crate::io::Status::Provisioning || !b.config.lazy)
+            .map(|(name, _)| String::from(&**name))
+            .filter(|name| self.sees_server(session, name))
+            .collect();
+        if starting.is_empty() {
+            return;
+        }
+        let message = alloc::format!(
+            "{} still starting ({}): their tools are not in this list yet; notifications/tools/list_changed follows when they arrive",
+            if starting.len() == 1 { "1 server is".into() } else { alloc::format!("{} servers are", starting.len()) },
+            starting.join(", ")
+        );
+        let data = serde_json::json!({"event": "servers_starting", "servers": starting, "message": message});
+        let params = serde_json::json!({"level": Level::Info.as_str(), "logger": "tether", "data": data});
+        let params = serde_json::to_string(&params).unwrap_or_default();
+        self.to_client(session, protocol::notification("notifications/message", Some(&params)));
+    }
+
     /// Whether one more of `server`'s events may go to clients now; `Some(n)`:
     /// yes, and `n` were held back since the last one that went.
     fn ration(&mut self, server: &ServerName) -> Option<u32> {

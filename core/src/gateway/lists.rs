@@ -123,7 +123,12 @@ impl Gateway {
                 let result = protocol::cacheable_result(&result, hint, shared);
                 self.reply(session, id, result.as_deref().unwrap_or("{}"))
             }
-            Ok(result) => self.reply(session, id, &result),
+            Ok(result) => {
+                self.reply(session, id, &result);
+                if kind == ListKind::Tools && cursor.is_none() {
+                    self.tell_of_servers_starting(session);
+                }
+            }
             Err(()) => self.reply_error(session, id, code::INVALID_PARAMS, "invalid cursor", None),
         }
     }
