@@ -68,6 +68,9 @@ fn killed_then_swept(rt: Runtime) {
         let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
     }
     assert!(gone, "{rt}: {survivors:?} survived the next tether's start\n{}", tail(&next.stderr_text()));
+    // It says so: at least these two (leftovers of earlier tests' killed tethers count too).
     let said = next.stderr_text();
-    assert!(said.contains("killed 2 processes") && said.contains("left running"), "{rt}: it says so\n{}", tail(&said));
+    let killed =
+        said.split("killed ").nth(1).and_then(|rest| rest.split(' ').next()).and_then(|n| n.parse::<usize>().ok());
+    assert!(killed.is_some_and(|n| n >= 2) && said.contains("left running"), "{rt}: it says so\n{}", tail(&said));
 }
