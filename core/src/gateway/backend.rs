@@ -394,11 +394,6 @@ impl Gateway {
     /// keyed to one error code (the specification forbids that): only an answer
     /// that proves a stateless server keeps it from happening.
     pub(super) fn probe_answer(&mut self, server: &str, answer: Result<&str, &str>, may_initialize: bool) {
-        let speaks = |versions: Option<&Value>, wanted: &[&str]| {
-            versions
-                .and_then(Value::as_array)
-                .is_some_and(|v| v.iter().any(|v| v.as_str().is_some_and(|v| wanted.contains(&v))))
-        };
         let verdict = match answer {
             Ok(r) => match serde_json::from_str::<Map<String, Value>>(r) {
                 Ok(result) if speaks(result.get("supportedVersions"), &protocol::STATELESS_VERSIONS) => {
@@ -464,11 +459,10 @@ impl Gateway {
                 &*c.server == server && c.generation == generation && matches!(c.kind, CallKind::Initialize { .. })
             })
             .map(|(id, _)| *id);
-        let stateless = answer.ok().and_then(|r| serde_json::from_str::<Map<String, Value>>(r).ok()).filter(|result| {
-            result.get("supportedVersions").and_then(Value::as_array).is_some_and(|v| {
-                v.iter().any(|v| v.as_str().is_some_and(|v| protocol::STATELESS_VERSIONS.contains(&v)))
-            })
-        });
+        let stateless = answer
+            .ok()
+            .and_then(|r| serde_json::from_str::<Map<String, Value>>(r).ok())
+            .filter(|result| speaks(result.get("supportedVersions"), &protocol::STATELESS_VERSIONS));
         match (stateless, initialize) {
             (Some(result), pending) => {
                 if let Some(id) = pending {
@@ -864,6 +858,14 @@ fn telling(line: &str) -> u8 {
         return 2;
     }
     1
+}
+
+/// Whether a list of revisions (`supportedVersions`, or an error's `supported`)
+/// names one of `wanted`.
+fn speaks(versions: Option<&Value>, wanted: &[&str]) -> bool {
+    versions
+        .and_then(Value::as_array)
+        .is_some_and(|v| v.iter().any(|v| v.as_str().is_some_and(|v| wanted.contains(&v))))
 }
 
 #[cfg(test)]
