@@ -46,9 +46,33 @@ pub fn run(cli: &Cli, command: &AuthCommand) -> Result<ExitCode, String> {
                 println!("No remote server in the configuration uses a login that tether manages.");
                 return Ok(ExitCode::SUCCESS);
             }
+            // Exit 1 when a server waits for a person: it holds no usable token and
+            // asks for a login. A server that has never asked for one (tether holds
+            // nothing for it) is asked once; a public server is no failure.
             let mut all_in = true;
             for name in names {
-                let status = credentials.authority(name).expect("listed").status();
+                let authority = credentials.authority(name).expect("listed");
+                let status = authority.status();
+                let untried = !status.logged_in && status.issuer.is_none() && !status.login_pending;
+                if untried && status.method == "oauth (authorization code)" {
+                    match authority.asks_for_login() {
+                        Ok(true) => {
+                            all_in = false;
+                            let _ = writeln!(
+                                out,
+                                "{name}: {status}; the server asks for a login: tether auth login {name}"
+                            );
+                        }
+                        Ok(false) => {
+                            let _ = writeln!(out, "{name}: no login needed (the server answers without one)");
+                        }
+                        Err(e) => {
+                            let _ =
+                                writeln!(out, "{name}: {status}; could not ask the server whether it needs one: {e}");
+                        }
+                    }
+                    continue;
+                }
                 all_in &= status.logged_in;
                 let _ = writeln!(out, "{name}: {status}");
             }

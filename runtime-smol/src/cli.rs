@@ -139,8 +139,9 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ImportArgs {
     /// The client whose servers to import: claude-desktop, cursor, vscode
-    /// (`.vscode/mcp.json` here, else the user's `mcp.json`), claude-code, or the
-    /// path of a file with an `mcpServers` or `servers` map.
+    /// (`.vscode/mcp.json` here, else the user's `mcp.json`, else the `mcp` block
+    /// of the user's `settings.json`), claude-code (user-wide servers and this
+    /// directory's project servers), or the path of a file of one of those shapes.
     #[arg(long, value_name = "CLIENT|PATH", default_value = "claude-desktop")]
     pub from: crate::import::Source,
     /// Then rewrite the client's file (after a backup beside it) so that its only

@@ -2,12 +2,19 @@
 //! Desktop, Cursor, VS Code, Claude Code, or any file of those shapes) into
 //! tether's configuration file and, with `--rewrite`, points the client at tether.
 //!
+//! A file's servers are in one map or more: `mcpServers` (Claude, Cursor) or
+//! `servers` (VS Code's `mcp.json`) at the top, `mcp.servers` in VS Code's
+//! `settings.json`, and in Claude Code's `~/.claude.json` also the servers of the
+//! project in the current directory (`projects.<dir>.mcpServers`), which win over
+//! user-wide ones of the same name, as in Claude Code.
+//!
 //! Nothing is ever overwritten: a server tether's file already has with another
 //! definition is a conflict, left as it is. The client's file is rewritten only
 //! after tether's file was written, only when there was no conflict, and only
 //! after a backup of it was made. Every write is a temporary file in the same
-//! directory renamed over the target. Key order is kept; comments in a rewritten
-//! client file are not (the backup has them).
+//! directory renamed over the target. Servers are added to tether's file as
+//! inserted text, so its comments and layout stay; comments in a rewritten client
+//! file do not (the backup has them).
 
 use std::fmt;
 use std::fs;
@@ -27,9 +34,11 @@ pub enum Client {
     ClaudeDesktop,
     /// Cursor's `~/.cursor/mcp.json`.
     Cursor,
-    /// VS Code's `.vscode/mcp.json` in the current directory, else the user's `mcp.json`.
+    /// VS Code's `.vscode/mcp.json` in the current directory, else the user's
+    /// `mcp.json`, else the `mcp` block of the user's `settings.json`.
     VsCode,
-    /// Claude Code's `~/.claude.json` (its user-wide `mcpServers`).
+    /// Claude Code's `~/.claude.json`: its user-wide `mcpServers` and those of the
+    /// project in the current directory.
     ClaudeCode,
 }
 
@@ -76,10 +85,14 @@ pub fn client_path(
         Client::Cursor => home()?.join(".cursor").join("mcp.json"),
         Client::VsCode => {
             let workspace = cwd.join(".vscode").join("mcp.json");
+            let user = app_config()?.join("Code").join("User");
             if workspace.is_file() {
                 workspace
+            } else if !user.join("mcp.json").is_file() && user.join("settings.json").is_file() {
+                // Before VS Code had mcp.json, servers lived in settings.json's "mcp".
+                user.join("settings.json")
             } else {
-                app_config()?.join("Code").join("User").join("mcp.json")
+                user.join("mcp.json")
             }
         }
         Client::ClaudeCode => home()?.join(".claude.json"),
@@ -93,6 +106,9 @@ pub struct Request {
     pub client_file: PathBuf,
     /// Tether's configuration file (created if absent).
     pub tether_file: PathBuf,
+    /// The directory whose project servers to take from a Claude Code file (the
+    /// current directory).
+    pub project: Option<PathBuf>,
     /// The tether binary the rewritten client entry runs.
     pub tether_command: PathBuf,
     /// Point the client at tether once its servers are in tether's file.
@@ -124,8 +140,9 @@ pub struct Outcome {
     pub client_file: PathBuf,
     /// Tether's file.
     pub tether_file: PathBuf,
-    /// The client's server map key (`mcpServers` or `servers`).
-    pub client_key: &'static str,
+    /// The client's server maps, as a person reads them (`mcpServers`,
+    /// `mcp.servers`, `mcpServers and projects["/home/me/app"].mcpServers`).
+    pub client_key: String,
     /// Servers copied into tether's file.
     pub added: Vec<String>,
     /// Servers tether's file already had, defined the same.
@@ -191,7 +208,7 @@ impl fmt::Display for Outcome {
             ClientChange::Rewritten { backup } => {
                 writeln!(f, "{} {client} to {}", would("Backed up", "Would back up"), backup.display())?;
                 let verb = would("Rewrote", "Would rewrite");
-                writeln!(f, "{verb} {client}: its {} hold only \"tether\"", self.client_key)?;
+                writeln!(f, "{verb} {client}: its servers are now only \"tether\"")?;
             }
         }
         if !self.conflicts.is_empty() {
@@ -226,6 +243,7 @@ pub fn run(cli: &Cli, args: &ImportArgs) -> Result<ExitCode, String> {
     let request = Request {
         client_file,
         tether_file: cwd.join(tether_file),
+        project: Some(cwd.clone()),
         tether_command,
         rewrite: args.rewrite,
         dry_run: args.dry_run,
@@ -245,20 +263,32 @@ pub fn import(request: &Request) -> Result<Outcome, String> {
         _ => format!("{client_origin}: cannot read: {e}"),
     })?;
     let mut client_root = config_file::parse_jsonc(&client_text, &client_origin).map_err(|e| e.to_string())?;
-    let client_key = server_key(&client_root, &client_origin)?
-        .ok_or_else(|| format!("{client_origin}: has no \"mcpServers\" or \"servers\" map"))?;
-    let client_servers = dedup(object(lookup(&client_root, client_key), &format!("{client_origin}: {client_key}"))?);
+    let maps = server_maps(&client_root, &client_origin, request.project.as_deref())?;
+    let mut client_servers: Vec<(String, Node)> = Vec::new();
+    for map in &maps {
+        let what = format!("{client_origin}: {}", describe(map));
+        for (name, entry) in dedup(object(lookup_path(&client_root, map), &what)?) {
+            match client_servers.iter_mut().find(|(k, _)| *k == name) {
+                Some(slot) => slot.1 = entry,
+                None => client_servers.push((name, entry)),
+            }
+        }
+    }
+    let client_key = maps.iter().map(|m| describe(m)).collect::<Vec<_>>().join(" and ");
 
     let tether_origin = request.tether_file.display().to_string();
     let tether_created = !request.tether_file.exists();
-    let mut tether_root = if tether_created {
-        Node::Object(Vec::new())
+    let tether_text = if tether_created {
+        None
     } else {
-        let text =
-            fs::read_to_string(&request.tether_file).map_err(|e| format!("{tether_origin}: cannot read: {e}"))?;
-        config_file::parse_jsonc(&text, &tether_origin).map_err(|e| e.to_string())?
+        Some(fs::read_to_string(&request.tether_file).map_err(|e| format!("{tether_origin}: cannot read: {e}"))?)
     };
-    let tether_key = server_key(&tether_root, &tether_origin)?.unwrap_or("mcpServers");
+    let mut tether_root = match &tether_text {
+        None => Node::Object(Vec::new()),
+        Some(text) => config_file::parse_jsonc(text, &tether_origin).map_err(|e| e.to_string())?,
+    };
+    let had_key = server_key(&tether_root, &tether_origin)?;
+    let tether_key = had_key.unwrap_or("mcpServers");
 
     let mut outcome = Outcome {
         client_file: request.client_file.clone(),
@@ -292,7 +322,14 @@ pub fn import(request: &Request) -> Result<Outcome, String> {
     }
 
     if !outcome.added.is_empty() {
-        let text = pretty(&tether_root)?;
+        let text = match &tether_text {
+            Some(text) => in_place(text, had_key, &client_servers, &outcome.added, &tether_root),
+            None => None,
+        };
+        let text = match text {
+            Some(text) => text,
+            None => pretty(&tether_root)?,
+        };
         check_loads(&text, &tether_origin)?;
         if !request.dry_run {
             write_atomically(&request.tether_file, &text).map_err(|e| format!("{tether_origin}: cannot write: {e}"))?;
@@ -304,12 +341,19 @@ pub fn import(request: &Request) -> Result<Outcome, String> {
         outcome.client = if !outcome.conflicts.is_empty() {
             ClientChange::KeptForConflicts
         } else {
-            let entry = tether_entry(&request.tether_command, &request.tether_file, client_key);
+            let primary = &maps[0];
+            let shape = primary.last().map_or("mcpServers", String::as_str);
+            let entry = tether_entry(&request.tether_command, &request.tether_file, shape);
             let servers = vec![("tether".to_string(), entry)];
             if client_servers == servers {
                 ClientChange::AlreadyTether
             } else {
-                set_key(&mut client_root, client_key, Node::Object(servers));
+                // tether now serves every imported map's servers: the first map runs
+                // tether, the others (a project's) are emptied.
+                set_path(&mut client_root, primary, Node::Object(servers));
+                for map in &maps[1..] {
+                    set_path(&mut client_root, map, Node::Object(Vec::new()));
+                }
                 let text = pretty(&client_root)?;
                 let backup = backup_path(&request.client_file, now_utc_stamp());
                 if !request.dry_run {
@@ -323,6 +367,25 @@ pub fn import(request: &Request) -> Result<Outcome, String> {
         };
     }
     Ok(outcome)
+}
+
+/// Tether's file `text` with the `added` servers of `client` inserted as text, so
+/// its comments and layout stay; `None` (write it whole) unless the result reads
+/// back as exactly `expected`.
+fn in_place(
+    text: &str,
+    key: Option<&str>,
+    client: &[(String, Node)],
+    added: &[String],
+    expected: &Node,
+) -> Option<String> {
+    let entries: Vec<(String, Node)> = client.iter().filter(|(name, _)| added.contains(name)).cloned().collect();
+    let spliced = match key {
+        Some(key) => splice::add_entries(text, &[key], &entries)?,
+        None => splice::add_entries(text, &[], &[("mcpServers".to_string(), Node::Object(entries))])?,
+    };
+    let reread = config_file::parse_jsonc(&spliced, "").ok()?;
+    (reread.to_value() == expected.to_value()).then_some(spliced)
 }
 
 /// The entry a client runs tether with: `command` and `args` (and `"type":
@@ -350,6 +413,61 @@ fn runs_tether(entry: &Node) -> bool {
         name
     };
     name.eq_ignore_ascii_case("tether")
+}
+
+/// The server maps of a client's file, each as its keys from the root: the map at
+/// the top (`mcpServers` or `servers`), else VS Code settings' `mcp.servers`; then
+/// the Claude Code project's of `project` when it has servers. An error when there
+/// is none.
+fn server_maps(root: &Node, origin: &str, project: Option<&Path>) -> Result<Vec<Vec<String>>, String> {
+    let mut maps = Vec::new();
+    if let Some(key) = server_key(root, origin)? {
+        maps.push(vec![key.to_string()]);
+    } else if lookup(root, "mcp").and_then(|mcp| lookup(mcp, "servers")).is_some() {
+        maps.push(vec!["mcp".to_string(), "servers".to_string()]);
+    }
+    if let (Some(project), Some(Node::Object(projects))) = (project, lookup(root, "projects")) {
+        let wanted = project.to_string_lossy();
+        let same = |key: &str| key == wanted || key.replace('\\', "/") == wanted.replace('\\', "/");
+        let found = projects.iter().rev().find(|(key, _)| same(key));
+        if let Some((key, project)) = found {
+            if matches!(lookup(project, "mcpServers"), Some(Node::Object(servers)) if !servers.is_empty()) {
+                maps.push(vec!["projects".to_string(), key.clone(), "mcpServers".to_string()]);
+            }
+        }
+    }
+    if maps.is_empty() {
+        return Err(format!("{origin}: has no \"mcpServers\" or \"servers\" map"));
+    }
+    Ok(maps)
+}
+
+/// A map's keys as a person reads them: `mcp.servers`, `projects["/app"].mcpServers`.
+fn describe(map: &[String]) -> String {
+    match map {
+        [projects, dir, key] if projects == "projects" => format!("projects[{dir:?}].{key}"),
+        keys => keys.join("."),
+    }
+}
+
+/// The node at `path` (keys from the root).
+fn lookup_path<'a>(root: &'a Node, path: &[String]) -> Option<&'a Node> {
+    path.iter().try_fold(root, |node, key| lookup(node, key))
+}
+
+/// Sets the node at `path`, whose parents exist (they were found by [`server_maps`]).
+fn set_path(root: &mut Node, path: &[String], value: Node) {
+    match path {
+        [] => {}
+        [key] => set_key(root, key, value),
+        [key, rest @ ..] => {
+            if let Node::Object(entries) = root {
+                if let Some((_, child)) = entries.iter_mut().rev().find(|(k, _)| k == key) {
+                    set_path(child, rest, value);
+                }
+            }
+        }
+    }
 }
 
 /// Which of `mcpServers` and `servers` the file has (an error if both).
@@ -506,6 +624,8 @@ fn stamp(secs: u64) -> String {
     let (year, month, day) = tether_core::time::civil_from_days(days);
     format!("{year:04}{month:02}{day:02}-{:02}{:02}{:02}", rest / 3600, rest % 3600 / 60, rest % 60)
 }
+
+mod splice;
 
 #[cfg(test)]
 mod tests;

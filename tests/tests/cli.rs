@@ -450,3 +450,57 @@ fn tether_blocking_says_an_authorization_section_has_no_effect() {
     let warning = "tether.authorization has no effect in tether-blocking";
     assert!(t.wait_log_count(warning, 1, Duration::from_secs(10)), "{}", t.stderr_text());
 }
+
+/// Answers every HTTP request on a loopback port with 401 and a bearer challenge,
+/// as a server that wants an OAuth login does; returns its MCP URL.
+fn login_wanting_server() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let challenge = format!(
+                "Bearer resource_metadata=\"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp\""
+            );
+            let _ = write!(
+                stream,
+                "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: {challenge}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    format!("http://127.0.0.1:{port}/mcp")
+}
+
+/// `tether auth status` with a remote server that needs no login (a tether serving
+/// HTTP without a token) and one that answers 401: the first is "no login needed"
+/// and no failure; the second is not logged in, says how to log in, and exits 1.
+/// Alone, the public server exits 0 (it used to be "not logged in", exit 1).
+#[test]
+fn auth_status_tells_a_server_without_a_login_from_one_that_wants_one() {
+    let public = Tether::start(
+        with_policy(json!({ "fs": mock_server(&["--name", "fs"]) })),
+        &["serve", "--listen", "127.0.0.1:0"],
+    );
+    let public_url = public.logged_url("listening on ");
+    let dir = tempfile::tempdir().unwrap();
+    let auth_status = |servers: Value| {
+        let config = write_config(dir.path(), &json!({ "mcpServers": servers }));
+        let mut command = tether(&["auth", "status", "--config", &config]);
+        command.env("TETHER_STATE_DIR", dir.path());
+        let out = run_command(command, Duration::from_secs(30));
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+
+    let (code, out, err) = auth_status(json!({ "open": { "url": public_url } }));
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("open: no login needed"), "{out}{err}");
+
+    let (code, out, err) =
+        auth_status(json!({ "open": { "url": public_url }, "locked": { "url": login_wanting_server() } }));
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("open: no login needed"), "{out}{err}");
+    let locked = out.lines().find(|l| l.starts_with("locked: ")).unwrap_or_default();
+    assert!(locked.contains("not logged in") && locked.contains("tether auth login locked"), "{out}{err}");
+}

@@ -274,6 +274,13 @@ pub fn parse_jsonc(text: &str, origin: &str) -> Result<Node, ConfigFileError> {
     json(text, origin)
 }
 
+/// `text` as plain JSON: comments and trailing commas blanked with spaces, every
+/// other byte where it was, so a position found in the result is the same position
+/// in `text` (for editing a file in place, comments kept).
+pub fn jsonc_as_json(text: &str) -> String {
+    strip_jsonc(text)
+}
+
 /// `text` (a leading byte-order mark, comments and trailing commas allowed) parsed
 /// as JSON.
 fn json<T: serde::de::DeserializeOwned>(text: &str, origin: &str) -> Result<T, ConfigFileError> {

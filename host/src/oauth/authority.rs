@@ -975,6 +975,22 @@ impl Authority {
         false
     }
 
+    /// Whether the backend asks for a login at all: one unauthenticated GET, as a
+    /// client without a token would make. `tether auth status` asks this of a
+    /// server it holds nothing for, so a public server is not reported as
+    /// "not logged in" (tether cannot tell from the configuration: an OAuth
+    /// server is one that answers 401).
+    pub fn asks_for_login(&self) -> Result<bool, String> {
+        match self.http.probe(&self.url) {
+            Ok((401, _)) => Ok(true),
+            // 403 is a refusal for lack of scope when it carries a challenge, and
+            // some other refusal (an IP rule, a WAF) when it does not.
+            Ok((403, challenge)) => Ok(challenge.is_some()),
+            Ok(_) => Ok(false),
+            Err(failure) => Err(self.hide(&failure.message)),
+        }
+    }
+
     /// Provokes the backend's challenge (for the CLI, which has none at hand).
     fn probe_challenge(&self) -> Challenge {
         match self.http.probe(&self.url) {

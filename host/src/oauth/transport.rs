@@ -124,8 +124,13 @@ impl Http {
         match result {
             Ok(r) | Err(ureq::Error::Status(_, r)) => {
                 let answer = (r.status(), r.header("WWW-Authenticate").map(str::to_owned));
-                // Read within bounds so the connection can serve the next request.
-                let _ = std::io::copy(&mut self.fetch.body(r).take(BODY_LIMIT), &mut std::io::sink());
+                // A refusal's body is read within bounds so the connection can serve
+                // the next request; anything else may be an event stream that never
+                // ends (a server without a login answers the GET with its SSE
+                // stream), and is dropped with its connection.
+                if matches!(answer.0, 401 | 403) {
+                    let _ = std::io::copy(&mut self.fetch.body(r).take(BODY_LIMIT), &mut std::io::sink());
+                }
                 Ok(answer)
             }
             Err(ureq::Error::Transport(t)) => Err(Failure::unavailable(format!("{url}: {t}"))),

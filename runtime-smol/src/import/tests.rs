@@ -10,6 +10,7 @@ fn request(dir: &Path, client: &str, rewrite: bool, dry_run: bool) -> Request {
     Request {
         client_file: dir.join(client),
         tether_file: dir.join("tether").join("config.json"),
+        project: None,
         tether_command: PathBuf::from(TETHER_BIN),
         rewrite,
         dry_run,
@@ -78,7 +79,8 @@ fn cursor_import_keeps_tether_sections_and_key_order() {
     assert_eq!(outcome.unchanged, ["zeta"]);
     assert!(!outcome.tether_created);
     let text = fs::read_to_string(&req.tether_file).unwrap();
-    let value: Value = serde_json::from_str(&text).unwrap();
+    assert!(text.contains("// tether's own settings"), "{text}");
+    let value = config_file::parse_jsonc(&text, "t").unwrap().to_value();
     assert_eq!(value["tether"], json!({"separator": "__", "policy": {"crash_limit": 5}}));
     assert_eq!(value["mcpServers"]["alpha"], json!({"command": "a", "tether": {"vital": true}}));
     // Keys stay in their order; the new server comes last.
@@ -308,4 +310,160 @@ fn backup_stamps_are_utc_civil_dates() {
     assert_eq!(stamp(951_782_400 + 3661), "20000229-010101");
     assert_eq!(stamp(1_767_225_599), "20251231-235959");
     assert_eq!(backup_path(Path::new("/a/b.json"), stamp(0)), Path::new("/a/b.json.bak-19700101-000000"));
+}
+
+/// tether's own file keeps its comments, layout and trailing commas when servers are
+/// added to it: the new entries are inserted as text at the end of its server map.
+#[test]
+fn tether_file_comments_and_layout_survive_an_import() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("claude_desktop_config.json"), CLAUDE_DESKTOP).unwrap();
+    let req = request(dir.path(), "claude_desktop_config.json", false, false);
+    fs::create_dir_all(req.tether_file.parent().unwrap()).unwrap();
+    let before = r#"// tether for my laptop
+{
+    "mcpServers": {
+        // the notes server: keep it first
+        "notes": { "command": "notes-mcp" }, // trailing comma next
+    },
+    /* policy tuned by hand */
+    "tether": { "policy": { "request_timeout_ms": 90000 } }
+}
+"#;
+    fs::write(&req.tether_file, before).unwrap();
+    let outcome = import(&req).unwrap();
+    assert_eq!(outcome.added, ["fs", "web"]);
+    let after = fs::read_to_string(&req.tether_file).unwrap();
+    for kept in [
+        "// tether for my laptop",
+        "// the notes server: keep it first",
+        r#""notes": { "command": "notes-mcp" }, // trailing comma next"#,
+        "/* policy tuned by hand */",
+        r#""tether": { "policy": { "request_timeout_ms": 90000 } }"#,
+    ] {
+        assert!(after.contains(kept), "lost {kept:?}:\n{after}");
+    }
+    // Indented like its neighbours, in order, and tether reads all three.
+    assert!(after.contains("\n        \"fs\": {\n            \"command\": \"npx\","), "{after}");
+    let root = config_file::parse_jsonc(&after, "t").unwrap().to_value();
+    let names: Vec<&String> = root["mcpServers"].as_object().unwrap().keys().collect();
+    assert_eq!(names.len(), 3, "{after}");
+    assert_eq!(root["mcpServers"]["web"]["headers"]["Authorization"], "Bearer abc");
+    assert_eq!(root["tether"]["policy"]["request_timeout_ms"], 90000);
+}
+
+/// The same for a file without a server map yet, one whose map is empty and one
+/// written on a single line: each ends up as tether reads it, its comment kept.
+#[test]
+fn servers_are_spliced_into_empty_missing_and_one_line_maps() {
+    let cases = [
+        "{\n  // only settings so far\n  \"tether\": {}\n}\n",
+        "{\n  // nothing yet\n  \"mcpServers\": {}\n}\n",
+        "{ \"mcpServers\": { \"a\": { \"url\": \"https://a.example/mcp\" } } } // one line\n",
+        "\u{feff}{ /* c */ \"mcpServers\": { \"a\": { \"url\": \"https://a.example/mcp\" } /* end */ } }\n",
+    ];
+    for before in cases {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("claude_desktop_config.json"), CLAUDE_DESKTOP).unwrap();
+        let req = request(dir.path(), "claude_desktop_config.json", false, false);
+        fs::create_dir_all(req.tether_file.parent().unwrap()).unwrap();
+        fs::write(&req.tether_file, before).unwrap();
+        import(&req).unwrap();
+        let after = fs::read_to_string(&req.tether_file).unwrap();
+        let comment = before.split(['/']).nth(1).map(|_| before.find("/").unwrap()).unwrap();
+        let comment_text: String = before[comment..].chars().take(6).collect();
+        assert!(after.contains(&comment_text), "comment {comment_text:?} lost:\n{after}");
+        let root = config_file::parse_jsonc(&after, "t").unwrap().to_value();
+        assert_eq!(root["mcpServers"]["fs"]["command"], "npx", "{after}");
+        assert_eq!(root["mcpServers"]["web"]["url"], "https://example.com/mcp", "{after}");
+    }
+}
+
+/// VS Code before `mcp.json`: servers in the `mcp` block of the user's
+/// `settings.json`, beside every other setting. They are imported, and a rewrite
+/// leaves every other setting (and the block's `inputs`) as it was.
+#[test]
+fn vscode_settings_mcp_block_is_imported_and_rewritten_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = r#"{
+  "editor.fontSize": 14,
+  // MCP servers, the old way
+  "mcp": {
+    "inputs": [],
+    "servers": {
+      "git": {"type": "stdio", "command": "uvx", "args": ["mcp-server-git"]},
+    },
+  },
+}"#;
+    fs::write(dir.path().join("settings.json"), settings).unwrap();
+    let req = request(dir.path(), "settings.json", true, false);
+    let outcome = import(&req).unwrap();
+    assert_eq!(outcome.client_key, "mcp.servers");
+    assert_eq!(outcome.added, ["git"]);
+    assert_eq!(read_json(&req.tether_file)["mcpServers"]["git"]["command"], "uvx");
+    let client = config_file::parse_jsonc(&fs::read_to_string(&req.client_file).unwrap(), "s").unwrap().to_value();
+    assert_eq!(client["editor.fontSize"], 14);
+    assert_eq!(client["mcp"]["inputs"], json!([]));
+    assert_eq!(client["mcp"]["servers"]["tether"]["type"], "stdio");
+    assert_eq!(client["mcp"]["servers"].as_object().unwrap().len(), 1);
+    assert_eq!(import(&req).unwrap().client, ClientChange::AlreadyTether);
+
+    // `--from vscode` finds settings.json when the user folder has no mcp.json.
+    let home = tempfile::tempdir().unwrap();
+    let user = home.path().join(".config").join("Code").join("User");
+    fs::create_dir_all(&user).unwrap();
+    fs::write(user.join("settings.json"), settings).unwrap();
+    let home_dir = home.path().to_string_lossy().into_owned();
+    let env = move |name: &str| (name == "HOME").then(|| home_dir.clone());
+    let found = client_path(Client::VsCode, "linux", &env, dir.path()).unwrap();
+    assert_eq!(found, user.join("settings.json"));
+    fs::write(user.join("mcp.json"), "{}").unwrap();
+    assert_eq!(client_path(Client::VsCode, "linux", &env, dir.path()).unwrap(), user.join("mcp.json"));
+}
+
+/// Claude Code keeps servers per project in `~/.claude.json` (`projects.<dir>`).
+/// Importing from inside that directory takes them with the user-wide ones (the
+/// project's win a shared name, as in Claude Code); another project's are not
+/// taken. A rewrite runs tether user-wide and empties the project's map.
+#[test]
+fn claude_code_project_servers_of_the_current_directory_are_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let claude_code = json!({
+        "mcpServers": { "docs": {"type": "http", "url": "https://docs.example.com/mcp"},
+                        "db": {"command": "db-mcp", "args": ["--global"]} },
+        "projects": {
+            "/home/me/app": { "allowedTools": [], "mcpServers": {
+                "db": {"command": "db-mcp", "args": ["--app"]},
+                "app-only": {"command": "app-mcp"} } },
+            "/home/me/other": { "mcpServers": { "other-only": {"command": "other-mcp"} } }
+        }
+    });
+    fs::write(dir.path().join(".claude.json"), serde_json::to_string_pretty(&claude_code).unwrap()).unwrap();
+    let req =
+        Request { project: Some(PathBuf::from("/home/me/app")), ..request(dir.path(), ".claude.json", true, false) };
+    let outcome = import(&req).unwrap();
+    assert_eq!(outcome.client_key, r#"mcpServers and projects["/home/me/app"].mcpServers"#);
+    let mut added = outcome.added.clone();
+    added.sort();
+    assert_eq!(added, ["app-only", "db", "docs"]);
+    let tether = read_json(&req.tether_file);
+    assert_eq!(tether["mcpServers"]["db"]["args"], json!(["--app"]));
+    assert!(tether["mcpServers"].get("other-only").is_none());
+
+    let client = read_json(&req.client_file);
+    assert_eq!(client["mcpServers"].as_object().unwrap().keys().collect::<Vec<_>>(), ["tether"]);
+    assert_eq!(client["projects"]["/home/me/app"]["mcpServers"], json!({}));
+    assert_eq!(client["projects"]["/home/me/app"]["allowedTools"], json!([]));
+    assert_eq!(client["projects"]["/home/me/other"], claude_code["projects"]["/home/me/other"]);
+    // Once rewritten, the project has no servers left and the file runs tether.
+    assert_eq!(import(&req).unwrap().client, ClientChange::AlreadyTether);
+
+    // Only a project's servers (no user-wide map): those, and the rewrite runs tether there.
+    let only = json!({ "projects": { "/home/me/app": { "mcpServers": { "x": {"command": "x-mcp"} } } } });
+    fs::write(dir.path().join("only.json"), only.to_string()).unwrap();
+    let req = Request { client_file: dir.path().join("only.json"), ..req };
+    let outcome = import(&req).unwrap();
+    assert_eq!(outcome.added, ["x"]);
+    let client = read_json(&req.client_file);
+    assert_eq!(client["projects"]["/home/me/app"]["mcpServers"]["tether"]["command"], TETHER_BIN);
 }
