@@ -5,7 +5,8 @@
 # the release workflow (its schema, and zizmor's security audits, offline).
 #
 # Needs python3 (venv, pip), node and npm, and the PyPI registry for maturin, zizmor
-# and check-jsonschema. Uses CARGO_TARGET_DIR when set.
+# and check-jsonschema (pinned: a new audit must not fail CI by itself). Uses
+# CARGO_TARGET_DIR when set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -14,7 +15,7 @@ target=${CARGO_TARGET_DIR:-$PWD/target}
 
 echo "-- tools: maturin, check-jsonschema, zizmor, uv (PyPI)"
 python3 -m venv "$work/tools"
-"$work/tools/bin/pip" install -q --disable-pip-version-check "maturin>=1.5,<2" check-jsonschema zizmor uv
+"$work/tools/bin/pip" install -q --disable-pip-version-check maturin==1.16.0 check-jsonschema==0.39.0 zizmor==1.32.0 uv==0.13.9
 
 echo "-- the wheel (maturin, bin bindings, release profile)"
 (cd packaging/python && "$work/tools/bin/maturin" build --release --locked --out "$work/wheels")

@@ -109,6 +109,7 @@ pub mod config;
 pub mod credential;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod history;
 /// The stateless revision's HTTP request headers (`MCP-Protocol-Version`,
 /// `Mcp-Method`, `Mcp-Name`) a host puts on a POST to a backend, derived from the frame.
 pub mod http_headers;

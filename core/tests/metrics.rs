@@ -38,3 +38,36 @@ fn calls_are_counted_by_outcome_with_the_latency_the_client_saw() {
     // crashed before), so it has not ended yet, or it failed.
     assert_eq!(m.calls_failed as usize, sim.responses_for(3).len());
 }
+
+/// The last hour the status page draws: minutes online, the minute a crash took
+/// the backend out (time in offline/starting, not online), and the latency of the
+/// calls of each minute, all in engine time.
+#[test]
+fn the_last_hour_shows_time_online_the_outage_and_each_minutes_latency() {
+    use tether_core::history::{Condition, MINUTE_MS};
+    let mut sim = Sim::new(one_stdio());
+    sim.boot("fs", &["read"]);
+    sim.client_init();
+    sim.call(1, "fs__read");
+    sim.advance(40);
+    let id = sim.last_request("fs", "tools/call");
+    reply(&mut sim, "fs", id, text_result("ok"));
+    sim.advance(2 * MINUTE_MS);
+    sim.exit("fs", Some(1));
+    sim.advance(500);
+    sim.input(tether_core::Input::Tick);
+
+    let hour = sim.gw.history("fs").unwrap();
+    let index = |c: Condition| Condition::ALL.iter().position(|x| *x == c).unwrap();
+    let online: u64 = hour.iter().map(|m| u64::from(m.ms[index(Condition::Online)])).sum();
+    assert!((2 * MINUTE_MS..=2 * MINUTE_MS + 100).contains(&online), "online {online} ms: {hour:?}");
+    let now = hour.last().unwrap();
+    assert_eq!(now.ago, 0);
+    let out = now.ms[index(Condition::Offline)] + now.ms[index(Condition::Starting)];
+    assert!(out > 0, "the crash's minute shows time out of online: {now:?}");
+    let first = hour.first().unwrap();
+    assert_eq!((first.ago, first.calls), (2, 1), "{hour:?}");
+    let p50 = first.p50_ms.unwrap();
+    assert!((40..=50).contains(&p50), "p50 {p50}");
+    assert!(hour.iter().skip(1).all(|m| m.calls == 0));
+}

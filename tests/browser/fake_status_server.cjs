@@ -137,6 +137,34 @@ function send(res, code, body, type) {
     res.end(typeof body === "string" ? body : JSON.stringify(body));
 }
 
+// The last hour as tether's /status gives it (history.minutes): an hour made up from
+// the backend's current status, with an incident 20 minutes ago, so the timeline
+// and the latency sparkline have something to draw.
+const CONDITIONS = ["online", "degraded", "starting", "dormant", "offline", "failed"];
+function condition(b) {
+    if (b.status === "online") return b.breaker !== "closed" || b.health === "degraded" ? "degraded" : "online";
+    if (["connecting", "discovering_tools", "restarting"].includes(b.status)) return "starting";
+    if (["provisioning", "dormant", "disconnected"].includes(b.status)) return "dormant";
+    if (b.status === "permanently_failed") return "failed";
+    return "offline";
+}
+function history(b) {
+    const minutes = [];
+    const seed = [...b.server].reduce((a, c) => a + c.charCodeAt(0), 0);
+    for (let ago = 59; ago >= 0; ago--) {
+        const ms = [0, 0, 0, 0, 0, 0];
+        const was = ago === 0 ? condition(b) : ago <= 8 ? condition(b) : ago >= 17 && ago <= 20 ? "offline" : ago === 16 ? "starting" : "online";
+        ms[CONDITIONS.indexOf(was)] = ago === 0 ? now() % 60000 : 60000;
+        const minute = { ago, ms };
+        if (was === "online" || was === "degraded") {
+            const p50 = 12 + ((seed + ago * 7) % 20);
+            Object.assign(minute, { calls: 20 + ((seed + ago) % 30), p50_ms: p50, p99_ms: p50 * (ago % 11 === 3 ? 30 : 4) });
+        }
+        minutes.push(minute);
+    }
+    return { minute_ms: 60000, conditions: CONDITIONS, minutes };
+}
+
 function statusJson() {
     const list = [...backends.values()].sort((a, b) => (a.server < b.server ? -1 : 1)).map((b) => {
         const { next_retry_at, online_since, ...rest } = b;
@@ -145,6 +173,7 @@ function statusJson() {
             uptime_ms: online_since == null ? null : now() - online_since,
             calls: Object.assign({}, b.calls),
             latency_ms: b.latency_ms.slice(),
+            history: history(b),
         });
     });
     return { tether: { version: "0.1.0-fake", uptime_ms: now(), sessions: 1, in_flight: 0, mode: "flat" }, backends: list };
@@ -207,6 +236,17 @@ const server = http.createServer(async (req, res) => {
     if (p === "/healthz") return send(res, 200, { status: "ok" });
     if (p === "/readyz") return send(res, 200, { ready: true });
     if (p === "/status") return send(res, 200, statusJson());
+    const logs = /^\/logs\/([^/]+)$/.exec(p);
+    if (logs) { // its events, and its last error as the stderr line that told it
+        const name = decodeURIComponent(logs[1]);
+        const b = backends.get(name);
+        if (!b) return send(res, 404, { error: `unknown backend: ${name}` });
+        const lines = kept.map(([, text]) => JSON.parse(text.split("data: ")[1]))
+            .filter((e) => e.server === name)
+            .map((e) => ({ at: e.at_ms, source: "event", text: `${e.event} ${JSON.stringify(e)}` }));
+        if (b.last_error) lines.push({ at: now(), source: "stderr", text: b.last_error });
+        return send(res, 200, { server: name, lines });
+    }
     if (p === "/metrics") {
         const lines = [...backends.values()].map((b) => `tether_calls_total{server="${b.server}",outcome="ok"} ${b.calls.ok}`);
         return send(res, 200, lines.join("\n") + "\n# EOF\n", "text/plain; version=0.0.4");

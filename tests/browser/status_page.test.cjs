@@ -99,7 +99,7 @@ async function main() {
 }
 
 async function test(browser) {
-    const context = await browser.newContext({ viewport: { width: 1440, height: 520 } });
+    const context = await browser.newContext({ viewport: { width: 1200, height: 520 } });
     page = await context.newPage();
     const pageErrors = [];
     const foreign = [];
@@ -156,8 +156,24 @@ async function run(page, pageErrors, foreign) {
         }
         // A new call is noticed by the 5 s poll at the latest.
         await page.waitForFunction(
-            (sel) => document.querySelectorAll(`${sel} svg.spark polyline`).length === 1 && /^[1-9]/.test(document.querySelector(`${sel} td.calls`).textContent),
+            (sel) => document.querySelectorAll(`${sel} svg.spark polyline.p50`).length === 1 && /^[1-9]/.test(document.querySelector(`${sel} td.calls`).textContent),
             row(OTHER), { timeout: 15000 });
+    });
+
+    await step("at 1200 px the table fits, every row's actions visible; the last hour is drawn", async () => {
+        const wrap = await page.$eval(".table-wrap", (e) => [e.scrollWidth, e.clientWidth]);
+        check(wrap[0] <= wrap[1], `the table overflows: ${wrap[0]} px in ${wrap[1]} px`);
+        for (const s of [CRASH, OTHER]) {
+            const box = await page.$eval(`${row(s)} button[data-action="logs"]`, (e) => e.getBoundingClientRect().toJSON());
+            check(box.right <= 1200 && box.width > 0, `${s}'s Logs button ends at ${box.right} px`);
+        }
+        // The timeline: online time in green columns; the sparkline: p50 and p99.
+        await page.waitForSelector(`${row(OTHER)} svg.timeline rect.c-online`, { timeout: 10000 });
+        const label = await page.getAttribute(`${row(OTHER)} svg.timeline`, "aria-label");
+        check(/^last hour: .*online/.test(label || ""), `timeline label ${JSON.stringify(label)}`);
+        check(await page.$(`${row(OTHER)} svg.spark polyline.p99`) !== null, "no p99 line");
+        const legend = await page.textContent("#legend");
+        check(/degraded/.test(legend) && /failed/.test(legend), `legend ${JSON.stringify(legend)}`);
     });
 
     await step(`crashing ${CRASH} (its crash tool, through /mcp) takes its row out of online`, async () => {
@@ -170,15 +186,17 @@ async function run(page, pageErrors, foreign) {
         const full = await page.getAttribute(`${row(CRASH)} td.error span`, "title");
         check(/crash/.test(full || ""), `last error's full text on hover: ${JSON.stringify(full)}`);
         check(await page.getAttribute(row(OTHER), "data-status") === "online", `${OTHER} left online too`);
+        // The current minute of its timeline shows the time out of online (within a poll).
+        await page.waitForSelector(`${row(CRASH)} svg.timeline g[data-ago="0"] rect:is(.c-offline, .c-starting, .c-failed)`, { timeout: 15000 });
         await page.waitForSelector(`#events li[data-event="server_status_changed"][data-server="${CRASH}"]`, { timeout: 10000 });
     });
 
     await step("the next retry counts down between fetches", async () => {
-        const read = () => page.$eval(`${row(CRASH)} td.retry`, (e) => e.textContent);
+        const read = () => page.$eval(`${row(CRASH)} span.retry`, (e) => e.textContent);
         const first = await read();
         check(/^\d+ s$/.test(first), `next retry shows ${JSON.stringify(first)}`);
         await page.waitForFunction(
-            ([sel, v]) => { const t = document.querySelector(`${sel} td.retry`).textContent; return /^\d+ s$/.test(t) && parseInt(t, 10) < v; },
+            ([sel, v]) => { const t = document.querySelector(`${sel} span.retry`).textContent; return /^\d+ s$/.test(t) && parseInt(t, 10) < v; },
             [row(CRASH), parseInt(first, 10)], { timeout: 5000 });
         const colour = await page.$eval(`${row(CRASH)} .status .badge`, (e) => getComputedStyle(e).backgroundColor);
         check(colour !== "rgb(26, 127, 55)", "a crashed backend's badge is still green");

@@ -12,6 +12,7 @@ use super::calls::{Call, CallKind, Queued};
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::{ServerConfig, Transport};
+use crate::history::History;
 use crate::io::{Action, Event, Status};
 use crate::metrics::BackendMetrics;
 use crate::policy::{Failure, HealthChange};
@@ -83,6 +84,8 @@ pub(super) struct Backend {
     pub online_since: Option<Instant>,
     /// Calls, latencies, restarts and breaker transitions, for status and metrics.
     pub metrics: BackendMetrics,
+    /// The last hour, minute by minute (the status page's timeline).
+    pub history: History,
     /// The OAuth credential tether manages for this remote backend, if it does.
     pub credential: Option<crate::credential::Credential>,
     /// Requests with a gateway id below this were sent before the newest
@@ -146,6 +149,7 @@ impl Backend {
             connect_started_at: None,
             online_since: None,
             metrics: BackendMetrics::default(),
+            history: History::default(),
             credential: None,
             credential_first_id: 0,
             awaiting_credential: false,

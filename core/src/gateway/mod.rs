@@ -35,6 +35,7 @@ use core::fmt;
 
 use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError, ServerConfig};
+use crate::history::{Condition, MinuteView};
 use crate::io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, RawId, ServerName, SessionId, Status};
 use crate::metrics::BackendMetrics;
 use crate::policy::{BreakerState, Failure};
@@ -408,6 +409,12 @@ impl Gateway {
         self.backends.get(server).map(|b| &b.metrics)
     }
 
+    /// A backend's last hour, minute by minute (conditions, calls, p50/p99), for the
+    /// status page's timeline; `None` for a backend tether does not have.
+    pub fn history(&self, server: &str) -> Option<Vec<MinuteView>> {
+        self.backends.get(server).map(|b| b.history.view(self.now))
+    }
+
     /// The `vital` backends not online now: tether is not ready while there are any.
     pub fn vital_backends_down(&self) -> Vec<ServerName> {
         self.backends
@@ -514,6 +521,10 @@ impl Gateway {
         self.redactor.redact_event(&mut event);
         if let Some(b) = self.backends.get_mut(event.server()) {
             b.recent.push(self.now, LogSource::Event, event.to_string());
+            // Status, breaker and health change only with an event of theirs.
+            let sup = &b.sup;
+            let condition = Condition::of(sup.status(), sup.breaker.state(self.now), sup.health.is_degraded());
+            b.history.observe(self.now, condition);
         }
         self.tell_clients(&event);
         self.push(Action::Emit { event });

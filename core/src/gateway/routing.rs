@@ -611,6 +611,7 @@ impl Gateway {
         let latency_ms = self.now.saturating_since(call.created).as_millis();
         if let Some(b) = self.backends.get_mut(server) {
             b.metrics.record_call(outcome, latency_ms);
+            b.history.record_call(self.now, latency_ms);
         }
     }
 
