@@ -71,3 +71,28 @@ fn the_last_hour_shows_time_online_the_outage_and_each_minutes_latency() {
     assert!((40..=50).contains(&p50), "p50 {p50}");
     assert!(hour.iter().skip(1).all(|m| m.calls == 0));
 }
+
+/// A server that announces `tools/list_changed` right after it starts (the
+/// reference "everything" server does) makes tether list its tools again; when
+/// nothing changed that is no second `tools_discovered` (it was logged twice per
+/// start). A real change still is one.
+#[test]
+fn a_rediscovery_that_finds_the_same_tools_is_no_second_tools_discovered() {
+    let discovered = |sim: &Sim| {
+        events(sim).into_iter().filter(|(_, e)| matches!(e, tether_core::Event::ToolsDiscovered { .. })).count()
+    };
+    let mut sim = Sim::new(one_stdio());
+    sim.boot("fs", &["read", "write"]);
+    assert_eq!(discovered(&sim), 1);
+    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
+    sim.answer_tools("fs", &["read", "write"]);
+    assert_eq!(discovered(&sim), 1, "the same tools again");
+    sim.backend("fs", json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}));
+    sim.answer_tools("fs", &["read", "write", "delete"]);
+    assert_eq!(discovered(&sim), 2, "a new tool");
+    // After a restart, the first discovery of the new process is an event again.
+    sim.exit("fs", Some(1));
+    sim.advance(1_000);
+    sim.boot("fs", &["read", "write", "delete"]);
+    assert_eq!(discovered(&sim), 3);
+}

@@ -737,6 +737,7 @@ impl Gateway {
             return self.connection_lost(server, Failure::Other { message: "discovery failed".into() });
         }
         if !d.failed {
+            let first = b.sup.status() == Status::DiscoveringTools;
             b.catalog_discovered = true;
             let mut lists: [Option<Vec<alloc::boxed::Box<str>>>; 4] = Default::default();
             for (kind, list) in ListKind::ALL.into_iter().zip(d.lists) {
@@ -753,7 +754,14 @@ impl Gateway {
             if let Some(detail) = b.catalog_cut.clone() {
                 self.emit(Event::CatalogCut { server: self.name(server), detail });
             }
+            // A re-discovery (the server's list_changed) that finds the catalog as it
+            // was is no event: some servers announce a change right after starting.
+            let own = |catalog: &crate::catalog::Catalog| {
+                ListKind::ALL.map(|kind| catalog.visible_hash(kind, |s, _| s == server))
+            };
+            let before = (!first).then(|| own(&self.catalog));
             let installed = self.catalog.replace(server, lists);
+            let changed = before.map_or(true, |before| before != own(&self.catalog));
             for c in installed.conflicts {
                 self.emit(Event::NameConflict { server: self.name(server), name: c.name });
             }
@@ -763,7 +771,9 @@ impl Gateway {
             }
             let (count, estimated_tokens) =
                 self.catalog.backend(server).map_or((0, 0), |c| (c.tool_count(), c.estimated_tokens()));
-            self.emit(Event::ToolsDiscovered { server: self.name(server), count, estimated_tokens });
+            if changed {
+                self.emit(Event::ToolsDiscovered { server: self.name(server), count, estimated_tokens });
+            }
         }
         let b = self.backends.get_mut(server).expect("live backend");
         if b.sup.status() == Status::DiscoveringTools {
