@@ -96,3 +96,24 @@ fn the_total_bound_leaves_a_later_backend_what_the_others_do_not_hold() {
     assert_eq!(names.iter().filter(|n| n.starts_with("small__")).count(), 5, "{names:?}");
     assert_eq!(sim.gw.status("small").unwrap().catalog_note, None, "the note goes when the cut does");
 }
+
+/// A backend still paging after `max_discovery_pages` pages keeps what those pages
+/// held, and says it was cut (it used to end there with no word).
+#[test]
+fn a_backend_still_paging_at_the_page_bound_is_cut_with_an_event() {
+    let mut config = config(1_000_000, 1_000_000);
+    config.limits.max_discovery_pages = 2;
+    let mut sim = Sim::new(config);
+    handshake(&mut sim, "small");
+    sim.answer_tools("small", &["read"]);
+    handshake(&mut sim, "big");
+    sim.answer("big", "tools/list", page("a", 3, 10, Some("p2")));
+    sim.answer("big", "tools/list", page("b", 3, 10, Some("p3")));
+    assert_eq!(sim.requests_to("big", "tools/list").len(), 2, "no third page");
+    sim.client_init();
+    let names = tool_names(&mut sim, 1);
+    assert_eq!(names.iter().filter(|n| n.starts_with("big__")).count(), 6, "{names:?}");
+    let cut = cuts(&sim);
+    assert!(cut.len() == 1 && cut[0].contains("limits.max_discovery_pages"), "{cut:?}");
+    assert!(sim.gw.status("big").unwrap().catalog_note.is_some_and(|n| n.contains("max_discovery_pages")));
+}

@@ -49,7 +49,7 @@ pub fn run() -> Result<ExitCode, String> {
             println!(
                 "\nDemo complete: every failure above was detected and reported; tether recovered from each, \
                  except the backend that crashed on every start, which it stopped restarting and left \
-                 permanently_failed for you to fix (then `tether restart flaky`)."
+                 permanently_failed (in your own tether: fix what it says, then `tether restart NAME`)."
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -697,9 +697,13 @@ impl Gateway {
                 let full = d.cut.is_some();
                 if let Some(cursor) = page.get("nextCursor").and_then(|c| serde_json::from_str::<String>(c.get()).ok())
                 {
-                    // Past a limit, the rest is not asked for.
-                    if pages < max_pages && !cursor.is_empty() && !full {
-                        next = Some(cursor);
+                    // Past a limit, the rest is not asked for, and the catalog says so.
+                    if !cursor.is_empty() && !full {
+                        if pages < max_pages {
+                            next = Some(cursor);
+                        } else {
+                            d.cut.get_or_insert("limits.max_discovery_pages");
+                        }
                     }
                 }
             }
