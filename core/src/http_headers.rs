@@ -38,7 +38,7 @@ const SENTINEL_END: &str = "?=";
 /// requests, notifications, responses) is sent the handshake-era way.
 pub fn stateless_request_headers(frame: &str) -> Option<Vec<(&'static str, String)>> {
     let Ok(Message::Request { method, params, .. }) = protocol::parse(frame) else { return None };
-    let params: Params<'_> = serde_json::from_str(params?.get()).ok()?;
+    let params: Params<'_> = serde_json::from_str(params?).ok()?;
     let version = string(params.meta?.version?)?;
     let mut headers = Vec::with_capacity(3);
     headers.push((PROTOCOL_VERSION, header_value(&version)));

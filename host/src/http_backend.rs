@@ -895,7 +895,7 @@ fn cancelled_request(frame: &str) -> Option<Option<u64>> {
     }
     match protocol::parse(frame) {
         Ok(Message::Notification { method, params }) if method == "notifications/cancelled" => {
-            let params = params.and_then(|p| serde_json::from_str::<Params>(p.get()).ok());
+            let params = params.and_then(|p| serde_json::from_str::<Params>(p).ok());
             Some(params.and_then(|p| p.request_id).and_then(|id| id.as_u64()))
         }
         _ => None,
@@ -912,7 +912,7 @@ fn is_initialize(frame: &str) -> bool {
 fn error_answering(body: &str, frame: &str) -> bool {
     let Ok(Message::Error { id: Some(answered), .. }) = protocol::parse(body.trim()) else { return false };
     let Ok(Message::Request { id, .. }) = protocol::parse(frame) else { return false };
-    let value = |raw: &serde_json::value::RawValue| serde_json::from_str::<serde_json::Value>(raw.get()).ok();
+    let value = |raw: &str| serde_json::from_str::<serde_json::Value>(raw).ok();
     value(answered).is_some_and(|a| Some(a) == value(id))
 }
 

@@ -426,9 +426,9 @@ impl Harness {
         }
         match protocol::parse(frame) {
             Ok(Message::Request { id, method, .. }) => {
-                *self.asked.entry((session, id_key(id.get()))).or_default() += 1;
+                *self.asked.entry((session, id_key(id))).or_default() += 1;
                 if method == "tools/call" {
-                    self.calls_asked.insert((session, id_key(id.get())));
+                    self.calls_asked.insert((session, id_key(id)));
                 }
             }
             // An invalid message whose id could be read is answered under that id.
@@ -437,7 +437,7 @@ impl Harness {
             }
             Ok(Message::Notification { method, params }) if method == "notifications/cancelled" => {
                 let id = params
-                    .and_then(|p| serde_json::from_str::<Value>(p.get()).ok())
+                    .and_then(|p| serde_json::from_str::<Value>(p).ok())
                     .and_then(|p| p.get("requestId").and_then(|v| serde_json::to_string(v).ok()));
                 if let Some(id) = id {
                     self.cancelled.insert((session, id));

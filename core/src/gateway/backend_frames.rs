@@ -14,7 +14,7 @@ use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{Event, StreamRef};
 use crate::policy::BreakerTransition;
-use crate::protocol::{self, code, Era, Incoming};
+use crate::protocol::{self, code, Era, Message};
 
 /// What the transport says of the call a backend's request is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -45,27 +45,27 @@ impl Gateway {
         }
         let mut fields = RawFields::default();
         let message = match protocol::read(frame, &mut fields) {
-            Ok(m) => m,
+            Ok((m, _)) => m,
             Err(e) => {
                 self.emit(Event::ProtocolViolation { server: self.name(server), detail: e.message });
                 return;
             }
         };
         match message {
-            Incoming::Response { id, result } => {
+            Message::Response { id, result } => {
                 let Some(call_id) = protocol::gateway_id(id) else {
                     return self.unknown_response(server, id);
                 };
                 self.backend_answer(server, call_id, Ok(result));
             }
-            Incoming::Error { id, error } => {
+            Message::Error { id, error } => {
                 let Some(call_id) = id.and_then(protocol::gateway_id) else {
                     return self.unknown_response(server, id.unwrap_or("null"));
                 };
                 self.backend_answer(server, call_id, Err(error));
             }
-            Incoming::Notification { method, params } => self.backend_notification(server, &method, params),
-            Incoming::Request { id, method, params, .. } => {
+            Message::Notification { method, params } => self.backend_notification(server, &method, params),
+            Message::Request { id, method, params, .. } => {
                 let origin = match stream.and_then(|s| s.request()) {
                     Some(call) if self.client_call_on(server, call) => Origin::Call(call),
                     // The stream of a request no client made (tether's own), or of

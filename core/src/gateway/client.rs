@@ -14,7 +14,7 @@ use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::Mode;
 use crate::io::{Action, RawId, ServerName, SessionId, Status};
-use crate::protocol::{self, code, Era, Incoming, Message};
+use crate::protocol::{self, code, Era, Message};
 
 /// What tether announces as a server: everything it can proxy, so capabilities
 /// never depend on which backends happen to be up at `initialize`.
@@ -177,8 +177,8 @@ impl Gateway {
                     "tether serves at most {} client sessions at once; close one and retry",
                     self.config.limits.max_sessions
                 );
-                let frame = protocol::error_response(id.get(), code::OVERLOADED, &msg, None);
-                self.reply_to_client(session, id.get(), frame);
+                let frame = protocol::error_response(id, code::OVERLOADED, &msg, None);
+                self.reply_to_client(session, id, frame);
             }
             self.push(Action::CloseClient { session });
             return;
@@ -203,15 +203,16 @@ impl Gateway {
             );
         }
         let mut fields = RawFields::default();
-        let message = match protocol::read(frame, &mut fields) {
-            Ok(m) => m,
+        let (message, found) = match protocol::read(frame, &mut fields) {
+            Ok(read) => read,
             Err(e) => {
                 let id = e.id.as_deref().unwrap_or("null");
                 return self.reply_to_client(session, id, protocol::error_response(id, e.code, &e.message, None));
             }
         };
         match message {
-            Incoming::Request { id, method, params, fields } => {
+            Message::Request { id, method, params } => {
+                let fields = found.then_some(&fields);
                 let id = RawId::new(id);
                 let s = self.sessions.open.get_mut(&session).expect("present");
                 if !s.in_flight.insert(id.clone()) {
@@ -235,10 +236,10 @@ impl Gateway {
                 }
                 self.client_request(session, id, &method, params, fields);
             }
-            Incoming::Notification { method, params } => self.client_notification(session, &method, params),
-            Incoming::Response { id, result } => self.client_answer(session, id, Ok(result)),
-            Incoming::Error { id: Some(id), error } => self.client_answer(session, id, Err(error)),
-            Incoming::Error { id: None, .. } => {}
+            Message::Notification { method, params } => self.client_notification(session, &method, params),
+            Message::Response { id, result } => self.client_answer(session, id, Ok(result)),
+            Message::Error { id: Some(id), error } => self.client_answer(session, id, Err(error)),
+            Message::Error { id: None, .. } => {}
         }
     }
 

@@ -799,8 +799,8 @@ impl Deadline<'_> {
 /// that revision; forwarded results from handshake-era backends lack it).
 pub(super) fn stateless_frame(frame: String) -> String {
     let Ok(protocol::Message::Response { id, result }) = protocol::parse(&frame) else { return frame };
-    match protocol::stateless_result(result.get(), "") {
-        Some(result) => protocol::response(id.get(), &result),
+    match protocol::stateless_result(result, "") {
+        Some(result) => protocol::response(id, &result),
         None => frame,
     }
 }

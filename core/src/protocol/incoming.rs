@@ -1,76 +1,24 @@
 //! Reading frames on the hot path: one pass of the scanner over the whole
 //! frame finds the envelope's members and, for a request, its params' fields.
 //! A frame the scanner does not recognise as a well-formed message (escaped
-//! keys, repeated members, a bad id, not JSON at all) goes through [`parse`],
+//! keys, repeated members, a bad id, not JSON at all) goes through [`parse_with_serde`],
 //! which decides, so both ways give the same answer.
 
 use alloc::borrow::Cow;
 
 use super::fields::RawFields;
 use super::scan::Scan;
-use super::{parse, FrameError, Message};
+use super::{parse_with_serde, FrameError, Message};
 
-/// One message read from a frame, raw JSON kept as text borrowed from it.
-#[derive(Debug)]
-pub(crate) enum Incoming<'a, 'f> {
-    /// A request: expects exactly one response.
-    Request {
-        /// The id exactly as sent (number or string JSON).
-        id: &'a str,
-        /// Method name.
-        method: Cow<'a, str>,
-        /// Raw params, if any.
-        params: Option<&'a str>,
-        /// The params' fields, when the same pass found them all.
-        fields: Option<&'f RawFields<'a>>,
-    },
-    /// A notification: no response.
-    Notification {
-        /// Method name.
-        method: Cow<'a, str>,
-        /// Raw params, if any.
-        params: Option<&'a str>,
-    },
-    /// A successful response.
-    Response {
-        /// The id of the request it answers.
-        id: &'a str,
-        /// Raw result.
-        result: &'a str,
-    },
-    /// An error response.
-    Error {
-        /// The id of the request it answers (`None` for `null`).
-        id: Option<&'a str>,
-        /// Raw error object.
-        error: &'a str,
-    },
-}
-
-/// Reads one frame as [`parse`] does, in one pass when it can; a request's
-/// params' fields go to `fields` (empty before).
-pub(crate) fn read<'a, 'f>(frame: &'a str, fields: &'f mut RawFields<'a>) -> Result<Incoming<'a, 'f>, FrameError> {
-    let Some(members) = Members::scan(frame, fields) else { return parse(frame).map(Incoming::from) };
+/// Reads one frame as [`parse_with_serde`] does, in one pass when it can; a
+/// request's params' fields go to `fields` (empty before), and the flag says
+/// whether they all did.
+pub(crate) fn read<'a>(frame: &'a str, fields: &mut RawFields<'a>) -> Result<(Message<'a>, bool), FrameError> {
+    let Some(members) = Members::scan(frame, fields) else { return parse_with_serde(frame).map(|m| (m, false)) };
     let found = members.fields_found;
-    let fields: &'f RawFields<'a> = fields;
-    match members.classify(found.then_some(fields)) {
-        Some(message) => Ok(message),
-        None => parse(frame).map(Incoming::from),
-    }
-}
-
-impl<'a> From<Message<'a>> for Incoming<'a, '_> {
-    fn from(message: Message<'a>) -> Self {
-        match message {
-            Message::Request { id, method, params } => {
-                Incoming::Request { id: id.get(), method, params: params.map(|p| p.get()), fields: None }
-            }
-            Message::Notification { method, params } => {
-                Incoming::Notification { method, params: params.map(|p| p.get()) }
-            }
-            Message::Response { id, result } => Incoming::Response { id: id.get(), result: result.get() },
-            Message::Error { id, error } => Incoming::Error { id: id.map(|id| id.get()), error: error.get() },
-        }
+    match members.classify() {
+        Some(message) => Ok((message, found)),
+        None => parse_with_serde(frame).map(|m| (m, false)),
     }
 }
 
@@ -137,18 +85,18 @@ impl<'a> Members<'a> {
     }
 
     /// The message these members make, when it is a valid one.
-    fn classify<'f>(self, fields: Option<&'f RawFields<'a>>) -> Option<Incoming<'a, 'f>> {
+    fn classify(self) -> Option<Message<'a>> {
         if self.jsonrpc != Some("2.0") {
             return None;
         }
         let method = self.method.map(Cow::Borrowed);
         match (self.id, method, self.result, self.error) {
             (Some(id), Some(method), None, None) => {
-                plain_id(id).then_some(Incoming::Request { id, method, params: self.params, fields })
+                plain_id(id).then_some(Message::Request { id, method, params: self.params })
             }
-            (None, Some(method), None, None) => Some(Incoming::Notification { method, params: self.params }),
-            (Some(id), None, Some(result), None) => Some(Incoming::Response { id, result }),
-            (id, None, None, Some(error)) => Some(Incoming::Error { id, error }),
+            (None, Some(method), None, None) => Some(Message::Notification { method, params: self.params }),
+            (Some(id), None, Some(result), None) => Some(Message::Response { id, result }),
+            (id, None, None, Some(error)) => Some(Message::Error { id, error }),
             _ => None,
         }
     }
@@ -203,13 +151,13 @@ impl Member {
     }
 }
 
-/// A raw value, `None` for `null`.
+/// A raw value, `None` for `null` (as [`parse_with_serde`] reads it).
 fn non_null(raw: &str) -> Option<&str> {
     (raw != "null").then_some(raw)
 }
 
 /// Whether a request id is plainly valid: a string, or an integer short enough
-/// to fit any integer type. Other ids are for [`parse`] to judge.
+/// to fit any integer type. Other ids are for [`parse_with_serde`] to judge.
 fn plain_id(id: &str) -> bool {
     let digits = id.strip_prefix('-').unwrap_or(id);
     id.starts_with('"') || (!digits.is_empty() && digits.len() <= 18 && digits.bytes().all(|b| b.is_ascii_digit()))
@@ -225,26 +173,26 @@ pub(crate) fn gateway_id(id: &str) -> Option<u64> {
     serde_json::from_str::<u64>(id).ok()
 }
 
-/// Checks that [`read`] gives what [`parse`] gives for `frame` (the same
-/// message or the same error), and that params' fields it found are the ones
-/// `serde_json` finds: the promise the one-pass reading keeps.
+/// Checks that [`read`] gives what [`parse_with_serde`] gives for `frame` (the
+/// same message or the same error), and that params' fields it found are the
+/// ones `serde_json` finds: the promise the one-pass reading keeps.
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn check_read_agrees(frame: &str) -> Result<(), alloc::string::String> {
     use alloc::format;
     let mut fields = RawFields::default();
     let ours = read(frame, &mut fields);
-    let theirs = parse(frame).map(Incoming::from);
+    let theirs = parse_with_serde(frame);
     let same = match (&ours, &theirs) {
-        (Ok(a), Ok(b)) => a.same_message(b),
+        (Ok((a, _)), Ok(b)) => a == b,
         (Err(a), Err(b)) => a == b,
         _ => false,
     };
     if !same {
         return Err(format!("reading {frame:?} gave {ours:?}, parsing it {theirs:?}"));
     }
-    if let Ok(Incoming::Request { params: Some(params), fields: Some(found), .. }) = &ours {
+    if let Ok((Message::Request { params: Some(params), .. }, true)) = &ours {
         let parsed: Option<RawFields<'_>> = serde_json::from_str(params).ok();
-        if parsed.as_ref().map(field_pairs) != Some(field_pairs(found)) {
+        if parsed.as_ref().map(field_pairs) != Some(field_pairs(&fields)) {
             return Err(format!("the fields read from {params:?} are not the ones serde_json finds"));
         }
     }
@@ -255,23 +203,6 @@ pub(crate) fn check_read_agrees(frame: &str) -> Result<(), alloc::string::String
 #[cfg(any(test, feature = "fuzzing"))]
 fn field_pairs<'a>(fields: &RawFields<'a>) -> alloc::vec::Vec<(alloc::string::String, &'a str)> {
     fields.iter().map(|(k, v)| (alloc::string::String::from(&**k), v)).collect()
-}
-
-#[cfg(any(test, feature = "fuzzing"))]
-impl Incoming<'_, '_> {
-    /// The same message, whether or not either has its params' fields.
-    fn same_message(&self, other: &Self) -> bool {
-        use Incoming::*;
-        match (self, other) {
-            (Request { id, method, params, .. }, Request { id: i, method: m, params: p, .. }) => {
-                (id, method, params) == (i, m, p)
-            }
-            (Notification { method, params }, Notification { method: m, params: p }) => (method, params) == (m, p),
-            (Response { id, result }, Response { id: i, result: r }) => (id, result) == (i, r),
-            (Error { id, error }, Error { id: i, error: e }) => (id, error) == (i, e),
-            _ => false,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -311,7 +242,7 @@ mod tests {
     fn a_request_read_in_one_pass_brings_its_params_fields() {
         let frame = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a__b","arguments":{}}}"#;
         let mut fields = RawFields::default();
-        let Ok(Incoming::Request { fields: Some(fields), params: Some(params), .. }) = read(frame, &mut fields) else {
+        let Ok((Message::Request { params: Some(params), .. }, true)) = read(frame, &mut fields) else {
             panic!("not read in one pass")
         };
         assert_eq!(params, r#"{"name":"a__b","arguments":{}}"#);
