@@ -143,7 +143,7 @@ pub struct ImportArgs {
     /// of the user's `settings.json`), claude-code (user-wide servers and this
     /// directory's project servers), or the path of a file of one of those shapes.
     #[arg(long, value_name = "CLIENT|PATH", default_value = "claude-desktop")]
-    pub from: crate::import::Source,
+    pub from: crate::commands::import::Source,
     /// Then rewrite the client's file (after a backup beside it) so that its only
     /// server is tether, run with this configuration.
     #[arg(long)]

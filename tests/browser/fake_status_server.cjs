@@ -25,7 +25,7 @@ const opt = (name, dflt) => {
 };
 const PORT = Number(opt("--port", "0"));
 const TOKEN = opt("--token", process.env.TETHER_AUTH_TOKEN || "");
-const PAGE = opt("--page", path.join(__dirname, "../../runtime-smol/src/status_page/index.html"));
+const PAGE = opt("--page", path.join(__dirname, "../../runtime-smol/src/serve/status_page/index.html"));
 const DEMO = args.includes("--demo");
 
 const started = Date.now();

@@ -4,7 +4,7 @@
 //! The pipes are where a call spends its time, so on unix they are not read and
 //! written through the reactor: a thread of the backend's own reads stdout with
 //! blocking reads and feeds each frame to the engine itself (see
-//! [`crate::host`]), and a frame for stdin is written in place by whichever
+//! [`crate::serve::host`]), and a frame for stdin is written in place by whichever
 //! thread has it ([`PipeWriter`]; what would block goes to the writer's thread).
 //! That is a read and a write per frame, where the reactor costs a readiness
 //! wait, re-arms and a read that finds nothing. On Windows, whose anonymous
@@ -43,8 +43,8 @@ use tether_host::lifecycle::{
 use tether_host::logging::StderrLog;
 use tether_host::process_tree::{self, ProcessTree, Signal};
 
-use crate::host::Engine;
-use crate::line_reader::{ByteSource, LineReader, Plain};
+use crate::serve::host::Engine;
+use crate::serve::line_reader::{ByteSource, LineReader, Plain};
 #[cfg(unix)]
 use tether_host::pipe_writer::PipeWriter;
 
@@ -586,7 +586,7 @@ where
     P: PipeFd,
 {
     #[cfg(unix)]
-    if let Ok(source) = crate::line_reader::child_pipe(&pipe) {
+    if let Ok(source) = crate::serve::line_reader::child_pipe(&pipe) {
         return Box::new(source);
     }
     Box::new(Plain(pipe))

@@ -17,7 +17,7 @@ use futures_lite::future;
 use serde_json::{json, Value};
 use tether_core::{Config, Event, Input, ServerConfig, SessionId, Status};
 
-use crate::host::{Host, Report};
+use crate::serve::{Host, Report};
 
 const CLIENT: SessionId = SessionId(1);
 
@@ -130,7 +130,7 @@ impl View {
 
 struct Script {
     inputs: Sender<Input>,
-    frames: crate::client_stdio::ClientFrames,
+    frames: crate::serve::ClientFrames,
     reports: Receiver<Report>,
     view: View,
     next_id: u64,

@@ -19,7 +19,7 @@ use tether_core::{Input, SessionId};
 use tether_host::backlog::Backlog;
 use tether_host::line_reader::LineReader;
 
-use crate::host::Engine;
+use crate::serve::host::Engine;
 
 /// The session number of the stdio client.
 pub const STDIO_SESSION: SessionId = SessionId(1);
@@ -108,7 +108,7 @@ pub(crate) fn read_stdin(
             let frame = line.unwrap_or_else(|e| format!("<{e}>"));
             burst.push(Input::ClientFrame { session, frame, param_headers: None });
             // Frames read together are fed together (forwarded in one write per backend).
-            if !lines.has_line() || burst.len() >= crate::stdio_backend::MAX_BURST {
+            if !lines.has_line() || burst.len() >= crate::serve::stdio_backend::MAX_BURST {
                 outflow.wait_room();
                 engine.feed_burst(burst.drain(..));
             }

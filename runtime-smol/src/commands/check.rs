@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use tether_core::{BackendStatus, Event, Status};
 
-use crate::app;
 use crate::cli::Cli;
-use crate::host::Report;
+use crate::serve;
+use crate::serve::Report;
 
 /// Runs the check.
 pub fn run(cli: &Cli) -> Result<ExitCode, String> {
-    let mut config = app::load_config(cli)?;
+    let mut config = serve::load_config(cli)?;
     if config.servers.values().all(|s| s.disabled) {
         let file = cli.config.as_ref().map_or_else(|| "the configuration".into(), |p| p.display().to_string());
         let what = if config.servers.is_empty() { "no servers" } else { "only disabled servers" };
@@ -25,7 +25,7 @@ pub fn run(cli: &Cli) -> Result<ExitCode, String> {
         server.lazy = false;
     }
     let overall = Duration::from_millis(config.policy.connect_timeout_ms + config.policy.request_timeout_ms + 5_000);
-    let mut host = app::host(cli, &config)?;
+    let mut host = serve::build_host(cli, &config)?;
     let reports = host.reports();
     let clock = host.clock();
     let started = clock.now();

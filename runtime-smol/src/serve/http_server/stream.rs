@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use hyper::body::{Bytes, Frame};
 
-use crate::byte_queue::{self as queue, Closer, Refused, TooSlow};
+use crate::serve::byte_queue::{self as queue, Closer, Refused, TooSlow};
 
 /// Unsent events kept per stream while no connection takes them.
 pub(super) const MAX_UNSENT: usize = 1024;

@@ -23,7 +23,7 @@
 //! - `sessions.rs`: the session table, requests waiting for their answer, routing;
 //! - `stream.rs`: one SSE stream: event ids, the replay log, its live connection.
 //!
-//! The byte-bounded queue feeding one SSE response is [`crate::byte_queue`]
+//! The byte-bounded queue feeding one SSE response is [`crate::serve::byte_queue`]
 //! (the status page's `/events` uses it too).
 //!
 //! Choices where the specification leaves one:
@@ -244,7 +244,7 @@ struct Shared {
     stop: async_channel::Sender<()>,
     stop_rx: async_channel::Receiver<()>,
     /// The host's status queries and event log, once [`HttpServer::serve_status`] ran.
-    status: std::sync::OnceLock<crate::status::StatusHandle>,
+    status: std::sync::OnceLock<crate::serve::status::StatusHandle>,
 }
 
 impl Shared {
@@ -298,7 +298,7 @@ impl HttpServer {
 
     /// Also serves the status endpoints (`/status`, `/metrics`, `/events`, ...)
     /// and the status page, answered by the host behind `handle`.
-    pub fn serve_status(&self, handle: crate::status::StatusHandle) {
+    pub fn serve_status(&self, handle: crate::serve::status::StatusHandle) {
         let _ = self.shared.status.set(handle);
     }
 

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use tether_core::metrics::{BackendMetrics, LATENCY_BUCKETS_MS};
 use tether_core::{AdminCommand, BackendStatus, Event, Gateway, Status};
 
-use crate::byte_queue as queue;
+use crate::serve::byte_queue as queue;
 
 /// Events kept for a new `/events` stream (and `Last-Event-ID`).
 const KEPT_EVENTS: usize = 64;

@@ -1050,15 +1050,15 @@ fn a_post_stream_client_that_does_not_read_is_disconnected() {
 }
 
 /// A status handle whose host answers every admin action with `Ok`.
-fn status_handle() -> (crate::status::StatusHandle, Arc<crate::status::EventLog>) {
+fn status_handle() -> (crate::serve::status::StatusHandle, Arc<crate::serve::status::EventLog>) {
     let (queries, rx) = async_channel::unbounded();
     smol::spawn(async move {
         while let Ok(query) = rx.recv().await {
             match query {
-                crate::status::Query::Admin(_, tx) => {
+                crate::serve::status::Query::Admin(_, tx) => {
                     let _ = tx.send(Ok(())).await;
                 }
-                crate::status::Query::Status(tx) => {
+                crate::serve::status::Query::Status(tx) => {
                     let _ = tx.send("{}".to_string()).await;
                 }
                 _ => {}
@@ -1066,8 +1066,8 @@ fn status_handle() -> (crate::status::StatusHandle, Arc<crate::status::EventLog>
         }
     })
     .detach();
-    let events = Arc::new(crate::status::EventLog::default());
-    (crate::status::StatusHandle { queries, events: events.clone() }, events)
+    let events = Arc::new(crate::serve::status::EventLog::default());
+    (crate::serve::status::StatusHandle { queries, events: events.clone() }, events)
 }
 
 #[test]

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use serde_json::Value;
 use tether_host::control::{self, AskError, Request};
 
-use crate::status_cli::local::not_running;
-use crate::status_cli::table::clean;
+use crate::commands::status::local::not_running;
+use crate::commands::status::table::clean;
 
 /// Exit codes: done; tether refused (an unknown backend); no tether reached.
 const DONE: u8 = 0;
@@ -63,7 +63,10 @@ fn describe(request: &Request, reply: &Value, pid: Option<&str>) -> String {
                 // are shown, never obeyed.
                 let source = clean(line["source"].as_str().unwrap_or("?"));
                 let text = clean(line["text"].as_str().unwrap_or(""));
-                out.push_str(&format!("{who}{:>9}  {source:<6}  {text}\n", crate::status_cli::table::human_ms(at)));
+                out.push_str(&format!(
+                    "{who}{:>9}  {source:<6}  {text}\n",
+                    crate::commands::status::table::human_ms(at)
+                ));
             }
             out
         }

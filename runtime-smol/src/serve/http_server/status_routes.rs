@@ -1,7 +1,7 @@
 //! The operator endpoints beside `/mcp`: `/healthz`, `/readyz`, `/status`,
 //! `/metrics`, `/events` (SSE), `/logs/NAME` (a backend's recent stderr and
 //! events), the admin actions, and the status page at `/`.
-//! Answers come from the host loop ([`crate::status::Query`]); nothing here
+//! Answers come from the host loop ([`crate::serve::status::Query`]); nothing here
 //! decides anything but the HTTP shape. Every answer refuses to be framed by
 //! another site (`X-Frame-Options`, CSP `frame-ancestors`).
 
@@ -17,7 +17,7 @@ use super::guards::{self, JSON};
 use super::listener::Connection;
 use super::reply::{self, Body};
 use super::Shared;
-use crate::status::{Query, StatusHandle};
+use crate::serve::status::{Query, StatusHandle};
 
 /// The status page: one file, no external assets.
 const PAGE: &str = include_str!("../status_page/index.html");
@@ -123,7 +123,7 @@ fn gone() -> Response<Body> {
 }
 
 /// `/events`: the kept events (after `Last-Event-ID`), then live ones. A
-/// subscriber that falls [`crate::status::EVENTS_QUEUE_BYTES`] behind is disconnected.
+/// subscriber that falls [`crate::serve::status::EVENTS_QUEUE_BYTES`] behind is disconnected.
 fn events(status: &StatusHandle, connection: &Connection, request: &Request<Incoming>) -> Response<Body> {
     let last = request.headers().get("last-event-id").and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     // Primed with a comment so clients see the stream open at once.

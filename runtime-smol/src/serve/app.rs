@@ -1,16 +1,15 @@
-//! The `serve` and `replay` commands and what they share: logging, loading the
-//! configuration, applying command-line policy flags.
+//! `tether serve` and what the commands share with it: logging, loading the
+//! configuration, applying command-line policy flags, building a [`Host`].
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use tether_core::{Config, Input};
 
 use crate::cli::{Cli, ServeArgs};
-use crate::client_stdio::STDIO_SESSION;
-use crate::control::HostControl;
-use crate::host::Host;
-use crate::http_server::{HttpServer, ResourceGuard, ServerOptions};
+use crate::serve::client_stdio::STDIO_SESSION;
+use crate::serve::control::HostControl;
+use crate::serve::host::Host;
+use crate::serve::http_server::{HttpServer, ResourceGuard, ServerOptions};
 use tether_host::resource_auth::{ResourceAuthSettings, TokenValidator};
 
 /// Logs to stderr only: stdout is the protocol.
@@ -247,21 +246,6 @@ fn cannot_listen(flag: &str, addr: std::net::SocketAddr, e: &std::io::Error) -> 
 
 fn cli_config_path(cli: &Cli) -> Option<std::path::PathBuf> {
     tether_host::flags::config_path(cli.config.as_deref())
-}
-
-/// `tether replay TRACE`: the actions a trace produces, one per line.
-pub fn replay(path: &Path, json: bool) -> Result<ExitCode, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let actions = tether_core::trace::replay(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    if json {
-        for (at, action) in &actions {
-            let line = serde_json::json!({ "at": at, "action": action });
-            println!("{line}");
-        }
-    } else {
-        print!("{}", tether_core::trace::render(&actions));
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

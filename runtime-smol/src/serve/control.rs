@@ -7,7 +7,7 @@ use serde_json::Value;
 use tether_core::{AdminCommand, LogLine};
 use tether_host::control::ControlTarget;
 
-use crate::status::Query;
+use crate::serve::status::Query;
 
 /// Answers control requests by asking the host loop.
 pub struct HostControl {
@@ -15,7 +15,7 @@ pub struct HostControl {
 }
 
 impl HostControl {
-    /// Asks the host loop through `queries` (a [`crate::status::StatusHandle`]'s).
+    /// Asks the host loop through `queries` (a [`crate::serve::status::StatusHandle`]'s).
     pub fn new(queries: Sender<Query>) -> HostControl {
         HostControl { queries }
     }

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use tether_host::credentials::Credentials;
 
-use crate::app::load_config;
 use crate::cli::{AuthCommand, Cli};
+use crate::serve::load_config;
 
 /// Runs one `tether auth` command.
 pub fn run(cli: &Cli, command: &AuthCommand) -> Result<ExitCode, String> {

@@ -10,7 +10,7 @@ use tether_core::SessionId;
 use super::message::id_key;
 use super::stream::{Conn, LogLimits, Stream};
 use super::Route;
-use crate::byte_queue as queue;
+use crate::serve::byte_queue as queue;
 
 /// The standalone (GET) stream's number; POST streams count from 1.
 const STANDALONE: u64 = 0;

@@ -27,9 +27,9 @@ use async_channel::{Receiver, Sender};
 use futures_lite::future;
 use tether_core::{Action, BackendStatus, Config, Event, Gateway, Input, Instant, SessionId};
 
-use crate::http_server::HttpServer;
-use crate::status::{self, EventLog, Query, StatusHandle};
-use crate::stdio_backend::{stop, Launch, StdioBackend};
+use crate::serve::http_server::HttpServer;
+use crate::serve::status::{self, EventLog, Query, StatusHandle};
+use crate::serve::stdio_backend::{stop, Launch, StdioBackend};
 use tether_host::backlog::Backlog;
 use tether_host::http_backend::{HttpBackend, HttpTarget, InputSink, Spawner};
 use tether_host::lifecycle::{sweep, Ladder};
@@ -54,7 +54,7 @@ enum Next {
 }
 
 /// Where frames for one client session go (counted in the host's client backlog).
-pub use crate::client_stdio::ClientSink;
+pub use crate::serve::client_stdio::ClientSink;
 
 /// One attached client's way out.
 enum ClientOut {
@@ -161,7 +161,7 @@ impl Host {
         let _ = inputs.try_send(Clock::wall_clock());
         let (queries, queries_rx) = async_channel::unbounded();
         let events = Arc::<EventLog>::default();
-        let outflow = Arc::new(Backlog::new(crate::client_stdio::CLIENT_BACKLOG));
+        let outflow = Arc::new(Backlog::new(crate::serve::client_stdio::CLIENT_BACKLOG));
         let core = Core {
             gw,
             clock,
@@ -226,8 +226,8 @@ impl Host {
 
     /// Opens a client session whose frames queue for the returned receiver (in
     /// the host's client backlog); the session is announced to the core.
-    pub fn attach_client(&mut self, session: SessionId) -> crate::client_stdio::ClientFrames {
-        let (sink, frames) = crate::client_stdio::client_queue(self.outflow.clone());
+    pub fn attach_client(&mut self, session: SessionId) -> crate::serve::client_stdio::ClientFrames {
+        let (sink, frames) = crate::serve::client_stdio::client_queue(self.outflow.clone());
         self.engine.lock().clients.insert(session, ClientOut::Queue(sink));
         let _ = self.inputs.try_send(Input::ClientConnected { session, expires: false });
         frames
@@ -241,7 +241,7 @@ impl Host {
         let writer = PipeWriter::stdout_counted(self.outflow.clone()).map_err(|e| format!("stdout: {e}"))?;
         self.engine.lock().clients.insert(session, ClientOut::Pipe(writer));
         let _ = self.inputs.try_send(Input::ClientConnected { session, expires: false });
-        crate::client_stdio::read_stdin(
+        crate::serve::client_stdio::read_stdin(
             self.engine.clone(),
             self.inputs.clone(),
             session,

@@ -19,7 +19,7 @@ use super::framing::{HeadWatch, Watched};
 use super::message::{error_body, TRANSPORT_ERROR};
 use super::reply::Body;
 use super::{service, Shared};
-use crate::byte_queue::Closer;
+use crate::serve::byte_queue::Closer;
 
 /// How long a client may take to send a request's headers (hyper counts from
 /// the end of the previous response on a keep-alive connection).

@@ -14,7 +14,7 @@ use hyper::{Response, StatusCode};
 use super::guards::{JSON, SSE};
 use super::message::{error_body, error_body_for, TRANSPORT_ERROR};
 use super::stream::SseBody;
-use crate::byte_queue::{self as queue, Closer, TooSlow};
+use crate::serve::byte_queue::{self as queue, Closer, TooSlow};
 
 /// Every response body. Only an event stream fails: when its client is too slow.
 pub(super) type Body = UnsyncBoxBody<Bytes, TooSlow>;

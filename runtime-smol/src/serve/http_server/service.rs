@@ -18,7 +18,7 @@ use super::resource_guard::Bearer;
 use super::sessions::{First, Refused};
 use super::status_routes;
 use super::Shared;
-use crate::byte_queue as queue;
+use crate::serve::byte_queue as queue;
 
 /// The session header, in requests and in the initialize response.
 const SESSION_HEADER: &str = "mcp-session-id";
