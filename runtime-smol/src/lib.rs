@@ -5,6 +5,8 @@
 //! Two trees: [`serve`] (the runtime) and [`commands`] (what a person runs beside
 //! it), with [`cli`] (the arguments) shared.
 
+#![warn(unreachable_pub)]
+
 pub mod cli;
 pub mod commands;
 pub mod serve;

@@ -3,15 +3,15 @@
 //! endpoints). The commands reach it only through what this module re-exports:
 //! loading a configuration, building a [`Host`], and reading what it reports.
 
-pub mod app;
-pub mod byte_queue;
-pub mod client_stdio;
-pub mod control;
-pub mod host;
-pub mod http_server;
-pub mod line_reader;
-pub mod status;
-pub mod stdio_backend;
+mod app;
+mod byte_queue;
+mod client_stdio;
+mod control;
+mod host;
+mod http_server;
+mod line_reader;
+mod status;
+mod stdio_backend;
 
 pub use app::{host as build_host, init_logging, load_config, serve};
 pub use client_stdio::ClientFrames;

@@ -101,7 +101,6 @@ use tether_core::{Input, SessionId};
 
 use sessions::Table;
 
-pub use message::id_key;
 pub use resource_guard::ResourceGuard;
 
 /// Options of the listener (all have safe defaults). `Debug` hides the token.
