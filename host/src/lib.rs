@@ -5,6 +5,8 @@
 //!
 //! Nothing here decides anything about backends: that is the core's job.
 
+#![warn(unreachable_pub)]
+
 pub mod backlog;
 pub mod clock;
 pub mod config_file;

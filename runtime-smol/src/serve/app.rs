@@ -22,7 +22,7 @@ pub fn load_config(cli: &Cli) -> Result<Config, String> {
 }
 
 /// The seed from the flags, or one from the clock.
-pub fn seed(cli: &Cli) -> u64 {
+pub(super) fn seed(cli: &Cli) -> u64 {
     cli.policy.seed()
 }
 

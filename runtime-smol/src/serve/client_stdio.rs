@@ -22,23 +22,23 @@ use tether_host::line_reader::LineReader;
 use crate::serve::host::Engine;
 
 /// The session number of the stdio client.
-pub const STDIO_SESSION: SessionId = SessionId(1);
+pub(super) const STDIO_SESSION: SessionId = SessionId(1);
 
 /// How many bytes of frames may wait for the stdio clients before the producers
 /// of frames wait.
-pub const CLIENT_BACKLOG: usize = 1024 * 1024;
+pub(super) const CLIENT_BACKLOG: usize = 1024 * 1024;
 
 /// Where the host puts frames for one client: never blocks, counts bytes in the
 /// backlog its producers wait on.
 #[derive(Clone, Debug)]
-pub struct ClientSink {
+pub(super) struct ClientSink {
     frames: Sender<String>,
     backlog: Arc<Backlog>,
 }
 
 impl ClientSink {
     /// Queues one frame (dropped if the client's writer is gone).
-    pub fn send(&self, frame: String) {
+    pub(super) fn send(&self, frame: String) {
         let len = frame.len();
         self.backlog.add(len);
         if self.frames.try_send(frame).is_err() {
@@ -84,7 +84,7 @@ impl Drop for ClientFrames {
 }
 
 /// A queue of frames for one client, counted in `backlog`.
-pub fn client_queue(backlog: Arc<Backlog>) -> (ClientSink, ClientFrames) {
+pub(super) fn client_queue(backlog: Arc<Backlog>) -> (ClientSink, ClientFrames) {
     let (frames, rx) = async_channel::unbounded();
     (ClientSink { frames, backlog: backlog.clone() }, ClientFrames { frames: rx, backlog })
 }

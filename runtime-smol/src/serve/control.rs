@@ -10,13 +10,13 @@ use tether_host::control::ControlTarget;
 use crate::serve::status::Query;
 
 /// Answers control requests by asking the host loop.
-pub struct HostControl {
+pub(super) struct HostControl {
     queries: Sender<Query>,
 }
 
 impl HostControl {
     /// Asks the host loop through `queries` (a [`crate::serve::status::StatusHandle`]'s).
-    pub fn new(queries: Sender<Query>) -> HostControl {
+    pub(super) fn new(queries: Sender<Query>) -> HostControl {
         HostControl { queries }
     }
 

@@ -37,7 +37,7 @@ use tether_host::logging::log_event;
 use tether_host::pipe_writer::PipeWriter;
 use tether_host::recorder::Recorder;
 
-pub use tether_host::clock::Clock;
+pub(super) use tether_host::clock::Clock;
 
 enum Connection {
     Stdio(StdioBackend),
@@ -54,7 +54,7 @@ enum Next {
 }
 
 /// Where frames for one client session go (counted in the host's client backlog).
-pub use crate::serve::client_stdio::ClientSink;
+pub(super) use crate::serve::client_stdio::ClientSink;
 
 /// One attached client's way out.
 enum ClientOut {

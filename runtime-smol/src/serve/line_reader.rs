@@ -20,7 +20,7 @@ use futures_lite::{AsyncRead, AsyncReadExt};
 use tether_core::codec::{LineDecoder, LineError};
 
 /// A byte stream a [`LineReader`] reads from.
-pub trait ByteSource: AsyncRead + Unpin {
+pub(super) trait ByteSource: AsyncRead + Unpin {
     /// Ready once a read would find data or the end of the stream, for a source
     /// that can tell without reading (a pipe registered with the reactor); others
     /// are always ready, and their read waits instead.
@@ -36,7 +36,7 @@ pub trait ByteSource: AsyncRead + Unpin {
 }
 
 /// Any async reader, read without waiting for readiness first.
-pub struct Plain<R>(pub R);
+pub(super) struct Plain<R>(pub R);
 
 impl<R: AsyncRead + Unpin> AsyncRead for Plain<R> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
@@ -81,13 +81,13 @@ impl ByteSource for async_io::Async<std::fs::File> {
 /// A child process's pipe, as its own descriptor registered with the reactor
 /// (a copy of the pipe's descriptor: `async-process`'s handle reads speculatively).
 #[cfg(unix)]
-pub fn child_pipe(pipe: impl std::os::fd::AsFd) -> io::Result<async_io::Async<std::fs::File>> {
+pub(super) fn child_pipe(pipe: impl std::os::fd::AsFd) -> io::Result<async_io::Async<std::fs::File>> {
     let fd = pipe.as_fd().try_clone_to_owned()?;
     async_io::Async::new(std::fs::File::from(fd))
 }
 
 /// Yields one line at a time from `reader`, then whatever is left at EOF.
-pub struct LineReader<R> {
+pub(super) struct LineReader<R> {
     reader: R,
     decoder: LineDecoder,
     chunk: Vec<u8>,
@@ -98,13 +98,13 @@ pub struct LineReader<R> {
 
 impl<R: ByteSource> LineReader<R> {
     /// Lines of at most `max_line` bytes, read `chunk` bytes at a time.
-    pub fn new(reader: R, max_line: usize, chunk: usize) -> Self {
+    pub(super) fn new(reader: R, max_line: usize, chunk: usize) -> Self {
         LineReader { reader, decoder: LineDecoder::new(max_line), chunk: vec![0; chunk], at_boundary: true, eof: false }
     }
 
     /// The next line (or the error for a line that could not be taken), `None`
     /// once the stream has ended (or failed) and every buffered line is out.
-    pub async fn next(&mut self) -> Option<Result<String, LineError>> {
+    pub(super) async fn next(&mut self) -> Option<Result<String, LineError>> {
         loop {
             if self.eof {
                 return self.decoder.finish();

@@ -26,7 +26,7 @@ const KEPT_EVENTS: usize = 64;
 /// Bytes queued for one `/events` subscriber before it counts as too slow: its
 /// connection is closed (it may come back with `Last-Event-ID`). A new
 /// subscriber's replay of the kept events takes half of it at most.
-pub const EVENTS_QUEUE_BYTES: usize = 256 * 1024;
+pub(super) const EVENTS_QUEUE_BYTES: usize = 256 * 1024;
 
 /// A question for the host loop, answered from the engine's state then.
 pub enum Query {
@@ -113,7 +113,7 @@ impl EventLog {
 
 /// `/status`: the gateway and every backend, by name (the same document the
 /// control channel serves).
-pub fn status_json(gw: &Gateway, uptime_ms: u64) -> String {
+pub(super) fn status_json(gw: &Gateway, uptime_ms: u64) -> String {
     tether_host::status_document::document(gw, uptime_ms).to_string()
 }
 
@@ -217,7 +217,7 @@ impl Collector for Scrape {
 }
 
 /// `/metrics` in the Prometheus text format (OpenMetrics flavour).
-pub fn metrics_text(gw: &Gateway) -> String {
+pub(super) fn metrics_text(gw: &Gateway) -> String {
     let scrape = Scrape {
         backends: gw
             .statuses()

@@ -48,14 +48,14 @@ use crate::serve::line_reader::{ByteSource, LineReader, Plain};
 #[cfg(unix)]
 use tether_host::pipe_writer::PipeWriter;
 
-pub use tether_host::launch::Launch;
+pub(super) use tether_host::launch::Launch;
 
 /// How many bytes of one backend's frames may wait in the engine's input queue.
-pub const UNREAD_LIMIT: usize = 1024 * 1024;
+pub(super) const UNREAD_LIMIT: usize = 1024 * 1024;
 
 /// Most frames a reader thread feeds under one lock (the rest of a burst waits
 /// for the next turn, so other inputs are not held up behind a flood).
-pub const MAX_BURST: usize = 64;
+pub(super) const MAX_BURST: usize = 64;
 
 /// What a frame counts for in [`UNREAD_LIMIT`] at least: a flood of tiny frames
 /// (each with its cost in the engine) queues at most 256 of them ahead of another
@@ -68,7 +68,7 @@ fn frame_cost(len: usize) -> usize {
 }
 
 /// A running stdio backend process.
-pub struct StdioBackend {
+pub(super) struct StdioBackend {
     server: ServerName,
     generation: tether_core::Generation,
     stdin: Stdin,
@@ -86,7 +86,7 @@ pub struct StdioBackend {
 
 /// What starting a backend gave: the backend (if it started) and the input that
 /// reports it, to be fed before anything its pipes say.
-pub struct Started {
+pub(super) struct Started {
     /// The running backend.
     pub backend: Option<StdioBackend>,
     /// [`Input::BackendStarted`], or [`Input::BackendFailed`] with the reason.
@@ -194,7 +194,7 @@ impl StdioBackend {
     /// Writes (or queues) one frame for the process's stdin. A backend with
     /// [`STDIN_LIMIT`] bytes already waiting is not reading: its connection is
     /// reported as failed (once) and the frame is dropped.
-    pub fn send(&mut self, frame: &str) {
+    pub(super) fn send(&mut self, frame: &str) {
         let queued = self.stdin.queued();
         if queued < STDIN_LIMIT {
             self.stdin.send(frame);
@@ -214,7 +214,7 @@ impl StdioBackend {
 
     /// Starts gathering frames for stdin (written together by
     /// [`StdioBackend::release_stdin`]); whether it was not gathering already.
-    pub fn hold_stdin(&mut self) -> bool {
+    pub(super) fn hold_stdin(&mut self) -> bool {
         match &mut self.stdin {
             #[cfg(unix)]
             Stdin::Pipe(writer) if !writer.is_held() => {
@@ -226,7 +226,7 @@ impl StdioBackend {
     }
 
     /// Writes the frames gathered for stdin.
-    pub fn release_stdin(&mut self) {
+    pub(super) fn release_stdin(&mut self) {
         #[cfg(unix)]
         if let Stdin::Pipe(writer) = &mut self.stdin {
             writer.release();
@@ -235,13 +235,13 @@ impl StdioBackend {
 
     /// The host loop took a frame of `bytes` read from this backend's stdout off
     /// the input queue: the reader may read that much more.
-    pub fn taken(&self, bytes: usize) {
+    pub(super) fn taken(&self, bytes: usize) {
         self.unread.sub(frame_cost(bytes));
     }
 
     /// Closes stdin, then signals the whole process tree until the process is
     /// gone (the kill ladder, [`Ladder::retire`]).
-    pub fn close(mut self) {
+    pub(super) fn close(mut self) {
         self.close_stdin();
         // Nothing read from now on is wanted: the reader discards it.
         self.retire();
@@ -252,18 +252,18 @@ impl StdioBackend {
     }
 
     /// Closes stdin (the polite way to ask a stdio server to stop).
-    pub fn close_stdin(&mut self) {
+    pub(super) fn close_stdin(&mut self) {
         self.stdin.close();
     }
 
     /// Sends `signal` to the process tree, including what is left of it after
     /// the process itself exited.
-    pub fn signal(&self, signal: Signal) {
+    pub(super) fn signal(&self, signal: Signal) {
         self.tree.signal(signal);
     }
 
     /// Whether the process has exited and been reaped.
-    pub fn has_exited(&self) -> bool {
+    pub(super) fn has_exited(&self) -> bool {
         self.exited.load(Ordering::SeqCst)
     }
 
@@ -361,7 +361,7 @@ impl Stoppable for StdioBackend {
 
 /// Climbs `ladder` for `processes` without blocking the executor; whether they
 /// all exited.
-pub async fn stop<P: Stoppable>(processes: &mut [P], mut ladder: Ladder) -> bool {
+pub(super) async fn stop<P: Stoppable>(processes: &mut [P], mut ladder: Ladder) -> bool {
     loop {
         let exited = processes.iter().all(P::has_exited);
         match ladder.poll(exited, std::time::Instant::now()) {

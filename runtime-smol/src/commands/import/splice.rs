@@ -12,7 +12,7 @@ use tether_host::config_file::{jsonc_as_json, Node};
 /// root; the last occurrence of a repeated key, as tether reads it). `None` when
 /// the text does not parse or `path` does not lead to an object: the caller then
 /// writes the file whole.
-pub fn add_entries(text: &str, path: &[&str], entries: &[(String, Node)]) -> Option<String> {
+pub(super) fn add_entries(text: &str, path: &[&str], entries: &[(String, Node)]) -> Option<String> {
     let bom = if text.starts_with('\u{feff}') { '\u{feff}'.len_utf8() } else { 0 };
     let json = jsonc_as_json(&text[bom..]);
     let mut object: &RawValue = serde_json::from_str(&json).ok()?;

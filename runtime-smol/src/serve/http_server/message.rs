@@ -131,7 +131,7 @@ fn canonical(id: &Value) -> String {
 /// The key a request id is routed by: the id's JSON re-serialised, so spellings of
 /// the same value (`"a"` and `"\u0061"`, surrounding spaces) meet. Text that is not
 /// JSON is its own key.
-pub fn id_key(raw: &str) -> String {
+pub(super) fn id_key(raw: &str) -> String {
     match serde_json::from_str::<Value>(raw) {
         Ok(v) => canonical(&v),
         Err(_) => raw.to_string(),

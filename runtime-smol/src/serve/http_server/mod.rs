@@ -101,7 +101,7 @@ use tether_core::{Input, SessionId};
 
 use sessions::Table;
 
-pub use resource_guard::ResourceGuard;
+pub(super) use resource_guard::ResourceGuard;
 
 /// Options of the listener (all have safe defaults). `Debug` hides the token.
 #[derive(Clone)]
@@ -221,7 +221,7 @@ impl Default for ServerOptions {
 /// Where the core says a frame for a client session belongs: the core's own
 /// routing. Ids are compared as JSON values: `7`, ` 7 ` and `"a"` / `"\u0061"`
 /// match (see [`id_key`]).
-pub use tether_core::ClientRoute as Route;
+pub(super) use tether_core::ClientRoute as Route;
 
 /// A running Streamable HTTP listener. Cheap to clone; every clone is the same server.
 #[derive(Clone)]
