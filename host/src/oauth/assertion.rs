@@ -15,7 +15,7 @@ use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair, RsaKeyPair};
 use super::pkce;
 
 /// The `client_assertion_type` of a JWT assertion.
-pub const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+pub(super) const ASSERTION_TYPE: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 
 /// How long an assertion is valid: long enough for clock skew, short enough that a
 /// captured one is soon useless.
@@ -23,7 +23,7 @@ const LIFETIME_SECS: u64 = 300;
 
 /// A private key ready to sign client assertions. Its `Debug` names the algorithm
 /// only.
-pub struct SigningKey {
+pub(super) struct SigningKey {
     alg: &'static str,
     key: Key,
     rng: SystemRandom,
@@ -44,7 +44,7 @@ impl std::fmt::Debug for SigningKey {
 impl SigningKey {
     /// Reads a PEM private key; `alg` (a JWS name) picks the algorithm, else it is
     /// inferred from the key. Errors say what is wrong without quoting the key.
-    pub fn from_pem(pem: &str, alg: Option<&str>) -> Result<Self, String> {
+    pub(super) fn from_pem(pem: &str, alg: Option<&str>) -> Result<Self, String> {
         let (label, der) = pem_der(pem)?;
         let rng = SystemRandom::new();
         let pkcs1 = match label.as_str() {
@@ -101,14 +101,14 @@ impl SigningKey {
     }
 
     /// The JWS algorithm it signs with.
-    pub fn alg(&self) -> &'static str {
+    pub(super) fn alg(&self) -> &'static str {
         self.alg
     }
 
     /// A client assertion: `iss` and `sub` the client, `aud` the authorization
     /// server's issuer, valid for five minutes from `now` (unix seconds), with a
     /// random `jti`.
-    pub fn client_assertion(&self, client_id: &str, audience: &str, now: u64) -> Result<String, String> {
+    pub(super) fn client_assertion(&self, client_id: &str, audience: &str, now: u64) -> Result<String, String> {
         let header = serde_json::json!({ "alg": self.alg, "typ": "JWT" });
         let claims = serde_json::json!({
             "iss": client_id,

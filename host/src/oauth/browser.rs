@@ -22,7 +22,7 @@ fn opener() -> (String, Vec<&'static str>) {
 
 /// Starts the browser on `url` and returns without waiting for it (a thread
 /// reaps the opener when it exits).
-pub fn open(url: &str) -> Result<(), String> {
+pub(super) fn open(url: &str) -> Result<(), String> {
     let (program, args) = opener();
     let mut child = Command::new(&program)
         .args(args)

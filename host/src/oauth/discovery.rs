@@ -29,7 +29,7 @@ use super::Failure;
 
 /// What a protected resource says about itself (RFC 9728 §2), the parts tether uses.
 #[derive(Clone, Debug, Default, Deserialize)]
-pub struct ResourceMetadata {
+pub(crate) struct ResourceMetadata {
     /// Its resource identifier.
     #[serde(default)]
     pub resource: Option<String>,
@@ -49,7 +49,7 @@ pub struct ResourceMetadata {
 
 impl ResourceMetadata {
     /// Whether the resource says it takes DPoP-bound tokens.
-    pub fn takes_dpop(&self) -> bool {
+    pub(crate) fn takes_dpop(&self) -> bool {
         self.dpop_bound_access_tokens_required
             || self.dpop_signing_alg_values_supported.as_ref().is_some_and(|algs| !algs.is_empty())
     }
@@ -57,7 +57,7 @@ impl ResourceMetadata {
 
 /// An authorization server's metadata (RFC 8414 §2), the parts tether uses.
 #[derive(Clone, Debug, Default, Deserialize)]
-pub struct ServerMetadata {
+pub(crate) struct ServerMetadata {
     /// Its issuer identifier.
     pub issuer: String,
     /// Where a person logs in.
@@ -105,7 +105,7 @@ pub struct ServerMetadata {
 
 impl ServerMetadata {
     /// The endpoints a 2025-03-26 server has when it publishes no metadata.
-    pub fn defaults(origin: &str) -> Self {
+    pub(crate) fn defaults(origin: &str) -> Self {
         ServerMetadata {
             issuer: origin.to_owned(),
             authorization_endpoint: Some(format!("{origin}/authorize")),
@@ -118,18 +118,18 @@ impl ServerMetadata {
     /// Whether the server supports PKCE with S256. The MCP spec says a client must
     /// refuse to go on when the metadata does not list it; a server with no
     /// metadata (2025-03-26 defaults) cannot say, and is trusted to.
-    pub fn supports_s256(&self) -> bool {
+    pub(crate) fn supports_s256(&self) -> bool {
         !self.documented
             || self.code_challenge_methods_supported.as_ref().is_some_and(|m| m.iter().any(|m| m == "S256"))
     }
 
     /// Whether `scopes_supported` lists `scope`.
-    pub fn lists_scope(&self, scope: &str) -> bool {
+    pub(crate) fn lists_scope(&self, scope: &str) -> bool {
         self.scopes_supported.as_ref().is_some_and(|s| s.iter().any(|s| s == scope))
     }
 
     /// The token endpoint, which every use needs.
-    pub fn token_endpoint(&self) -> Result<&str, Failure> {
+    pub(crate) fn token_endpoint(&self) -> Result<&str, Failure> {
         self.token_endpoint
             .as_deref()
             .ok_or_else(|| Failure::rejected(format!("the authorization server {} has no token endpoint", self.issuer)))
@@ -138,7 +138,7 @@ impl ServerMetadata {
 
 /// The outcome of discovery: whom to ask for tokens, and for which resource.
 #[derive(Clone, Debug)]
-pub struct Discovery {
+pub(crate) struct Discovery {
     /// The `resource` parameter to send (RFC 8707): the identifier the protected
     /// resource declared (checked to cover the backend's URL), else the backend's
     /// canonical URL.
@@ -158,7 +158,7 @@ pub struct Discovery {
 /// Discovers the authorization server of the backend at `server_url`. When the
 /// protected resource lists several, `preferred` (the issuer of a stored
 /// credential) is taken if listed, else the first.
-pub fn discover(
+pub(crate) fn discover(
     http: &Http,
     server_url: &str,
     challenge: &Challenge,
@@ -224,7 +224,7 @@ fn protected_resource(
 /// The metadata of the authorization server `issuer`, or `None` when none of its
 /// well-known locations has any. A document whose `issuer` is not exactly `issuer`
 /// is refused (`Rejected`): its endpoints are never used.
-pub fn authorization_server(http: &Http, issuer: &str) -> Result<Option<ServerMetadata>, Failure> {
+pub(crate) fn authorization_server(http: &Http, issuer: &str) -> Result<Option<ServerMetadata>, Failure> {
     let url = resource::parse(issuer).map_err(Failure::rejected)?;
     let path = resource::path_of(&url);
     let mut locations = vec![

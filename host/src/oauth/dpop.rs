@@ -23,10 +23,10 @@ use super::pkce;
 use super::secret::Secret;
 
 /// The one algorithm tether signs proofs with.
-pub const ALG: &str = "ES256";
+pub(super) const ALG: &str = "ES256";
 
 /// A backend's DPoP key and the nonces its servers asked for.
-pub struct DpopKey {
+pub(crate) struct DpopKey {
     pair: EcdsaKeyPair,
     /// The PKCS#8 document, base64url, as stored with the token.
     stored: Secret,
@@ -47,7 +47,7 @@ impl std::fmt::Debug for DpopKey {
 
 impl DpopKey {
     /// A new key.
-    pub fn generate() -> Result<DpopKey, String> {
+    pub(crate) fn generate() -> Result<DpopKey, String> {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
             .map_err(|_| "cannot generate a DPoP key".to_owned())?;
@@ -55,7 +55,7 @@ impl DpopKey {
     }
 
     /// The key stored with a token.
-    pub fn from_stored(stored: &Secret) -> Result<DpopKey, String> {
+    pub(crate) fn from_stored(stored: &Secret) -> Result<DpopKey, String> {
         let der = URL_SAFE_NO_PAD.decode(stored.expose()).map_err(|_| "the stored DPoP key is not base64url")?;
         let rng = SystemRandom::new();
         let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &der, &rng)
@@ -68,36 +68,36 @@ impl DpopKey {
     }
 
     /// The form stored with the token.
-    pub fn stored(&self) -> &Secret {
+    pub(crate) fn stored(&self) -> &Secret {
         &self.stored
     }
 
     /// The JWK thumbprint (RFC 7638), as a token's `cnf.jkt` names the key.
-    pub fn thumbprint(&self) -> String {
+    pub(crate) fn thumbprint(&self) -> String {
         URL_SAFE_NO_PAD.encode(digest(&SHA256, self.jwk.to_string().as_bytes()))
     }
 
     /// A proof for a token request to `endpoint`, with the authorization
     /// server's nonce if it gave one.
-    pub fn token_request_proof(&self, endpoint: &str, now: u64) -> Result<String, String> {
+    pub(crate) fn token_request_proof(&self, endpoint: &str, now: u64) -> Result<String, String> {
         let nonce = self.as_nonce.lock().unwrap_or_else(|e| e.into_inner()).clone();
         self.proof("POST", endpoint, None, nonce.as_deref(), now)
     }
 
     /// A proof for a `method` request to the backend at `url` carrying `token`.
-    pub fn resource_proof(&self, method: &str, url: &str, token: &str, now: u64) -> Result<String, String> {
+    pub(crate) fn resource_proof(&self, method: &str, url: &str, token: &str, now: u64) -> Result<String, String> {
         let nonce = self.rs_nonce.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let ath = URL_SAFE_NO_PAD.encode(digest(&SHA256, token.as_bytes()));
         self.proof(method, url, Some(&ath), nonce.as_deref(), now)
     }
 
     /// The authorization server asked for `nonce`.
-    pub fn as_nonce(&self, nonce: &str) {
+    pub(crate) fn as_nonce(&self, nonce: &str) {
         *self.as_nonce.lock().unwrap_or_else(|e| e.into_inner()) = Some(nonce.to_owned());
     }
 
     /// The backend asked for `nonce`; whether it is new.
-    pub fn rs_nonce(&self, nonce: &str) -> bool {
+    pub(crate) fn rs_nonce(&self, nonce: &str) -> bool {
         let mut held = self.rs_nonce.lock().unwrap_or_else(|e| e.into_inner());
         let new = held.as_deref() != Some(nonce);
         *held = Some(nonce.to_owned());
@@ -127,7 +127,7 @@ fn htu(url: &str) -> &str {
 }
 
 /// Whether an authorization server's metadata lets tether bind tokens with DPoP.
-pub fn supported(algs: Option<&[String]>) -> bool {
+pub(super) fn supported(algs: Option<&[String]>) -> bool {
     algs.is_some_and(|algs| algs.iter().any(|a| a == ALG))
 }
 

@@ -19,9 +19,9 @@ use super::transport::printable;
 use super::Failure;
 
 /// The path of the redirect URI.
-pub const REDIRECT_PATH: &str = "/callback";
+pub(super) const REDIRECT_PATH: &str = "/callback";
 /// How long a person has to finish logging in.
-pub const LOGIN_TIMEOUT: Duration = Duration::from_secs(600);
+pub(super) const LOGIN_TIMEOUT: Duration = Duration::from_secs(600);
 /// How often the listener looks at its cancel flag.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -32,7 +32,7 @@ const POLL: Duration = Duration::from_millis(200);
 /// none (the parameter is omitted). `offline_access` is added when the
 /// authorization server lists it (SEP-2207), to get a refresh token, and only to a
 /// non-empty request (alone it would replace the server's default scopes).
-pub fn select_scope(
+pub(super) fn select_scope(
     challenged: Option<&str>,
     prior: &[&str],
     configured: Option<&str>,
@@ -63,7 +63,7 @@ pub fn select_scope(
 
 /// The parameters of one authorization request.
 #[derive(Debug)]
-pub struct AuthorizationRequest<'a> {
+pub(super) struct AuthorizationRequest<'a> {
     /// The authorization endpoint.
     pub endpoint: &'a str,
     /// `client_id`.
@@ -82,7 +82,7 @@ pub struct AuthorizationRequest<'a> {
 
 impl AuthorizationRequest<'_> {
     /// The URL to open in the browser (the endpoint's own query is kept).
-    pub fn url(&self) -> Result<String, Failure> {
+    pub(super) fn url(&self) -> Result<String, Failure> {
         let mut url = super::resource::parse(self.endpoint)
             .map_err(|e| Failure::rejected(format!("authorization endpoint: {e}")))?;
         {
@@ -104,7 +104,7 @@ impl AuthorizationRequest<'_> {
 
 /// What a callback must carry to be believed.
 #[derive(Debug, Clone)]
-pub struct Expected {
+pub(super) struct Expected {
     /// The `state` sent.
     pub state: String,
     /// The issuer the request went to.
@@ -116,7 +116,7 @@ pub struct Expected {
 
 /// How a request to the callback path was judged.
 #[derive(Debug)]
-pub enum Callback {
+pub(super) enum Callback {
     /// The code, from a response that passed every check.
     Code(Secret),
     /// Not this flow's (no or another `state`): ignored.
@@ -130,7 +130,7 @@ pub enum Callback {
 /// for MCP): `iss`, when present, must equal the issuer by simple string comparison
 /// (no normalisation: a trailing slash differs), advertised or not; when the server
 /// advertised support, it must be present. This applies to error responses too.
-pub fn check_callback(query: &str, expected: &Expected) -> Callback {
+pub(super) fn check_callback(query: &str, expected: &Expected) -> Callback {
     let mut state = None;
     let mut iss = None;
     let mut code = None;
@@ -179,12 +179,12 @@ pub fn check_callback(query: &str, expected: &Expected) -> Callback {
 #[cfg(feature = "login-hyper")]
 mod hyper_loopback;
 #[cfg(feature = "login-hyper")]
-pub use hyper_loopback::Loopback;
+pub(super) use hyper_loopback::Loopback;
 
 #[cfg(all(feature = "login-blocking", not(feature = "login-hyper")))]
 mod blocking_loopback;
 #[cfg(all(feature = "login-blocking", not(feature = "login-hyper")))]
-pub use blocking_loopback::Loopback;
+pub(super) use blocking_loopback::Loopback;
 
 #[cfg(not(any(feature = "login-hyper", feature = "login-blocking")))]
 compile_error!("tether-host needs a login listener: enable its feature `login-hyper` or `login-blocking`");

@@ -12,20 +12,20 @@ use super::secret::Secret;
 /// # Panics
 /// If the operating system has no random number generator to give: nothing safe
 /// can be done without one.
-pub fn random_string(bytes: usize) -> String {
+pub(super) fn random_string(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::getrandom(&mut buf).expect("the operating system's random number generator failed");
     URL_SAFE_NO_PAD.encode(buf)
 }
 
 /// A fresh `state` for one authorization request (128 bits).
-pub fn state() -> String {
+pub(super) fn state() -> String {
     random_string(16)
 }
 
 /// The verifier tether keeps and the challenge it sends.
 #[derive(Debug)]
-pub struct Pkce {
+pub(super) struct Pkce {
     /// Sent only to the token endpoint, with the code.
     pub verifier: Secret,
     /// `BASE64URL(SHA256(verifier))`, sent in the authorization request.
@@ -35,7 +35,7 @@ pub struct Pkce {
 impl Pkce {
     /// A fresh pair: a 64-character verifier (48 random bytes, within RFC 7636's
     /// 43..=128) and its S256 challenge.
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         let verifier = random_string(48);
         let challenge = s256(&verifier);
         Pkce { verifier: Secret::new(verifier), challenge }
@@ -49,7 +49,7 @@ impl Default for Pkce {
 }
 
 /// The S256 transformation of a verifier.
-pub fn s256(verifier: &str) -> String {
+pub(super) fn s256(verifier: &str) -> String {
     URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, verifier.as_bytes()))
 }
 

@@ -22,7 +22,7 @@ use super::{Failure, OAuthSettings};
 /// identity kept for this backend at this same issuer, if any (one kept for another
 /// issuer must never be passed: credentials do not travel between authorization
 /// servers).
-pub fn identify(
+pub(super) fn identify(
     http: &Http,
     settings: &OAuthSettings,
     server: &ServerMetadata,
@@ -64,7 +64,7 @@ pub fn identify(
 
 /// Refuses a configured client bound (`issuer` setting) to another authorization
 /// server than the one the backend names now.
-pub fn check_configured_issuer(settings: &OAuthSettings, issuer: &str) -> Result<(), Failure> {
+pub(super) fn check_configured_issuer(settings: &OAuthSettings, issuer: &str) -> Result<(), Failure> {
     match &settings.issuer {
         Some(bound) if bound != issuer => Err(Failure::rejected(format!(
             "the configured client_id belongs to the authorization server {bound}, but the backend now names {issuer}: \
@@ -77,7 +77,7 @@ pub fn check_configured_issuer(settings: &OAuthSettings, issuer: &str) -> Result
 /// The token endpoint authentication method to register with: `none` (a native
 /// public client, protected by PKCE) unless the server does not take it, then
 /// `client_secret_post`, then `client_secret_basic`.
-pub fn registration_method(server: &ServerMetadata) -> &'static str {
+pub(super) fn registration_method(server: &ServerMetadata) -> &'static str {
     let Some(supported) = &server.token_endpoint_auth_methods_supported else {
         return token::NONE;
     };
@@ -105,7 +105,12 @@ fn metadata(redirect_uri: &str, auth_method: &str) -> Value {
 }
 
 /// Registers tether at `endpoint` (RFC 7591 §3).
-pub fn register(http: &Http, endpoint: &str, redirect_uri: &str, auth_method: &str) -> Result<ClientRecord, Failure> {
+pub(super) fn register(
+    http: &Http,
+    endpoint: &str,
+    redirect_uri: &str,
+    auth_method: &str,
+) -> Result<ClientRecord, Failure> {
     let answer = http.post_json(endpoint, &metadata(redirect_uri, auth_method))?;
     if answer.server_failed() {
         return Err(Failure::unavailable(format!("client registration: {}", answer.oauth_error().1)));

@@ -8,7 +8,7 @@
 use url::Url;
 
 /// A URL tether may talk OAuth with: `http` or `https`, with a host.
-pub fn parse(raw: &str) -> Result<Url, String> {
+pub(crate) fn parse(raw: &str) -> Result<Url, String> {
     let url = Url::parse(raw.trim()).map_err(|e| format!("{raw:?} is not a URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(format!("{raw:?} is not an http(s) URL"));
@@ -20,7 +20,7 @@ pub fn parse(raw: &str) -> Result<Url, String> {
 /// lower-case scheme and host, no default port, no fragment, and no trailing slash
 /// on an empty path (`https://mcp.example.com`, not `https://mcp.example.com/`).
 /// Other paths and any query are kept as they are.
-pub fn canonical(raw: &str) -> Result<String, String> {
+pub(crate) fn canonical(raw: &str) -> Result<String, String> {
     let url = parse(raw)?;
     let path = match url.path() {
         "/" => "",
@@ -31,7 +31,7 @@ pub fn canonical(raw: &str) -> Result<String, String> {
 }
 
 /// `scheme://host[:port]`, the port only when it is not the scheme's default.
-pub fn origin(url: &Url) -> String {
+pub(crate) fn origin(url: &Url) -> String {
     let host = url.host_str().unwrap_or_default();
     match url.port() {
         Some(port) => format!("{}://{host}:{port}", url.scheme()),
@@ -40,7 +40,7 @@ pub fn origin(url: &Url) -> String {
 }
 
 /// The path of `url` with no trailing slash: `""` for a bare origin.
-pub fn path_of(url: &Url) -> &str {
+pub(crate) fn path_of(url: &Url) -> &str {
     url.path().trim_end_matches('/')
 }
 
@@ -50,7 +50,7 @@ pub fn path_of(url: &Url) -> &str {
 /// covers `https://a.example/mcp`, `https://a.example/mcp` covers itself, and
 /// `https://evil.example/mcp` or `https://a.example/mc` cover nothing of
 /// `https://a.example/mcp`.
-pub fn covers(resource: &str, server: &str) -> bool {
+pub(crate) fn covers(resource: &str, server: &str) -> bool {
     let (Ok(resource), Ok(server)) = (parse(resource), parse(server)) else {
         return false;
     };
@@ -64,7 +64,7 @@ pub fn covers(resource: &str, server: &str) -> bool {
 /// The well-known URL of `name` for an identifier, by path insertion (RFC 8414 §3.1,
 /// RFC 9728 §3.1): `https://h/.well-known/<name>/<path>`, or
 /// `https://h/.well-known/<name>` when the identifier has no path.
-pub fn well_known(url: &Url, name: &str) -> String {
+pub(crate) fn well_known(url: &Url, name: &str) -> String {
     format!("{}/.well-known/{name}{}", origin(url), path_of(url))
 }
 

@@ -21,17 +21,17 @@ use super::transport::{Answer, Http};
 use super::Failure;
 
 /// `none`: a public client, identified by `client_id` in the body.
-pub const NONE: &str = "none";
+pub(crate) const NONE: &str = "none";
 /// `client_secret_basic`: HTTP Basic with the form-encoded id and secret.
-pub const BASIC: &str = "client_secret_basic";
+pub(crate) const BASIC: &str = "client_secret_basic";
 /// `client_secret_post`: id and secret in the body.
-pub const POST: &str = "client_secret_post";
+pub(crate) const POST: &str = "client_secret_post";
 /// `private_key_jwt`: a signed JWT assertion in the body (RFC 7523).
-pub const PRIVATE_KEY_JWT: &str = "private_key_jwt";
+pub(crate) const PRIVATE_KEY_JWT: &str = "private_key_jwt";
 
 /// How tether proves who it is to the token endpoint for one request.
 #[derive(Debug, Clone)]
-pub enum ClientAuth {
+pub(crate) enum ClientAuth {
     /// A public client.
     None {
         /// Its `client_id`.
@@ -64,7 +64,7 @@ pub enum ClientAuth {
 impl ClientAuth {
     /// Builds the authentication for `method` (one of the constants here, except
     /// `private_key_jwt`, which needs an assertion: see [`ClientAuth::Jwt`]).
-    pub fn for_method(method: &str, client_id: &str, secret: Option<&Secret>) -> ClientAuth {
+    pub(crate) fn for_method(method: &str, client_id: &str, secret: Option<&Secret>) -> ClientAuth {
         let client_id = client_id.to_owned();
         match (method, secret) {
             (BASIC, Some(s)) => ClientAuth::Basic { client_id, secret: s.clone() },
@@ -74,7 +74,7 @@ impl ClientAuth {
     }
 
     /// The method's name in metadata.
-    pub fn method(&self) -> &'static str {
+    pub(crate) fn method(&self) -> &'static str {
         match self {
             ClientAuth::None { .. } | ClientAuth::Unidentified => NONE,
             ClientAuth::Basic { .. } => BASIC,
@@ -117,7 +117,7 @@ impl ClientAuth {
 
 /// `Basic base64(urlencode(id) ":" urlencode(secret))`, the encoding RFC 6749 §2.3.1
 /// asks for (so a `:` in the id cannot be misread).
-pub fn basic_authorization(client_id: &str, secret: &str) -> String {
+pub(crate) fn basic_authorization(client_id: &str, secret: &str) -> String {
     let encode = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
     format!("Basic {}", STANDARD.encode(format!("{}:{}", encode(client_id), encode(secret))))
 }
@@ -125,7 +125,7 @@ pub fn basic_authorization(client_id: &str, secret: &str) -> String {
 /// Chooses how a client holding a secret (or not) authenticates, given the method
 /// its registration named and the methods the server lists (absent means
 /// `client_secret_basic`, RFC 8414 §2). Without a secret, always `none`.
-pub fn choose_method(has_secret: bool, registered: Option<&str>, supported: Option<&[String]>) -> &'static str {
+pub(crate) fn choose_method(has_secret: bool, registered: Option<&str>, supported: Option<&[String]>) -> &'static str {
     if !has_secret {
         return NONE;
     }
@@ -140,7 +140,7 @@ pub fn choose_method(has_secret: bool, registered: Option<&str>, supported: Opti
 
 /// What the token endpoint granted.
 #[derive(Debug, Clone)]
-pub struct Granted {
+pub(crate) struct Granted {
     /// The access token.
     pub access_token: Secret,
     /// A refresh token, if one was issued (or rotated).
@@ -155,7 +155,7 @@ pub struct Granted {
 
 /// What a login brought back to exchange: the code, where it was sent, and the
 /// PKCE verifier of the login.
-pub struct Code<'a> {
+pub(crate) struct Code<'a> {
     /// The authorization code.
     pub code: &'a Secret,
     /// The redirect URI the login used.
@@ -165,7 +165,7 @@ pub struct Code<'a> {
 }
 
 /// Exchanges an authorization code (with its PKCE verifier).
-pub fn exchange_code(
+pub(crate) fn exchange_code(
     http: &Http,
     endpoint: &str,
     auth: &ClientAuth,
@@ -184,7 +184,7 @@ pub fn exchange_code(
 }
 
 /// Uses a refresh token.
-pub fn refresh(
+pub(crate) fn refresh(
     http: &Http,
     endpoint: &str,
     auth: &ClientAuth,
@@ -201,7 +201,7 @@ pub fn refresh(
 }
 
 /// The client credentials grant (no person, no refresh token).
-pub fn client_credentials(
+pub(crate) fn client_credentials(
     http: &Http,
     endpoint: &str,
     auth: &ClientAuth,
@@ -217,12 +217,12 @@ pub fn client_credentials(
 }
 
 /// `grant_type` of the JWT-bearer authorization grant (RFC 7523 §2.1).
-pub const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+pub(crate) const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 
 /// The JWT-bearer grant (RFC 7523 §2.1): a JWT the platform issued to this
 /// workload (workload identity federation) is the grant itself. No person and
 /// no refresh token: the assertion is exchanged again when a token is needed.
-pub fn jwt_bearer(
+pub(crate) fn jwt_bearer(
     http: &Http,
     endpoint: &str,
     auth: &ClientAuth,
@@ -243,7 +243,13 @@ pub fn jwt_bearer(
 }
 
 /// Revokes a token (RFC 7009); `hint` is `refresh_token` or `access_token`.
-pub fn revoke(http: &Http, endpoint: &str, auth: &ClientAuth, token: &Secret, hint: &str) -> Result<(), Failure> {
+pub(crate) fn revoke(
+    http: &Http,
+    endpoint: &str,
+    auth: &ClientAuth,
+    token: &Secret,
+    hint: &str,
+) -> Result<(), Failure> {
     let mut form = vec![("token", token.expose().to_owned()), ("token_type_hint", hint.to_owned())];
     let authorization = auth.apply(&mut form);
     let answer = post(http, endpoint, &form, authorization.as_deref())?;
@@ -344,9 +350,9 @@ fn request<T>(
 }
 
 /// `grant_type` of token exchange (RFC 8693).
-pub const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+pub(crate) const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 /// The Identity Assertion JWT Authorization Grant's token type (ID-JAG).
-pub const ID_JAG: &str = "urn:ietf:params:oauth:token-type:id-jag";
+pub(crate) const ID_JAG: &str = "urn:ietf:params:oauth:token-type:id-jag";
 /// An OpenID Connect ID token, as a token exchange's subject.
 const ID_TOKEN: &str = "urn:ietf:params:oauth:token-type:id_token";
 
@@ -354,7 +360,7 @@ const ID_TOKEN: &str = "urn:ietf:params:oauth:token-type:id_token";
 /// organisation's identity provider is exchanged there (RFC 8693) for an ID-JAG
 /// addressed to the MCP server's authorization server (`audience`) and the MCP
 /// server (`resource`). The second half is [`jwt_bearer`] with the ID-JAG.
-pub fn exchange_for_id_jag(
+pub(crate) fn exchange_for_id_jag(
     http: &Http,
     endpoint: &str,
     auth: &ClientAuth,

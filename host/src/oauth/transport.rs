@@ -17,15 +17,15 @@ use super::Failure;
 use crate::keep_alive::PooledAgent;
 
 /// How long a TCP (and TLS) connect may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a whole request may take, its answer's body included.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most of an answer's body that is read.
-pub const BODY_LIMIT: u64 = 64 * 1024;
+pub(crate) const BODY_LIMIT: u64 = 64 * 1024;
 
 /// An answer of any status, its body read (within [`BODY_LIMIT`]).
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The HTTP status.
     pub status: u16,
     /// The body as JSON, when it is JSON.
@@ -37,24 +37,24 @@ pub struct Answer {
 impl Answer {
     /// Whether the server failed in a way that may pass (5xx, 429): the caller
     /// should report `Unavailable`.
-    pub fn server_failed(&self) -> bool {
+    pub(crate) fn server_failed(&self) -> bool {
         self.status >= 500 || self.status == 429
     }
 
     /// The body as a JSON object, if it is one.
-    pub fn object(&self) -> Option<&serde_json::Map<String, Value>> {
+    pub(crate) fn object(&self) -> Option<&serde_json::Map<String, Value>> {
         self.json.as_ref().and_then(Value::as_object)
     }
 
     /// `error` and `error_description` of an OAuth error answer (RFC 6749 §5.2), for
     /// people: short and printable.
-    pub fn oauth_error(&self) -> (Option<String>, String) {
+    pub(crate) fn oauth_error(&self) -> (Option<String>, String) {
         self.oauth_error_hiding(&[])
     }
 
     /// [`Answer::oauth_error`] with `secrets` (what the request carried) hidden
     /// from what the server wrote, before it is cut short: a server may quote them.
-    pub fn oauth_error_hiding(&self, secrets: &[&str]) -> (Option<String>, String) {
+    pub(crate) fn oauth_error_hiding(&self, secrets: &[&str]) -> (Option<String>, String) {
         let obj = self.object();
         let field = |k: &str| obj.and_then(|o| o.get(k)).and_then(Value::as_str).map(|v| printable(&hide(v, secrets)));
         let error = field("error");
@@ -69,7 +69,7 @@ impl Answer {
 
 /// Cuts text a server chose down to something safe to show: at most 200
 /// characters, control characters dropped.
-pub fn printable(s: &str) -> String {
+pub(crate) fn printable(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(200).collect()
 }
 
@@ -77,7 +77,7 @@ pub fn printable(s: &str) -> String {
 /// Its connections are kept as toward backends ([`PooledAgent`]): retired before
 /// the server drops them, a request lost to one the server closed sent again.
 #[derive(Clone)]
-pub struct Http {
+pub(crate) struct Http {
     /// For metadata GETs: follows a few redirects.
     fetch: PooledAgent,
     /// For POSTs (token, registration, revocation): never follows a redirect, so a
@@ -99,7 +99,7 @@ impl std::fmt::Debug for Http {
 
 impl Http {
     /// A client with the bounds above.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let builder = || {
             ureq::AgentBuilder::new()
                 .timeout_connect(CONNECT_TIMEOUT)
@@ -113,13 +113,13 @@ impl Http {
     }
 
     /// GET a JSON document.
-    pub fn get_json(&self, url: &str) -> Result<Answer, Failure> {
+    pub(crate) fn get_json(&self, url: &str) -> Result<Answer, Failure> {
         answer(&self.fetch, self.fetch.send(|a| a.get(url).set("Accept", "application/json").call()))
     }
 
     /// GET any URL and return the status and the `WWW-Authenticate` header: used to
     /// provoke a protected resource's challenge.
-    pub fn probe(&self, url: &str) -> Result<(u16, Option<String>), Failure> {
+    pub(crate) fn probe(&self, url: &str) -> Result<(u16, Option<String>), Failure> {
         let result = self.fetch.send(|a| a.get(url).set("Accept", "application/json, text/event-stream").call());
         match result {
             Ok(r) | Err(ureq::Error::Status(_, r)) => {
@@ -139,18 +139,23 @@ impl Http {
 
     /// GET `url` without following a redirect: its status (a redirect is an
     /// answer), and its body as JSON when it is JSON.
-    pub fn peek(&self, url: &str) -> Result<Answer, Failure> {
+    pub(crate) fn peek(&self, url: &str) -> Result<Answer, Failure> {
         answer(&self.post, self.post.send(|a| a.get(url).set("Accept", "application/json, text/html").call()))
     }
 
     /// POST a form (`application/x-www-form-urlencoded`), with an `Authorization`
     /// header when given.
-    pub fn post_form(&self, url: &str, form: &[(&str, &str)], authorization: Option<&str>) -> Result<Answer, Failure> {
+    pub(crate) fn post_form(
+        &self,
+        url: &str,
+        form: &[(&str, &str)],
+        authorization: Option<&str>,
+    ) -> Result<Answer, Failure> {
         self.post_form_with(url, form, authorization, None)
     }
 
     /// [`Http::post_form`] with a `DPoP` proof header when given.
-    pub fn post_form_with(
+    pub(crate) fn post_form_with(
         &self,
         url: &str,
         form: &[(&str, &str)],
@@ -171,7 +176,7 @@ impl Http {
     }
 
     /// POST a JSON document.
-    pub fn post_json(&self, url: &str, body: &Value) -> Result<Answer, Failure> {
+    pub(crate) fn post_json(&self, url: &str, body: &Value) -> Result<Answer, Failure> {
         let body = body.to_string();
         let sent = self.post.send(|agent| {
             agent.post(url).set("Accept", "application/json").set("Content-Type", "application/json").send_string(&body)

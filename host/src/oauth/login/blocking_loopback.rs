@@ -10,7 +10,7 @@ use super::super::Failure;
 use super::{check_callback, listener_failed, page_html, timed_out, Callback, Expected, POLL, REDIRECT_PATH, STRAY};
 
 /// The loopback listener of one login.
-pub struct Loopback {
+pub(crate) struct Loopback {
     server: tiny_http::Server,
     port: u16,
 }
@@ -23,7 +23,7 @@ impl std::fmt::Debug for Loopback {
 
 impl Loopback {
     /// Listens on 127.0.0.1:`port` (0: any free port).
-    pub fn bind(port: u16) -> Result<Self, String> {
+    pub(crate) fn bind(port: u16) -> Result<Self, String> {
         let server = tiny_http::Server::http(("127.0.0.1", port))
             .map_err(|e| format!("cannot listen on 127.0.0.1:{port} for the login redirect: {e}"))?;
         let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(port);
@@ -31,18 +31,23 @@ impl Loopback {
     }
 
     /// The port it listens on.
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
     /// `http://127.0.0.1:<port>/callback`.
-    pub fn redirect_uri(&self) -> String {
+    pub(crate) fn redirect_uri(&self) -> String {
         format!("http://127.0.0.1:{}{REDIRECT_PATH}", self.port)
     }
 
     /// Serves the callback until a response for this flow arrives (its code, or why
     /// it failed), `timeout` passes, or `cancel` is set (then `None`).
-    pub fn wait(&self, expected: &Expected, timeout: Duration, cancel: &AtomicBool) -> Option<Result<Secret, Failure>> {
+    pub(crate) fn wait(
+        &self,
+        expected: &Expected,
+        timeout: Duration,
+        cancel: &AtomicBool,
+    ) -> Option<Result<Secret, Failure>> {
         let deadline = Instant::now() + timeout;
         loop {
             if cancel.load(Ordering::SeqCst) {

@@ -28,7 +28,7 @@ use super::super::Failure;
 use super::{check_callback, listener_failed, page_html, timed_out, Callback, Expected, POLL, REDIRECT_PATH, STRAY};
 
 /// The loopback listener of one login.
-pub struct Loopback {
+pub(crate) struct Loopback {
     listener: Async<TcpListener>,
     port: u16,
 }
@@ -48,7 +48,7 @@ type Served<'a> = (usize, Pin<Box<dyn Future<Output = ()> + 'a>>);
 
 impl Loopback {
     /// Listens on 127.0.0.1:`port` (0: any free port).
-    pub fn bind(port: u16) -> Result<Self, String> {
+    pub(crate) fn bind(port: u16) -> Result<Self, String> {
         let failed = |e: std::io::Error| format!("cannot listen on 127.0.0.1:{port} for the login redirect: {e}");
         let listener = TcpListener::bind(("127.0.0.1", port)).map_err(failed)?;
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
@@ -57,19 +57,24 @@ impl Loopback {
     }
 
     /// The port it listens on.
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
     /// `http://127.0.0.1:<port>/callback`.
-    pub fn redirect_uri(&self) -> String {
+    pub(crate) fn redirect_uri(&self) -> String {
         format!("http://127.0.0.1:{}{REDIRECT_PATH}", self.port)
     }
 
     /// Serves the callback until a response for this flow arrives (its code, or why
     /// it failed), `timeout` passes, or `cancel` is set (then `None`). Blocks the
     /// calling thread, which drives the connections itself: no runtime is needed.
-    pub fn wait(&self, expected: &Expected, timeout: Duration, cancel: &AtomicBool) -> Option<Result<Secret, Failure>> {
+    pub(crate) fn wait(
+        &self,
+        expected: &Expected,
+        timeout: Duration,
+        cancel: &AtomicBool,
+    ) -> Option<Result<Secret, Failure>> {
         async_io::block_on(self.serve(expected, timeout, cancel))
     }
 
