@@ -1,14 +1,14 @@
 //! The backend side: each backend's state, connecting, the handshake (or the
 //! stateless probe), listens, discovery and health answers.
 
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::VecDeque;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::calls::{Call, CallKind, Queued};
+use super::discovery::{kind_bit, Bounds, Discovery, Next, ALL_KINDS};
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::{ServerConfig, Transport};
@@ -100,24 +100,6 @@ pub(super) struct Backend {
     /// SSE streams of the connection that ended and are resumed, and the event
     /// ids seen on it (Streamable HTTP).
     pub streams: super::streams::Streams,
-}
-
-/// A discovery in progress: lists accumulate here until every page is in.
-#[derive(Clone, Default)]
-pub(super) struct Discovery {
-    /// Kinds being re-listed (bit `1 << kind`); the others keep their last lists.
-    pub requested: u8,
-    /// Each list's items as listed (raw JSON objects), and their bytes.
-    pub lists: [Vec<alloc::boxed::Box<str>>; 4],
-    pub bytes: [u64; 4],
-    /// Bytes this discovery may keep in all (see [`Gateway::catalog_room`]).
-    pub room: u64,
-    /// Which limit left items out, if one did.
-    pub cut: Option<&'static str>,
-    /// Each list's cache hint: the shortest-lived of its pages.
-    pub cache: [Option<CacheHint>; 4],
-    pub outstanding: u32,
-    pub failed: bool,
 }
 
 impl Backend {
@@ -603,7 +585,7 @@ impl Gateway {
             .collect();
         let room = self.catalog_room(server, requested);
         let Some(b) = self.backends.get_mut(server) else { return };
-        b.discovery = Some(Discovery { requested, room, ..Discovery::default() });
+        b.discovery = Some(Discovery::new(requested, room));
         for kind in &kinds {
             self.request_page(server, *kind, None, 1);
         }
@@ -618,7 +600,7 @@ impl Gateway {
         let generation = b.sup.generation();
         let deadline = Some(self.now + Self::duration(b.sup.policy().request_timeout_ms));
         if let Some(d) = b.discovery.as_mut() {
-            d.outstanding += 1;
+            d.asked();
         }
         let params = cursor.map(|c| format!(r#"{{"cursor":{}}}"#, protocol::quote(c)));
         self.router.calls.insert(
@@ -651,91 +633,34 @@ impl Gateway {
     }
 
     pub(super) fn discovery_answer(&mut self, server: &str, kind: ListKind, pages: u32, answer: Result<&str, &str>) {
-        let max_items = self.config.limits.max_catalog_items as usize;
-        let max_pages = self.config.limits.max_discovery_pages;
+        let limits = &self.config.limits;
+        let bounds = Bounds {
+            max_items: limits.max_catalog_items as usize,
+            max_pages: limits.max_discovery_pages,
+            max_catalog_bytes: u64::from(limits.max_catalog_bytes),
+        };
         let Some(b) = self.backends.get_mut(server) else { return };
+        let had_catalog = b.catalog_discovered;
         let Some(d) = b.discovery.as_mut() else { return };
-        d.outstanding = d.outstanding.saturating_sub(1);
-        let mut next = None;
-        // Only the page's members are parsed here; each item stays its raw text
-        // (parsed one at a time when the catalog is built), so a large page is
-        // never held as a tree of values.
-        let page = answer.ok().and_then(|r| serde_json::from_str::<BTreeMap<String, &RawValue>>(r).ok());
-        match page {
-            Some(page) => {
-                let small: Map<String, Value> = ["ttlMs", "cacheScope"]
-                    .iter()
-                    .filter_map(|key| Some((key.to_string(), serde_json::from_str(page.get(*key)?.get()).ok()?)))
-                    .collect();
-                let hint = CacheHint::of(&small);
-                let cached = &mut d.cache[kind as usize];
-                *cached = Some(cached.map_or(hint, |h| h.and(hint)));
-                let items =
-                    page.get(kind.result_key()).and_then(|raw| serde_json::from_str::<Vec<&RawValue>>(raw.get()).ok());
-                for item in items.unwrap_or_default() {
-                    let text = item.get();
-                    if !text.starts_with('{') {
-                        continue;
-                    }
-                    let list = &mut d.lists[kind as usize];
-                    let held: u64 = d.bytes.iter().sum();
-                    if list.len() >= max_items {
-                        d.cut.get_or_insert("limits.max_catalog_items");
-                        break;
-                    }
-                    if held + text.len() as u64 > d.room {
-                        d.cut.get_or_insert(if d.room < u64::from(self.config.limits.max_catalog_bytes) {
-                            "limits.max_total_catalog_bytes"
-                        } else {
-                            "limits.max_catalog_bytes"
-                        });
-                        break;
-                    }
-                    d.bytes[kind as usize] += text.len() as u64;
-                    list.push(text.into());
-                }
-                let full = d.cut.is_some();
-                if let Some(cursor) = page.get("nextCursor").and_then(|c| serde_json::from_str::<String>(c.get()).ok())
-                {
-                    // Past a limit, the rest is not asked for, and the catalog says so.
-                    if !cursor.is_empty() && !full {
-                        if pages < max_pages {
-                            next = Some(cursor);
-                        } else {
-                            d.cut.get_or_insert("limits.max_discovery_pages");
-                        }
-                    }
-                }
-            }
-            // An error for one list (even an announced one) leaves that list empty on a
-            // first discovery; a re-discovery that gets one keeps the cached catalog.
-            None if answer.is_err() => d.failed |= b.catalog_discovered,
-            None => d.failed = true,
-        }
-        if let Some(cursor) = next {
-            return self.request_page(server, kind, Some(&cursor), pages + 1);
-        }
-        if d.outstanding == 0 {
-            self.finish_discovery(server);
+        match d.on_page(kind, pages, answer, had_catalog, bounds) {
+            Next::Page(cursor) => self.request_page(server, kind, Some(&cursor), pages + 1),
+            Next::Finished => self.finish_discovery(server),
+            Next::Wait => {}
         }
     }
 
     /// A discovery request timed out or its connection failed.
     pub(super) fn discovery_failed(&mut self, server: &str) {
         let Some(b) = self.backends.get_mut(server) else { return };
-        if let Some(d) = b.discovery.as_mut() {
-            d.outstanding = d.outstanding.saturating_sub(1);
-            d.failed = true;
-            if d.outstanding == 0 {
-                self.finish_discovery(server);
-            }
+        if b.discovery.as_mut().is_some_and(|d| d.on_failure() == Next::Finished) {
+            self.finish_discovery(server);
         }
     }
 
     fn finish_discovery(&mut self, server: &str) {
         let now = self.now;
         let Some(b) = self.backends.get_mut(server) else { return };
-        let Some(d) = b.discovery.take() else { return };
+        let Some(d) = b.discovery.take().map(Discovery::finish) else { return };
         if d.failed && !b.catalog_discovered {
             // Never online with an empty catalog: a first discovery that fails is a failed connection.
             return self.connection_lost(server, Failure::Other { message: "discovery failed".into() });
@@ -743,14 +668,13 @@ impl Gateway {
         if !d.failed {
             let first = b.sup.status() == Status::DiscoveringTools;
             b.catalog_discovered = true;
-            let mut lists: [Option<Vec<alloc::boxed::Box<str>>>; 4] = Default::default();
-            for (kind, list) in ListKind::ALL.into_iter().zip(d.lists) {
-                if d.requested & kind_bit(kind) != 0 {
-                    b.cache[kind as usize] = d.cache[kind as usize].unwrap_or(CacheHint::STALE);
+            for kind in ListKind::ALL {
+                if d.lists[kind as usize].is_some() {
+                    b.cache[kind as usize] = d.cache[kind as usize];
                     b.catalog_bytes[kind as usize] = d.bytes[kind as usize];
-                    lists[kind as usize] = Some(list);
                 }
             }
+            let lists = d.lists;
             let kept: u64 = b.catalog_bytes.iter().sum();
             b.catalog_cut = d.cut.map(|limit| {
                 format!("catalog cut at {kept} bytes by {limit}: the rest of what it listed is not served")
@@ -819,14 +743,6 @@ impl Gateway {
             self.emit(Event::ServerHealthDegraded { server: self.name(server), consecutive_failures, last_error });
         }
     }
-}
-
-/// Every list kind, as a discovery mask.
-const ALL_KINDS: u8 = 0b1111;
-
-/// The discovery-mask bit of one list kind.
-pub(super) fn kind_bit(kind: ListKind) -> u8 {
-    1 << (kind as u8)
 }
 
 /// Reads `error.code` from a raw JSON-RPC error object.

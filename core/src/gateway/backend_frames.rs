@@ -8,8 +8,8 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::backend::kind_bit;
 use super::calls::{CallKind, RawFields, ServerRequest};
+use super::discovery::kind_bit;
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{Event, StreamRef};

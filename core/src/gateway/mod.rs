@@ -9,6 +9,7 @@ mod calls;
 mod client;
 mod client_events;
 mod credentials;
+mod discovery;
 mod failures;
 mod input_required;
 mod input_rounds;
