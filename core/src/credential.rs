@@ -335,9 +335,11 @@ impl Credential {
     }
 
     /// The backend answered a request sent under the token in hand: it takes it.
+    /// A success: the step-ups are counted again from here.
     pub(crate) fn accepted(&mut self) {
         self.unproven = false;
         self.fresh_refusals = 0;
+        self.step_ups = 0;
     }
 
     /// The backend refused a request sent under `epoch` with 401 (or 403 without
@@ -408,8 +410,8 @@ impl Credential {
 
     /// The backend refused a request with 403 `insufficient_scope`: send the person
     /// to log in again asking for the scopes held plus the ones it named, only when
-    /// it named one not held yet, and at most [`MAX_STEP_UPS`] times per login, so a
-    /// server that always wants more cannot loop.
+    /// it named one not held yet, and at most [`MAX_STEP_UPS`] times in a row (no
+    /// request accepted in between), so a server that always wants more cannot loop.
     pub(crate) fn on_insufficient_scope(&mut self, challenge: &Challenge) -> Next {
         if self.in_flight || self.login_url.is_some() {
             return Next::Wait;
@@ -881,6 +883,36 @@ mod tests {
         let wider = Challenge { scope: Some("mcp:write".into()), ..held };
         let Next::Step(AuthStep::Login { challenge }) = c.on_insufficient_scope(&wider) else { panic!() };
         assert_eq!(challenge.scope.as_deref(), Some("mcp:basic mcp:write"));
+    }
+
+    /// Three refusals in a row, each naming a new scope: two step-ups, then the
+    /// bound. After a request the backend accepted, step-ups are counted again.
+    #[test]
+    fn step_ups_are_bounded_in_a_row_and_counted_again_after_a_success() {
+        let refusal = |scope: &str| Challenge {
+            error: Some("insufficient_scope".into()),
+            scope: Some(scope.into()),
+            ..Default::default()
+        };
+        let step_up = |c: &mut Credential, scope: &str| {
+            let next = c.on_insufficient_scope(&refusal(scope));
+            if matches!(next, Next::Step(AuthStep::Login { .. })) {
+                let granted =
+                    CredentialUpdate::Ready { expires_in_ms: Some(3_600_000), refreshable: true, scope: None };
+                c.on_update(t(10), &granted, &mut Rng::new(1));
+            }
+            next
+        };
+        let mut c = valid("s0");
+        assert!(matches!(step_up(&mut c, "s1"), Next::Step(AuthStep::Login { .. })));
+        assert!(matches!(step_up(&mut c, "s2"), Next::Step(AuthStep::Login { .. })));
+        assert_eq!(step_up(&mut c, "s3"), Next::FailWaiting, "a third in a row is refused");
+
+        let mut c = valid("s0");
+        assert!(matches!(step_up(&mut c, "s1"), Next::Step(AuthStep::Login { .. })));
+        assert!(matches!(step_up(&mut c, "s2"), Next::Step(AuthStep::Login { .. })));
+        c.accepted();
+        assert!(matches!(step_up(&mut c, "s3"), Next::Step(AuthStep::Login { .. })), "after a success it is asked");
     }
 
     #[test]
