@@ -59,6 +59,41 @@ fn oversize_frames_are_refused() {
     assert_eq!(code_of(&sim), -32600);
 }
 
+/// At the frame bound exactly: a client frame of `max_frame_bytes` is served, one
+/// byte more is refused (-32600); the same for a backend's frame (one byte more
+/// is a protocol violation, the call still waiting for a real answer).
+#[test]
+fn frames_of_exactly_the_bound_pass_and_one_byte_more_does_not() {
+    let mut config = one_stdio();
+    config.limits.max_frame_bytes = 1024;
+    let mut sim = Sim::new(config);
+    sim.boot("fs", &["read"]);
+    sim.client_init();
+    let sized = |id: u64, len: usize| {
+        let head = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"x":""#);
+        let tail = r#""}}"#;
+        format!("{head}{}{tail}", "a".repeat(len - head.len() - tail.len()))
+    };
+    let at = sized(41, 1024);
+    assert_eq!(at.len(), 1024);
+    sim.client_raw(&at);
+    assert!(sim.response(41).get("result").is_some(), "{}", sim.response(41));
+    sim.client_raw(&sized(42, 1025));
+    assert_eq!(code_of(&sim), -32600, "answered under id null: an oversized frame is not read");
+
+    sim.call(7, "fs__read");
+    let id = sim.last_request("fs", "tools/call");
+    let head = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":""#);
+    let tail = r#""}]}}"#;
+    let over = format!("{head}{}{tail}", "b".repeat(1025 - head.len() - tail.len()));
+    assert_eq!(over.len(), 1025);
+    sim.backend_raw("fs", &over);
+    assert!(sim.responses_for(7).is_empty(), "a frame over the bound answers nothing");
+    let fits = format!("{head}{}{tail}", "b".repeat(1024 - head.len() - tail.len()));
+    sim.backend_raw("fs", &fits);
+    assert_eq!(sim.responses_for(7).len(), 1);
+}
+
 #[test]
 fn notifications_and_stray_responses_from_clients_get_no_answer() {
     let mut sim = Sim::new(one_stdio());

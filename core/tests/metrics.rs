@@ -34,9 +34,11 @@ fn calls_are_counted_by_outcome_with_the_latency_the_client_saw() {
     sim.advance(5000);
     let m = sim.gw.metrics("fs").unwrap().clone();
     assert_eq!(m.restarts, 1, "the second process is a restart");
-    // Call 3 was in flight when fs crashed: resent on the new process (it has not
-    // crashed before), so it has not ended yet, or it failed.
-    assert_eq!(m.calls_failed as usize, sim.responses_for(3).len());
+    // Call 3 was in flight when fs crashed: a tool call not marked safe to repeat
+    // is not resent, so it failed: answered once, counted once, as failed.
+    assert_eq!(sim.responses_for(3).len(), 1);
+    assert!(sim.responses_for(3)[0].get("error").is_some(), "{:?}", sim.responses_for(3));
+    assert_eq!((m.calls_ok, m.calls_error, m.calls_failed), (1, 1, 1));
 }
 
 /// The last hour the status page draws: minutes online, the minute a crash took

@@ -951,3 +951,24 @@ fn a_backends_task_is_bound_to_the_identity_that_asked_and_its_own_ids_name_noth
     send(&mut sim, 22, 2, "tasks/get", json!({ "taskId": ours }));
     assert_eq!(answer(&sim, 22, 2)["error"]["code"], -32602, "alice's old id no longer reaches fs's task 1");
 }
+
+/// At most 16 `tasks/result` requests wait on one task: the 16th waits, the 17th
+/// is refused at once (-32003), and the 16 that waited all get the result.
+#[test]
+fn sixteen_result_requests_wait_on_a_task_and_the_seventeenth_is_refused() {
+    let mut sim = booted(config());
+    init_2025(&mut sim, 20);
+    send(&mut sim, 20, 1, "tools/call", json!({"name":"fs__slow","arguments":{},"task":{"ttl":60000}}));
+    let task = answer(&sim, 20, 1)["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    let (backend_call, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    for id in 100..116 {
+        send(&mut sim, 20, id, "tasks/result", json!({ "taskId": task }));
+        assert!(answers(&sim, 20, id).is_empty(), "waiter {} waits", id - 99);
+    }
+    send(&mut sim, 20, 116, "tasks/result", json!({ "taskId": task }));
+    assert_eq!(answer(&sim, 20, 116)["error"]["code"], -32003, "the 17th is refused");
+    reply(&mut sim, "fs", backend_call, text_result("done"));
+    for id in 100..116 {
+        assert_eq!(answer(&sim, 20, id)["result"]["content"][0]["text"], "done");
+    }
+}

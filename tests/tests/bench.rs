@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use tether_tests::tether_bin;
 
+/// A smoke test of shape only: every path runs and every target gets a verdict,
+/// MET or MISSED alike (timing on a shared machine is no test; the figures are
+/// the benchmark's, read by a person).
 #[test]
-fn quick_bench_runs_every_path_and_prints_the_targets() {
+fn quick_bench_smoke_checks_the_report_shape_not_the_figures() {
     let child = Command::new(env!("CARGO_BIN_EXE_tether-bench"))
         .arg("--quick")
         .arg("--tether")
