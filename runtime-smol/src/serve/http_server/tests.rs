@@ -1162,6 +1162,12 @@ fn an_events_subscriber_that_does_not_read_is_disconnected() {
 /// time echo), `bob` (mcp), `no-mcp` (time only), `anon-1` and `anon-2` (mcp,
 /// neither subject nor client); any other is inactive.
 fn oauth_harness() -> Harness {
+    oauth_harness_with(None)
+}
+
+/// [`oauth_harness`] with `authorization.admin_scope` set; the token `operator`
+/// carries `mcp ops`.
+fn oauth_harness_with(admin_scope: Option<&str>) -> Harness {
     let server = tiny_http::Server::http("127.0.0.1:0").expect("introspection endpoint");
     let port = server.server_addr().to_ip().expect("an IP address").port();
     let issuer = format!("http://127.0.0.1:{port}/");
@@ -1182,6 +1188,7 @@ fn oauth_harness() -> Harness {
                 "bob" => ("bob", "mcp"),
                 "no-mcp" => ("carol", "time"),
                 "anon-1" | "anon-2" => ("-", "mcp"),
+                "operator" => ("dana", "mcp ops"),
                 _ => ("", ""),
             };
             let answer = match sub {
@@ -1195,14 +1202,17 @@ fn oauth_harness() -> Harness {
             let _ = request.respond(tiny_http::Response::from_string(answer.to_string()).with_header(header));
         }
     });
-    let settings: tether_host::resource_auth::ResourceAuthSettings = serde_json::from_value(json!({
+    let mut settings = json!({
         "issuer": issuer,
         "introspection_endpoint": format!("{issuer}introspect"),
         "client_id": "tether",
         "client_secret": "s3cret",
         "required_scopes": ["mcp"],
-    }))
-    .unwrap();
+    });
+    if let Some(admin) = admin_scope {
+        settings["admin_scope"] = json!(admin);
+    }
+    let settings: tether_host::resource_auth::ResourceAuthSettings = serde_json::from_value(settings).unwrap();
     let validator = tether_host::resource_auth::TokenValidator::new(settings, resource);
     let scopes = vec!["mcp".to_string(), "time".to_string(), "echo".to_string()];
     let guard = super::ResourceGuard::new(validator, "/mcp", scopes, Some("test gateway")).unwrap();
@@ -1310,4 +1320,53 @@ fn tokens_without_subject_or_client_bind_a_session_to_the_token_itself() {
     let session = opened.session.unwrap();
     assert_eq!(h.post_as("anon-1", Some(&session), &request(1, "tools/list")).status, 200);
     assert_eq!(h.post_as("anon-2", Some(&session), &request(2, "tools/list")).status, 403);
+}
+
+/// The operators' scope, both ways. Without `admin_scope`, no OAuth client reads
+/// `/status` or takes an admin action, whatever its token; with it, only a token
+/// carrying that scope does (others get 403 `insufficient_scope` naming it).
+/// `/healthz` takes any valid token either way; no token is 401.
+#[test]
+fn the_status_endpoints_need_the_operators_scope_and_without_one_are_closed_to_oauth_clients() {
+    for admin in [None, Some("ops")] {
+        let h = oauth_harness_with(admin);
+        h.server.serve_status(status_handle().0);
+        let base = h.url.trim_end_matches("/mcp").to_string();
+        let get = |path: &str, token: Option<&str>| {
+            let mut request = h.agent.get(&format!("{base}{path}"));
+            if let Some(token) = token {
+                request = request.set("Authorization", &format!("Bearer {token}"));
+            }
+            outcome(request.call())
+        };
+        let restart = |token: &str| {
+            outcome(
+                h.agent
+                    .post(&format!("{base}/admin/restart/fs"))
+                    .set("Authorization", &format!("Bearer {token}"))
+                    .set("Content-Type", "application/json")
+                    .send_string(""),
+            )
+        };
+        assert_eq!(get("/status", None).status(), 401, "{admin:?}");
+        assert_eq!(get("/healthz", Some("alice")).status(), 200, "{admin:?}: health is open to any valid token");
+        let alice = get("/status", Some("alice"));
+        assert_eq!(alice.status(), 403, "{admin:?}");
+        assert_eq!(restart("alice").status(), 403, "{admin:?}");
+        match admin {
+            None => {
+                let body = alice.into_string().unwrap();
+                assert!(body.contains("admin_scope"), "says how to open it: {body}");
+                assert_eq!(get("/status", Some("operator")).status(), 403, "no scope opens it");
+                assert_eq!(restart("operator").status(), 403);
+            }
+            Some(scope) => {
+                let challenge = alice.header("www-authenticate").unwrap_or_default().to_string();
+                let params = Harness::params(&challenge);
+                assert_eq!((params["error"].as_str(), params["scope"].as_str()), ("insufficient_scope", scope));
+                assert_eq!(get("/status", Some("operator")).status(), 200);
+                assert_eq!(restart("operator").status(), 202);
+            }
+        }
+    }
 }
