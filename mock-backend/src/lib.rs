@@ -121,6 +121,11 @@ pub struct MockOptions {
     #[arg(long, value_name = "BYTES", default_value_t = 0)]
     pub extra_tool_bytes: usize,
 
+    /// Pad every tool result with `_meta.pad`, a string of BYTES (for answers over
+    /// a frame bound from small requests).
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub pad_results: usize,
+
     /// List tools N to a page, with a `nextCursor` (0: all on one page).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub tools_page_size: usize,
@@ -222,6 +227,7 @@ impl Default for MockOptions {
             tools: None,
             extra_tools: 0,
             extra_tool_bytes: 0,
+            pad_results: 0,
             tools_page_size: 0,
             crash_after: None,
             exit_on_start: None,

@@ -345,11 +345,15 @@ impl Mock {
         };
         let progress_token = params.pointer("/_meta/progressToken").filter(|token| !token.is_null());
         let tool_call = ToolCall { session, call, outlet, name, arguments, progress_token, params, meta };
-        match tool {
+        let mut result = match tool {
             Tool::Builtin(builtin) => self.run_builtin(builtin, &tool_call),
             Tool::Extra(n) => Ok(text_result(format!("t{n}"))),
             Tool::Added => Ok(text_result("hello from the added tool")),
+        };
+        if let (Ok(Value::Object(result)), pad @ 1..) = (&mut result, self.options.pad_results) {
+            result.insert("_meta".into(), json!({ "pad": "p".repeat(pad) }));
         }
+        result
     }
 
     fn run_builtin(&self, tool: Builtin, t: &ToolCall<'_>) -> Result<Value, Stop> {

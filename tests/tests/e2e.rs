@@ -271,6 +271,27 @@ fn http_backend_down_then_up_reconnects(rt: Runtime) {
     assert_clean_log(&t.stderr_text());
 }
 
+on_both_runtimes!(an_http_answer_over_the_frame_bound_fails_the_call_at_once);
+/// An HTTP backend answers a small call with a JSON body over `max_frame_bytes`:
+/// the call fails at once saying so, not after its timeout, and the next call
+/// (a small answer) works.
+fn an_http_answer_over_the_frame_bound_fails_the_call_at_once(rt: Runtime) {
+    let port = free_port();
+    let web = HttpMock::start(port, &["--name", "web", "--pad-results", "200000"]);
+    let servers = json!({ "web": { "url": web.url() } });
+    let mut policy = fast_policy();
+    policy["request_timeout_ms"] = json!(20_000);
+    let mut config = config(servers, policy);
+    config["tether"]["limits"] = json!({ "max_frame_bytes": 131_072 });
+    let mut t = Tether::start_with(rt, config, &[]);
+    t.initialize();
+    let started = Instant::now();
+    let big = t.call("web__echo", json!({"text": "big"}));
+    assert!(started.elapsed() < Duration::from_secs(5), "waited {:?} for {big}", started.elapsed());
+    assert!(big.get("error").is_some(), "{big}");
+    assert!(big.to_string().contains("frame limit"), "says why: {big}");
+}
+
 on_both_runtimes!(breaker_opens_after_timeouts_and_a_probe_closes_it);
 /// Scenario 4: Circuit breaker from the command-line flags: two timeouts open it, the next
 /// call is refused at once, and after the cooldown a probe closes it.
