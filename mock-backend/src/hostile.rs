@@ -83,3 +83,19 @@ pub(crate) fn close_stdout() {
         }
     }
 }
+
+/// Writes `bytes` of `x` to stdout, in 1 MiB writes, with no newline: a line no
+/// frame bound admits (the reader must drop it, not hold it).
+pub(crate) fn junk_line(bytes: usize) {
+    let chunk = vec![b'x'; 1 << 20];
+    let mut out = io::stdout().lock();
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        if out.write_all(&chunk[..n]).is_err() {
+            return;
+        }
+        left -= n;
+    }
+    let _ = out.flush();
+}

@@ -177,6 +177,11 @@ pub struct MockOptions {
     #[arg(long)]
     pub flood_stderr: bool,
 
+    /// On a tool call over stdio, write BYTES of `x` to stdout with no newline and
+    /// never answer: one line longer than any frame bound.
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub junk_on_call: usize,
+
     /// Close stdout MS milliseconds after starting, then keep running (even past
     /// EOF on stdin) until killed.
     #[arg(long, value_name = "MS")]
@@ -238,6 +243,7 @@ impl Default for MockOptions {
             state_file: None,
             stateless: false,
             flood_stdout: false,
+            junk_on_call: 0,
             flood_stderr: false,
             close_stdout_after_ms: None,
             spawn_grandchild: None,

@@ -335,6 +335,10 @@ impl Mock {
         outlet: &dyn Outlet,
         meta: Option<&RequestMeta>,
     ) -> Result<Value, Stop> {
+        if self.options.junk_on_call > 0 && self.options.http.is_none() {
+            crate::hostile::junk_line(self.options.junk_on_call);
+            return Err(call.await_cancel());
+        }
         let name = str_param(params, "name")?;
         let tool = self.find_tool(name).ok_or_else(|| RpcError::invalid_params(format!("unknown tool `{name}`")))?;
         let no_arguments = Map::new();

@@ -15,6 +15,8 @@
 //! - **grandchildren** (`--spawn-grandchild`): a process left behind holding
 //!   stdout, in the group or in a session of its own; the backend's exit is seen
 //!   at once, and no grandchild survives the restart or tether's exit;
+//! - **a 64 MiB line** (`--junk-on-call`): one line on stdout with no newline, and
+//!   one from the client on stdin: neither is held (the frame bound drops them);
 //! - **environment** (`--print-env`): tether's `TETHER_*` variables (the listener
 //!   token above all) are not inherited, unless the config sets them.
 //!
@@ -291,6 +293,50 @@ fn a_catalog_of_600_mb_is_cut_at_its_bound_and_memory_stays_under_twice_it(rt: R
     eprintln!("{rt:<16} 600 MB listed: {kept} tools kept, peak RSS {peak:?} KiB (bound {} KiB)", BOUND / 1024);
     if let Some(peak) = peak {
         assert!(peak < 2 * BOUND / 1024, "{rt}: RSS reached {peak} KiB, over twice the bound");
+    }
+}
+
+on_both_runtimes!(a_64_mib_line_on_stdout_or_stdin_is_dropped_not_held);
+/// Byte bounds where the hosts apply them: a backend writes a 64 MiB line with no
+/// newline on stdout (its call times out with a clear error, the other backend
+/// answers meanwhile), and the client sends a 64 MiB line on stdin (dropped; the
+/// next request is answered). tether's memory stays far under the line's size
+/// throughout: with `max_frame_bytes` at 1 MiB, neither line is held.
+fn a_64_mib_line_on_stdout_or_stdin_is_dropped_not_held(rt: Runtime) {
+    const LINE: usize = 64 * 1024 * 1024;
+    const BOUND_KIB: u64 = 40 * 1024;
+    let junk = mock_server(&["--name", "junk", "--junk-on-call", &LINE.to_string()]);
+    let config = json!({
+        "tether": {
+            "policy": { "request_timeout_ms": 3000, "call_retry_delays_ms": [] },
+            "limits": { "max_frame_bytes": 1024 * 1024 },
+            "list_changed_debounce_ms": 0,
+        },
+        "mcpServers": { "ok": mock_server(&["--name", "ok"]), "junk": junk },
+    });
+    let mut t = Tether::start_with(rt, config, &[]);
+    let rss = RssSampler::start(t.pid());
+    t.initialize();
+    let listed = wait_until(SOON, || {
+        let names = t.tool_names();
+        names.iter().any(|n| n == "ok__echo") && names.iter().any(|n| n == "junk__echo")
+    });
+    assert!(listed, "{rt}: backends never came online\n{}", tail(&t.stderr_text()));
+
+    let started = Instant::now();
+    let junk_call = t.send_request("tools/call", json!({"name": "junk__echo", "arguments": {"text": "x"}}));
+    assert_eq!(t.call_text("ok__echo", json!({"text": "still here"})), "still here", "{rt}");
+    let failed = t.response(junk_call, Duration::from_secs(20)).expect("the junk call is answered");
+    assert!(failed.get("error").is_some(), "{rt}: {failed}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{rt}: answered after {:?}", started.elapsed());
+
+    t.send_line(&"y".repeat(LINE));
+    assert_eq!(t.call_text("ok__echo", json!({"text": "after"})), "after", "{rt}: the line after it is read");
+    std::thread::sleep(Duration::from_millis(300));
+    let peak = rss.peak();
+    eprintln!("{rt:<16} 64 MiB lines: peak RSS {peak:?} KiB (bound {BOUND_KIB} KiB)");
+    if let Some(peak) = peak {
+        assert!(peak < BOUND_KIB, "{rt}: RSS reached {peak} KiB: a 64 MiB line was held");
     }
 }
 
