@@ -258,6 +258,24 @@ mod tests {
         assert_eq!(decode_all(4, &[b"1234\r", b"5\n"]), vec![Err(LineError::TooLong { limit: 4 })]);
     }
 
+    /// The partial-line bound at its edge: a partial line of exactly the limit
+    /// waits for its newline; one byte more is reported at once, before any
+    /// newline, and not buffered.
+    #[test]
+    fn a_partial_line_of_the_limit_waits_and_one_byte_more_is_too_long() {
+        let mut d = LineDecoder::new(8);
+        d.push(b"01234567");
+        assert_eq!(d.next_line(), None, "exactly the limit: waits");
+        assert_eq!(d.buffered(), 8);
+        d.push(b"8");
+        assert_eq!(d.next_line(), Some(Err(LineError::TooLong { limit: 8 })), "one more: too long at once");
+        assert_eq!(d.buffered(), 0);
+        let mut d = LineDecoder::new(8);
+        d.push(b"01234567");
+        d.push(b"\n");
+        assert_eq!(d.next_line(), Some(Ok("01234567".into())), "and a full-length line is a line");
+    }
+
     #[test]
     fn invalid_utf8() {
         let got = decode_all(64, &[b"\xff\xfe\n{}\n\"\xc3\"\n"]);

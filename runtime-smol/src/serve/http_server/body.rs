@@ -320,6 +320,23 @@ mod tests {
         assert_eq!(smol::block_on(read(body, None, &limits(), &Budget::new(1 << 20))), Err(BodyError::TooLarge));
     }
 
+    /// At the bound exactly: a body of `max_bytes` (declared or not) is read, one
+    /// byte more is refused, declared or found while reading.
+    #[test]
+    fn a_body_of_exactly_the_bound_is_read_and_one_byte_more_is_not() {
+        let sized = |len: usize, declared: bool| {
+            let (tx, body) = fed();
+            tx.try_send(Ok(Frame::data(Bytes::from(vec![b'x'; len - 1])))).unwrap();
+            tx.try_send(Ok(Frame::data(Bytes::from_static(b"y")))).unwrap();
+            drop(tx);
+            smol::block_on(read(body, declared.then_some(len as u64), &limits(), &Budget::new(1 << 20)))
+        };
+        for declared in [true, false] {
+            assert_eq!(sized(1000, declared).map(|b| b.len()), Ok(1000), "declared: {declared}");
+            assert_eq!(sized(1001, declared), Err(BodyError::TooLarge), "declared: {declared}");
+        }
+    }
+
     #[test]
     fn a_body_that_stalls_is_refused_after_its_grace() {
         let (tx, body) = fed();
