@@ -5,7 +5,7 @@ worktree of HEAD, its test run; a test that still passes did not catch it.
     python3 tests/mutants/run.py [--list FILE] [--only SUBSTRING]
 
 Builds go to target/mutants (kept between runs, so a second pass is quick). Run
-by hand before a release: a full pass takes about 15 minutes on 2 cores, too
+by hand before a release: a full pass takes about 6 minutes on 2 cores, too
 long for CI. Exit 1 when a mutation was missed, 2 when the list is wrong.
 """
 import argparse
