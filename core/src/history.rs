@@ -80,24 +80,26 @@ impl Condition {
     }
 }
 
+/// Each latency bin's upper bound (ms), computed once at compile time.
+const LATENCY_BOUNDS: [u64; LATENCY_BINS] = {
+    let mut bounds = [1u64; LATENCY_BINS];
+    let mut i = 1;
+    while i < LATENCY_BINS {
+        let b = bounds[i - 1];
+        bounds[i] = if b * 5 / 4 > b + 1 { b * 5 / 4 } else { b + 1 };
+        i += 1;
+    }
+    bounds
+};
+
 /// The upper bound (ms) of latency bin `bin`.
 pub fn latency_bound_ms(bin: usize) -> u64 {
-    let mut bound = 1u64;
-    for _ in 0..bin {
-        bound = (bound * 5 / 4).max(bound + 1);
-    }
-    bound
+    LATENCY_BOUNDS[bin.min(LATENCY_BINS - 1)]
 }
 
+/// The bin of a latency: the first whose bound holds it (the last takes the rest).
 fn latency_bin(ms: u64) -> usize {
-    let mut bound = 1u64;
-    for bin in 0..LATENCY_BINS - 1 {
-        if ms <= bound {
-            return bin;
-        }
-        bound = (bound * 5 / 4).max(bound + 1);
-    }
-    LATENCY_BINS - 1
+    LATENCY_BOUNDS.partition_point(|bound| *bound < ms).min(LATENCY_BINS - 1)
 }
 
 #[derive(Clone, Debug)]

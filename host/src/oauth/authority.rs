@@ -44,6 +44,9 @@ pub type Report = Arc<dyn Fn(CredentialUpdate) + Send + Sync>;
 pub struct AuthStatus {
     /// How tokens are obtained: `oauth (authorization code)` or `client credentials`.
     pub method: &'static str,
+    /// Whether a person logs in (the authorization code grant), rather than tether
+    /// obtaining tokens unattended.
+    pub person_logs_in: bool,
     /// Whether a usable token is held or stored (fresh, or renewable without a person).
     pub logged_in: bool,
     /// The authorization server's issuer, if known.
@@ -379,6 +382,7 @@ impl Authority {
         let refreshable = token.is_some_and(|t| self.refreshable(t));
         AuthStatus {
             method,
+            person_logs_in: self.settings.grant == Grant::AuthorizationCode,
             logged_in: token.is_some_and(|t| refreshable || t.fresh_at(unix_now(), 0)),
             issuer: credential.as_ref().map(|c| c.issuer.clone()),
             scope: token.and_then(|t| t.scope.clone()),

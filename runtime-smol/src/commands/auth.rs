@@ -54,7 +54,7 @@ pub fn run(cli: &Cli, command: &AuthCommand) -> Result<ExitCode, String> {
                 let authority = credentials.authority(name).expect("listed");
                 let status = authority.status();
                 let untried = !status.logged_in && status.issuer.is_none() && !status.login_pending;
-                if untried && status.method == "oauth (authorization code)" {
+                if untried && status.person_logs_in {
                     match authority.asks_for_login() {
                         Ok(true) => {
                             all_in = false;
