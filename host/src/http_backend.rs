@@ -776,7 +776,23 @@ impl Shared {
             };
             decoder.push(&chunk[..n]);
             while let Some(event) = decoder.next_event() {
-                let Ok(event) = event else { continue };
+                let event = match event {
+                    Ok(event) => event,
+                    // An event over the frame bound on a request's stream is, but for
+                    // a rare notification, that request's answer: the request fails at
+                    // once rather than at its timeout, and the stream is dropped (a
+                    // resumption would bring the same event again). Elsewhere the
+                    // event is dropped and the stream read on.
+                    Err(error) => {
+                        tracing::warn!(server = %self.server, ?request, "SSE event dropped: {error}");
+                        if request.is_some() && !answered {
+                            let message = format!("an event of the response stream exceeds the frame limit ({error})");
+                            self.failed(request, Failure::Other { message });
+                            return outcome(&decoder, true, true, events);
+                        }
+                        continue;
+                    }
+                };
                 if legacy && event.event == "endpoint" {
                     let endpoint = resolve(&self.url, event.data.trim());
                     self.state.lock().unwrap().endpoint = Some(endpoint);

@@ -375,6 +375,31 @@ impl Outlet for Exchange {
             ExchangeState::Ended => false,
         }
     }
+
+    fn junk_event(&self, bytes: usize) {
+        let mut state = lock(&self.state);
+        *state = match self.stream(std::mem::replace(&mut *state, ExchangeState::Ended)) {
+            ExchangeState::Streaming(mut writer) => match Exchange::write_junk_event(&mut writer, bytes) {
+                Ok(()) => ExchangeState::Streaming(writer),
+                Err(_) => ExchangeState::Ended,
+            },
+            other => other,
+        };
+    }
+}
+
+impl Exchange {
+    fn write_junk_event(writer: &mut dyn Write, bytes: usize) -> io::Result<()> {
+        write_chunk(writer, "event: message\ndata: ")?;
+        let piece = "x".repeat(1 << 20);
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(piece.len());
+            write_chunk(writer, &piece[..n])?;
+            left -= n;
+        }
+        write_chunk(writer, "\n\n")
+    }
 }
 
 impl Drop for Exchange {

@@ -177,8 +177,9 @@ pub struct MockOptions {
     #[arg(long)]
     pub flood_stderr: bool,
 
-    /// On a tool call over stdio, write BYTES of `x` to stdout with no newline and
-    /// never answer: one line longer than any frame bound.
+    /// On a tool call, write BYTES of `x` and never answer: over stdio one line
+    /// with no newline on stdout, over HTTP one SSE event on the call's stream.
+    /// Either is longer than any frame bound.
     #[arg(long, value_name = "BYTES", default_value_t = 0)]
     pub junk_on_call: usize,
 

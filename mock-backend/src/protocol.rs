@@ -227,6 +227,10 @@ pub(crate) trait Outlet: Send + Sync {
     fn keep_alive(&self) -> bool {
         true
     }
+
+    /// Sends one message event whose data is `bytes` of `x`, in 1 MiB pieces
+    /// (HTTP only; `--junk-on-call`): an event no frame bound admits.
+    fn junk_event(&self, _bytes: usize) {}
 }
 
 /// Why serving a request stopped short of a result.

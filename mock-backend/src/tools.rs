@@ -335,8 +335,11 @@ impl Mock {
         outlet: &dyn Outlet,
         meta: Option<&RequestMeta>,
     ) -> Result<Value, Stop> {
-        if self.options.junk_on_call > 0 && self.options.http.is_none() {
-            crate::hostile::junk_line(self.options.junk_on_call);
+        if self.options.junk_on_call > 0 {
+            match self.options.http {
+                None => crate::hostile::junk_line(self.options.junk_on_call),
+                Some(_) => outlet.junk_event(self.options.junk_on_call),
+            }
             return Err(call.await_cancel());
         }
         let name = str_param(params, "name")?;

@@ -17,6 +17,9 @@
 //!   at once, and no grandchild survives the restart or tether's exit;
 //! - **a 64 MiB line** (`--junk-on-call`): one line on stdout with no newline, and
 //!   one from the client on stdin: neither is held (the frame bound drops them);
+//! - **a 64 MiB SSE event** (`--junk-on-call` of an HTTP mock): one event on a
+//!   call's response stream; the SSE decoder's bound drops it and the call fails
+//!   at once saying why;
 //! - **environment** (`--print-env`): tether's `TETHER_*` variables (the listener
 //!   token above all) are not inherited, unless the config sets them.
 //!
@@ -33,7 +36,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tether_tests::{mock_server, on_both_runtimes, process_running, wait_until, RssSampler, Runtime, Tether};
+use tether_tests::{free_port, mock_server, on_both_runtimes, HttpMock, process_running, wait_until, RssSampler, Runtime, Tether};
 
 /// Largest resident set tether may reach under any attack (a debug build idles
 /// at about 15 MiB).
@@ -337,6 +340,48 @@ fn a_64_mib_line_on_stdout_or_stdin_is_dropped_not_held(rt: Runtime) {
     eprintln!("{rt:<16} 64 MiB lines: peak RSS {peak:?} KiB (bound {BOUND_KIB} KiB)");
     if let Some(peak) = peak {
         assert!(peak < BOUND_KIB, "{rt}: RSS reached {peak} KiB: a 64 MiB line was held");
+    }
+}
+
+on_both_runtimes!(a_64_mib_sse_event_fails_its_call_at_once_and_is_not_held);
+/// The SSE event bound where the HTTP backend transport applies it: an HTTP
+/// backend answers a call with a stream whose one event is 64 MiB. The call fails
+/// at once (well before its timeout) naming the frame limit, the other backend
+/// answers meanwhile and after, and tether's memory stays far under the event's
+/// size: with `max_frame_bytes` at 1 MiB the event is never held.
+fn a_64_mib_sse_event_fails_its_call_at_once_and_is_not_held(rt: Runtime) {
+    const EVENT: usize = 64 * 1024 * 1024;
+    const BOUND_KIB: u64 = 40 * 1024;
+    let web = HttpMock::start(free_port(), &["--name", "web", "--junk-on-call", &EVENT.to_string()]);
+    let config = json!({
+        "tether": {
+            "policy": { "request_timeout_ms": 30_000, "call_retry_delays_ms": [] },
+            "limits": { "max_frame_bytes": 1024 * 1024 },
+            "list_changed_debounce_ms": 0,
+        },
+        "mcpServers": { "ok": mock_server(&["--name", "ok"]), "web": { "url": web.url() } },
+    });
+    let mut t = Tether::start_with(rt, config, &[]);
+    let rss = RssSampler::start(t.pid());
+    t.initialize();
+    let listed = wait_until(SOON, || {
+        let names = t.tool_names();
+        names.iter().any(|n| n == "ok__echo") && names.iter().any(|n| n == "web__echo")
+    });
+    assert!(listed, "{rt}: backends never came online\n{}", tail(&t.stderr_text()));
+
+    let started = Instant::now();
+    let junk_call = t.send_request("tools/call", json!({"name": "web__echo", "arguments": {"text": "x"}}));
+    assert_eq!(t.call_text("ok__echo", json!({"text": "still here"})), "still here", "{rt}");
+    let failed = t.response(junk_call, Duration::from_secs(25)).expect("the junk call is answered");
+    assert!(failed.to_string().contains("frame limit"), "{rt}: says why: {failed}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{rt}: answered after {:?}", started.elapsed());
+    assert_eq!(t.call_text("ok__echo", json!({"text": "after"})), "after", "{rt}");
+    std::thread::sleep(Duration::from_millis(300));
+    let peak = rss.peak();
+    eprintln!("{rt:<16} 64 MiB SSE event: peak RSS {peak:?} KiB (bound {BOUND_KIB} KiB)");
+    if let Some(peak) = peak {
+        assert!(peak < BOUND_KIB, "{rt}: RSS reached {peak} KiB: a 64 MiB event was held");
     }
 }
 
