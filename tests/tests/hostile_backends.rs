@@ -36,7 +36,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tether_tests::{free_port, mock_server, on_both_runtimes, HttpMock, process_running, wait_until, RssSampler, Runtime, Tether};
+use tether_tests::{
+    free_port, mock_server, on_both_runtimes, process_running, wait_until, HttpMock, RssSampler, Runtime, Tether,
+};
 
 /// Largest resident set tether may reach under any attack (a debug build idles
 /// at about 15 MiB).
