@@ -13,6 +13,7 @@ pub mod config_file;
 pub mod config_watch;
 pub mod control;
 pub mod credentials;
+pub mod driver;
 pub mod entropy;
 pub mod flags;
 pub mod http_backend;

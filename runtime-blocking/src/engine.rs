@@ -1,29 +1,31 @@
-//! The engine behind a lock: whichever thread has an input (a backend's reader,
-//! the client's stdin reader, an embedder's thread) takes the lock, feeds the
-//! [`Gateway`] and executes the actions it returns in place, then lets go. A
-//! timer thread sleeps until the core's next deadline and feeds it `Tick`.
+//! The engine driver behind a lock: whichever thread has an input (a backend's
+//! reader, the client's stdin reader, an embedder's thread) takes the lock,
+//! feeds the [`Driver`] (which executes the actions the core returns in place),
+//! then lets go. A timer thread sleeps until the core's next deadline and feeds
+//! it `Tick`.
 //!
 //! So a frame crosses no thread boundary inside tether: the thread that read it
 //! from one pipe writes the result to the next (non-blocking writes; whatever
 //! could block goes to a writer thread). Two things are not done in place:
 //! processes are started by a long-lived spawner thread (a child's parent-death
 //! signal is tied to the thread that forked it), and inputs raised while the lock
-//! is held (a spawn failure, a backend's start) are queued and fed right after.
+//! is held (a stdin overflow, a step the credentials take at once) are queued and
+//! fed right after.
 //!
 //! Nothing here decides anything; it moves bytes and time.
 
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 
-use tether_core::{Action, BackendStatus, ClientRoute, Event, Gateway, Input, ServerName, SessionId};
+use tether_core::{BackendStatus, ClientRoute, Event, Gateway, Input, SessionId};
 use tether_host::backlog::Backlog;
 use tether_host::clock::Clock;
-use tether_host::http_backend::{HttpBackend, HttpTarget, InputSink, Spawner};
+use tether_host::driver::{Connection, Driver, Place, Runtime};
+use tether_host::http_backend::{InputSink, Spawner};
 use tether_host::lifecycle::{stop_blocking, sweep, Ladder};
-use tether_host::logging::log_event;
 use tether_host::recorder::Recorder;
 
 use crate::stdio_backend::{start_process, Launch, Started, StdioBackend};
@@ -58,41 +60,39 @@ pub(crate) struct Engine {
 }
 
 struct State {
-    gw: Gateway,
-    clock: Clock,
-    record: Option<Recorder>,
-    on_event: Option<EventSink>,
-    /// Remote backends' OAuth credentials.
-    credentials: tether_host::credentials::Credentials,
-    connections: HashMap<ServerName, (tether_core::Generation, Connection)>,
-    clients: HashMap<SessionId, ClientSink>,
+    driver: Driver<ThreadIo>,
     /// The deadline the timer thread sleeps until (`None`: no deadline).
     timer_at: Option<tether_core::Instant>,
     stopping: bool,
 }
 
-enum Connection {
-    Stdio(StdioBackend),
-    Http(HttpBackend),
+/// The I/O this runtime does for the [`Driver`].
+struct ThreadIo {
+    /// The engine itself, for the threads the actions start.
+    engine: Weak<Engine>,
+    on_event: Option<EventSink>,
+    clients: HashMap<SessionId, ClientSink>,
 }
 
 /// How backend threads (and everyone else) hand inputs to the engine.
 #[derive(Clone)]
-pub struct InputSender(pub(crate) Arc<Engine>);
+pub struct InputSender(pub(crate) Weak<Engine>);
 
 impl InputSender {
     /// Feeds an input; `false` once the host has stopped.
     pub fn send(&self, input: Input) -> bool {
-        self.0.feed(input)
+        self.0.upgrade().is_some_and(|engine| engine.feed(input))
     }
 
     /// Waits until every bounded client's output backlog has room (never call
     /// it with the engine locked).
     pub fn wait_room(&self) {
+        let Some(engine) = self.0.upgrade() else { return };
         let full: Vec<Arc<Backlog>> = {
-            let outflows = self.0.outflows.lock().unwrap_or_else(|p| p.into_inner());
+            let outflows = engine.outflows.lock().unwrap_or_else(|p| p.into_inner());
             outflows.values().filter(|o| o.is_full()).cloned().collect()
         };
+        drop(engine);
         for outflow in full {
             outflow.wait_room();
         }
@@ -115,22 +115,20 @@ impl Engine {
         credentials: tether_host::credentials::Credentials,
     ) -> std::io::Result<(Arc<Engine>, EngineThreads)> {
         let (spawn_tx, spawn_rx) = sync_channel::<SpawnRequest>(0);
-        let engine = Arc::new(Engine {
-            state: Mutex::new(State {
-                gw,
-                clock,
-                record,
-                on_event,
-                credentials,
-                connections: HashMap::new(),
-                clients: HashMap::new(),
-                timer_at: None,
-                stopping: false,
-            }),
-            timer: Condvar::new(),
-            raised: Mutex::new(Vec::new()),
-            spawner: Mutex::new(Some(spawn_tx)),
-            outflows: Mutex::new(HashMap::new()),
+        let engine = Arc::new_cyclic(|engine: &Weak<Engine>| {
+            let io = ThreadIo { engine: engine.clone(), on_event, clients: HashMap::new() };
+            let mut driver = Driver::new(gw, clock, io);
+            driver.set_credentials(credentials);
+            if let Some(record) = record {
+                driver.set_recorder(record);
+            }
+            Engine {
+                state: Mutex::new(State { driver, timer_at: None, stopping: false }),
+                timer: Condvar::new(),
+                raised: Mutex::new(Vec::new()),
+                spawner: Mutex::new(Some(spawn_tx)),
+                outflows: Mutex::new(HashMap::new()),
+            }
         });
         let spawner = std::thread::Builder::new().name("tether-spawn".into()).spawn(move || spawn_loop(spawn_rx))?;
         let e = engine.clone();
@@ -151,7 +149,7 @@ impl Engine {
             if state.stopping {
                 fed = false;
             } else {
-                state.feed(input);
+                state.driver.feed(input);
             }
         });
         fed
@@ -165,25 +163,26 @@ impl Engine {
             self.outflows.lock().unwrap_or_else(|p| p.into_inner()).insert(session, outflow);
         }
         self.with_state(|state| {
-            state.clients.insert(session, sink);
-            state.feed(Input::ClientConnected { session, expires: false });
+            state.driver.runtime.clients.insert(session, sink);
+            state.driver.feed(Input::ClientConnected { session, expires: false });
         });
     }
 
     /// Every backend's status now.
     pub fn statuses(&self) -> Vec<BackendStatus> {
-        self.state.lock().expect("engine").gw.statuses()
+        self.lock().driver.gateway().statuses()
     }
 
     /// The `/status` document now (see [`tether_host::status_document`]).
     pub fn status_document(&self) -> serde_json::Value {
-        let state = self.state.lock().expect("engine");
-        tether_host::status_document::document(&state.gw, state.clock.now().as_millis())
+        let state = self.lock();
+        let driver = &state.driver;
+        tether_host::status_document::document(driver.gateway(), driver.clock().now().as_millis())
     }
 
     /// The last `lines` of a backend's recent log (`None`: no such backend).
     pub fn recent_log(&self, server: &str, lines: usize) -> Option<Vec<tether_core::LogLine>> {
-        self.state.lock().expect("engine").gw.recent_log(server, lines)
+        self.lock().driver.gateway().recent_log(server, lines)
     }
 
     /// Runs `f` with the engine locked, then executes pending actions and feeds
@@ -193,17 +192,17 @@ impl Engine {
         IN_ENGINE.with(|c| c.set(true));
         f(&mut state);
         loop {
-            state.execute_pending(self);
+            state.driver.run(Place::Home);
             let raised = std::mem::take(&mut *self.raised.lock().expect("raised inputs"));
             if raised.is_empty() {
                 break;
             }
             for input in raised {
-                state.feed(input);
+                state.driver.feed(input);
             }
         }
         IN_ENGINE.with(|c| c.set(false));
-        let next = state.gw.poll_timeout();
+        let next = state.driver.gateway().poll_timeout();
         if next.is_some() && (state.timer_at.is_none() || next < state.timer_at) {
             self.timer.notify_one();
         }
@@ -220,13 +219,13 @@ impl Engine {
             if state.stopping {
                 return;
             }
-            let next = state.gw.poll_timeout();
+            let next = state.driver.gateway().poll_timeout();
             state.timer_at = next;
             let Some(deadline) = next else {
                 state = self.timer.wait(state).unwrap_or_else(|p| p.into_inner());
                 continue;
             };
-            let wait = state.clock.at(deadline).saturating_duration_since(std::time::Instant::now());
+            let wait = state.driver.clock().at(deadline).saturating_duration_since(std::time::Instant::now());
             if wait.is_zero() {
                 drop(state);
                 self.feed(Input::Tick);
@@ -253,11 +252,11 @@ impl Engine {
     /// of the trees; HTTP sessions are deleted. Joins the timer and spawner
     /// threads and the waiters of every process that is gone.
     pub fn shutdown(self: &Arc<Self>, threads: EngineThreads) {
-        let connections: Vec<Connection> = {
+        let connections = {
             let mut state = self.lock();
             state.stopping = true;
-            state.clients.clear();
-            state.connections.drain().map(|(_, (_, c))| c).collect()
+            state.driver.runtime.clients.clear();
+            state.driver.take_connections()
         };
         self.timer.notify_all();
         self.spawner.lock().expect("spawner").take();
@@ -283,123 +282,68 @@ impl Engine {
     }
 }
 
-impl State {
-    fn feed(&mut self, input: Input) {
-        let now = self.clock.now();
-        if let Some(r) = self.record.as_mut() {
-            r.record(now, &input, self.gw.redactor());
-        }
-        if let Input::ConfigReloaded { config } = &input {
-            self.credentials.reload(config);
-        }
-        if let Err(e) = self.gw.handle(now, input) {
-            tracing::error!("host contract violation: {e}");
+impl ThreadIo {
+    fn inputs(&self) -> InputSender {
+        InputSender(self.engine.clone())
+    }
+
+    fn spawn_thread(name: &'static str) -> Spawner {
+        Arc::new(move |job| {
+            if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(job) {
+                tracing::error!("cannot start an {name} thread: {e}");
+            }
+        })
+    }
+}
+
+impl Runtime for ThreadIo {
+    type Stdio = StdioBackend;
+
+    fn start_stdio(&mut self, launch: Launch<'_>) -> (Option<StdioBackend>, Input) {
+        let started = match self.engine.upgrade() {
+            Some(engine) => engine.start_process(&launch),
+            None => Err(std::io::Error::other("the host is stopping")),
+        };
+        StdioBackend::attach(launch, started, &self.inputs())
+    }
+
+    /// Called on the backend's own threads: a frame waits there while a
+    /// client's output backlog is full.
+    fn http_inputs(&self) -> InputSink {
+        let inputs = self.inputs();
+        Arc::new(move |input| {
+            if matches!(input, Input::BackendFrame { .. } | Input::BackendEvent { .. }) {
+                inputs.wait_room();
+            }
+            inputs.send(input)
+        })
+    }
+
+    fn auth_inputs(&self) -> InputSink {
+        let inputs = self.inputs();
+        Arc::new(move |input| inputs.send(input))
+    }
+
+    fn spawner(&self, purpose: &'static str) -> Spawner {
+        ThreadIo::spawn_thread(purpose)
+    }
+
+    fn deliver(&mut self, session: SessionId, route: ClientRoute, frame: String, _burst: bool) {
+        if let Some(sink) = self.clients.get_mut(&session) {
+            sink(frame, &route);
         }
     }
 
-    fn execute_pending(&mut self, engine: &Arc<Engine>) {
-        while let Some(action) = self.gw.poll_action() {
-            self.execute(action, engine);
+    fn close_client(&mut self, session: SessionId) {
+        self.clients.remove(&session);
+        if let Some(engine) = self.engine.upgrade() {
+            engine.outflows.lock().unwrap_or_else(|p| p.into_inner()).remove(&session);
         }
     }
 
-    fn execute(&mut self, action: Action, engine: &Arc<Engine>) {
-        match action {
-            Action::SendToBackend { server, generation, frame, request, headers } => {
-                match self.connections.get_mut(&server) {
-                    Some((g, Connection::Stdio(b))) if *g == generation => b.send(&frame),
-                    Some((g, Connection::Http(b))) if *g == generation => b.send_with_headers(frame, request, headers),
-                    _ => tracing::debug!(server = %server, %generation, "dropped a frame for a closed connection"),
-                }
-            }
-            Action::SendToClient { session, frame, route } => {
-                if let Some(sink) = self.clients.get_mut(&session) {
-                    sink(frame, &route);
-                }
-            }
-            spawn @ Action::Spawn { .. } => {
-                let launch = Launch::from_action(&spawn, &self.gw).expect("a spawn action");
-                self.close_connection(launch.server);
-                let started = engine.start_process(&launch);
-                let (server, generation) = (launch.server.clone(), launch.generation);
-                if let Some(b) = StdioBackend::attach(launch, started, &InputSender(engine.clone())) {
-                    self.connections.insert(server, (generation, Connection::Stdio(b)));
-                }
-            }
-            Action::ConnectHttp { server, generation, url, headers, legacy_sse } => {
-                self.close_connection(&server);
-                let mut target =
-                    HttpTarget::for_action(self.gw.config(), server.clone(), generation, url, headers, legacy_sse);
-                target.bearer = self.credentials.bearer(&server);
-                let inputs = InputSender(engine.clone());
-                // Called on the backend's own threads: a frame waits there while a
-                // client's output backlog is full.
-                let sink: InputSink = Arc::new(move |input| {
-                    if matches!(input, Input::BackendFrame { .. } | Input::BackendEvent { .. }) {
-                        inputs.wait_room();
-                    }
-                    inputs.send(input)
-                });
-                let spawn: Spawner = Arc::new(|job| {
-                    if let Err(e) = std::thread::Builder::new().name("http".into()).spawn(job) {
-                        tracing::error!("cannot start an HTTP thread: {e}");
-                    }
-                });
-                let b = HttpBackend::connect(target, sink, spawn);
-                self.connections.insert(server, (generation, Connection::Http(b)));
-            }
-            Action::ResumeStream { server, generation, stream, last_event_id } => match self.connections.get(&server) {
-                Some((g, Connection::Http(b))) if *g == generation => b.resume(stream, last_event_id),
-                _ => tracing::debug!(server = %server, %generation, "no stream to resume on a closed connection"),
-            },
-            Action::CloseBackend { server, generation } => {
-                if self.connections.get(&server).is_some_and(|(g, _)| *g == generation) {
-                    self.close_connection(&server);
-                }
-            }
-            Action::CloseClient { session } => {
-                self.clients.remove(&session);
-                engine.outflows.lock().unwrap_or_else(|p| p.into_inner()).remove(&session);
-            }
-            Action::Authorize { server, step } => {
-                tracing::debug!(server = %server, "credential: {step}");
-                let inputs = InputSender(engine.clone());
-                let sink: InputSink = Arc::new(move |input| inputs.send(input));
-                let spawn: Spawner = Arc::new(|job| {
-                    if let Err(e) = std::thread::Builder::new().name("oauth".into()).spawn(job) {
-                        tracing::error!("cannot start an OAuth thread: {e}");
-                    }
-                });
-                self.credentials.execute(server, step, sink, &spawn);
-            }
-            Action::Emit { event } => {
-                log_event(&event);
-                if let Some(on_event) = self.on_event.as_mut() {
-                    on_event(&event);
-                }
-            }
-        }
-    }
-
-    /// Ends a connection without waiting: stdin closed, then SIGTERM and SIGKILL
-    /// to the process tree on a helper thread unless it exits first.
-    fn close_connection(&mut self, server: &str) {
-        match self.connections.remove(server) {
-            Some((_, Connection::Stdio(mut b))) => {
-                b.close_stdin();
-                let retire = move || {
-                    let mut retiring = [b];
-                    if stop_blocking(&mut retiring, Ladder::retire()) {
-                        let [b] = retiring;
-                        b.join();
-                    }
-                };
-                if let Err(e) = std::thread::Builder::new().name(format!("stop {server}")).spawn(retire) {
-                    tracing::error!("cannot start a thread to stop {server}: {e}");
-                }
-            }
-            Some((_, Connection::Http(b))) => b.close(),
-            None => {}
+    fn emit(&mut self, event: Event) {
+        if let Some(on_event) = self.on_event.as_mut() {
+            on_event(&event);
         }
     }
 }

@@ -64,8 +64,7 @@ impl HostBuilder {
                 .map_err(|e| tracing::error!("cannot record the trace: {e}"))
                 .ok()
         });
-        let mut credentials = self.credentials.unwrap_or_else(tether_host::credentials::Credentials::none);
-        credentials.sync(&self.config);
+        let credentials = self.credentials.unwrap_or_else(tether_host::credentials::Credentials::none);
         let (engine, threads) =
             Engine::start(gw, clock, record, self.on_event, credentials).expect("the host's threads start");
         engine.feed(tether_host::clock::Clock::wall_clock());

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use tether_core::{Failure, Input, ServerName};
 use tether_host::lifecycle::{
-    Stoppable, KILLED_EXIT_WAIT, STDERR_DRAIN, STDIN_LIMIT, STDOUT_CLOSED_GRACE, STDOUT_DRAIN,
+    stop_blocking, Ladder, Stoppable, KILLED_EXIT_WAIT, STDERR_DRAIN, STDIN_LIMIT, STDOUT_CLOSED_GRACE, STDOUT_DRAIN,
 };
 use tether_host::logging::StderrLog;
 use tether_host::process_tree::{Lineage, ProcessTree, Signal};
@@ -101,10 +101,14 @@ impl Ends {
 }
 
 impl StdioBackend {
-    /// Takes over a started process (or the error starting it): starts its
-    /// threads and reports it. A process that could not be started is reported
-    /// as [`Failure::Spawn`].
-    pub fn attach(launch: Launch<'_>, started: std::io::Result<Started>, inputs: &InputSender) -> Option<StdioBackend> {
+    /// Takes over a started process (or the error starting it) and starts its
+    /// threads. Returns it with the input that reports it: its start, or
+    /// [`Failure::Spawn`] for a process that could not be started.
+    pub fn attach(
+        launch: Launch<'_>,
+        started: std::io::Result<Started>,
+        inputs: &InputSender,
+    ) -> (Option<StdioBackend>, Input) {
         let server = launch.server.clone();
         let generation = launch.generation;
         let started = started.and_then(|(mut child, tree)| {
@@ -116,13 +120,12 @@ impl StdioBackend {
             Err(e) => {
                 tracing::warn!(server = %server, "cannot start {}: {e}", launch.command);
                 let failure = Failure::Spawn { message: format!("{}: {e}", launch.command) };
-                inputs.send(Input::BackendFailed { server, generation, request: None, failure });
-                return None;
+                return (None, Input::BackendFailed { server, generation, request: None, failure });
             }
         };
         let pid = child.id();
         tracing::debug!(server = %server, %generation, pid, "started {}", launch.command);
-        inputs.send(Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) });
+        let report = Input::BackendStarted { server: server.clone(), generation, pid: Some(pid) };
 
         let ends = Arc::new(Ends::default());
         // One report per process: its exit, or the loss of its stdout.
@@ -205,7 +208,7 @@ impl StdioBackend {
             tracing::debug!(server = %name, %generation, ?code, "process exited");
             to_core.send(Input::BackendExited { server: name, generation, code });
         });
-        Some(StdioBackend {
+        let backend = StdioBackend {
             server,
             generation,
             stdin: Some(stdin),
@@ -214,7 +217,8 @@ impl StdioBackend {
             waiter,
             overflowed: false,
             inputs: inputs.clone(),
-        })
+        };
+        (Some(backend), report)
     }
 
     /// Writes one frame to the process's stdin. A backend with [`STDIN_LIMIT`]
@@ -261,6 +265,29 @@ impl StdioBackend {
     pub fn join(mut self) {
         if let Some(waiter) = self.waiter.take() {
             let _ = waiter.join();
+        }
+    }
+}
+
+impl tether_host::driver::StdioConnection for StdioBackend {
+    fn send(&mut self, frame: &str) {
+        StdioBackend::send(self, frame);
+    }
+
+    /// Ends the connection without waiting: stdin closed, then SIGTERM and
+    /// SIGKILL to the process tree on a helper thread unless it exits first.
+    fn close(mut self) {
+        self.close_stdin();
+        let server = self.server.clone();
+        let retire = move || {
+            let mut retiring = [self];
+            if stop_blocking(&mut retiring, Ladder::retire()) {
+                let [b] = retiring;
+                b.join();
+            }
+        };
+        if let Err(e) = std::thread::Builder::new().name(format!("stop {server}")).spawn(retire) {
+            tracing::error!("cannot start a thread to stop {server}: {e}");
         }
     }
 }

@@ -19,7 +19,7 @@ use tether_core::{Input, SessionId};
 use tether_host::backlog::Backlog;
 use tether_host::line_reader::LineReader;
 
-use crate::serve::host::Engine;
+use crate::serve::stdio_backend::{FeedBurst, MAX_BURST};
 
 /// The session number of the stdio client.
 pub(super) const STDIO_SESSION: SessionId = SessionId(1);
@@ -90,11 +90,11 @@ pub(super) fn client_queue(backlog: Arc<Backlog>) -> (ClientSink, ClientFrames) 
 }
 
 /// Starts the thread that reads newline-delimited frames from stdin and feeds
-/// each to `engine` itself, after the clients' output backlog (`outflow`) has
+/// each in place (`feed`), after the clients' output backlog (`outflow`) has
 /// room (the answers must be read). At the end of stdin it reports the client
 /// closed through the host loop's channel (`inputs`), after every frame.
 pub(crate) fn read_stdin(
-    engine: Arc<Engine>,
+    feed: FeedBurst,
     inputs: Sender<Input>,
     session: SessionId,
     max_frame: usize,
@@ -108,9 +108,9 @@ pub(crate) fn read_stdin(
             let frame = line.unwrap_or_else(|e| format!("<{e}>"));
             burst.push(Input::ClientFrame { session, frame, param_headers: None });
             // Frames read together are fed together (forwarded in one write per backend).
-            if !lines.has_line() || burst.len() >= crate::serve::stdio_backend::MAX_BURST {
+            if !lines.has_line() || burst.len() >= MAX_BURST {
                 outflow.wait_room();
-                engine.feed_burst(burst.drain(..));
+                feed(&mut burst);
             }
         }
         let _ = inputs.try_send(Input::ClientClosed { session });

@@ -1,48 +1,45 @@
-//! The host: feeds inputs to the core, executes its actions, sleeps until its
-//! next deadline. Nothing here decides anything; it moves bytes and time.
+//! The host: feeds inputs to the engine driver ([`tether_host::driver`], which
+//! executes the core's actions) and sleeps until the core's next deadline.
+//! Nothing here decides anything; it moves bytes and time.
 //!
-//! The engine sits behind one lock (`Engine`) and is fed from two places:
+//! The driver sits behind one lock (`Engine`) and is fed from two places:
 //!
 //! - the host loop ([`Host::run`], a task on the executor) takes the inputs that
 //!   come through its channel (HTTP requests, process exits, stderr lines,
 //!   remote backends, signals) and its alarm's ticks;
 //! - the thread that reads a stdio pipe (the client's stdin, a backend's stdout)
-//!   feeds each frame it reads itself and executes the resulting actions in
-//!   place: the answer it produces is written to the next pipe at once
-//!   ([`tether_host::pipe_writer::PipeWriter`]). A frame crosses no thread and
-//!   wakes no reactor inside tether, which is what a call costs over stdio:
-//!   a read and a write each way, as for a process that only copies lines.
+//!   has each burst of frames it reads fed in place (a [`FeedBurst`], the only
+//!   way the readers reach the engine): the answer is written to the next pipe
+//!   at once ([`tether_host::pipe_writer::PipeWriter`]). A frame crosses no
+//!   thread and wakes no reactor inside tether, which is what a call costs over
+//!   stdio: a read and a write each way, as for a process that only copies lines.
 //!
 //! Two things only the host loop does. Processes are started on the executor's
 //! thread, which lives as long as tether (a child's parent-death signal is tied
-//! to the thread that forked it): a reader thread that meets a spawn leaves it and
-//! every action after it, in order, to the loop. And the loop owns the alarm: a
-//! reader thread whose input brought the next deadline earlier wakes it.
+//! to the thread that forked it): a reader thread runs the driver at
+//! [`Place::Reader`], which leaves a spawn and every action after it, in order,
+//! to the loop. And the loop owns the alarm: a reader thread whose input brought
+//! the next deadline earlier (or left a spawn) wakes it.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use async_channel::{Receiver, Sender};
 use futures_lite::future;
-use tether_core::{Action, BackendStatus, Config, Event, Gateway, Input, Instant, SessionId};
+use tether_core::{BackendStatus, ClientRoute, Config, Event, Gateway, Input, Instant, SessionId};
 
 use crate::serve::http_server::HttpServer;
 use crate::serve::status::{self, EventLog, Query, StatusHandle};
-use crate::serve::stdio_backend::{stop, Launch, StdioBackend};
+use crate::serve::stdio_backend::{stop, FeedBurst, Launch, StdioBackend};
 use tether_host::backlog::Backlog;
-use tether_host::http_backend::{HttpBackend, HttpTarget, InputSink, Spawner};
+use tether_host::driver::{Connection, Driver, Place, Runtime};
+use tether_host::http_backend::{InputSink, Spawner};
 use tether_host::lifecycle::{sweep, Ladder};
-use tether_host::logging::log_event;
 use tether_host::pipe_writer::PipeWriter;
 use tether_host::recorder::Recorder;
 
 pub(super) use tether_host::clock::Clock;
-
-enum Connection {
-    Stdio(StdioBackend),
-    Http(HttpBackend),
-}
 
 /// What woke the host loop (an input is the common case: not boxed).
 #[allow(clippy::large_enum_variant)]
@@ -96,53 +93,31 @@ pub(crate) struct Engine {
 
 /// What the lock of an [`Engine`] guards.
 pub(crate) struct Core {
-    gw: Gateway,
-    clock: Clock,
-    start: Instant,
+    driver: Driver<SmolIo>,
+    /// When the host loop's alarm goes off (`None`: not set).
+    alarm_at: Option<std::time::Instant>,
+    /// The key of the engine's capability ids, for a trace's header.
+    id_key: Option<[u8; 32]>,
+}
+
+/// The I/O this runtime does for the [`Driver`].
+struct SmolIo {
     /// The host loop's channel (for inputs raised asynchronously, and to wake it).
     inputs: Sender<Input>,
-    connections: HashMap<tether_core::ServerName, (tether_core::Generation, Connection)>,
+    /// How the pipe readers have bursts fed in place (the engine, weakly).
+    feed: FeedBurst,
     clients: HashMap<SessionId, ClientOut>,
     /// Bytes waiting for the attached clients' writers; stdio backends' readers
     /// wait while it is full.
     outflow: Arc<Backlog>,
     /// The Streamable HTTP listener: every session not in `clients` is its.
     http: Option<HttpServer>,
-    record: Option<Recorder>,
     reports: Option<Sender<Report>>,
     events: Arc<EventLog>,
-    /// Remote backends' OAuth credentials.
-    credentials: tether_host::credentials::Credentials,
-    /// Inputs raised while executing actions (a process started), fed before
-    /// the lock is let go, so they come before anything its pipes say.
-    raised: Vec<Input>,
-    /// A spawn a reader thread left for the host loop: it and every action after
-    /// it wait for the loop, in order.
-    deferred: Option<Action>,
-    /// When the host loop's alarm goes off (`None`: not set).
-    alarm_at: Option<std::time::Instant>,
-    /// Feeding a burst of inputs: frames for stdio pipes are gathered per pipe
-    /// and written together at its end.
-    gathering: bool,
-    /// The pipes holding gathered frames.
-    held: Vec<Held>,
-    /// The key of the engine's capability ids, for a trace's header.
-    id_key: Option<[u8; 32]>,
-}
-
-/// A pipe writer holding frames gathered during a burst.
-enum Held {
-    Client(SessionId),
-    Backend(tether_core::ServerName),
-}
-
-/// Who is executing actions.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Executor {
-    /// The host loop, on the executor's thread: may do anything.
-    Loop,
-    /// A pipe's reader thread: leaves process starts to the loop.
-    Reader,
+    clock: Clock,
+    start: Instant,
+    /// Client pipes holding frames gathered during a burst.
+    held: Vec<SessionId>,
 }
 
 impl Host {
@@ -162,44 +137,33 @@ impl Host {
         let (queries, queries_rx) = async_channel::unbounded();
         let events = Arc::<EventLog>::default();
         let outflow = Arc::new(Backlog::new(crate::serve::client_stdio::CLIENT_BACKLOG));
-        let core = Core {
-            gw,
-            clock,
-            start,
-            inputs: inputs.clone(),
-            connections: HashMap::new(),
-            clients: HashMap::new(),
-            outflow: outflow.clone(),
-            http: None,
-            record: None,
-            reports: None,
-            events: events.clone(),
-            credentials: tether_host::credentials::Credentials::none(),
-            raised: Vec::new(),
-            deferred: None,
-            alarm_at: None,
-            gathering: false,
-            held: Vec::new(),
-            id_key,
-        };
-        Ok(Host {
-            engine: Arc::new(Engine { core: Mutex::new(core) }),
-            clock,
-            start,
-            inputs,
-            inputs_rx,
-            queries,
-            queries_rx,
-            events,
-            outflow,
-        })
+        let engine = Arc::new_cyclic(|engine: &Weak<Engine>| {
+            let engine = engine.clone();
+            let feed: FeedBurst = Arc::new(move |burst: &mut Vec<Input>| match engine.upgrade() {
+                Some(engine) => engine.feed_burst(burst.drain(..)),
+                None => burst.clear(),
+            });
+            let io = SmolIo {
+                inputs: inputs.clone(),
+                feed,
+                clients: HashMap::new(),
+                outflow: outflow.clone(),
+                http: None,
+                reports: None,
+                events: events.clone(),
+                clock,
+                start,
+                held: Vec::new(),
+            };
+            let core = Core { driver: Driver::new(gw, clock, io), alarm_at: None, id_key };
+            Engine { core: Mutex::new(core) }
+        });
+        Ok(Host { engine, clock, start, inputs, inputs_rx, queries, queries_rx, events, outflow })
     }
 
     /// Keeps remote backends' OAuth credentials in `credentials` (before the run).
-    pub fn set_credentials(&mut self, mut credentials: tether_host::credentials::Credentials) {
-        let mut core = self.engine.lock();
-        credentials.sync(core.gw.config());
-        core.credentials = credentials;
+    pub fn set_credentials(&mut self, credentials: tether_host::credentials::Credentials) {
+        self.engine.lock().driver.set_credentials(credentials);
     }
 
     /// Writes every input to `file` as a trace (header first). Secrets are
@@ -208,14 +172,16 @@ impl Host {
     pub fn record_to(&mut self, file: File, config: &Config, seed: u64) -> std::io::Result<()> {
         let mut core = self.engine.lock();
         let id_key = core.id_key;
-        core.record = Some(Recorder::start(file, config, (seed, id_key.as_ref()), self.start, core.gw.redactor())?);
+        let redactor = core.driver.gateway().redactor();
+        let recorder = Recorder::start(file, config, (seed, id_key.as_ref()), self.start, redactor)?;
+        core.driver.set_recorder(recorder);
         Ok(())
     }
 
     /// Receives events and client closures.
     pub fn reports(&mut self) -> Receiver<Report> {
         let (tx, rx) = async_channel::unbounded();
-        self.engine.lock().reports = Some(tx);
+        self.engine.lock().driver.runtime.reports = Some(tx);
         rx
     }
 
@@ -228,7 +194,7 @@ impl Host {
     /// the host's client backlog); the session is announced to the core.
     pub fn attach_client(&mut self, session: SessionId) -> crate::serve::client_stdio::ClientFrames {
         let (sink, frames) = crate::serve::client_stdio::client_queue(self.outflow.clone());
-        self.engine.lock().clients.insert(session, ClientOut::Queue(sink));
+        self.engine.lock().driver.runtime.clients.insert(session, ClientOut::Queue(sink));
         let _ = self.inputs.try_send(Input::ClientConnected { session, expires: false });
         frames
     }
@@ -239,21 +205,19 @@ impl Host {
     /// stdin is reported as [`Input::ClientClosed`] through the host loop.
     pub fn attach_stdio(&mut self, session: SessionId, max_frame: usize) -> Result<(), String> {
         let writer = PipeWriter::stdout_counted(self.outflow.clone()).map_err(|e| format!("stdout: {e}"))?;
-        self.engine.lock().clients.insert(session, ClientOut::Pipe(writer));
+        let feed = {
+            let mut core = self.engine.lock();
+            core.driver.runtime.clients.insert(session, ClientOut::Pipe(writer));
+            core.driver.runtime.feed.clone()
+        };
         let _ = self.inputs.try_send(Input::ClientConnected { session, expires: false });
-        crate::serve::client_stdio::read_stdin(
-            self.engine.clone(),
-            self.inputs.clone(),
-            session,
-            max_frame,
-            self.outflow.clone(),
-        )
-        .map_err(|e| format!("stdin: {e}"))
+        crate::serve::client_stdio::read_stdin(feed, self.inputs.clone(), session, max_frame, self.outflow.clone())
+            .map_err(|e| format!("stdin: {e}"))
     }
 
     /// Serves HTTP sessions through `server` (it announces its sessions itself).
     pub fn attach_http(&mut self, server: HttpServer) {
-        self.engine.lock().http = Some(server);
+        self.engine.lock().driver.runtime.http = Some(server);
     }
 
     /// What the status endpoints use to ask and to follow events.
@@ -263,7 +227,7 @@ impl Host {
 
     /// Every backend's status now.
     pub fn statuses(&self) -> Vec<BackendStatus> {
-        self.engine.lock().gw.statuses()
+        self.engine.lock().driver.gateway().statuses()
     }
 
     /// The clock in use.
@@ -278,8 +242,8 @@ impl Host {
         loop {
             {
                 let mut core = self.engine.lock();
-                core.execute_pending(&self.engine, Executor::Loop);
-                let deadline = core.gw.poll_timeout().map(|d| self.clock.at(d));
+                core.driver.run(Place::Home);
+                let deadline = core.driver.gateway().poll_timeout().map(|d| self.clock.at(d));
                 alarm.arm(deadline);
                 core.alarm_at = alarm.at;
             }
@@ -316,15 +280,13 @@ impl Host {
             let mut core = self.engine.lock();
             if let Input::BackendFrame { server, generation, frame } = &input {
                 // Taken off the queue: the backend's reader may read that much more.
-                if let Some((g, Connection::Stdio(b))) = core.connections.get(server) {
-                    if g == generation {
-                        b.taken(frame.len());
-                    }
+                if let Some(b) = core.driver.stdio(server, *generation) {
+                    b.taken(frame.len());
                 }
             }
-            core.feed(input);
-            core.execute_pending(&self.engine, Executor::Loop);
-            if stop(&core.gw, closed) {
+            core.driver.feed(input);
+            core.driver.run(Place::Home);
+            if stop(core.driver.gateway(), closed) {
                 return;
             }
         }
@@ -333,28 +295,30 @@ impl Host {
     /// Answers a status endpoint's question from the engine's state now.
     fn answer(&mut self, query: Query) {
         let mut core = self.engine.lock();
+        let driver = &mut core.driver;
         // Brought to the present first: retry countdowns and uptimes are relative.
-        core.feed(Input::Tick);
-        core.execute_pending(&self.engine, Executor::Loop);
+        driver.feed(Input::Tick);
+        driver.run(Place::Home);
         let uptime_ms = self.clock.now().saturating_since(self.start).as_millis();
+        let gw = driver.gateway();
         match query {
             Query::Status(reply) => {
-                let _ = reply.try_send(status::status_json(&core.gw, uptime_ms));
+                let _ = reply.try_send(status::status_json(gw, uptime_ms));
             }
             Query::Metrics(reply) => {
-                let _ = reply.try_send(status::metrics_text(&core.gw));
+                let _ = reply.try_send(status::metrics_text(gw));
             }
             Query::Ready(reply) => {
-                let down = core.gw.vital_backends_down().iter().map(ToString::to_string).collect();
+                let down = gw.vital_backends_down().iter().map(ToString::to_string).collect();
                 let _ = reply.try_send(down);
             }
             Query::Admin(command, reply) => {
-                let result = core.handle(Input::Admin { command }).map_err(|e| e.to_string());
-                core.execute_pending(&self.engine, Executor::Loop);
+                let result = driver.handle(Input::Admin { command }).map_err(|e| e.to_string());
+                driver.run(Place::Home);
                 let _ = reply.try_send(result);
             }
             Query::Logs(server, lines, reply) => {
-                let result = core.gw.recent_log(&server, lines).ok_or_else(|| format!("unknown backend: {server}"));
+                let result = gw.recent_log(&server, lines).ok_or_else(|| format!("unknown backend: {server}"));
                 let _ = reply.try_send(result);
             }
         }
@@ -367,9 +331,10 @@ impl Host {
     pub async fn shutdown(&mut self) {
         let (http, connections, clients) = {
             let mut core = self.engine.lock();
-            let connections: Vec<Connection> = core.connections.drain().map(|(_, (_, c))| c).collect();
-            let clients: Vec<ClientOut> = core.clients.drain().map(|(_, c)| c).collect();
-            (core.http.take(), connections, clients)
+            let connections = core.driver.take_connections();
+            let io = &mut core.driver.runtime;
+            let clients: Vec<ClientOut> = io.clients.drain().map(|(_, c)| c).collect();
+            (io.http.take(), connections, clients)
         };
         if let Some(http) = http {
             http.shutdown();
@@ -407,201 +372,104 @@ impl Engine {
     /// reader), under one lock, and executes what it can of the resulting actions
     /// in place; what they produce for each stdio pipe is written with one system
     /// call at the end.
-    pub(crate) fn feed_burst(self: &Arc<Self>, inputs: impl IntoIterator<Item = Input>) {
+    fn feed_burst(&self, inputs: impl IntoIterator<Item = Input>) {
         let mut core = self.lock();
-        core.gathering = true;
-        for input in inputs {
-            core.feed(input);
-            core.execute_pending(self, Executor::Reader);
-        }
-        core.gathering = false;
-        core.release_held();
+        core.driver.feed_burst(inputs, Place::Reader);
         core.wake_loop_if_needed();
     }
 }
 
 impl Core {
-    /// Feeds one input, recorded first.
-    fn handle(&mut self, input: Input) -> Result<(), tether_core::HostError> {
-        let now = self.clock.now();
-        if let Some(r) = self.record.as_mut() {
-            r.record(now, &input, self.gw.redactor());
-        }
-        if let Input::ConfigReloaded { config } = &input {
-            self.credentials.reload(config);
-        }
-        self.gw.handle(now, input)
-    }
-
-    /// [`Core::handle`], logging a broken host contract.
-    fn feed(&mut self, input: Input) {
-        if let Err(e) = self.handle(input) {
-            tracing::error!("host contract violation: {e}");
-        }
-    }
-
-    /// Executes the pending actions, and feeds what they raised, until none is
-    /// left (or, on a reader thread, until a spawn that must wait for the loop).
-    fn execute_pending(&mut self, engine: &Arc<Engine>, by: Executor) {
-        loop {
-            if let Some(action) = self.deferred.take() {
-                if by == Executor::Reader {
-                    self.deferred = Some(action);
-                    return;
-                }
-                self.execute(action, engine);
-            }
-            while let Some(action) = self.gw.poll_action() {
-                if by == Executor::Reader && matches!(action, Action::Spawn { .. }) {
-                    self.deferred = Some(action);
-                    break;
-                }
-                self.execute(action, engine);
-                if !self.raised.is_empty() {
-                    break;
-                }
-            }
-            if self.raised.is_empty() {
-                return;
-            }
-            for input in std::mem::take(&mut self.raised) {
-                self.feed(input);
-            }
-        }
-    }
-
-    /// Writes what the burst gathered for each pipe.
-    fn release_held(&mut self) {
-        for held in std::mem::take(&mut self.held) {
-            match held {
-                Held::Client(session) => {
-                    if let Some(ClientOut::Pipe(writer)) = self.clients.get_mut(&session) {
-                        writer.release();
-                    }
-                }
-                Held::Backend(server) => {
-                    if let Some((_, Connection::Stdio(b))) = self.connections.get_mut(&server) {
-                        b.release_stdin();
-                    }
-                }
-            }
-        }
-    }
-
     /// Wakes the host loop when a reader thread left it a spawn, or brought the
     /// next deadline before the loop's alarm.
     fn wake_loop_if_needed(&mut self) {
-        let deadline = self.gw.poll_timeout().map(|d| self.clock.at(d));
+        let clock = self.driver.clock();
+        let deadline = self.driver.gateway().poll_timeout().map(|d| clock.at(d));
         let earlier = deadline.is_some_and(|d| self.alarm_at.map_or(true, |at| d < at));
-        if earlier || self.deferred.is_some() {
+        if earlier || self.driver.has_deferred() {
             if earlier {
                 // Woken once: the loop sets its alarm for this deadline.
                 self.alarm_at = deadline;
             }
-            let _ = self.inputs.try_send(Input::Tick);
+            let _ = self.driver.runtime.inputs.try_send(Input::Tick);
         }
     }
+}
 
-    fn execute(&mut self, action: Action, engine: &Arc<Engine>) {
-        match action {
-            spawn @ Action::Spawn { .. } => {
-                let launch = Launch::from_action(&spawn, &self.gw).expect("a spawn action");
-                let (server, generation) = (launch.server.clone(), launch.generation);
-                self.close_connection(&server);
-                let started = StdioBackend::spawn(launch, engine, &self.inputs, self.outflow.clone());
-                self.raised.push(started.report);
-                if let Some(b) = started.backend {
-                    self.connections.insert(server, (generation, Connection::Stdio(b)));
-                }
+impl Runtime for SmolIo {
+    type Stdio = StdioBackend;
+
+    fn start_stdio(&mut self, launch: Launch<'_>) -> (Option<StdioBackend>, Input) {
+        let started = StdioBackend::spawn(launch, &self.feed, &self.inputs, self.outflow.clone());
+        (started.backend, started.report)
+    }
+
+    /// Called on the blocking pool: a frame waits there while the clients'
+    /// output backlog is full.
+    fn http_inputs(&self) -> InputSink {
+        let (inputs, outflow) = (self.inputs.clone(), self.outflow.clone());
+        Arc::new(move |input| {
+            if matches!(input, Input::BackendFrame { .. } | Input::BackendEvent { .. }) {
+                outflow.wait_room();
             }
-            Action::ConnectHttp { server, generation, url, headers, legacy_sse } => {
-                self.close_connection(&server);
-                let mut target =
-                    HttpTarget::for_action(self.gw.config(), server.clone(), generation, url, headers, legacy_sse);
-                target.bearer = self.credentials.bearer(&server);
-                let (inputs, outflow) = (self.inputs.clone(), self.outflow.clone());
-                // Called on the blocking pool: a frame waits there while the
-                // clients' output backlog is full.
-                let sink: InputSink = Arc::new(move |input| {
-                    if matches!(input, Input::BackendFrame { .. } | Input::BackendEvent { .. }) {
-                        outflow.wait_room();
-                    }
-                    inputs.send_blocking(input).is_ok()
-                });
-                let spawn: Spawner = Arc::new(|job| smol::unblock(job).detach());
-                let b = HttpBackend::connect(target, sink, spawn);
-                self.connections.insert(server, (generation, Connection::Http(b)));
-            }
-            Action::SendToBackend { server, generation, frame, request, headers } => {
-                match self.connections.get_mut(&server) {
-                    Some((g, Connection::Stdio(b))) if *g == generation => {
-                        if self.gathering && b.hold_stdin() {
-                            self.held.push(Held::Backend(server.clone()));
-                        }
-                        b.send(&frame);
-                    }
-                    Some((g, Connection::Http(b))) if *g == generation => b.send_with_headers(frame, request, headers),
-                    _ => tracing::debug!(server = %server, %generation, "dropped a frame for a closed connection"),
+            inputs.send_blocking(input).is_ok()
+        })
+    }
+
+    fn auth_inputs(&self) -> InputSink {
+        let inputs = self.inputs.clone();
+        Arc::new(move |input| inputs.send_blocking(input).is_ok())
+    }
+
+    fn spawner(&self, _purpose: &'static str) -> Spawner {
+        Arc::new(|job| smol::unblock(job).detach())
+    }
+
+    fn deliver(&mut self, session: SessionId, route: ClientRoute, frame: String, burst: bool) {
+        match self.clients.get_mut(&session) {
+            Some(ClientOut::Pipe(writer)) => {
+                if burst && !writer.is_held() {
+                    writer.hold();
+                    self.held.push(session);
                 }
+                writer.send(&frame);
             }
-            Action::ResumeStream { server, generation, stream, last_event_id } => match self.connections.get(&server) {
-                Some((g, Connection::Http(b))) if *g == generation => b.resume(stream, last_event_id),
-                _ => tracing::debug!(server = %server, %generation, "no stream to resume on a closed connection"),
-            },
-            Action::CloseBackend { server, generation } => {
-                if self.connections.get(&server).is_some_and(|(g, _)| *g == generation) {
-                    self.close_connection(&server);
+            Some(ClientOut::Queue(sink)) => sink.send(frame),
+            None => {
+                if let Some(http) = &self.http {
+                    http.deliver(session, route, frame);
                 }
-            }
-            Action::SendToClient { session, frame, route } => match self.clients.get_mut(&session) {
-                Some(ClientOut::Pipe(writer)) => {
-                    if self.gathering && !writer.is_held() {
-                        writer.hold();
-                        self.held.push(Held::Client(session));
-                    }
-                    writer.send(&frame);
-                }
-                Some(ClientOut::Queue(sink)) => sink.send(frame),
-                None => {
-                    if let Some(http) = &self.http {
-                        http.deliver(session, route, frame);
-                    }
-                }
-            },
-            Action::CloseClient { session } => {
-                if self.clients.remove(&session).is_none() {
-                    if let Some(http) = &self.http {
-                        http.close_session(session);
-                    }
-                }
-                self.report(Report::ClientClosed(session));
-            }
-            Action::Authorize { server, step } => {
-                tracing::debug!(server = %server, "credential: {step}");
-                let inputs = self.inputs.clone();
-                let sink: InputSink = Arc::new(move |input| inputs.send_blocking(input).is_ok());
-                let spawn: Spawner = Arc::new(|job| smol::unblock(job).detach());
-                self.credentials.execute(server, step, sink, &spawn);
-            }
-            Action::Emit { event } => {
-                log_event(&event);
-                self.events.push(self.clock.now().saturating_since(self.start).as_millis(), &event);
-                self.report(Report::Event(event));
             }
         }
     }
 
+    fn close_client(&mut self, session: SessionId) {
+        if self.clients.remove(&session).is_none() {
+            if let Some(http) = &self.http {
+                http.close_session(session);
+            }
+        }
+        self.report(Report::ClientClosed(session));
+    }
+
+    fn emit(&mut self, event: Event) {
+        self.events.push(self.clock.now().saturating_since(self.start).as_millis(), &event);
+        self.report(Report::Event(event));
+    }
+
+    fn end_burst(&mut self) {
+        for session in std::mem::take(&mut self.held) {
+            if let Some(ClientOut::Pipe(writer)) = self.clients.get_mut(&session) {
+                writer.release();
+            }
+        }
+    }
+}
+
+impl SmolIo {
     fn report(&self, report: Report) {
         if let Some(tx) = &self.reports {
             let _ = tx.try_send(report);
-        }
-    }
-
-    fn close_connection(&mut self, server: &str) {
-        match self.connections.remove(server) {
-            Some((_, Connection::Stdio(b))) => b.close(),
-            Some((_, Connection::Http(b))) => b.close(),
-            None => {}
         }
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! The pipes are where a call spends its time, so on unix they are not read and
 //! written through the reactor: a thread of the backend's own reads stdout with
-//! blocking reads and feeds each frame to the engine itself (see
+//! blocking reads and has each frame fed to the engine on that thread (see
 //! [`crate::serve::host`]), and a frame for stdin is written in place by whichever
 //! thread has it ([`PipeWriter`]; what would block goes to the writer's thread).
 //! That is a read and a write per frame, where the reactor costs a readiness
@@ -43,12 +43,15 @@ use tether_host::lifecycle::{
 use tether_host::logging::StderrLog;
 use tether_host::process_tree::{self, ProcessTree, Signal};
 
-use crate::serve::host::Engine;
 use crate::serve::line_reader::{ByteSource, LineReader, Plain};
 #[cfg(unix)]
 use tether_host::pipe_writer::PipeWriter;
 
 pub(super) use tether_host::launch::Launch;
+
+/// How a pipe's reader thread has a burst of inputs fed in place, on its own
+/// thread (the vector is drained). The readers know nothing else of the engine.
+pub(super) type FeedBurst = Arc<dyn Fn(&mut Vec<Input>) + Send + Sync>;
 
 /// How many bytes of one backend's frames may wait in the engine's input queue.
 pub(super) const UNREAD_LIMIT: usize = 1024 * 1024;
@@ -101,7 +104,7 @@ impl StdioBackend {
     /// with [`StdioBackend::taken`].
     pub(crate) fn spawn(
         launch: Launch<'_>,
-        engine: &Arc<Engine>,
+        feed: &FeedBurst,
         inputs: &Sender<Input>,
         outflow: Arc<Backlog>,
     ) -> Started {
@@ -155,7 +158,7 @@ impl StdioBackend {
             retired: retired.clone(),
             outflow,
         };
-        reader.start(child.stdout.take().expect("piped"), engine, stdout_open);
+        reader.start(child.stdout.take().expect("piped"), feed, stdout_open);
 
         let reaped = tree.clone();
         smol::spawn(async move {
@@ -345,6 +348,24 @@ fn own_pipe(pipe: &impl std::os::fd::AsFd) -> std::io::Result<std::fs::File> {
     Ok(std::fs::File::from(pipe.as_fd().try_clone_to_owned()?))
 }
 
+impl tether_host::driver::StdioConnection for StdioBackend {
+    fn send(&mut self, frame: &str) {
+        StdioBackend::send(self, frame);
+    }
+
+    fn hold(&mut self) -> bool {
+        self.hold_stdin()
+    }
+
+    fn release(&mut self) {
+        self.release_stdin();
+    }
+
+    fn close(self) {
+        StdioBackend::close(self);
+    }
+}
+
 impl Stoppable for StdioBackend {
     fn close_stdin(&mut self) {
         StdioBackend::close_stdin(self);
@@ -491,18 +512,18 @@ struct FrameReader {
 }
 
 impl FrameReader {
-    /// Starts reading: on unix a thread of its own that feeds `engine` directly,
+    /// Starts reading: on unix a thread of its own that has frames fed in place (`feed`),
     /// elsewhere (or if the thread cannot be had) a task that sends frames to the
     /// host loop. `open` is dropped when stdout has ended.
-    fn start(self, stdout: async_process::ChildStdout, engine: &Arc<Engine>, open: Sender<()>) {
+    fn start(self, stdout: async_process::ChildStdout, feed: &FeedBurst, open: Sender<()>) {
         #[cfg(unix)]
         {
             match tether_host::pipe_reader::blocking_copy(&stdout) {
                 Ok(pipe) => {
-                    let (reader, engine) = (self, engine.clone());
+                    let (reader, feed) = (self, feed.clone());
                     let name = format!("stdout {}", reader.server);
                     let spawned = std::thread::Builder::new().name(name).spawn(move || {
-                        reader.run_thread(pipe, &engine);
+                        reader.run_thread(pipe, &feed);
                         drop(open);
                     });
                     match spawned {
@@ -516,7 +537,7 @@ impl FrameReader {
             }
         }
         #[cfg(not(unix))]
-        let _ = engine;
+        let _ = feed;
         smol::spawn(async move {
             self.run(stdout).await;
             drop(open);
@@ -527,7 +548,7 @@ impl FrameReader {
     /// The thread's way: each frame is fed on this thread, after the clients'
     /// output backlog has room.
     #[cfg(unix)]
-    fn run_thread(self, pipe: std::fs::File, engine: &Arc<Engine>) {
+    fn run_thread(self, pipe: std::fs::File, feed: &FeedBurst) {
         let mut lines = tether_host::line_reader::LineReader::new(pipe, self.max_frame, 64 * 1024);
         let mut burst = Vec::new();
         while let Some(line) = lines.next() {
@@ -542,7 +563,7 @@ impl FrameReader {
             if !lines.has_line() || burst.len() >= MAX_BURST {
                 // A closed outflow has no client left to wait for.
                 self.outflow.wait_room();
-                engine.feed_burst(burst.drain(..));
+                feed(&mut burst);
             }
         }
     }
