@@ -1,4 +1,4 @@
-//! [`Client`]: typed requests to a [`Host`] from the embedding program, without
+//! [`Client`]: typed requests to a [`crate::Host`] from the embedding program, without
 //! writing JSON-RPC frames by hand.
 
 use std::sync::mpsc::{channel, Receiver};
@@ -8,7 +8,16 @@ use serde_json::{json, Value};
 use tether_core::protocol::code;
 use tether_core::{ClientRoute, SessionId};
 
-use crate::host::Host;
+/// What a [`Client`] needs of the host it talks to (the host implements it; the
+/// client knows nothing else of it).
+pub(crate) trait Sessions {
+    /// Opens a session whose frames go to `sink`.
+    fn open(&self, sink: crate::ClientSink) -> SessionId;
+    /// One frame from the client of `session`.
+    fn send(&self, session: SessionId, frame: String);
+    /// The client of `session` went away.
+    fn close(&self, session: SessionId);
+}
 
 /// How long a request waits for its answer by default.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -34,7 +43,7 @@ impl std::error::Error for RpcError {}
 
 /// One MCP client session on a host. Requests block until answered.
 pub struct Client<'h> {
-    host: &'h Host,
+    host: &'h dyn Sessions,
     session: SessionId,
     frames: Receiver<String>,
     next_id: u64,
@@ -44,11 +53,11 @@ pub struct Client<'h> {
 
 impl<'h> Client<'h> {
     /// Opens a session and performs the `initialize` handshake.
-    pub(crate) fn connect(host: &'h Host) -> Result<Client<'h>, String> {
+    pub(crate) fn connect(host: &'h dyn Sessions) -> Result<Client<'h>, String> {
         let (tx, frames) = channel();
-        let session = host.attach(move |frame, _: &ClientRoute| {
+        let session = host.open(Box::new(move |frame, _: &ClientRoute| {
             let _ = tx.send(frame);
-        });
+        }));
         let mut client =
             Client { host, session, frames, next_id: 1, timeout: DEFAULT_TIMEOUT, notifications: Vec::new() };
         let params = json!({

@@ -28,7 +28,7 @@ use tether_host::http_backend::{InputSink, Spawner};
 use tether_host::lifecycle::{stop_blocking, sweep, Ladder};
 use tether_host::recorder::Recorder;
 
-use crate::stdio_backend::{start_process, Launch, Started, StdioBackend};
+use crate::stdio_backend::{start_process, InputPort, Launch, Started, StdioBackend};
 
 /// Where one client session's frames go. Called with the engine locked, on
 /// whichever thread fed the input: hand the frame on, never call back into the host.
@@ -96,6 +96,16 @@ impl InputSender {
         for outflow in full {
             outflow.wait_room();
         }
+    }
+}
+
+impl InputPort for InputSender {
+    fn send(&self, input: Input) -> bool {
+        InputSender::send(self, input)
+    }
+
+    fn wait_room(&self) {
+        InputSender::wait_room(self);
     }
 }
 
@@ -304,7 +314,7 @@ impl Runtime for ThreadIo {
             Some(engine) => engine.start_process(&launch),
             None => Err(std::io::Error::other("the host is stopping")),
         };
-        StdioBackend::attach(launch, started, &self.inputs())
+        StdioBackend::attach(launch, started, &(Arc::new(self.inputs()) as _))
     }
 
     /// Called on the backend's own threads: a frame waits there while a

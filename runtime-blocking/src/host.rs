@@ -8,7 +8,7 @@ use tether_core::{AdminCommand, BackendStatus, ClientRoute, Config, ConfigError,
 use tether_host::clock::Clock;
 use tether_host::recorder::Recorder;
 
-use crate::client::Client;
+use crate::client::{Client, Sessions};
 use crate::engine::{ClientSink, Engine, EngineThreads, EventSink};
 
 /// How to start a [`Host`]; see [`Host::builder`].
@@ -227,6 +227,20 @@ impl Host {
         if let Some(threads) = self.threads.take() {
             self.engine.shutdown(threads);
         }
+    }
+}
+
+impl Sessions for Host {
+    fn open(&self, sink: ClientSink) -> SessionId {
+        self.attach(sink)
+    }
+
+    fn send(&self, session: SessionId, frame: String) {
+        Host::send(self, session, frame);
+    }
+
+    fn close(&self, session: SessionId) {
+        Host::close(self, session);
     }
 }
 

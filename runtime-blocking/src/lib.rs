@@ -30,7 +30,6 @@ pub use engine::{ClientSink, EventSink};
 pub use host::{Handle, Host, HostBuilder};
 pub use tether_host::pipe_writer::{Pipe, PipeWriter};
 
-pub(crate) use engine::InputSender;
 pub use tether_core::{AdminCommand, BackendStatus, ClientRoute, Config, Event, SessionId, Status};
 pub use tether_host::backlog::Backlog;
 pub use tether_host::line_reader::LineReader;

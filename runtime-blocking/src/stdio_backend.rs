@@ -31,11 +31,22 @@ use tether_host::lifecycle::{
 use tether_host::logging::StderrLog;
 use tether_host::process_tree::{Lineage, ProcessTree, Signal};
 
-use crate::InputSender;
 use tether_host::line_reader::LineReader;
 use tether_host::pipe_writer::PipeWriter;
 
 pub use tether_host::launch::Launch;
+
+/// Where a backend's threads hand their inputs: the engine, which this module
+/// knows only through it.
+pub(crate) trait InputPort: Send + Sync {
+    /// Feeds an input; `false` once the host has stopped.
+    fn send(&self, input: Input) -> bool;
+    /// Waits until the clients' output backlogs have room.
+    fn wait_room(&self);
+}
+
+/// A shared [`InputPort`].
+pub(crate) type Inputs = Arc<dyn InputPort>;
 
 /// One running process (one generation).
 pub struct StdioBackend {
@@ -47,7 +58,7 @@ pub struct StdioBackend {
     waiter: Option<JoinHandle<()>>,
     /// Set once stdin overflowed and that was reported.
     overflowed: bool,
-    inputs: InputSender,
+    inputs: Inputs,
 }
 
 /// A started process and its tree.
@@ -107,7 +118,7 @@ impl StdioBackend {
     pub fn attach(
         launch: Launch<'_>,
         started: std::io::Result<Started>,
-        inputs: &InputSender,
+        inputs: &Inputs,
     ) -> (Option<StdioBackend>, Input) {
         let server = launch.server.clone();
         let generation = launch.generation;
