@@ -507,6 +507,10 @@ impl Default for Tasks {
 
 impl Tasks {
     fn validate(&self) -> Result<(), ConfigError> {
+        // Room for the error that replaces a result too large to keep.
+        if self.max_result_bytes < 1024 {
+            return Err(ConfigError::new("tasks.max_result_bytes", "must be at least 1024"));
+        }
         if self.ttl_ms < 1000 {
             return Err(ConfigError::new("tasks.ttl_ms", "must be at least 1000"));
         }

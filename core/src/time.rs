@@ -123,9 +123,43 @@ pub fn rfc3339(unix_ms: u64) -> alloc::string::String {
     alloc::format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z")
 }
 
+/// The wall clock as the host last told it (`Input::WallClock`): the engine's
+/// own clock only counts from an arbitrary start, and task timestamps are
+/// wall-clock times.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct WallClock {
+    /// `(engine time, ms since the Unix epoch)` when the host told it.
+    anchor: Option<(Instant, u64)>,
+}
+
+impl WallClock {
+    /// At engine time `now` it was `unix_ms`.
+    pub(crate) fn set(&mut self, now: Instant, unix_ms: u64) {
+        self.anchor = Some((now, unix_ms));
+    }
+
+    /// The wall-clock time (ms since the Unix epoch) at engine time `at`; the
+    /// engine time itself until the host told the wall clock.
+    pub(crate) fn unix_ms(&self, at: Instant) -> u64 {
+        match self.anchor {
+            Some((anchor, unix_ms)) => unix_ms.saturating_add(at.saturating_since(anchor).as_millis()),
+            None => at.as_millis(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::rfc3339;
+    use super::{rfc3339, Instant, WallClock};
+
+    #[test]
+    fn the_wall_clock_runs_from_what_the_host_said() {
+        let mut clock = WallClock::default();
+        assert_eq!(clock.unix_ms(Instant::from_millis(250)), 250, "untold: engine time");
+        clock.set(Instant::from_millis(1_000), 1_795_781_145_000);
+        assert_eq!(clock.unix_ms(Instant::from_millis(1_123)), 1_795_781_145_123);
+        assert_eq!(clock.unix_ms(Instant::from_millis(500)), 1_795_781_145_000, "never before it was told");
+    }
 
     #[test]
     fn unix_milliseconds_read_as_utc_dates() {

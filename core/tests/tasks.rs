@@ -332,7 +332,7 @@ fn a_task_expires_after_its_ttl_and_one_still_running_is_cancelled() {
 fn the_store_is_bounded_in_count_and_in_bytes_of_results() {
     let mut config = config();
     config.tasks.max_tasks = 2;
-    config.tasks.max_result_bytes = 200;
+    config.tasks.max_result_bytes = 1024;
     let mut sim = booted(config);
     let first = start_task(&mut sim, 10, "slow");
     let first_call = sim.last_request("fs", "tools/call");
@@ -344,7 +344,7 @@ fn the_store_is_bounded_in_count_and_in_bytes_of_results() {
     reply_last(&mut sim, text_result("direct"));
     assert_eq!(answer(&sim, 12, 1)["result"]["content"][0]["text"], "direct");
     sim.note("a result too large for the store fails its task with a message saying so");
-    reply(&mut sim, "fs", first_call, text_result(&"x".repeat(500)));
+    reply(&mut sim, "fs", first_call, text_result(&"x".repeat(2000)));
     let failed = task_request(&mut sim, 13, "tasks/get", &first)["result"].clone();
     assert_eq!(failed["status"], "failed");
     assert!(failed["error"]["message"].as_str().unwrap().contains("tasks.max_result_bytes"), "{failed}");

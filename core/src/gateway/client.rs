@@ -117,7 +117,7 @@ impl Gateway {
             });
         }
         self.router.parked_lists.retain(|p| p.session != session);
-        self.forget_task_waiters(session);
+        self.tasks.forget_waiters(session);
         let pending: Vec<u64> =
             self.router.server_requests.iter().filter(|(_, r)| r.session == session).map(|(id, _)| *id).collect();
         self.drop_input_rounds(session);

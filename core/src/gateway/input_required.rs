@@ -175,7 +175,7 @@ impl Gateway {
         asked: BTreeMap<String, AskedInput>,
         answer: Option<Result<String, String>>,
     ) {
-        let state = self.unguessable_id();
+        let state = self.ids.next_id();
         let deadline = self.now + Self::duration(self.config.policy.request_timeout_max_ms);
         let server = match self.router.calls.get_mut(&call) {
             Some(c) => {
@@ -234,8 +234,12 @@ impl Gateway {
     /// are asked again under a new `requestState`.
     pub(super) fn resume_with_inputs(&mut self, session: SessionId, id: RawId, state: &str, params: Option<&str>) {
         // Another identity's state is unknown to this one, and stays usable by its own.
-        let theirs =
-            self.router.pending_inputs.get(state).is_some_and(|p| !self.holds_task(session, p.principal.as_deref()));
+        let principal = self.sessions.principal(session);
+        let theirs = self
+            .router
+            .pending_inputs
+            .get(state)
+            .is_some_and(|p| !super::tasks::reachable(p.principal.as_deref(), principal));
         let Some(pending) = (!theirs).then(|| self.router.pending_inputs.remove(state)).flatten() else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown or expired requestState", None);
         };

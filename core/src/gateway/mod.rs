@@ -23,9 +23,6 @@ mod router;
 mod routing;
 mod sessions;
 mod streams;
-mod task_inputs;
-mod task_passthrough;
-mod task_store;
 mod tasks;
 
 use alloc::collections::{BTreeMap, VecDeque};
@@ -187,9 +184,9 @@ pub struct Gateway {
     /// Each backend's share of event notifications to clients.
     rations: client_events::Rations,
     /// Tasks tether runs for clients (gateway-side tasks).
-    tasks: task_store::TaskStore,
-    /// The wall clock as the host last told it: `(engine time, ms since the Unix epoch)`.
-    wall_clock: Option<(Instant, u64)>,
+    tasks: tasks::TaskStore,
+    /// The wall clock as the host last told it.
+    wall_clock: crate::time::WallClock,
     actions: VecDeque<Action>,
 }
 
@@ -213,8 +210,8 @@ impl Gateway {
             retired_generations: BTreeMap::new(),
             journal: client_events::Journal::default(),
             rations: client_events::Rations::new(),
-            tasks: task_store::TaskStore::default(),
-            wall_clock: None,
+            tasks: tasks::TaskStore::default(),
+            wall_clock: crate::time::WallClock::default(),
             actions: VecDeque::new(),
         };
         gw.apply_config(config);
@@ -287,7 +284,7 @@ impl Gateway {
                 }
             }
             Input::Tick => {}
-            Input::WallClock { unix_ms } => self.wall_clock = Some((now, unix_ms)),
+            Input::WallClock { unix_ms } => self.wall_clock.set(now, unix_ms),
             Input::ConfigReloaded { config } => {
                 config.validate().map_err(HostError::InvalidConfig)?;
                 self.apply_config(config);

@@ -39,6 +39,11 @@ pub(super) enum SessionTimer {
 }
 
 impl Sessions {
+    /// The identity `session` authenticated as, when the transport checks tokens.
+    pub(super) fn principal(&self, session: SessionId) -> Option<&str> {
+        self.open.get(&session).and_then(|s| s.principal.as_deref())
+    }
+
     /// Every session deadline, in the order they fire when several are due.
     pub(super) fn timers(&self, idle_ms: u32) -> impl Iterator<Item = (Instant, SessionTimer)> + '_ {
         let held = self

@@ -7,9 +7,9 @@
 use alloc::string::{String, ToString};
 use serde_json::{Map, Value};
 
-use super::task_store::PassedTask;
-use super::tasks::{Form, EXTENSION, RELATED_TASK};
-use super::Gateway;
+use super::super::Gateway;
+use super::store::PassedTask;
+use super::{Form, EXTENSION, RELATED_TASK};
 use crate::io::{RawId, ServerName, SessionId};
 use crate::protocol::{self, Era};
 
@@ -18,7 +18,7 @@ impl Gateway {
     /// announced the extension, a 2025-11-25 one whose `tools/call` takes tasks.
     /// Tasks pass through to such a backend for clients of the same form; for
     /// clients of the other form tether runs them.
-    pub(super) fn backend_runs_tasks(&self, server: &str, form: Form) -> bool {
+    pub(in crate::gateway) fn backend_runs_tasks(&self, server: &str, form: Form) -> bool {
         let Some(b) = self.backends.get(server) else { return false };
         let caps = &b.capabilities;
         match (form, b.era) {
@@ -38,10 +38,16 @@ impl Gateway {
     /// The backend running the passed-through task `task_id` (tether's id) and
     /// the backend's own id, when `session` may reach it: the task is of `form`,
     /// its backend still runs tasks, and `session` holds the identity that
-    /// created it (see [`Gateway::holds_task`]).
-    pub(super) fn task_backend(&self, session: SessionId, task_id: &str, form: Form) -> Option<(ServerName, String)> {
+    /// created it (see [`super::store::reachable`]).
+    pub(in crate::gateway) fn task_backend(
+        &self,
+        session: SessionId,
+        task_id: &str,
+        form: Form,
+    ) -> Option<(ServerName, String)> {
         let p = self.tasks.passed.iter().find(|p| p.id == task_id && p.form == form)?;
-        let reachable = self.backend_runs_tasks(&p.server, form) && self.holds_task(session, p.principal.as_deref());
+        let reachable = self.backend_runs_tasks(&p.server, form)
+            && super::store::reachable(p.principal.as_deref(), self.sessions.principal(session));
         reachable.then(|| (p.server.clone(), p.own.clone()))
     }
 
@@ -49,7 +55,12 @@ impl Gateway {
     /// client is given an id of tether's own for it (a backend's ids may be
     /// 1, 2, 3...: anyone could name another's), bound to the identity that
     /// asked, and the answer says that id. `None`: no task in it.
-    pub(super) fn adopt_passed_task(&mut self, session: SessionId, server: &str, result: &str) -> Option<String> {
+    pub(in crate::gateway) fn adopt_passed_task(
+        &mut self,
+        session: SessionId,
+        server: &str,
+        result: &str,
+    ) -> Option<String> {
         let form = self.task_form(session)?;
         let parsed: Map<String, Value> = serde_json::from_str(result).ok()?;
         let own = match form {
@@ -57,7 +68,7 @@ impl Gateway {
             Form::Extension => parsed.get("taskId"),
         };
         let own = own.and_then(Value::as_str)?.to_string();
-        let id = self.unguessable_id();
+        let id = self.ids.next_id();
         // A backend that reuses an id (numbering again from 1 after a restart)
         // names another task by it now: the old one is gone, and whoever held it
         // must not reach the new one.
@@ -80,7 +91,7 @@ impl Gateway {
     /// A backend's message about its tasks, with every task id in it (`taskId`,
     /// `task.taskId`, the related-task `_meta`) the id tether gave the client.
     /// Ids tether never handed out are left as they are (nothing routes them).
-    pub(super) fn client_task_ids(&self, server: &str, message: &str) -> Option<String> {
+    pub(in crate::gateway) fn client_task_ids(&self, server: &str, message: &str) -> Option<String> {
         let mut message: Map<String, Value> = serde_json::from_str(message).ok()?;
         let ours = |own: &str| {
             self.tasks.passed.iter().rev().find(|p| *p.server == *server && p.own == own).map(|p| p.id.clone())
@@ -108,7 +119,7 @@ impl Gateway {
 
     /// A `tasks/*` request about a task its backend runs: sent there with the
     /// backend's own id; the answer's ids are namespaced again.
-    pub(super) fn pass_task_request(
+    pub(in crate::gateway) fn pass_task_request(
         &mut self,
         session: SessionId,
         id: RawId,
@@ -124,17 +135,17 @@ impl Gateway {
             _ => "tasks/cancel",
         };
         params.insert("taskId".into(), Value::String(own.to_string()));
-        let (params, progress) = super::calls::Forward::from_map(&params);
+        let (params, progress) = super::super::calls::Forward::from_map(&params);
         // Reading a task's state changes nothing: safe to retry.
         let safe = matches!(method, "tasks/get" | "tasks/result");
-        let call = self.client_call(session, id, method, params, progress, safe, super::calls::Shape::TaskIds);
+        let call = self.client_call(session, id, method, params, progress, safe, super::super::calls::Shape::TaskIds);
         self.admit(server, call);
     }
 
     /// A backend's `notifications/tasks/status` about a task it runs: to the
     /// session that asked for the task, with tether's id. About a task tether
     /// did not hand out (another gateway's, or forgotten): dropped.
-    pub(super) fn forward_task_status(&mut self, server: &str, params: Option<&str>) {
+    pub(in crate::gateway) fn forward_task_status(&mut self, server: &str, params: Option<&str>) {
         let Some(params) = params.and_then(|p| self.client_task_ids(server, p)) else { return };
         let Ok(status) = serde_json::from_str::<Map<String, Value>>(&params) else { return };
         let Some(task) = status.get("taskId").and_then(Value::as_str) else { return };
@@ -151,7 +162,7 @@ impl Gateway {
     /// A 2025-11-25 backend's task passed through tether again (its status
     /// notification, or a `tasks/get` or `tasks/cancel` answer; with tether's
     /// id): `tasks/list` shows it as it was last seen.
-    pub(super) fn note_passed_task(&mut self, task: &Map<String, Value>) {
+    pub(in crate::gateway) fn note_passed_task(&mut self, task: &Map<String, Value>) {
         let Some(id) = task.get("taskId").and_then(Value::as_str) else { return };
         let Some(passed) = self.tasks.passed.iter_mut().find(|p| p.id == id) else { return };
         let mut task = task.clone();

@@ -3,16 +3,15 @@
 //! `input_required` until the client answers, through `tasks/update` or, for a
 //! 2025-11-25 client, as requests tied to the task on its session.
 
-use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::{AskedInput, Call, CallKind, ClientCall};
-use super::task_store::{TaskRound, TaskStatus, MAX_ASKED};
-use super::tasks::RELATED_TASK;
-use super::Gateway;
+use super::super::calls::{AskedInput, Call, CallKind, ClientCall};
+use super::super::Gateway;
+use super::store::MAX_ASKED;
+use super::RELATED_TASK;
 use crate::io::SessionId;
 use crate::metrics::CallOutcome;
 use crate::protocol::{self, code, input_capability as capability, Era};
@@ -21,7 +20,7 @@ impl Gateway {
     /// A backend asks `method` (sampling, elicitation, roots) during a task: the
     /// task waits in `input_required` until `tasks/update` brings the answer.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn ask_for_task(
+    pub(in crate::gateway) fn ask_for_task(
         &mut self,
         server: &str,
         call: u64,
@@ -41,39 +40,34 @@ impl Gateway {
             _ => experimental,
         };
         let generation = self.backends[server].sup.generation();
-        let unix = self.unix_ms(self.now);
-        let full = self.tasks.tasks.get(task_id).map_or(true, |t| t.asked.len() >= MAX_ASKED);
-        if !declared || full {
-            let msg = if full {
+        let unix = self.wall_clock.unix_ms(self.now);
+        let asked = match declared {
+            true => {
+                let named = serde_json::from_str::<String>(backend_id).ok().filter(|k| !k.is_empty() && k.len() <= 64);
+                let input = AskedInput {
+                    generation,
+                    backend_id: backend_id.to_string(),
+                    method: method.to_string(),
+                    params: params.map(String::from),
+                    in_round: false,
+                };
+                let router = &mut self.router;
+                self.tasks.ask(task_id, named, || format!("tether-{}", router.alloc_id()), input, unix)
+            }
+            false => None,
+        };
+        let Some(asked) = asked else {
+            let msg = if declared {
                 "too many requests pending on this task".to_string()
             } else {
                 format!("the client did not declare {capability} for this task")
             };
             let frame = protocol::error_response(backend_id, code::METHOD_NOT_FOUND, &msg, None);
             return self.to_backend(server, frame, None);
-        }
-        let named = serde_json::from_str::<String>(backend_id).ok().filter(|k| !k.is_empty() && k.len() <= 64);
-        let key = match named {
-            Some(k) if !self.tasks.tasks[task_id].asked.contains_key(&k) => k,
-            _ => format!("tether-{}", self.alloc_id()),
         };
-        let t = self.tasks.tasks.get_mut(task_id).expect("checked above");
-        t.asked.insert(
-            key,
-            AskedInput {
-                generation,
-                backend_id: backend_id.to_string(),
-                method: method.to_string(),
-                params: params.map(String::from),
-                in_round: false,
-            },
-        );
-        let changed = t.status != TaskStatus::InputRequired;
-        t.status = TaskStatus::InputRequired;
-        t.updated_unix_ms = unix;
         // 2025-11-25: asked of the client that owns the task, if it is there.
-        if let Some(owner) = t.owner {
-            if changed {
+        if let Some(owner) = asked.owner {
+            if asked.changed {
                 self.announce_task(task_id);
             }
             self.forward_task_inputs(task_id, owner);
@@ -82,8 +76,8 @@ impl Gateway {
 
     /// Sends what a (2025-11-25) task asks, and was not sent yet, to `session`
     /// as requests tied to the task; its answers go to the backend (see
-    /// [`Gateway::task_input_answered`]). Only inputs the session can answer.
-    pub(super) fn forward_task_inputs(&mut self, task_id: &str, session: SessionId) {
+    /// [`super::super::Gateway::task_input_answered`]). Only inputs the session can answer.
+    pub(in crate::gateway) fn forward_task_inputs(&mut self, task_id: &str, session: SessionId) {
         let Some(t) = self.tasks.tasks.get(task_id) else { return };
         let Some(s) = self.sessions.open.get(&session) else { return };
         let pending: Vec<(String, AskedInput)> = t
@@ -105,7 +99,7 @@ impl Gateway {
                 .flatten();
             self.router.server_requests.insert(
                 client_id,
-                super::calls::ServerRequest {
+                super::super::calls::ServerRequest {
                     server: server.clone(),
                     generation: asked.generation,
                     backend_id: asked.backend_id.clone(),
@@ -113,7 +107,7 @@ impl Gateway {
                     related: None,
                     round: None,
                     defaults,
-                    task: Some(super::calls::TaskQuestion {
+                    task: Some(super::super::calls::TaskQuestion {
                         task: task_id.to_string(),
                         key: key.clone(),
                         in_round: asked.in_round,
@@ -130,35 +124,25 @@ impl Gateway {
     /// A client answered a request a (2025-11-25) task asked: it is no longer
     /// pending. `true` when the answer was for a stateless backend's round (kept
     /// for the call's retry, not sent to the backend as a response).
-    pub(super) fn task_input_answered(&mut self, task_id: &str, key: &str, answer: Result<&str, &str>) -> bool {
-        let unix = self.unix_ms(self.now);
-        let Some(t) = self.tasks.tasks.get_mut(task_id) else { return false };
-        t.forwarded.remove(key);
-        if t.asked.remove(key).is_some() {
-            t.updated_unix_ms = unix;
-        }
-        let in_round = match &mut t.round {
-            Some(round) => {
-                // A refusal is an answer the backend reads as one.
-                let answer = answer.unwrap_or(r#"{"action":"decline"}"#);
-                round.answers.insert(key.to_string(), answer.to_string());
-                true
-            }
-            None => false,
-        };
-        let resumed = t.asked.is_empty() && t.status == TaskStatus::InputRequired && !in_round;
-        if resumed {
-            t.status = TaskStatus::Working;
+    pub(in crate::gateway) fn task_input_answered(
+        &mut self,
+        task_id: &str,
+        key: &str,
+        answer: Result<&str, &str>,
+    ) -> bool {
+        let unix = self.wall_clock.unix_ms(self.now);
+        let Some(answered) = self.tasks.input_answered(task_id, key, answer, unix) else { return false };
+        if answered.resumed {
             self.announce_task(task_id);
         }
-        if in_round {
+        if answered.in_round {
             self.end_task_round(task_id);
         }
-        in_round
+        answered.in_round
     }
 
     /// A task call's answer from its backend.
-    pub(super) fn task_answered(&mut self, server: &str, call: &ClientCall, answer: Result<&str, &str>) {
+    pub(in crate::gateway) fn task_answered(&mut self, server: &str, call: &ClientCall, answer: Result<&str, &str>) {
         let Some(task) = &call.task else { return };
         if let Ok(result) = answer {
             if self.backends.get(server).is_some_and(|b| b.era == Era::Stateless) && protocol::is_input_required(result)
@@ -173,7 +157,7 @@ impl Gateway {
 
     /// A stateless backend needs input for a task's call: the task waits in
     /// `input_required` with the backend's requests, and the call waits for them.
-    pub(super) fn task_round(&mut self, server: &str, call: &ClientCall, task_id: &str, result: &str) {
+    pub(in crate::gateway) fn task_round(&mut self, server: &str, call: &ClientCall, task_id: &str, result: &str) {
         #[derive(serde::Deserialize)]
         struct Asked {
             #[serde(rename = "inputRequests")]
@@ -190,39 +174,18 @@ impl Gateway {
             }
         };
         let generation = self.backends[server].sup.generation();
-        let unix = self.unix_ms(self.now);
-        let Some(t) = self.tasks.tasks.get_mut(task_id).filter(|t| t.is_running()) else { return };
-        for (key, request) in asked.requests {
-            let method = request.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
-            let params = request.get("params").map(Value::to_string);
-            t.asked.insert(key.clone(), AskedInput { generation, backend_id: key, method, params, in_round: true });
-        }
-        t.status = TaskStatus::InputRequired;
-        t.updated_unix_ms = unix;
+        let unix = self.wall_clock.unix_ms(self.now);
         let request_state = asked.state.map(|s| s.get().to_string());
-        t.round = Some(TaskRound { call: call.clone(), request_state, answers: BTreeMap::new() });
-        if let Some(owner) = t.owner {
+        let owner = self.tasks.start_round(task_id, asked.requests, generation, call, request_state, unix);
+        if let Some(Some(owner)) = owner {
             self.forward_task_inputs(task_id, owner);
         }
     }
 
     /// Every input of a task's round is answered: its call goes to the backend
     /// again with them.
-    pub(super) fn end_task_round(&mut self, task_id: &str) {
-        let Some(t) = self.tasks.tasks.get_mut(task_id) else { return };
-        if !t.asked.is_empty() || !t.is_running() {
-            return;
-        }
-        let Some(round) = t.round.take() else { return };
-        t.status = TaskStatus::Working;
-        let server = t.server.clone();
-        let answers: Vec<String> =
-            round.answers.iter().map(|(key, answer)| format!("{}:{answer}", protocol::quote(key))).collect();
-        let responses = format!("{{{}}}", answers.join(","));
-        let mut call = round.call;
-        call.params = call
-            .params
-            .with_fields(&[("inputResponses", Some(&responses)), ("requestState", round.request_state.as_deref())]);
+    pub(in crate::gateway) fn end_task_round(&mut self, task_id: &str) {
+        let Some((server, call)) = self.tasks.end_round(task_id) else { return };
         if self.backends.contains_key(&server) {
             self.admit(&server, call);
         } else {
@@ -233,36 +196,11 @@ impl Gateway {
 
     /// `tasks/update`: answers to what the backend asked go to it; keys it did
     /// not ask (or asked of a process that is gone) are ignored.
-    pub(super) fn answer_task_inputs(&mut self, task_id: &str, responses: &Map<String, Value>) {
-        let unix = self.unix_ms(self.now);
-        let Some(t) = self.tasks.tasks.get_mut(task_id) else { return };
-        let server = t.server.clone();
+    pub(in crate::gateway) fn answer_task_inputs(&mut self, task_id: &str, responses: &Map<String, Value>) {
+        let unix = self.wall_clock.unix_ms(self.now);
+        let Some(server) = self.tasks.tasks.get(task_id).map(|t| t.server.clone()) else { return };
         let generation = self.backends.get(&server).map(|b| b.sup.generation());
-        let mut frames = Vec::new();
-        for (key, answer) in responses {
-            let Some(asked) = t.asked.remove(key) else { continue };
-            if let Some(round) = &mut t.round {
-                round.answers.insert(key.clone(), answer.to_string());
-                t.updated_unix_ms = unix;
-                continue;
-            }
-            if Some(asked.generation) == generation && !asked.in_round {
-                let frame = match answer {
-                    Value::Object(_) => protocol::response(&asked.backend_id, &answer.to_string()),
-                    _ => {
-                        let msg = "the client's answer was not an object";
-                        protocol::error_response(&asked.backend_id, code::INVALID_PARAMS, msg, None)
-                    }
-                };
-                frames.push(frame);
-            }
-        }
-        if t.asked.is_empty() && t.status == TaskStatus::InputRequired {
-            t.status = TaskStatus::Working;
-        }
-        if !frames.is_empty() {
-            t.updated_unix_ms = unix;
-        }
+        let Some((server, frames)) = self.tasks.answer_inputs(task_id, responses, generation, unix) else { return };
         for frame in frames {
             self.to_backend(&server, frame, None);
         }
@@ -271,7 +209,7 @@ impl Gateway {
 
     /// The task client call `call` runs for, if any: a backend request for the
     /// call is asked for that task.
-    pub(super) fn call_task(&self, call: u64) -> Option<String> {
+    pub(in crate::gateway) fn call_task(&self, call: u64) -> Option<String> {
         match &self.router.calls.get(&call)?.kind {
             CallKind::Client(cc) => cc.task.clone(),
             _ => None,

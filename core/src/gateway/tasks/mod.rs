@@ -24,9 +24,9 @@
 //! finished task makes room, and with none finished a call is answered directly)
 //! and in bytes of kept results (`tasks.max_result_bytes`).
 //!
-//! The pieces: [`super::task_store`] (the tasks and their bounds),
-//! [`super::task_inputs`] (what a backend asks during a task),
-//! [`super::task_passthrough`] (tasks of backends that run them), and this
+//! The pieces: [`store`] (the tasks and their bounds: an owned machine the
+//! gateway asks and applies the answers of), [`inputs`] (what a backend asks
+//! during a task), [`passthrough`] (tasks of backends that run them), and this
 //! module (when a call becomes a task, and the `tasks/*` requests).
 
 use alloc::collections::{BTreeMap, BTreeSet};
@@ -36,12 +36,18 @@ use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
 use super::calls::{CallKind, ClientCall};
-use super::task_store::{outcome_bytes, Task, TaskStatus, MAX_WAITERS};
 use super::Gateway;
+use store::{Task, TaskStatus};
+
+mod inputs;
+mod passthrough;
+mod store;
+
 use crate::io::{RawId, ServerName, SessionId};
 use crate::metrics::CallOutcome;
 use crate::protocol::{self, code, stateless_code, Era};
 use crate::time::Instant;
+pub(super) use store::{reachable, TaskStore};
 
 /// The extension's identifier, under `capabilities.extensions`.
 pub(super) const EXTENSION: &str = "io.modelcontextprotocol/tasks";
@@ -94,14 +100,6 @@ pub(super) fn task_of(id: &str) -> Option<&str> {
 }
 
 impl Gateway {
-    /// The wall-clock time at engine time `at`, as the host last told it.
-    pub(super) fn unix_ms(&self, at: Instant) -> u64 {
-        match self.wall_clock {
-            Some((anchor, unix_ms)) => unix_ms.saturating_add(at.saturating_since(anchor).as_millis()),
-            None => at.as_millis(),
-        }
-    }
-
     /// The form of tasks `session` speaks, if any: stateless clients the
     /// extension, handshake-era clients of 2025-11-25 the experimental form.
     pub(super) fn task_form(&self, session: SessionId) -> Option<Form> {
@@ -260,13 +258,13 @@ impl Gateway {
     /// a direct one).
     pub(super) fn mint_task(&mut self, server: &ServerName, call: &mut ClientCall) -> bool {
         call.task_window = None;
-        if !self.room_for_task() {
+        if !self.tasks.make_room(self.config.tasks.max_tasks as usize) {
             return false;
         }
         let now = self.now;
-        let task_id = self.unguessable_id();
+        let task_id = self.ids.next_id();
         let ttl_ms = self.config.tasks.ttl_ms;
-        let unix = self.unix_ms(now);
+        let unix = self.wall_clock.unix_ms(now);
         let form = self.task_form(call.session).unwrap_or(Form::Extension);
         let task = Task {
             server: server.clone(),
@@ -285,112 +283,34 @@ impl Gateway {
             waiters: Vec::new(),
             round: None,
         };
+        let fields = task.fields(&task_id, form, self.config.tasks.poll_interval_ms);
         let created = match form {
-            Form::Extension => format!(r#"{{"resultType":"task",{}}}"#, self.task_fields(&task_id, &task, form)),
-            Form::Experimental => format!(r#"{{"task":{{{}}}}}"#, self.task_fields(&task_id, &task, form)),
+            Form::Extension => format!(r#"{{"resultType":"task",{fields}}}"#),
+            Form::Experimental => format!(r#"{{"task":{{{fields}}}}}"#),
         };
-        self.tasks.expiries.insert((task.expires, task_id.clone()));
-        self.tasks.tasks.insert(task_id.clone(), task);
+        self.tasks.insert(task_id.clone(), task);
         self.reply(call.session, &call.id, &created);
         call.id = RawId::new(format!("{SENTINEL}{task_id}"));
         call.task = Some(task_id);
         true
     }
 
-    /// Whether one more task fits, after dropping the oldest finished one if needed.
-    pub(super) fn room_for_task(&mut self) -> bool {
-        if self.tasks.tasks.len() < self.config.tasks.max_tasks as usize {
-            return true;
-        }
-        match self.tasks.oldest_finished("") {
-            Some(oldest) => {
-                self.tasks.remove(&oldest);
-                true
-            }
-            None => false,
-        }
-    }
-
     /// A reloaded configuration may keep fewer tasks or fewer bytes: the oldest
     /// finished tasks go first, then the oldest running ones are cancelled.
     pub(super) fn fit_task_store(&mut self) {
         let (max_tasks, max_bytes) = (self.config.tasks.max_tasks as usize, self.config.tasks.max_result_bytes);
-        while self.tasks.tasks.len() > max_tasks || self.tasks.bytes > max_bytes {
-            let victim = self
-                .tasks
-                .oldest_finished("")
-                .or_else(|| self.tasks.tasks.iter().min_by_key(|(_, t)| t.created).map(|(id, _)| id.clone()));
-            let Some(victim) = victim else { break };
+        while let Some(victim) = self.tasks.over_bounds(max_tasks, max_bytes) {
             self.cancel_task(&victim, "tether keeps fewer tasks since the configuration changed");
             self.tasks.remove(&victim);
         }
-        while self.tasks.passed.len() > max_tasks {
-            self.tasks.passed.pop_front();
-        }
-    }
-
-    /// 128 unpredictable bits, as hex: a task id or a `requestState` (keyed by
-    /// the host, so a trace replays them; see [`crate::secret_ids`]).
-    pub(super) fn unguessable_id(&mut self) -> String {
-        self.ids.next_id()
-    }
-
-    /// The task members every task message carries (raw `"key":value` pairs),
-    /// as `form` names them.
-    pub(super) fn task_fields(&self, id: &str, t: &Task, form: Form) -> String {
-        let message = t.message.as_deref().map(|m| format!(r#","statusMessage":{}"#, protocol::quote(m)));
-        let (ttl, poll) = match form {
-            Form::Extension => ("ttlMs", "pollIntervalMs"),
-            Form::Experimental => ("ttl", "pollInterval"),
-        };
-        format!(
-            r#""taskId":{},"status":"{}","createdAt":"{}","lastUpdatedAt":"{}","{ttl}":{},"{poll}":{}{}"#,
-            protocol::quote(id),
-            t.status.as_str(),
-            crate::time::rfc3339(t.created_unix_ms),
-            crate::time::rfc3339(t.updated_unix_ms),
-            t.ttl_ms,
-            self.config.tasks.poll_interval_ms,
-            message.unwrap_or_default()
-        )
+        self.tasks.trim_passed(max_tasks);
     }
 
     /// A task call ended: its outcome is kept (if it fits) and the task finishes.
     pub(super) fn finish_task(&mut self, task_id: &str, outcome: Result<String, String>) {
-        let Some(t) = self.tasks.tasks.get(task_id) else { return };
-        if t.status.is_terminal() {
-            return;
-        }
-        let size = outcome_bytes(&Some(outcome.clone()));
-        let limit = self.config.tasks.max_result_bytes;
-        while self.tasks.bytes + size > limit {
-            match self.tasks.oldest_finished(task_id) {
-                Some(oldest) => {
-                    self.tasks.remove(&oldest);
-                }
-                None => break,
-            }
-        }
-        let outcome = if self.tasks.bytes + size > limit {
-            let msg = format!(
-                "the result ({size} bytes) is larger than tether keeps for tasks (tasks.max_result_bytes = {limit}); call the tool without a task"
-            );
-            Err(protocol::error_object(code::INTERNAL_ERROR, &msg, None))
-        } else {
-            outcome
-        };
-        let unix = self.unix_ms(self.now);
-        let asked = {
-            let t = self.tasks.tasks.get_mut(task_id).expect("checked above");
-            t.status = if outcome.is_ok() { TaskStatus::Completed } else { TaskStatus::Failed };
-            t.updated_unix_ms = unix;
-            self.tasks.bytes += outcome_bytes(&Some(outcome.clone()));
-            t.outcome = Some(outcome);
-            // A round's inputs are no backend requests: nothing to refuse.
-            let asked = core::mem::take(&mut t.asked);
-            (t.server.clone(), if t.round.take().is_some() { BTreeMap::new() } else { asked })
-        };
-        self.refuse_inputs(&asked.0, asked.1.values(), "the task ended before the client answered");
+        let (limit, unix) = (self.config.tasks.max_result_bytes, self.wall_clock.unix_ms(self.now));
+        let Some(ended) = self.tasks.finish(task_id, outcome, limit, unix) else { return };
+        self.refuse_inputs(&ended.server, ended.unanswered.values(), "the task ended before the client answered");
         self.task_ended(task_id);
     }
 
@@ -399,7 +319,7 @@ impl Gateway {
     pub(super) fn announce_task(&mut self, task_id: &str) {
         let Some(t) = self.tasks.tasks.get(task_id) else { return };
         let Some(owner) = t.owner.filter(|s| self.sessions.open.contains_key(s)) else { return };
-        let params = format!("{{{}}}", self.task_fields(task_id, t, Form::Experimental));
+        let params = format!("{{{}}}", t.fields(task_id, Form::Experimental, self.config.tasks.poll_interval_ms));
         self.to_client(owner, protocol::notification("notifications/tasks/status", Some(&params)));
     }
 
@@ -420,10 +340,7 @@ impl Gateway {
             let params = format!(r#"{{"requestId":{id},"reason":"the task ended"}}"#);
             self.to_client(session, protocol::notification("notifications/cancelled", Some(&params)));
         }
-        let Some(t) = self.tasks.tasks.get_mut(task_id) else { return };
-        t.forwarded.clear();
-        let waiters = core::mem::take(&mut t.waiters);
-        for (session, id) in waiters {
+        for (session, id) in self.tasks.take_waiters(task_id) {
             self.answer_task_result(session, &id, task_id);
         }
     }
@@ -453,13 +370,6 @@ impl Gateway {
         }
     }
 
-    /// A session closed: its `tasks/result` requests stop waiting (the tasks go on).
-    pub(super) fn forget_task_waiters(&mut self, session: SessionId) {
-        for t in self.tasks.tasks.values_mut() {
-            t.waiters.retain(|(s, _)| *s != session);
-        }
-    }
-
     /// A request of a client about tasks: `tasks/get`, `tasks/update`,
     /// `tasks/cancel` (the extension), `tasks/get`, `tasks/result`,
     /// `tasks/list`, `tasks/cancel` (2025-11-25).
@@ -484,16 +394,18 @@ impl Gateway {
             }
         }
         let params: Map<String, Value> = params.and_then(|p| serde_json::from_str(p).ok()).unwrap_or_default();
+        let poll_ms = self.config.tasks.poll_interval_ms;
         if method == "tasks/list" {
-            return self.list_tasks(session, id);
+            let listed = self.tasks.listed(session, |server| self.sees_server(session, server), poll_ms);
+            return self.reply(session, id, &listed);
         }
         let Some(task_id) = params.get("taskId").and_then(Value::as_str) else {
             return self.reply_error(session, id, code::INVALID_PARAMS, "missing taskId (a string)", None);
         };
         // A task of a backend the session's scopes do not show, or another
         // identity's, is unknown to it: the same answer as for an id that never existed.
-        let reachable =
-            |t: &&Task| self.sees_server(session, &t.server) && self.holds_task(session, t.principal.as_deref());
+        let principal = self.sessions.principal(session);
+        let reachable = |t: &&Task| self.sees_server(session, &t.server) && t.reachable_by(principal);
         let Some(task) = self.tasks.tasks.get(task_id).filter(reachable) else {
             // A backend's task is asked about only by a session that sees the backend.
             let backend = form.and_then(|form| self.task_backend(session, task_id, form));
@@ -510,11 +422,11 @@ impl Gateway {
         }
         match (method, form) {
             ("tasks/get", Form::Extension) => {
-                let detailed = self.detailed_task(&task_id);
+                let detailed = self.tasks.tasks[&task_id].detailed(&task_id, poll_ms);
                 self.reply(session, id, &detailed);
             }
             ("tasks/get", Form::Experimental) => {
-                let task = format!("{{{}}}", self.task_fields(&task_id, &self.tasks.tasks[&task_id], form));
+                let task = format!("{{{}}}", self.tasks.tasks[&task_id].fields(&task_id, form, poll_ms));
                 self.reply(session, id, &task);
             }
             ("tasks/update", _) => {
@@ -532,12 +444,10 @@ impl Gateway {
             }
             ("tasks/result", _) if terminal => self.answer_task_result(session, id, &task_id),
             ("tasks/result", _) => {
-                let t = self.tasks.tasks.get_mut(&task_id).expect("found above");
-                if t.waiters.len() >= MAX_WAITERS {
+                if !self.tasks.wait_for(&task_id, session, id.clone()) {
                     let msg = "too many tasks/result requests wait on this task";
                     return self.reply_error(session, id, code::OVERLOADED, msg, None);
                 }
-                t.waiters.push((session, id.clone()));
                 // Whoever waits for the result can answer what the task asks.
                 self.forward_task_inputs(&task_id, session);
             }
@@ -547,7 +457,7 @@ impl Gateway {
             }
             ("tasks/cancel", Form::Experimental) => {
                 self.cancel_task(&task_id, "cancelled by the client");
-                let task = format!("{{{}}}", self.task_fields(&task_id, &self.tasks.tasks[&task_id], form));
+                let task = format!("{{{}}}", self.tasks.tasks[&task_id].fields(&task_id, form, poll_ms));
                 self.reply(session, id, &task);
             }
             _ => {
@@ -555,56 +465,6 @@ impl Gateway {
                 self.reply(session, id, r#"{"resultType":"complete"}"#);
             }
         }
-    }
-
-    /// Whether `session` may reach a task created by `principal`: any session
-    /// when it was created without one (ids are unguessable; a stdio client,
-    /// a listener without tokens), else only sessions of the same identity.
-    pub(super) fn holds_task(&self, session: SessionId, principal: Option<&str>) -> bool {
-        let Some(principal) = principal else { return true };
-        self.sessions.open.get(&session).and_then(|s| s.principal.as_deref()) == Some(principal)
-    }
-
-    /// `tasks/list` (2025-11-25): the tasks this session asked for (ids are the
-    /// only key to a task, so no session sees another's), newest last, one page.
-    pub(super) fn list_tasks(&mut self, session: SessionId, id: &RawId) {
-        let mut mine: Vec<(&String, &Task)> = self
-            .tasks
-            .tasks
-            .iter()
-            .filter(|(_, t)| t.owner == Some(session) && self.sees_server(session, &t.server))
-            .collect();
-        mine.sort_by_key(|(_, t)| t.created);
-        let mut tasks: Vec<String> =
-            mine.iter().map(|(tid, t)| format!("{{{}}}", self.task_fields(tid, t, Form::Experimental))).collect();
-        // Tasks backends run, as last seen (their own tasks/list would show every
-        // client's tasks: each session sees only those it asked for).
-        let passed = self.tasks.passed.iter().filter(|p| p.session == session && p.form == Form::Experimental);
-        tasks.extend(passed.filter(|p| !p.task.is_empty()).map(|p| p.task.clone()));
-        let result = format!(r#"{{"tasks":[{}]}}"#, tasks.join(","));
-        self.reply(session, id, &result);
-    }
-
-    /// `tasks/get`'s answer: the task, with its result, error or pending inputs.
-    pub(super) fn detailed_task(&self, task_id: &str) -> String {
-        let t = &self.tasks.tasks[task_id];
-        let extra = match (&t.outcome, t.status) {
-            (Some(Ok(result)), _) => format!(r#","result":{result}"#),
-            (Some(Err(error)), _) => format!(r#","error":{error}"#),
-            (None, TaskStatus::InputRequired) => {
-                let requests: Vec<String> = t
-                    .asked
-                    .iter()
-                    .map(|(key, a)| {
-                        let params = a.params.as_deref().map(|p| format!(r#","params":{p}"#)).unwrap_or_default();
-                        format!(r#"{}:{{"method":{}{params}}}"#, protocol::quote(key), protocol::quote(&a.method))
-                    })
-                    .collect();
-                format!(r#","inputRequests":{{{}}}"#, requests.join(","))
-            }
-            (None, _) => String::new(),
-        };
-        format!(r#"{{"resultType":"complete",{}{extra}}}"#, self.task_fields(task_id, t, Form::Extension))
     }
 
     /// Stops a task that has not finished: its call is cancelled at the backend
@@ -641,15 +501,9 @@ impl Gateway {
                 !ours
             });
         }
-        let unix = self.unix_ms(self.now);
-        let t = self.tasks.tasks.get_mut(task_id).expect("checked above");
-        t.status = TaskStatus::Cancelled;
-        t.updated_unix_ms = unix;
-        t.message = Some(why.to_string());
-        let asked = core::mem::take(&mut t.asked);
-        let asked = if t.round.take().is_some() { BTreeMap::new() } else { asked };
-        let server = t.server.clone();
-        self.refuse_inputs(&server, asked.values(), "the task ended before the client answered");
+        let unix = self.wall_clock.unix_ms(self.now);
+        let Some(ended) = self.tasks.cancel(task_id, why, unix) else { return };
+        self.refuse_inputs(&ended.server, ended.unanswered.values(), "the task ended before the client answered");
         self.task_ended(task_id);
     }
 
