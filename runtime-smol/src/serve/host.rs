@@ -31,7 +31,7 @@ use tether_core::{BackendStatus, ClientRoute, Config, Event, Gateway, Input, Ins
 
 use crate::serve::http_server::HttpServer;
 use crate::serve::status::{self, EventLog, Query, StatusHandle};
-use crate::serve::stdio_backend::{stop, FeedBurst, Launch, StdioBackend};
+use crate::serve::stdio_backend::{stop, FeedBurst, Launch, ReadStdout, StdioBackend};
 use tether_host::backlog::Backlog;
 use tether_host::driver::{Connection, Driver, Place, Runtime};
 use tether_host::http_backend::{InputSink, Spawner};
@@ -399,8 +399,13 @@ impl Core {
 impl Runtime for SmolIo {
     type Stdio = StdioBackend;
 
+    /// Backends are read on threads of their own while a stdio client may take
+    /// their answers, on the executor when only HTTP clients do (see
+    /// [`ReadStdout`]).
     fn start_stdio(&mut self, launch: Launch<'_>) -> (Option<StdioBackend>, Input) {
-        let started = StdioBackend::spawn(launch, &self.feed, &self.inputs, self.outflow.clone());
+        let stdio_client = self.clients.values().any(|c| matches!(c, ClientOut::Pipe(_)));
+        let how = if self.http.is_some() && !stdio_client { ReadStdout::OnExecutor } else { ReadStdout::OnThread };
+        let started = StdioBackend::spawn(launch, how, &self.feed, &self.inputs, self.outflow.clone());
         (started.backend, started.report)
     }
 
