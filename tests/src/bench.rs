@@ -301,9 +301,26 @@ impl Series {
 
 /// Sequential calls: each request is written once the previous answer was read.
 pub fn sequential(peer: &mut Peer, method: &str, params_json: &str, n: usize) -> Result<Series, String> {
+    sequential_paced(peer, method, params_json, n, Duration::ZERO)
+}
+
+/// [`sequential`], each request written `pace` after the previous answer was
+/// read (as clients space their calls: a model thinks between tool calls).
+/// Back to back, every party stays awake and hot; paced, each call pays for
+/// waking the processes on its path, which is what a real client sees.
+pub fn sequential_paced(
+    peer: &mut Peer,
+    method: &str,
+    params_json: &str,
+    n: usize,
+    pace: Duration,
+) -> Result<Series, String> {
     let mut latencies = Vec::with_capacity(n);
     let start = Instant::now();
     for _ in 0..n {
+        if !pace.is_zero() {
+            std::thread::sleep(pace);
+        }
         let (id, sent) = peer.send_raw(method, params_json)?;
         let frame = peer.response(id, ANSWER_TIMEOUT)?;
         peer.check_ok(&frame)?;

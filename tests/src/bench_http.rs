@@ -274,9 +274,23 @@ impl HttpClient {
 
     /// `n` sequential calls; their latencies and how the answers came.
     pub fn calls(&mut self, method: &str, params_json: &str, n: usize) -> Result<(Vec<Duration>, BodyKinds), String> {
+        self.calls_paced(method, params_json, n, Duration::ZERO)
+    }
+
+    /// [`HttpClient::calls`], each request sent `pace` after the previous answer.
+    pub fn calls_paced(
+        &mut self,
+        method: &str,
+        params_json: &str,
+        n: usize,
+        pace: Duration,
+    ) -> Result<(Vec<Duration>, BodyKinds), String> {
         let mut latencies = Vec::with_capacity(n);
         let mut kinds = BodyKinds::default();
         for _ in 0..n {
+            if !pace.is_zero() {
+                std::thread::sleep(pace);
+            }
             let (took, sse) = self.call_ok(method, params_json)?;
             latencies.push(took);
             if sse {
@@ -310,9 +324,10 @@ pub fn sequential(
     method: &str,
     params_json: &str,
     n: usize,
+    pace: Duration,
 ) -> Result<(Series, BodyKinds), String> {
     let start = Instant::now();
-    let (latencies, kinds) = client.calls(method, params_json, n)?;
+    let (latencies, kinds) = client.calls_paced(method, params_json, n, pace)?;
     Ok((Series::new(latencies, start.elapsed()), kinds))
 }
 

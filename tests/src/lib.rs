@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod bench_http;
+pub mod bench_sdk;
 pub mod oauth_backend;
 
 use std::ffi::OsStr;

@@ -8,8 +8,9 @@
 //! ```
 //!
 //! It measures `mock-mcp` called directly over stdio, behind `null-relay` (the
-//! smallest possible proxy: it copies bytes both ways and nothing else) and behind
-//! each tether binary over stdio; then over Streamable HTTP, `mock-mcp --http`
+//! smallest possible proxy: it copies bytes both ways and nothing else), behind
+//! `socat` (a native byte relay others can run too, when it is installed) and
+//! behind each tether binary over stdio; then over Streamable HTTP, `mock-mcp --http`
 //! called directly and `tether serve --listen` in front of a stdio mock (`tether`
 //! only: `tether-blocking` has no HTTP front; `--no-http` leaves both out). For
 //! each path: sequential calls (rate, p50, p99), calls with C in flight, the CPU
@@ -34,11 +35,13 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tether_tests::bench::{self, child_pid, median, proc_status_kib, tool_ok, tool_text, Peer, ProcCost, Series};
 use tether_tests::bench_http::{self, BodyKinds, HttpClient, HttpServer};
+use tether_tests::bench_sdk;
 
 const USAGE: &str = "\
 usage: tether-bench [--runs R] [--calls N] [--warmup W] [--concurrency C] [--quick]
                     [--tether PATH] [--tether-blocking PATH] [--no-blocking] [--no-http]
-                    [--mock PATH] [--relay PATH]
+                    [--mock PATH] [--relay PATH] [--socat PATH | --no-socat] [--pace-us P]
+                    [--python PATH [--sdk-only]]
 
   --runs R         repeat every measurement R times (default 5); medians are reported
   --calls N        calls per measurement (default 2000)
@@ -53,6 +56,13 @@ usage: tether-bench [--runs R] [--calls N] [--warmup W] [--concurrency C] [--qui
   --no-http        leave out the HTTP paths (mock-mcp --http, tether serve --listen)
   --mock PATH      the mock-mcp binary (default: next to this executable)
   --relay PATH     the null-relay binary (default: next to this executable)
+  --socat PATH     socat, measured as a native byte relay (default: `socat` on PATH,
+                   left out if there is none); --no-socat leaves it out
+  --pace-us P      wait P microseconds before each sequential call (default 0: back
+                   to back), as clients space their calls
+  --python PATH    a Python with the official SDK (`pip install mcp`): adds the SDK
+                   path, its client calling its server directly, behind socat and
+                   behind tether (each era); --sdk-only measures only that
 
 Given --tether or --tether-blocking, only the binaries given are measured.
 
@@ -100,6 +110,14 @@ struct Options {
     http: Option<usize>,
     mock: PathBuf,
     relay: PathBuf,
+    /// socat, the native byte relay, if it is measured.
+    socat: Option<PathBuf>,
+    /// The wait before each sequential call.
+    pace: Duration,
+    /// A Python with the `mcp` package: the SDK path is measured.
+    python: Option<PathBuf>,
+    /// Only the SDK path.
+    sdk_only: bool,
 }
 
 /// One tether binary under measurement.
@@ -115,7 +133,8 @@ fn parse_args() -> Result<Options, String> {
     let mut args = std::env::args().skip(1);
     let (mut runs, mut calls, mut warmup, mut concurrency) = (None, None, None, None);
     let (mut tether, mut blocking, mut mock, mut relay) = (None, None, None, None);
-    let (mut quick, mut no_blocking, mut no_http) = (false, false, false);
+    let (mut quick, mut no_blocking, mut no_http, mut no_socat) = (false, false, false, false);
+    let (mut socat, mut pace_us, mut python, mut sdk_only) = (None, 0u64, None, false);
     fn number(flag: &str, value: Option<String>) -> Result<usize, String> {
         let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
         match value.parse::<usize>() {
@@ -143,6 +162,14 @@ fn parse_args() -> Result<Options, String> {
             "--no-http" => no_http = true,
             "--mock" => mock = Some(PathBuf::from(value().ok_or("--mock needs a path")?)),
             "--relay" => relay = Some(PathBuf::from(value().ok_or("--relay needs a path")?)),
+            "--socat" => socat = Some(PathBuf::from(value().ok_or("--socat needs a path")?)),
+            "--no-socat" => no_socat = true,
+            "--python" => python = Some(PathBuf::from(value().ok_or("--python needs a path")?)),
+            "--sdk-only" => sdk_only = true,
+            "--pace-us" => {
+                let given = value().ok_or("--pace-us needs a value")?;
+                pace_us = given.parse().map_err(|_| format!("--pace-us: expected microseconds, got `{given}`"))?;
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -193,6 +220,16 @@ fn parse_args() -> Result<Options, String> {
     let mock = locate(mock, "mock-mcp", "--mock", "tether-tests")?;
     let relay = locate(relay, "null-relay", "--relay", "tether-tests")?;
     let http = if no_http { None } else { tethers.iter().position(|t| t.label == "tether") };
+    let socat = match (socat, no_socat) {
+        (Some(_), true) => return Err("--socat and --no-socat contradict each other".to_string()),
+        (Some(path), false) if path.is_file() => Some(path),
+        (Some(path), false) => return Err(format!("--socat {}: no such file", path.display())),
+        (None, true) => None,
+        (None, false) => find_on_path("socat"),
+    };
+    if sdk_only && python.is_none() {
+        return Err("--sdk-only needs --python".to_string());
+    }
     Ok(Options {
         runs: runs.unwrap_or(if quick { 1 } else { 5 }),
         calls: calls.unwrap_or(if quick { 200 } else { 2000 }),
@@ -205,7 +242,17 @@ fn parse_args() -> Result<Options, String> {
         http,
         mock,
         relay,
+        socat,
+        pace: Duration::from_micros(pace_us),
+        python,
+        sdk_only,
     })
+}
+
+/// `name` in one of the directories of `PATH`, if it is there.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
 }
 
 /// How the client reaches the mock.
@@ -213,6 +260,8 @@ fn parse_args() -> Result<Options, String> {
 enum Via {
     Direct,
     Relay,
+    /// Behind `socat`, a native byte relay.
+    Socat,
     /// Through `opts.tethers[i]`, over stdio.
     Tether(usize),
     /// `mock-mcp --http`, over Streamable HTTP.
@@ -224,7 +273,8 @@ enum Via {
 impl Via {
     /// Every path, in report order: direct, relay, each tether, then the HTTP paths.
     fn all(opts: &Options) -> Vec<Via> {
-        let stdio = [Via::Direct, Via::Relay].into_iter().chain((0..opts.tethers.len()).map(Via::Tether));
+        let socat = opts.socat.is_some().then_some(Via::Socat);
+        let stdio = [Via::Direct, Via::Relay].into_iter().chain(socat).chain((0..opts.tethers.len()).map(Via::Tether));
         let http = opts.http.into_iter().flat_map(|t| [Via::DirectHttp, Via::TetherHttp(t)]);
         stdio.chain(http).collect()
     }
@@ -234,6 +284,7 @@ impl Via {
         match self {
             Via::Direct => "direct".to_string(),
             Via::Relay => "relay".to_string(),
+            Via::Socat => "socat".to_string(),
             Via::Tether(t) => opts.tethers[t].label.to_string(),
             Via::DirectHttp => "direct HTTP".to_string(),
             Via::TetherHttp(t) => format!("{} HTTP", opts.tethers[t].label),
@@ -248,7 +299,7 @@ impl Via {
     /// The echo tool's name on this path.
     fn echo_tool(self) -> &'static str {
         match self {
-            Via::Direct | Via::Relay | Via::DirectHttp => "echo",
+            Via::Direct | Via::Relay | Via::Socat | Via::DirectHttp => "echo",
             Via::Tether(_) | Via::TetherHttp(_) => "m__echo",
         }
     }
@@ -500,6 +551,13 @@ impl Bench {
                 let args: Vec<String> = [self.opts.mock.display().to_string()].into_iter().chain(mock_args).collect();
                 Peer::spawn("null-relay", &self.opts.relay, &args, Some(&stderr))?
             }
+            Via::Socat => {
+                let stderr = self.scratch("socat.stderr");
+                let socat = self.opts.socat.clone().expect("measured only when found");
+                // socat splits EXEC's command line at spaces: the mock's path must have none.
+                let exec = format!("EXEC:{} {}", self.opts.mock.display(), mock_args.join(" "));
+                Peer::spawn("socat", &socat, &["STDIO".to_string(), exec], Some(&stderr))?
+            }
             Via::Tether(t) => {
                 let config = json!({"mcpServers": {"m": self.mock_entry("m")}});
                 return self.start_tether(t, "", &config);
@@ -538,8 +596,9 @@ impl Bench {
             bench::concurrent(peer, "tools/call", params, self.opts.warmup.max(c), c)?;
         }
         let calls = self.opts.calls;
+        let pace = self.opts.pace;
         let seq = in_blocks(&mut open, SEQ_BLOCKS, calls, r, |peer, params, n| {
-            bench::sequential(peer, "tools/call", params, n)
+            bench::sequential_paced(peer, "tools/call", params, n, pace)
         })?;
         let conc = in_blocks(&mut open, CONC_BLOCKS, calls, r, |peer, params, n| {
             bench::concurrent(peer, "tools/call", params, n, c)
@@ -581,7 +640,7 @@ impl Bench {
                 let label = format!("{} serve --listen", self.opts.tethers[t].label);
                 HttpServer::spawn(&label, &self.opts.tethers[t].path, &args, &stderr, TETHER_LISTENING)
             }
-            Via::Direct | Via::Relay | Via::Tether(_) => unreachable!("a stdio path"),
+            Via::Direct | Via::Relay | Via::Socat | Via::Tether(_) => unreachable!("a stdio path"),
         }
     }
 
@@ -606,7 +665,8 @@ impl Bench {
         };
         let before = pids.snapshot();
         let (seq, seq_kinds) =
-            bench_http::sequential(&mut client, "tools/call", &params, self.opts.calls).map_err(with_label)?;
+            bench_http::sequential(&mut client, "tools/call", &params, self.opts.calls, self.opts.pace)
+                .map_err(with_label)?;
         let after_seq = pids.snapshot();
         let (c, warm_each) = (self.opts.concurrency, (self.opts.warmup / self.opts.concurrency).max(2));
         let (conc, conc_kinds, before_conc, after_conc) =
@@ -1297,11 +1357,19 @@ fn print_intro(opts: &Options) {
     }
     println!("  {:<15} {}", "mock-mcp", opts.mock.display());
     println!("  {:<15} {}", "null-relay", opts.relay.display());
+    match &opts.socat {
+        Some(socat) => println!("  {:<15} {}", "socat", socat.display()),
+        None => println!("  {:<15} not measured (none on PATH, or --no-socat)", "socat"),
+    }
     println!(
         "  paths: direct = client <-> mock-mcp; relay = client <-> null-relay <-> mock-mcp; \
+         socat = client <-> socat STDIO EXEC:mock-mcp; \
          tether = client <-> tether --config (one mock, default policy) <-> mock-mcp, for each tether binary; \
          call: echo / m__echo"
     );
+    if !opts.pace.is_zero() {
+        println!("  sequential calls paced: each sent {} µs after the previous answer", opts.pace.as_micros());
+    }
     match opts.http {
         Some(t) => println!(
             "  HTTP paths: direct HTTP = client <-> mock-mcp --http; {0} HTTP = client <-> {0} serve --listen \
@@ -1340,7 +1408,8 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let mut runs = Vec::new();
-    for r in 0..bench.opts.runs {
+    let main_runs = if bench.opts.sdk_only { 0 } else { bench.opts.runs };
+    for r in 0..main_runs {
         println!();
         println!("run {} of {}", r + 1, bench.opts.runs);
         match bench.run(r) {
@@ -1354,7 +1423,24 @@ fn main() -> ExitCode {
             }
         }
     }
-    report(&bench.opts, &runs);
+    if !runs.is_empty() {
+        report(&bench.opts, &runs);
+    }
+    if let Some(python) = &bench.opts.python {
+        let tether = bench.opts.tethers.iter().find(|t| t.label == "tether").unwrap_or(&bench.opts.tethers[0]);
+        let setup = bench_sdk::SdkSetup {
+            python,
+            dir: bench.dir.path(),
+            tether: &tether.path,
+            socat: bench.opts.socat.as_deref(),
+            runs: bench.opts.runs,
+            load: bench_sdk::SdkLoad { calls: bench.opts.calls, warmup: bench.opts.warmup, pace: bench.opts.pace },
+        };
+        if let Err(e) = bench_sdk::section(&setup) {
+            eprintln!("tether-bench: SDK path: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     ExitCode::SUCCESS
 }
 
