@@ -41,7 +41,7 @@ const USAGE: &str = "\
 usage: tether-bench [--runs R] [--calls N] [--warmup W] [--concurrency C] [--quick]
                     [--tether PATH] [--tether-blocking PATH] [--no-blocking] [--no-http]
                     [--mock PATH] [--relay PATH] [--socat PATH | --no-socat] [--pace-us P]
-                    [--python PATH [--sdk-only]]
+                    [--python PATH [--sdk-only]] [--guard FILE]
 
   --runs R         repeat every measurement R times (default 5); medians are reported
   --calls N        calls per measurement (default 2000)
@@ -63,6 +63,9 @@ usage: tether-bench [--runs R] [--calls N] [--warmup W] [--concurrency C] [--qui
   --python PATH    a Python with the official SDK (`pip install mcp`): adds the SDK
                    path, its client calling its server directly, behind socat and
                    behind tether (each era); --sdk-only measures only that
+  --guard FILE     exit 1 when a ratio named in FILE (JSON: {\"baseline\": {name: ratio},
+                   \"regression\": 1.5}) exceeds its baseline by more than the regression
+                   factor: each a median over the runs of a ratio taken within a run
 
 Given --tether or --tether-blocking, only the binaries given are measured.
 
@@ -118,6 +121,8 @@ struct Options {
     python: Option<PathBuf>,
     /// Only the SDK path.
     sdk_only: bool,
+    /// The regression guard's file.
+    guard: Option<PathBuf>,
 }
 
 /// One tether binary under measurement.
@@ -134,7 +139,7 @@ fn parse_args() -> Result<Options, String> {
     let (mut runs, mut calls, mut warmup, mut concurrency) = (None, None, None, None);
     let (mut tether, mut blocking, mut mock, mut relay) = (None, None, None, None);
     let (mut quick, mut no_blocking, mut no_http, mut no_socat) = (false, false, false, false);
-    let (mut socat, mut pace_us, mut python, mut sdk_only) = (None, 0u64, None, false);
+    let (mut socat, mut pace_us, mut python, mut sdk_only, mut guard) = (None, 0u64, None, false, None);
     fn number(flag: &str, value: Option<String>) -> Result<usize, String> {
         let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
         match value.parse::<usize>() {
@@ -166,6 +171,7 @@ fn parse_args() -> Result<Options, String> {
             "--no-socat" => no_socat = true,
             "--python" => python = Some(PathBuf::from(value().ok_or("--python needs a path")?)),
             "--sdk-only" => sdk_only = true,
+            "--guard" => guard = Some(PathBuf::from(value().ok_or("--guard needs a path")?)),
             "--pace-us" => {
                 let given = value().ok_or("--pace-us needs a value")?;
                 pace_us = given.parse().map_err(|_| format!("--pace-us: expected microseconds, got `{given}`"))?;
@@ -246,6 +252,7 @@ fn parse_args() -> Result<Options, String> {
         pace: Duration::from_micros(pace_us),
         python,
         sdk_only,
+        guard,
     })
 }
 
@@ -1423,8 +1430,18 @@ fn main() -> ExitCode {
             }
         }
     }
+    let mut guarded = true;
     if !runs.is_empty() {
         report(&bench.opts, &runs);
+        if let Some(file) = &bench.opts.guard {
+            match guard(&bench.opts, &runs, file) {
+                Ok(held) => guarded = held,
+                Err(e) => {
+                    eprintln!("tether-bench: --guard {}: {e}", file.display());
+                    return ExitCode::from(2);
+                }
+            }
+        }
     }
     if let Some(python) = &bench.opts.python {
         let tether = bench.opts.tethers.iter().find(|t| t.label == "tether").unwrap_or(&bench.opts.tethers[0]);
@@ -1441,7 +1458,57 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    ExitCode::SUCCESS
+    if guarded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The ratios the regression guard can hold, by name: each the median over the
+/// runs of a ratio taken within one run, so a slow machine moves both sides.
+fn guard_ratios(opts: &Options, runs: &[Run]) -> Vec<(String, f64)> {
+    let runs: Vec<&Run> = runs.iter().collect();
+    let mut ratios = Vec::new();
+    for (t, bin) in opts.tethers.iter().enumerate() {
+        let cpu = median_over(&runs, |r| cpu_vs_relay(r, Via::Tether(t), false));
+        ratios.push((format!("{}.cpu_x_relay", bin.label), cpu));
+    }
+    if let Some(t) = opts.http {
+        let (dv, tv) = (Via::DirectHttp, Via::TetherHttp(t));
+        let label = opts.tethers[t].label;
+        ratios.push((format!("{label}.http_cpu_x_relay"), median_over(&runs, |r| cpu_vs_relay(r, tv, false))));
+        let added = median_over(&runs, |r| {
+            let (front, direct) = (Row::of(r.path(tv)).seq_p50, Row::of(r.path(dv)).seq_p50);
+            Some((front - direct) / direct)
+        });
+        ratios.push((format!("{label}.http_added_p50_x_direct"), added));
+    }
+    ratios
+}
+
+/// Holds the ratios `file` names to their baselines: prints each, and whether
+/// it regressed by more than the file's factor. `Ok(false)` on a regression.
+fn guard(opts: &Options, runs: &[Run], file: &Path) -> Result<bool, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let spec: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let factor = spec["regression"].as_f64().ok_or("`regression` (a number) is missing")?;
+    let baseline = spec["baseline"].as_object().ok_or("`baseline` (an object) is missing")?;
+    let measured = guard_ratios(opts, runs);
+    println!();
+    println!("regression guard ({}): each ratio at most {factor}× its baseline", file.display());
+    let mut held = true;
+    for (name, base) in baseline {
+        let base = base.as_f64().ok_or_else(|| format!("baseline {name}: not a number"))?;
+        let Some((_, now)) = measured.iter().find(|(n, _)| n == name) else {
+            println!("  {name}: not measured in this run (skipped)");
+            continue;
+        };
+        let ok = !now.is_nan() && *now <= base * factor;
+        held &= ok;
+        println!("  {name}: {now:.2} (baseline {base:.2}, limit {:.2}) {}", base * factor, verdict(ok));
+    }
+    Ok(held)
 }
 
 #[cfg(test)]
