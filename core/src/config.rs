@@ -97,9 +97,9 @@ policy_fields! {
     request_timeout_max_ms: u64 = 600_000,
     /// Time allowed from spawn/connect to a completed `initialize`.
     connect_timeout_ms: u64 = 30_000,
-    /// How long a backend of unknown era has to answer the `server/discover`
-    /// probe before it is taken for a handshake-era server (stdio; legacy
-    /// servers may ignore requests sent before `initialize`).
+    /// No longer used, accepted so that files that set it still load: a stdio
+    /// backend of unknown era is sent `initialize` first, and none waits for a
+    /// probe's silence any more.
     probe_timeout_ms: u64 = 3000,
 }
 

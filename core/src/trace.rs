@@ -14,11 +14,13 @@ use crate::gateway::{Gateway, HostError};
 use crate::io::{Action, Input};
 use crate::time::Instant;
 
-/// Format version written in every header. Version 2: backends of unknown era
-/// are probed with `server/discover` before `initialize`. Version 1 traces still
-/// replay: their backends are pinned to the handshake era, which is all a
-/// version 1 engine spoke.
-pub const TRACE_VERSION: u32 = 2;
+/// Format version written in every header. Version 3: a stdio backend of
+/// unknown era is sent `initialize` first (version 2 probed every backend with
+/// `server/discover` first: such traces replay, with different actions from a
+/// stdio backend's first connection on). Version 1 traces still replay: their
+/// backends are pinned to the handshake era, which is all a version 1 engine
+/// spoke.
+pub const TRACE_VERSION: u32 = 3;
 
 /// The first line of a trace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

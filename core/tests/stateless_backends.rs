@@ -1,6 +1,7 @@
 //! Backends of the stateless 2026-07-28 revision: the era of each backend is
-//! detected as the specification says (probe with `server/discover`, fall back to
-//! `initialize`) and kept across reconnects; requests to a stateless backend carry
+//! detected (a remote one probed with `server/discover`, falling back to
+//! `initialize`; a stdio one sent `initialize` first, probed if it refuses) and
+//! kept across reconnects; requests to a stateless backend carry
 //! the per-request `_meta`; its change notifications come on a
 //! `subscriptions/listen` tether keeps open; health checks use `server/discover`;
 //! and its `input_required` answers become requests to a handshake-era client.
@@ -33,7 +34,8 @@ fn tools_result(names: &[&str]) -> Value {
     json!({"resultType": "complete", "tools": tools, "ttlMs": 60000, "cacheScope": "public"})
 }
 
-/// `fs` (stdio) answers the probe as a stateless server and lists `tools`.
+/// `fs` (stdio) refuses `initialize`, answers the probe as a stateless server
+/// and lists `tools`.
 fn boot_stateless(sim: &mut Sim, tools: &[&str]) {
     sim.answer("fs", "server/discover", discover_result(true));
     sim.answer("fs", "tools/list", tools_result(tools));
@@ -46,11 +48,13 @@ fn meta_of(params: &Value) -> &Value {
 #[test]
 fn a_stateless_backend_is_probed_listened_to_and_called_with_per_request_meta() {
     let mut sim = Sim::new(one_stdio());
-    sim.note("the first request to a backend of unknown era is the server/discover probe");
+    sim.note("a stdio backend of unknown era is sent initialize; a stateless-only one refuses it and is probed");
+    assert!(sim.requests_to("fs", "server/discover").is_empty(), "no probe before initialize on stdio");
+    sim.refuse_initialize("fs");
     let (_, probe) = sim.requests_to("fs", "server/discover").pop().unwrap();
     assert_eq!(meta_of(&probe)[VERSION_KEY], STATELESS);
     boot_stateless(&mut sim, &["read"]);
-    assert!(sim.requests_to("fs", "initialize").is_empty(), "a stateless server gets no initialize");
+    assert_eq!(sim.requests_to("fs", "initialize").len(), 1, "initialize is not sent again");
     assert_eq!(sim.status("fs"), Status::Online);
     assert_eq!(sim.gw.status("fs").unwrap().era, Era::Stateless);
     let (_, list) = sim.requests_to("fs", "tools/list").pop().unwrap();
@@ -88,61 +92,46 @@ fn a_stateless_backend_is_probed_listened_to_and_called_with_per_request_meta() 
 }
 
 #[test]
-fn a_handshake_backend_silent_to_the_probe_gets_initialize_after_the_probe_timeout() {
+fn a_handshake_backend_on_stdio_gets_initialize_first_and_never_a_probe() {
     let mut sim = Sim::new(one_stdio());
-    sim.advance(2999);
-    assert!(sim.requests_to("fs", "initialize").is_empty());
-    sim.advance(1);
-    let (init, _) = sim.requests_to("fs", "initialize").pop().expect("initialize after 3 s of silence");
-    let probe = sim.requests_to("fs", "server/discover")[0].0;
-    sim.note("the late answer to the probe is not a stateless one: the handshake goes on");
-    sim.backend("fs", json!({"jsonrpc":"2.0","id":probe,"error":{"code":-32600,"message":"not initialized"}}));
+    let (init, _) = sim.requests_to("fs", "initialize").pop().expect("initialize at once");
+    assert!(sim.requests_to("fs", "server/discover").is_empty());
+    sim.note("a server slow to start answers when it can: nothing else was sent meanwhile");
+    sim.advance(10_000);
+    assert_eq!(sim.requests_to("fs", "initialize").len(), 1);
     reply(&mut sim, "fs", init, json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
     sim.answer_tools("fs", &["read"]);
     assert_eq!(sim.status("fs"), Status::Online);
     assert_eq!(sim.gw.status("fs").unwrap().era, Era::Handshake);
-    let violations =
-        events(&sim).iter().filter(|(_, e)| matches!(e, tether_core::Event::ProtocolViolation { .. })).count();
-    assert_eq!(violations, 0);
+    assert!(sim.requests_to("fs", "server/discover").is_empty(), "never probed");
 }
 
-/// A server of the stateless revision slow to start (`uvx` on a cold cache)
-/// answers the probe after its timeout, then refuses the `initialize` sent in
-/// its place: the late answer is an answer, and the backend comes up stateless.
+/// A server of the stateless revision only (slow to start or not) refuses the
+/// `initialize` it is sent first, with -32022 or -32601: it is probed then and
+/// comes up stateless; silence to both is a failed connection.
 #[test]
-fn a_stateless_server_that_answers_the_probe_late_comes_up_stateless() {
-    for refusal_first in [false, true] {
+fn a_stateless_only_server_on_stdio_refuses_initialize_and_comes_up_stateless() {
+    for (code, message) in [(-32022, "Unsupported protocol version"), (-32601, "Method not found")] {
         let mut sim = Sim::new(one_stdio());
-        sim.advance(3000);
-        let (init, _) = sim.requests_to("fs", "initialize").pop().expect("initialize after 3 s of silence");
-        let probe = sim.requests_to("fs", "server/discover")[0].0;
-        let refuse = json!({"jsonrpc":"2.0","id":init,"error":{"code":-32022,"message":"initialize is not supported"}});
-        if refusal_first {
-            sim.note("the refusal of initialize comes first: the late probe still decides");
-            sim.backend("fs", refuse.clone());
-            assert_ne!(sim.status("fs"), Status::Offline, "not failed yet");
-        }
-        reply(&mut sim, "fs", probe, discover_result(true));
-        if !refusal_first {
-            sim.backend("fs", refuse);
-        }
+        sim.advance(5_000);
+        sim.answer_error("fs", "initialize", code, message);
+        sim.answer("fs", "server/discover", discover_result(true));
         sim.answer("fs", "tools/list", tools_result(&["read"]));
-        assert_eq!(sim.status("fs"), Status::Online, "refusal first: {refusal_first}\n{}", sim.log);
+        assert_eq!(sim.status("fs"), Status::Online, "{code}\n{}", sim.log);
         assert_eq!(sim.gw.status("fs").unwrap().era, Era::Stateless);
         assert_eq!(sim.requests_to("fs", "initialize").len(), 1, "never asked again");
     }
+    let mut sim = Sim::new(one_stdio());
+    sim.answer_error("fs", "initialize", -32601, "Method not found");
+    assert_eq!(sim.requests_to("fs", "server/discover").len(), 1);
+    sim.advance(30_000);
+    let lost = events(&sim).iter().any(|(_, e)| matches!(e, tether_core::Event::ServerDisconnected { .. }));
+    assert!(lost, "silent to the probe: the connect timeout fails the connection\n{}", sim.log);
 }
 
 #[test]
-fn the_era_is_kept_across_restarts_and_a_process_killed_by_the_probe_is_not_probed_again() {
+fn the_era_is_kept_across_restarts() {
     let mut sim = Sim::new(one_stdio());
-    sim.note("a handshake-era server that cannot take a request before initialize: it exits");
-    sim.exit("fs", Some(1));
-    sim.advance(1000);
-    assert_eq!(sim.requests_to("fs", "server/discover").len(), 1, "not probed again");
-    sim.boot("fs", &["read"]);
-    assert_eq!(sim.status("fs"), Status::Online);
-
     sim.note("a stateless backend restarts: it opens with server/discover again and listens again");
     let mut sim = Sim::new(one_stdio());
     boot_stateless(&mut sim, &["read"]);
@@ -151,7 +140,7 @@ fn the_era_is_kept_across_restarts_and_a_process_killed_by_the_probe_is_not_prob
     sim.exit("fs", Some(1));
     let probes = sim.requests_to("fs", "server/discover").len();
     assert_eq!(probes, 2, "restarted at once (ran > 60 s), opened in its era");
-    assert!(sim.requests_to("fs", "initialize").is_empty());
+    assert_eq!(sim.requests_to("fs", "initialize").len(), 1, "only the first process was sent initialize");
     boot_stateless(&mut sim, &["read"]);
     assert_eq!(sim.requests_to("fs", "subscriptions/listen").len(), 2, "the listen is re-established");
 }

@@ -111,7 +111,6 @@ impl Gateway {
             CallKind::Discover { kind, pages } => self.discovery_answer(server, kind, pages, answer),
             CallKind::Health => self.health_answer(server, answer),
             CallKind::Quiet => {}
-            CallKind::LateProbe => self.late_probe_answer(server, answer),
             CallKind::Client(c) => {
                 self.record_success(server);
                 self.answer_client_call(server, c, answer);

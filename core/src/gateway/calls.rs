@@ -40,9 +40,6 @@ pub(super) enum CallKind {
     Health,
     /// Best effort, answer ignored (`logging/setLevel` fan-out, re-subscriptions).
     Quiet,
-    /// A `server/discover` probe that timed out and was followed by `initialize`:
-    /// still an answer if it comes (a slow server of the stateless revision).
-    LateProbe,
     /// A client's request, forwarded.
     Client(ClientCall),
 }

@@ -100,7 +100,7 @@ impl Gateway {
                 b.sup.schedule_health(self.now, &mut self.rng);
                 self.credential_refused(server, status, &challenge, sent_before);
             }
-            CallKind::Quiet | CallKind::LateProbe => self.credential_refused(server, status, &challenge, sent_before),
+            CallKind::Quiet => self.credential_refused(server, status, &challenge, sent_before),
         }
     }
 

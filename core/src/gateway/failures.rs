@@ -47,7 +47,7 @@ impl Gateway {
         let call = self.router.calls.remove(&request).expect("checked above");
         match call.kind {
             CallKind::Client(c) => self.client_call_failed(server, c, &failure),
-            CallKind::Quiet | CallKind::LateProbe => {}
+            CallKind::Quiet => {}
             CallKind::Listen => self.listen_ended(server, request, None),
             CallKind::Health => {
                 self.backends.get_mut(server).expect("live").sup.schedule_health(self.now, &mut self.rng);

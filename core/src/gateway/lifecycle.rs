@@ -118,11 +118,7 @@ impl Gateway {
             Timer::Idle => {
                 // A health check in flight is not traffic.
                 let busy = self.router.calls.values().any(|c| {
-                    &*c.server == server
-                        && !matches!(
-                            c.kind,
-                            CallKind::Health | CallKind::Listen | CallKind::Quiet | CallKind::LateProbe
-                        )
+                    &*c.server == server && !matches!(c.kind, CallKind::Health | CallKind::Listen | CallKind::Quiet)
                 }) || !b.queue.is_empty();
                 if busy || !b.sup.is_ready() {
                     b.sup.touch(now);
@@ -214,20 +210,7 @@ impl Gateway {
                 self.health_failed(&server, "health check timed out".into());
             }
             CallKind::Discover { .. } => self.discovery_failed(&server),
-            CallKind::Probe { may_initialize: true } => {
-                // Silent to the probe: taken for a handshake-era server. A late
-                // answer is still an answer (a stateless server slow to start).
-                let generation = call.generation;
-                self.router
-                    .calls
-                    .insert(id, Call { server: server.clone(), generation, deadline: None, kind: CallKind::LateProbe });
-                self.send_initialize(&server, false);
-            }
-            CallKind::Quiet
-            | CallKind::LateProbe
-            | CallKind::Listen
-            | CallKind::Initialize { .. }
-            | CallKind::Probe { .. } => {}
+            CallKind::Quiet | CallKind::Listen | CallKind::Initialize { .. } | CallKind::Probe { .. } => {}
         }
     }
 

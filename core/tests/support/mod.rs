@@ -190,6 +190,9 @@ impl Sim {
         if method == "initialize" {
             self.refuse_probe(server);
         }
+        if method == "server/discover" {
+            self.refuse_initialize(server);
+        }
         let id = self.last_request(server, method);
         self.backend(server, json!({"jsonrpc":"2.0","id":id,"result":result}))
     }
@@ -204,6 +207,19 @@ impl Sim {
                 server,
                 json!({"jsonrpc":"2.0","id":probe,"error":{"code":-32601,"message":"Method not found"}}),
             );
+        }
+    }
+
+    /// A stateless-only server's answer to a pending `initialize` (a stdio
+    /// backend of unknown era is sent it first): the revision is not spoken
+    /// (-32022), then tether probes with `server/discover`.
+    pub fn refuse_initialize(&mut self, server: &str) {
+        let Some((init, _)) = self.requests_to(server, "initialize").last().cloned() else { return };
+        let probed = self.requests_to(server, "server/discover").iter().any(|(i, _)| *i > init);
+        if !probed {
+            let error =
+                json!({"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2026-07-28"]}});
+            self.backend(server, json!({"jsonrpc":"2.0","id":init,"error":error}));
         }
     }
 
