@@ -316,3 +316,6 @@ impl<R: Runtime> Driver<R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
