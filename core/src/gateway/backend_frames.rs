@@ -295,7 +295,7 @@ impl Gateway {
         let call = match origin {
             Origin::Call(call) => Some(call),
             Origin::NoCall => None,
-            Origin::Unsaid => self.newest_client_call(server).map(|(call, _)| call),
+            Origin::Unsaid => self.router.newest_client_call(server),
         };
         if let Some(call) = call {
             if let Some(task) = self.call_task(call) {

@@ -120,7 +120,7 @@ impl Gateway {
         self.tasks.forget_waiters(session);
         let pending: Vec<u64> =
             self.router.server_requests.iter().filter(|(_, r)| r.session == session).map(|(id, _)| *id).collect();
-        self.drop_input_rounds(session);
+        self.eras.drop_session(session);
         let mut reasked = Vec::new();
         for id in pending {
             let Some(r) = self.router.server_requests.remove(&id) else { continue };
@@ -259,7 +259,7 @@ impl Gateway {
             if let Some(state) = self.retry_state(session, method, params) {
                 // tether's own requestState, or one meant for a handshake-era
                 // backend (which cannot take it); a stateless backend's own goes to it.
-                if self.router.pending_inputs.contains_key(&state) || !self.routes_to_stateless(method, params) {
+                if self.eras.holds(&state) || !self.routes_to_stateless(method, params) {
                     return self.resume_with_inputs(session, id, &state, params);
                 }
             }

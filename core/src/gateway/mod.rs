@@ -10,11 +10,9 @@ mod client;
 mod client_events;
 mod credentials;
 mod discovery;
+mod eras;
 mod failures;
-mod input_required;
-mod input_rounds;
 mod lifecycle;
-mod listens;
 mod lists;
 mod own_tools;
 mod param_headers;
@@ -185,6 +183,8 @@ pub struct Gateway {
     rations: client_events::Rations,
     /// Tasks tether runs for clients (gateway-side tasks).
     tasks: tasks::TaskStore,
+    /// Calls crossing between eras that wait for a client's input.
+    eras: eras::EraBridge,
     /// The wall clock as the host last told it.
     wall_clock: crate::time::WallClock,
     actions: VecDeque<Action>,
@@ -211,6 +211,7 @@ impl Gateway {
             journal: client_events::Journal::default(),
             rations: client_events::Rations::new(),
             tasks: tasks::TaskStore::default(),
+            eras: eras::EraBridge::default(),
             wall_clock: crate::time::WallClock::default(),
             actions: VecDeque::new(),
         };
@@ -314,10 +315,11 @@ impl Gateway {
     fn timers(&self) -> impl Iterator<Item = (Instant, Deadline<'_>)> {
         let backends = self.backends.iter().filter_map(|(name, b)| Some((b.poll_timeout()?, Deadline::Backend(name))));
         let router = self.router.timers().map(|(at, t)| (at, Deadline::Router(t)));
+        let eras = (!self.eras.is_empty()).then(|| self.eras.timers().map(|(at, t)| (at, Deadline::Eras(t))));
         let sessions =
             self.sessions.timers(self.config.limits.idle_session_ms).map(|(at, t)| (at, Deadline::Session(t)));
         let tasks = self.tasks.next_expiry().map(|(at, id)| (at, Deadline::Task(id)));
-        backends.chain(router).chain(sessions).chain(tasks)
+        backends.chain(router).chain(eras.into_iter().flatten()).chain(sessions).chain(tasks)
     }
 
     /// The time of the latest input.
@@ -435,7 +437,16 @@ impl Gateway {
     #[cfg_attr(not(any(test, feature = "fuzzing")), allow(dead_code))]
     fn invariants(&self) -> Result<(), String> {
         let limits = &self.config.limits;
-        self.router.check_invariants(limits, self.backends.len() * backend::INTERNAL_CALLS)?;
+        let internal_calls = self.backends.len() * backend::INTERNAL_CALLS;
+        self.router.check_invariants(limits, internal_calls, |round| self.eras.has_round(round))?;
+        let waits = |call: u64, state: &str| {
+            self.router
+                .calls
+                .get(&call)
+                .is_some_and(|c| matches!(&c.kind, CallKind::Client(cc) if cc.awaiting_input.as_deref() == Some(state)))
+        };
+        let limit = limits.max_pending_server_requests as usize;
+        self.eras.check_invariants(limit, waits, |session| self.sessions.open.contains_key(&session))?;
         self.sessions.check_invariants(limits)?;
         self.catalog.check_invariants()?;
         let open = |session: &SessionId| self.sessions.open.contains_key(session);
@@ -480,9 +491,6 @@ impl Gateway {
         }
         if self.router.server_requests.values().any(|r| !open(&r.session)) {
             return Err("server request owed to a closed session".into());
-        }
-        if self.router.input_rounds.values().any(|r| !open(&r.call.session)) {
-            return Err("input round owed to a closed session".into());
         }
         self.tasks.check_invariants(&self.config.tasks)?;
         for (id, call) in &self.router.calls {
@@ -649,9 +657,7 @@ impl Gateway {
                 self.push(Action::CloseClient { session });
             }
         }
-        if !self.router.pending_inputs.is_empty() {
-            self.prune_pending_inputs();
-        }
+        self.prune_pending_inputs();
     }
 
     fn admin(&mut self, command: AdminCommand) -> Result<(), HostError> {
@@ -766,7 +772,9 @@ enum Deadline<'a> {
     /// A backend's supervisor timer (restart, reconnect, health, idle, credential).
     Backend(&'a ServerName),
     /// A router deadline.
-    Router(RouterTimer<'a>),
+    Router(RouterTimer),
+    /// An era bridge deadline.
+    Eras(eras::BridgeTimer<'a>),
     /// A session deadline.
     Session(SessionTimer),
     /// A task expires (by id).
@@ -792,10 +800,10 @@ impl Deadline<'_> {
             Deadline::Backend(name) => Due::Backend(name.clone()),
             Deadline::Router(RouterTimer::Call(id)) => Due::Call(id),
             Deadline::Router(RouterTimer::ParkedLists) => Due::ParkedLists,
-            Deadline::Router(RouterTimer::Input(state)) => Due::Input(state.into()),
-            Deadline::Router(RouterTimer::Round(id)) => Due::Round(id),
+            Deadline::Eras(eras::BridgeTimer::Input(state)) => Due::Input(state.into()),
+            Deadline::Eras(eras::BridgeTimer::Round(id)) => Due::Round(id),
             Deadline::Router(RouterTimer::TaskWindow(id)) => Due::TaskWindow(id),
-            Deadline::Router(RouterTimer::Gathered(id)) => Due::Gathered(id),
+            Deadline::Eras(eras::BridgeTimer::Gathered(id)) => Due::Gathered(id),
             Deadline::Session(t) => Due::Session(t),
             Deadline::Task(id) => Due::Task(id.into()),
         }

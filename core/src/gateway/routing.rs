@@ -513,9 +513,7 @@ impl Gateway {
         }
         if let Some(state) = &call.awaiting_input {
             // The client was told to retry with inputs: the answer waits for that retry.
-            if let Some(p) = self.router.pending_inputs.get_mut(state) {
-                p.answer = Some(answer.map(String::from).map_err(String::from));
-            }
+            self.eras.hold_outcome(state, answer.map(String::from).map_err(String::from));
             self.release(&call);
             return;
         }
@@ -626,7 +624,7 @@ impl Gateway {
             return self.finish_task(task, Ok(result.to_string()));
         }
         if !self.owed(session, id) {
-            return self.answer_for_retry(session, id, Ok(result.to_string()));
+            return self.eras.hold_answer(session, id, Ok(result.to_string()));
         }
         self.reply_to_client(session, id, protocol::response(id, result));
     }
@@ -640,7 +638,7 @@ impl Gateway {
         }
         if !self.owed(session, id) {
             let error = protocol::error_object(code, &message, data.as_deref());
-            return self.answer_for_retry(session, id, Err(error));
+            return self.eras.hold_answer(session, id, Err(error));
         }
         let frame = protocol::error_response(id, code, &message, data.as_deref());
         self.reply_to_client(session, id, frame);
@@ -653,7 +651,7 @@ impl Gateway {
         match self.sessions.open.get_mut(&session) {
             Some(s) => s.in_flight.remove(id),
             // A per-request session closed after its `input_required` answer.
-            None => !self.router.pending_inputs.values().any(|p| p.session == session && p.client_id == id),
+            None => !self.eras.awaits_retry(session, id),
         }
     }
 }

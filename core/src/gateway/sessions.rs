@@ -9,7 +9,7 @@ use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
 use super::client_events::Level;
-use super::listens::ClientListen;
+use super::eras::listens::ClientListen;
 use crate::config::Limits;
 use crate::io::{RawId, SessionId};
 use crate::protocol::Era;

@@ -12,11 +12,11 @@
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
-use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::{AskedInput, CallKind, Gathering, PendingInput};
-use super::Gateway;
+use super::super::calls::{AskedInput, CallKind, PendingInput};
+use super::super::{Call, Gateway};
+use super::bridge::{input_required_result, refusals, Asked};
 use crate::io::{RawId, SessionId};
 use crate::metrics::CallOutcome;
 use crate::protocol::{self, code, Era};
@@ -30,24 +30,15 @@ const INPUT_GATHER_MS: u64 = 50;
 impl Gateway {
     /// Whether client call `call` is a stateless client's (or waits for its
     /// input): a backend request for it is asked through `input_required`.
-    pub(super) fn is_stateless_call(&self, call: u64) -> bool {
+    pub(in crate::gateway) fn is_stateless_call(&self, call: u64) -> bool {
         let Some(CallKind::Client(cc)) = self.router.calls.get(&call).map(|c| &c.kind) else { return false };
         cc.awaiting_input.is_some() || self.sessions.open.get(&cc.session).is_some_and(|s| s.era == Era::Stateless)
-    }
-
-    /// The newest client call in flight on `server`: a handshake-era backend's
-    /// request names no call, and is taken to be for that one.
-    pub(super) fn newest_client_call(&self, server: &str) -> Option<(u64, &super::calls::ClientCall)> {
-        self.router.calls.iter().rev().find_map(|(id, c)| match &c.kind {
-            CallKind::Client(cc) if &*c.server == server => Some((*id, cc)),
-            _ => None,
-        })
     }
 
     /// A handshake-era backend asks `method` during stateless call `call`: ask the
     /// client through an `input_required` answer (or add it to the round already
     /// pending), or refuse it when the client did not declare `capability`.
-    pub(super) fn ask_stateless_client(
+    pub(in crate::gateway) fn ask_stateless_client(
         &mut self,
         server: &str,
         call: u64,
@@ -57,7 +48,7 @@ impl Gateway {
         capability: &str,
     ) {
         let generation = self.backends[server].sup.generation();
-        let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get(&call) else { return };
+        let Some(Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get(&call) else { return };
         if !cc.caps.as_ref().is_some_and(|caps| caps.get(capability).is_some_and(Value::is_object)) {
             // Sampling and elicitation are asked for a call. Servers also ask
             // for roots on their own (after connecting, say), so a `roots/list`
@@ -80,46 +71,28 @@ impl Gateway {
         // The backend names its request: a string id is a fine key (ids are unique
         // among a backend's requests in flight); anything else gets one of ours.
         let named = serde_json::from_str::<String>(backend_id).ok().filter(|k| !k.is_empty() && k.len() <= 64);
-        let taken = |k: &String| {
-            awaiting.as_ref().and_then(|s| self.router.pending_inputs.get(s)).is_some_and(|p| p.asked.contains_key(k))
-                || self.router.gathering.get(&call).is_some_and(|g| g.asked.contains_key(k))
-        };
         let key = match named {
-            Some(k) if !taken(&k) => k,
+            Some(k) if !self.eras.key_taken(call, awaiting.as_deref(), &k) => k,
             _ => format!("tether-{}", self.alloc_id()),
         };
-        if let Some(state) = awaiting {
-            // Asked again before the client retried: part of the next round.
-            if let Some(p) = self.router.pending_inputs.get_mut(&state) {
-                p.asked.insert(key, asked);
-            }
-            return;
-        }
-        if let Some(gathering) = self.router.gathering.get_mut(&call) {
-            gathering.asked.insert(key, asked);
-            return;
-        }
-        let waiting = self.router.pending_inputs.len() + self.router.gathering.len();
-        if waiting >= self.config.limits.max_pending_server_requests as usize {
-            let msg = "too many calls waiting for client input";
-            return self.to_backend(server, protocol::error_response(backend_id, code::OVERLOADED, msg, None), None);
-        }
         // What a backend asks together (its requests out at once) goes to the
         // client in one round: the answer waits a moment for the rest.
-        let mut gathered = BTreeMap::new();
-        gathered.insert(key, asked);
+        let limit = self.config.limits.max_pending_server_requests as usize;
         let deadline = self.now + Self::duration(INPUT_GATHER_MS);
-        let gathering = Gathering { deadline, server: self.name(server), asked: gathered };
-        self.router.gathering.insert(call, gathering);
+        let name = self.name(server);
+        if self.eras.ask(call, awaiting.as_deref(), name, key, asked, limit, deadline) == Asked::Full {
+            let msg = "too many calls waiting for client input";
+            self.to_backend(server, protocol::error_response(backend_id, code::OVERLOADED, msg, None), None);
+        }
     }
 
     /// The moment for more requests of call `call` passed: the client is
     /// answered `input_required` with everything gathered (or, if the call
     /// ended meanwhile, the backend's requests are refused).
-    pub(super) fn gathered(&mut self, call: u64) {
-        let Some(gathering) = self.router.gathering.remove(&call) else { return };
+    pub(in crate::gateway) fn gathered(&mut self, call: u64) {
+        let Some(gathering) = self.eras.take_gathering(call) else { return };
         match self.router.calls.get(&call) {
-            Some(super::Call { kind: CallKind::Client(cc), .. }) if cc.awaiting_input.is_none() => {
+            Some(Call { kind: CallKind::Client(cc), .. }) if cc.awaiting_input.is_none() => {
                 let (session, client_id) = (cc.session, cc.id.clone());
                 self.answer_input_required(session, &client_id, call, gathering.asked, None);
             }
@@ -138,7 +111,7 @@ impl Gateway {
         let msg = format!("the client did not declare {capability} for this request");
         let frame = protocol::error_response(backend_id, code::METHOD_NOT_FOUND, &msg, None);
         self.to_backend(server, frame, None);
-        let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.router.calls.remove(&call) else { return };
+        let Some(Call { kind: CallKind::Client(cc), .. }) = self.router.calls.remove(&call) else { return };
         if cc.probe {
             if let Some(b) = self.backends.get_mut(server) {
                 b.sup.breaker.probe_abandoned();
@@ -156,9 +129,7 @@ impl Gateway {
             // Already answered `input_required`: the error waits for the retry.
             Some(state) => {
                 let error = protocol::error_object(code, &self.redactor.redact(&msg), Some(&data));
-                if let Some(p) = self.router.pending_inputs.get_mut(state).filter(|p| p.answer.is_none()) {
-                    p.answer = Some(Err(error));
-                }
+                self.eras.hold_outcome(state, Err(error));
                 self.release(&cc);
             }
             None => self.reply_error(cc.session, &cc.id, code, &msg, Some(&data)),
@@ -188,33 +159,27 @@ impl Gateway {
             }
             None => self.name(""),
         };
-        let requests: Vec<String> = asked
-            .iter()
-            .map(|(key, a)| {
-                let params = a.params.as_deref().map(|p| format!(r#","params":{p}"#)).unwrap_or_default();
-                format!(r#"{}:{{"method":{}{params}}}"#, protocol::quote(key), protocol::quote(&a.method))
-            })
-            .collect();
-        let result = format!(
-            r#"{{"resultType":"input_required","inputRequests":{{{}}},"requestState":{}}}"#,
-            requests.join(","),
-            protocol::quote(&state)
-        );
+        let result = input_required_result(&asked, &state);
         self.reply(session, &RawId::new(client_id), &result);
         // The client's request is answered and its id free for reuse: the
         // call's outcome goes by a name no JSON-RPC id can have, so a new
         // request under the old id never takes (or gives) its answer.
         let client_id = RawId::new(format!("awaiting input {state}"));
-        if let Some(super::Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get_mut(&call) {
+        if let Some(Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get_mut(&call) {
             cc.id = client_id.clone();
         }
         let principal = self.sessions.open.get(&session).and_then(|s| s.principal.clone());
         let pending = PendingInput { call, server, session, client_id, asked, answer, deadline, principal };
-        self.router.pending_inputs.insert(state, pending);
+        self.eras.park(state, pending);
     }
 
     /// The `requestState` of a stateless client's retry, if this request is one.
-    pub(super) fn retry_state(&self, session: SessionId, method: &str, params: Option<&str>) -> Option<String> {
+    pub(in crate::gateway) fn retry_state(
+        &self,
+        session: SessionId,
+        method: &str,
+        params: Option<&str>,
+    ) -> Option<String> {
         if !matches!(method, "tools/call" | "prompts/get" | "resources/read") {
             return None;
         }
@@ -232,15 +197,15 @@ impl Gateway {
     /// A stateless client's retry: its `inputResponses` answer the backend's
     /// requests, and the waiting call answers this request. Inputs still missing
     /// are asked again under a new `requestState`.
-    pub(super) fn resume_with_inputs(&mut self, session: SessionId, id: RawId, state: &str, params: Option<&str>) {
-        // Another identity's state is unknown to this one, and stays usable by its own.
+    pub(in crate::gateway) fn resume_with_inputs(
+        &mut self,
+        session: SessionId,
+        id: RawId,
+        state: &str,
+        params: Option<&str>,
+    ) {
         let principal = self.sessions.principal(session);
-        let theirs = self
-            .router
-            .pending_inputs
-            .get(state)
-            .is_some_and(|p| !super::tasks::reachable(p.principal.as_deref(), principal));
-        let Some(pending) = (!theirs).then(|| self.router.pending_inputs.remove(state)).flatten() else {
+        let Some(pending) = self.eras.take_for_retry(state, principal) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown or expired requestState", None);
         };
         let responses: Map<String, Value> = params
@@ -308,44 +273,23 @@ impl Gateway {
         }
     }
 
-    /// An answer for request `id` of `session`, which was already answered: if it
-    /// was answered `input_required`, this is the call's outcome and waits for the
-    /// client's retry; otherwise it is a second answer, and is dropped.
-    pub(super) fn answer_for_retry(&mut self, session: SessionId, id: &str, answer: Result<String, String>) {
-        let waiting = self.router.pending_inputs.values_mut().find(|p| p.session == session && p.client_id == id);
-        match waiting {
-            Some(p) if p.answer.is_none() => p.answer = Some(answer),
-            Some(_) => debug_assert!(false, "a second answer to request {id}"),
-            None => debug_assert!(false, "an answer to request {id}, which no retry waits for"),
-        }
-    }
-
     /// Nobody retried in time: the backend's requests get errors (an elicitation
     /// is declined as cancelled) and the entry goes.
-    pub(super) fn input_expired(&mut self, state: &str) {
-        let Some(pending) = self.router.pending_inputs.remove(state) else { return };
+    pub(in crate::gateway) fn input_expired(&mut self, state: &str) {
+        let Some(pending) = self.eras.take_expired(state) else { return };
         self.refuse_asked(&pending);
     }
 
     /// Drops entries whose call is gone (its client closed) without an answer.
-    pub(super) fn prune_pending_inputs(&mut self) {
+    pub(in crate::gateway) fn prune_pending_inputs(&mut self) {
         let calls = &self.router.calls;
-        let gone: Vec<String> = self
-            .router
-            .pending_inputs
-            .iter()
-            .filter(|(state, p)| {
-                p.answer.is_none()
-                    && !calls.get(&p.call).is_some_and(|c| {
-                        matches!(&c.kind, CallKind::Client(cc) if cc.awaiting_input.as_deref() == Some(state.as_str()))
-                    })
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for state in gone {
-            if let Some(pending) = self.router.pending_inputs.remove(&state) {
-                self.refuse_asked(&pending);
-            }
+        let waits = |call: u64, state: &str| {
+            calls
+                .get(&call)
+                .is_some_and(|c| matches!(&c.kind, CallKind::Client(cc) if cc.awaiting_input.as_deref() == Some(state)))
+        };
+        for pending in self.eras.take_orphans(waits) {
+            self.refuse_asked(&pending);
         }
     }
 
@@ -357,20 +301,14 @@ impl Gateway {
     /// Answers inputs nobody will give any more: an elicitation is cancelled,
     /// anything else gets an error saying `why` (only on the connection they
     /// were asked on).
-    pub(super) fn refuse_inputs<'a>(&mut self, server: &str, asked: impl Iterator<Item = &'a AskedInput>, why: &str) {
+    pub(in crate::gateway) fn refuse_inputs<'a>(
+        &mut self,
+        server: &str,
+        asked: impl Iterator<Item = &'a AskedInput>,
+        why: &str,
+    ) {
         let generation = self.backends.get(server).map(|b| b.sup.generation());
-        let frames: Vec<String> = asked
-            // A stateless backend's inputs are its call's business, not requests.
-            .filter(|a| Some(a.generation) == generation && !a.in_round)
-            .map(|a| {
-                if a.method == "elicitation/create" {
-                    protocol::response(&a.backend_id, r#"{"action":"cancel"}"#)
-                } else {
-                    protocol::error_response(&a.backend_id, code::INTERNAL_ERROR, why, None)
-                }
-            })
-            .collect();
-        for frame in frames {
+        for frame in refusals(asked, generation, why) {
             self.to_backend(server, frame, None);
         }
     }

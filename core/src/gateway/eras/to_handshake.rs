@@ -18,8 +18,9 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::{ClientCall, InputRound, ServerRequest};
-use super::Gateway;
+use super::super::calls::{ClientCall, InputRound, ServerRequest};
+use super::super::Gateway;
+use super::bridge::RoundAnswer;
 use crate::io::SessionId;
 use crate::protocol::{self, code};
 
@@ -28,7 +29,7 @@ use crate::protocol::input_capability as capability;
 impl Gateway {
     /// `result` (an `input_required` answer of stateless backend `server` to
     /// `call`, a handshake-era client's) starts a round of requests to the client.
-    pub(super) fn start_input_round(&mut self, server: &str, call: ClientCall, result: &str) {
+    pub(in crate::gateway) fn start_input_round(&mut self, server: &str, call: ClientCall, result: &str) {
         let mut result: Map<String, Value> = serde_json::from_str(result).unwrap_or_default();
         let request_state = result.remove("requestState").map(|s| s.to_string());
         let requests = match result.remove("inputRequests") {
@@ -93,41 +94,30 @@ impl Gateway {
             round.asked.insert(key, method);
         }
         let related = round.call.id.clone();
-        self.router.input_rounds.insert(round_id, round);
+        self.eras.open_round(round_id, round);
         for frame in frames {
             self.related_to_client(session, Some(&related), frame);
         }
     }
 
     /// The client answered one input request of round `round_id` (`key`).
-    pub(super) fn input_answered(&mut self, round_id: u64, key: &str, answer: Result<&str, &str>) {
-        let Some(round) = self.router.input_rounds.get_mut(&round_id) else { return };
-        let method = round.asked.get(key).cloned().unwrap_or_default();
-        let value = match answer {
-            Ok(result) => result.to_string(),
-            // An elicitation the client could not show is one the user did not answer.
-            Err(_) if method == "elicitation/create" => r#"{"action":"cancel"}"#.to_string(),
-            Err(error) => {
-                let Some(round) = self.router.input_rounds.remove(&round_id) else { return };
+    pub(in crate::gateway) fn input_answered(&mut self, round_id: u64, key: &str, answer: Result<&str, &str>) {
+        match self.eras.answer_round(round_id, key, answer) {
+            RoundAnswer::Waiting => {}
+            RoundAnswer::Complete(round) => self.finish_input_round(round),
+            RoundAnswer::Refused { round, method } => {
                 self.cancel_round_requests(round_id, "the call failed");
+                let error = answer.err().unwrap_or_default();
                 let msg = format!("the client refused {method}, which backend '{}' needs: {error}", round.server);
-                return self.fail_round(&round, code::INTERNAL_ERROR, &msg);
+                self.fail_round(&round, code::INTERNAL_ERROR, &msg);
             }
-        };
-        round.answers.insert(key.to_string(), value);
-        if round.answers.len() == round.asked.len() {
-            let Some(round) = self.router.input_rounds.remove(&round_id) else { return };
-            self.finish_input_round(round);
         }
     }
 
     /// Fails the calls of `server` waiting for their clients' inputs, withdrawing
     /// the requests still out (the backend is gone).
-    pub(super) fn fail_input_rounds_of(&mut self, server: &str, message: &str) {
-        let rounds: Vec<u64> =
-            self.router.input_rounds.iter().filter(|(_, r)| &*r.server == server).map(|(id, _)| *id).collect();
-        for round_id in rounds {
-            let Some(round) = self.router.input_rounds.remove(&round_id) else { continue };
+    pub(in crate::gateway) fn fail_input_rounds_of(&mut self, server: &str, message: &str) {
+        for (round_id, round) in self.eras.take_rounds_of(server) {
             self.cancel_round_requests(round_id, message);
             self.fail_round(&round, code::BACKEND_UNAVAILABLE, message);
         }
@@ -168,32 +158,18 @@ impl Gateway {
     }
 
     /// A round ran past its call's hard timeout: the client's call fails.
-    pub(super) fn input_round_expired(&mut self, round_id: u64) {
-        let Some(round) = self.router.input_rounds.remove(&round_id) else { return };
+    pub(in crate::gateway) fn input_round_expired(&mut self, round_id: u64) {
+        let Some(round) = self.eras.take_round(round_id) else { return };
         self.cancel_round_requests(round_id, "timed out");
         let msg = format!("the client did not provide the input backend '{}' needs in time", round.server);
         self.fail_round(&round, code::REQUEST_TIMEOUT, &msg);
     }
 
-    /// A closed session's rounds go with it (its pending requests are dropped by
-    /// the caller).
-    pub(super) fn drop_input_rounds(&mut self, session: SessionId) {
-        self.router.input_rounds.retain(|_, r| r.call.session != session);
-    }
-
     /// The client's call `id` waits in an input round: cancelled by the client.
-    pub(super) fn cancel_input_round(&mut self, session: SessionId, id: &str) -> bool {
-        let Some(round_id) = self
-            .router
-            .input_rounds
-            .iter()
-            .find(|(_, r)| r.call.session == session && r.call.id == id)
-            .map(|(k, _)| *k)
-        else {
-            return false;
-        };
+    pub(in crate::gateway) fn cancel_input_round(&mut self, session: SessionId, id: &str) -> bool {
+        let Some(round_id) = self.eras.round_of(session, id) else { return false };
         self.cancel_round_requests(round_id, "cancelled by the client");
-        if let Some(round) = self.router.input_rounds.remove(&round_id) {
+        if let Some(round) = self.eras.take_round(round_id) {
             self.release(&round.call);
         }
         true

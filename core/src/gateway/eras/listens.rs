@@ -11,7 +11,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::Gateway;
+use super::super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{RawId, SessionId};
 use crate::protocol::{self, code, Era};
@@ -21,7 +21,7 @@ pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId
 
 /// What one client listen asked for and tether agreed to deliver.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct ClientListen {
+pub(in crate::gateway) struct ClientListen {
     pub tools: bool,
     pub prompts: bool,
     /// `notifications/resources/list_changed` (resources and templates).
@@ -32,7 +32,7 @@ pub(super) struct ClientListen {
 
 impl ClientListen {
     /// Whether it wants the `list_changed` notification of `kind`.
-    pub(super) fn wants(&self, kind: ListKind) -> bool {
+    pub(in crate::gateway) fn wants(&self, kind: ListKind) -> bool {
         match kind {
             ListKind::Tools => self.tools,
             ListKind::Prompts => self.prompts,
@@ -73,7 +73,12 @@ fn tagged_params(id: &str, members: &str) -> String {
 impl Gateway {
     /// `subscriptions/listen` from a stateless-era client: acknowledged at once
     /// with the subset tether can honour, then left open.
-    pub(super) fn client_listen(&mut self, session: SessionId, id: RawId, params: Option<Map<String, Value>>) {
+    pub(in crate::gateway) fn client_listen(
+        &mut self,
+        session: SessionId,
+        id: RawId,
+        params: Option<Map<String, Value>>,
+    ) {
         if !self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless) {
             let msg = "method not found: subscriptions/listen (a 2026-07-28 request; this session initialized with an earlier revision, where resources/subscribe and list_changed notifications do this)";
             return self.reply_error(session, &id, code::METHOD_NOT_FOUND, msg, None);
@@ -168,7 +173,7 @@ impl Gateway {
     /// Ends listen `id` of `session` (the client cancelled it): its resource
     /// subscriptions go unless another listen of the session holds them.
     /// Whether there was such a listen.
-    pub(super) fn end_client_listen(&mut self, session: SessionId, id: &str) -> bool {
+    pub(in crate::gateway) fn end_client_listen(&mut self, session: SessionId, id: &str) -> bool {
         let Some(s) = self.sessions.open.get_mut(&session) else { return false };
         let Some(listen) = s.listens.remove(id) else { return false };
         s.in_flight.remove(id);
@@ -187,7 +192,7 @@ impl Gateway {
 
     /// `list_changed` of `kinds` to each listen of stateless `session` that asked
     /// for it: one notification per method and listen.
-    pub(super) fn announce_to_listens(&mut self, session: SessionId, kinds: &[ListKind]) {
+    pub(in crate::gateway) fn announce_to_listens(&mut self, session: SessionId, kinds: &[ListKind]) {
         let Some(s) = self.sessions.open.get(&session) else { return };
         let mut frames = Vec::new();
         for (id, listen) in &s.listens {
@@ -208,7 +213,7 @@ impl Gateway {
     /// `notifications/resources/updated` for served `uri` to each listen of
     /// stateless `session` that subscribed to it; `members` are the params'
     /// other members (raw), `uri` among them.
-    pub(super) fn update_listens(&mut self, session: SessionId, uri: &str, members: &str) {
+    pub(in crate::gateway) fn update_listens(&mut self, session: SessionId, uri: &str, members: &str) {
         let Some(s) = self.sessions.open.get(&session) else { return };
         let ids: Vec<RawId> =
             s.listens.iter().filter(|(_, l)| l.uris.iter().any(|u| u == uri)).map(|(id, _)| id.clone()).collect();
