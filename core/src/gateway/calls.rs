@@ -233,6 +233,38 @@ pub(super) enum Parked {
     Named { method: &'static str, params: String, kind: ListKind },
 }
 
+#[cfg(test)]
+impl ClientCall {
+    /// A `tools/call` of tool `t` by request `id` of `session`, created at time
+    /// zero, for the parts' own unit tests.
+    pub(super) fn for_test(session: u64, id: &str) -> ClientCall {
+        let params: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(r#"{"name":"t","arguments":{}}"#).expect("valid");
+        let (params, progress) = Forward::from_map(&params);
+        ClientCall {
+            session: SessionId(session),
+            id: crate::io::RawId::new(id),
+            method: "tools/call",
+            params,
+            progress,
+            last_progress: None,
+            retry_safe: false,
+            retries: 0,
+            resent: false,
+            probe: false,
+            shape: Shape::Plain,
+            created: Instant::ZERO,
+            caps: None,
+            log_level: None,
+            awaiting_input: None,
+            wait_epoch: 0,
+            auth_retried: false,
+            task_window: None,
+            task: None,
+        }
+    }
+}
+
 impl ParkedList {
     /// Whether this is a list request of `kind`.
     pub(super) fn is_list(&self, kind: ListKind) -> bool {

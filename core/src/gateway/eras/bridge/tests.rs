@@ -2,9 +2,9 @@
 //! identity, outcomes that wait for the retry, orphans, and rounds.
 
 use super::*;
-use crate::gateway::calls::{ClientCall, Forward, Shape};
+use crate::gateway::calls::ClientCall;
 use crate::io::{Generation, RawId};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 fn at(ms: u64) -> Instant {
     Instant::from_millis(ms)
@@ -35,36 +35,10 @@ fn pending(call: u64, session: u64, principal: Option<&str>) -> PendingInput {
     }
 }
 
-fn client_call(session: u64, id: &str) -> ClientCall {
-    let params: Map<String, Value> = serde_json::from_str(r#"{"name":"t","arguments":{}}"#).unwrap();
-    let (params, progress) = Forward::from_map(&params);
-    ClientCall {
-        session: SessionId(session),
-        id: RawId::new(id),
-        method: "tools/call",
-        params,
-        progress,
-        last_progress: None,
-        retry_safe: false,
-        retries: 0,
-        resent: false,
-        probe: false,
-        shape: Shape::Plain,
-        created: at(0),
-        caps: None,
-        log_level: None,
-        awaiting_input: None,
-        wait_epoch: 0,
-        auth_retried: false,
-        task_window: None,
-        task: None,
-    }
-}
-
 fn round(server: &str, session: u64, id: &str, keys: &[(&str, &str)]) -> InputRound {
     InputRound {
         server: server.into(),
-        call: client_call(session, id),
+        call: ClientCall::for_test(session, id),
         request_state: Some("\"theirs\"".into()),
         asked: keys.iter().map(|(k, m)| (k.to_string(), m.to_string())).collect(),
         answers: BTreeMap::new(),

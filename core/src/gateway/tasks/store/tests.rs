@@ -1,7 +1,6 @@
 //! The task store on its own: bounds, endings, waiters, inputs and rounds.
 
 use super::*;
-use crate::gateway::calls::{Forward, Shape};
 
 fn at(ms: u64) -> Instant {
     Instant::from_millis(ms)
@@ -38,29 +37,7 @@ fn input(generation: u64, backend_id: &str, method: &str) -> AskedInput {
 }
 
 fn call() -> ClientCall {
-    let params: Map<String, Value> = serde_json::from_str(r#"{"name":"slow","arguments":{}}"#).unwrap();
-    let (params, progress) = Forward::from_map(&params);
-    ClientCall {
-        session: SessionId(1),
-        id: RawId::new("7"),
-        method: "tools/call",
-        params,
-        progress,
-        last_progress: None,
-        retry_safe: false,
-        retries: 0,
-        resent: false,
-        probe: false,
-        shape: Shape::Plain,
-        created: at(0),
-        caps: None,
-        log_level: None,
-        awaiting_input: None,
-        wait_epoch: 0,
-        auth_retried: false,
-        task_window: None,
-        task: Some("a".into()),
-    }
+    ClientCall { task: Some("a".into()), ..ClientCall::for_test(1, "7") }
 }
 
 fn store_with(ids: &[(&str, u64)]) -> TaskStore {
