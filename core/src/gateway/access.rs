@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 
 use super::Gateway;
 use crate::access::Access;
-use crate::catalog::{Entry, ListKind, Resolved};
+use crate::catalog::{Catalog, Entry, ListKind, Resolved};
 use crate::io::SessionId;
 
 /// Scopes kept per session: a token listing more is cut here (a mapping that
@@ -55,7 +55,7 @@ impl Gateway {
         let mut lost: Vec<(String, SessionId)> = Vec::new();
         for (uri, holders) in &self.sessions.subscriptions {
             for id in holders.iter().filter(|id| sessions.contains(id)) {
-                if self.resolve_uri_for(*id, uri).is_none() {
+                if self.view(*id).uri(uri).is_none() {
                     lost.push((uri.clone(), *id));
                 }
             }
@@ -70,65 +70,23 @@ impl Gateway {
         }
     }
 
-    /// What `session` may see (unrestricted for a session that is gone).
-    pub(super) fn access(&self, session: SessionId) -> Access<'_> {
+    /// What `session` may see and call (everything for a session that is gone).
+    pub(super) fn view(&self, session: SessionId) -> SessionView<'_> {
         let held = self.sessions.open.get(&session).and_then(|s| s.scopes.as_deref());
-        Access::new(&self.config.scopes, held)
-    }
-
-    /// Whether `access` lets its session see an item of `kind` of `server`.
-    pub(super) fn grants(access: Access<'_>, kind: ListKind, server: &str, entry: &Entry) -> bool {
-        match kind {
-            ListKind::Tools => access.tool(server, &entry.served),
-            _ => access.server(server),
-        }
-    }
-
-    /// The tool clients call `name`, if `session` may call it.
-    pub(super) fn resolve_tool_for(&self, session: SessionId, name: &str) -> Option<Resolved<'_>> {
-        let access = self.access(session);
-        self.catalog.resolve_tool(name).filter(|r| access.tool(r.server, &r.entry.served))
-    }
-
-    /// The prompt clients call `name`, if `session` may get it.
-    pub(super) fn resolve_prompt_for(&self, session: SessionId, name: &str) -> Option<Resolved<'_>> {
-        let access = self.access(session);
-        self.catalog.resolve_prompt(name).filter(|r| access.server(r.server))
-    }
-
-    /// The backend and original URI of a served resource URI, if `session` may read it.
-    pub(super) fn resolve_uri_for<'a>(&'a self, session: SessionId, uri: &'a str) -> Option<(&'a str, &'a str)> {
-        let access = self.access(session);
-        self.catalog.resolve_uri(uri).filter(|(server, _)| access.server(server))
-    }
-
-    /// Whether `session` may see `server` at all: granted whole, or one of its tools.
-    pub(super) fn sees_server(&self, session: SessionId, server: &str) -> bool {
-        let access = self.access(session);
-        if access.is_unrestricted() || access.server(server) {
-            return true;
-        }
-        let tools = self.catalog.backend(server).map(|b| b.entries(ListKind::Tools)).unwrap_or(&[]);
-        access.sees_server(server, tools.iter().map(|e| e.served.as_str()))
-    }
-
-    /// Whether `session` sees less than everything.
-    pub(super) fn restricted(&self, session: SessionId) -> bool {
-        !self.access(session).is_unrestricted()
+        SessionView { access: Access::new(&self.config.scopes, held), catalog: &self.catalog }
     }
 
     /// Fingerprints of the lists as `session` sees them (its own view when restricted).
     pub(super) fn session_hashes(&mut self, session: SessionId) -> [u64; 4] {
         let hashes = self.visible_hashes();
-        if !self.restricted(session) {
+        if !self.view(session).restricted() {
             return hashes;
         }
-        let access = self.access(session);
+        let view = self.view(session);
         let backends = &self.backends;
         let mut own = ListKind::ALL.map(|kind| {
-            self.catalog.visible_hash(kind, |s, e| {
-                backends.get(s).is_some_and(|b| b.is_visible()) && Self::grants(access, kind, s, e)
-            })
+            self.catalog
+                .visible_hash(kind, |s, e| backends.get(s).is_some_and(|b| b.is_visible()) && view.grants(kind, s, e))
         });
         // Meta mode's tools list is tether's own, the same for everyone.
         let tools = ListKind::Tools as usize;
@@ -139,7 +97,7 @@ impl Gateway {
         }
         if self.config.mode == crate::config::Mode::Flat {
             // As in the shared view, of the backends this session sees.
-            own[tools] ^= self.tasks_hash(|s| self.sees_server(session, s));
+            own[tools] ^= self.tasks_hash(|s| view.sees_server(s));
         }
         own
     }
@@ -154,3 +112,54 @@ impl Gateway {
         }
     }
 }
+
+/// One session's view of the catalog by its scopes: what it may see, call and
+/// read. What it may not is neither listed, nor callable, nor named in an error.
+#[derive(Clone, Copy)]
+pub(super) struct SessionView<'a> {
+    /// The session's scopes against the mapping in force.
+    pub access: Access<'a>,
+    catalog: &'a Catalog,
+}
+
+impl<'a> SessionView<'a> {
+    /// Whether the session sees less than everything.
+    pub(super) fn restricted(self) -> bool {
+        !self.access.is_unrestricted()
+    }
+
+    /// Whether the session may see item `entry` of `kind` of `server`.
+    pub(super) fn grants(self, kind: ListKind, server: &str, entry: &Entry) -> bool {
+        match kind {
+            ListKind::Tools => self.access.tool(server, &entry.served),
+            _ => self.access.server(server),
+        }
+    }
+
+    /// The tool clients call `name`, if the session may call it.
+    pub(super) fn tool(self, name: &str) -> Option<Resolved<'a>> {
+        self.catalog.resolve_tool(name).filter(|r| self.access.tool(r.server, &r.entry.served))
+    }
+
+    /// The prompt clients call `name`, if the session may get it.
+    pub(super) fn prompt(self, name: &str) -> Option<Resolved<'a>> {
+        self.catalog.resolve_prompt(name).filter(|r| self.access.server(r.server))
+    }
+
+    /// The backend and original URI of served resource `uri`, if the session may read it.
+    pub(super) fn uri(self, uri: &'a str) -> Option<(&'a str, &'a str)> {
+        self.catalog.resolve_uri(uri).filter(|(server, _)| self.access.server(server))
+    }
+
+    /// Whether the session may see `server` at all: granted whole, or one of its tools.
+    pub(super) fn sees_server(self, server: &str) -> bool {
+        if self.access.is_unrestricted() || self.access.server(server) {
+            return true;
+        }
+        let tools = self.catalog.backend(server).map(|b| b.entries(ListKind::Tools)).unwrap_or(&[]);
+        self.access.sees_server(server, tools.iter().map(|e| e.served.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests;

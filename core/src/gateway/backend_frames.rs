@@ -206,7 +206,7 @@ impl Gateway {
             .sessions
             .open
             .iter()
-            .filter(|(id, s)| s.ready && self.sees_server(**id, server))
+            .filter(|(id, s)| s.ready && self.view(**id).sees_server(server))
             .map(|(id, _)| *id)
             .collect();
         for session in ready {

@@ -156,7 +156,7 @@ impl Gateway {
             .collect();
         // A session told nothing of a server it may not see.
         let listening: Vec<SessionId> =
-            listening.into_iter().filter(|id| self.sees_server(*id, event.server())).collect();
+            listening.into_iter().filter(|id| self.view(*id).sees_server(event.server())).collect();
         if listening.is_empty() {
             return;
         }
@@ -198,7 +198,7 @@ impl Gateway {
             .filter(|(_, b)| !b.catalog_discovered && !b.config.disabled && b.sup.status().is_starting())
             .filter(|(_, b)| b.sup.status() != crate::io::Status::Provisioning || !b.config.lazy)
             .map(|(name, _)| String::from(&**name))
-            .filter(|name| self.sees_server(session, name))
+            .filter(|name| self.view(session).sees_server(name))
             .collect();
         if starting.is_empty() {
             return;

@@ -86,9 +86,8 @@ impl Gateway {
             }
         } else {
             let backends = &self.backends;
-            let access = self.access(session);
-            let visible =
-                |s: &str, e: &_| backends.get(s).is_some_and(|b| b.is_visible()) && Self::grants(access, kind, s, e);
+            let view = self.view(session);
+            let visible = |s: &str, e: &_| backends.get(s).is_some_and(|b| b.is_visible()) && view.grants(kind, s, e);
             let size = self.config.limits.page_size as usize;
             let page = match self.listed_task_support(session, kind) {
                 Some(edit) => self.catalog.page_edited(kind, cursor, size, visible, edit),
@@ -109,7 +108,7 @@ impl Gateway {
             }
         };
         let hash = self.visible_hashes()[kind as usize];
-        let own = if self.restricted(session) { self.session_hashes(session)[kind as usize] } else { hash };
+        let own = if self.view(session).restricted() { self.session_hashes(session)[kind as usize] } else { hash };
         if let Some(s) = self.sessions.open.get_mut(&session) {
             s.seen[kind as usize] = hash;
             s.seen_own[kind as usize] = own;
@@ -214,7 +213,7 @@ impl Gateway {
             .sessions
             .open
             .iter()
-            .filter(|(id, s)| s.seen != hashes && s.scopes.is_some() && self.restricted(**id))
+            .filter(|(id, s)| s.seen != hashes && s.scopes.is_some() && self.view(**id).restricted())
             .map(|(id, _)| *id)
             .collect();
         let mut own_views = Vec::with_capacity(restricted.len());
@@ -274,7 +273,7 @@ impl Gateway {
             }
         }
         for (session, frame) in frames {
-            if self.restricted(session) {
+            if self.view(session).restricted() {
                 // What it is told of is what it sees now.
                 let own = self.session_hashes(session);
                 if let Some(s) = self.sessions.open.get_mut(&session) {
@@ -284,7 +283,7 @@ impl Gateway {
             self.to_client(session, frame);
         }
         for (session, kinds) in listening {
-            if self.restricted(session) {
+            if self.view(session).restricted() {
                 let own = self.session_hashes(session);
                 if let Some(s) = self.sessions.open.get_mut(&session) {
                     s.seen_own = own;

@@ -178,10 +178,10 @@ impl Gateway {
         let servers: Vec<Value> = self
             .statuses()
             .into_iter()
-            .filter(|s| self.sees_server(session, &s.server))
+            .filter(|s| self.view(session).sees_server(&s.server))
             .map(|mut s| {
                 // A server granted in part shows the part.
-                let access = self.access(session);
+                let access = self.view(session).access;
                 if !access.server(&s.server) {
                     let tools = self.catalog.backend(&s.server).map(|b| b.entries(ListKind::Tools)).unwrap_or(&[]);
                     let granted = tools.iter().filter(|e| access.tool(&s.server, &e.served));
@@ -200,11 +200,11 @@ impl Gateway {
         let query = string_arg(args, "query")?.unwrap_or("");
         let only = string_arg(args, "server")?;
         let limit = count_arg(args, "limit", SEARCH_LIMIT, 1)? as usize;
-        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s) || !self.sees_server(session, s)) {
+        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s) || !self.view(session).sees_server(s)) {
             return Err(self.unknown_server(session, server));
         }
         let backends = &self.backends;
-        let access = self.access(session);
+        let access = self.view(session).access;
         let searched = |s: &str, e: &crate::catalog::Entry| {
             only.is_none_or_eq(s) && backends.get(s).is_some_and(|b| !b.config.disabled) && access.tool(s, &e.served)
         };
@@ -243,8 +243,8 @@ impl Gateway {
             let tool: Value = serde_json::from_str(own.definition()).unwrap_or(Value::Null);
             return Ok(json!({ "server": "tether", "status": "online", "available": true, "tool": tool }));
         }
-        let Some(r) = self.resolve_tool_for(session, name) else {
-            let hidden = self.hidden_message(ListKind::Tools, name).filter(|_| !self.restricted(session));
+        let Some(r) = self.view(session).tool(name) else {
+            let hidden = self.hidden_message(ListKind::Tools, name).filter(|_| !self.view(session).restricted());
             return Err(hidden.unwrap_or_else(|| self.unknown_tool(name)));
         };
         let tool: Value = serde_json::from_str(&r.entry.json).unwrap_or(Value::Null);
@@ -269,8 +269,8 @@ impl Gateway {
             let msg = format!("'{target}' is one of the gateway's own tools: call it directly");
             return self.reply(session, &id, &tool_error(&msg));
         }
-        if self.resolve_tool_for(session, target).is_none() {
-            let restricted = self.restricted(session);
+        if self.view(session).tool(target).is_none() {
+            let restricted = self.view(session).restricted();
             let hidden = self.hidden_message(ListKind::Tools, target).filter(|_| !restricted);
             let withheld = restricted && self.catalog.resolve_tool(target).is_some();
             if hidden.is_some() || withheld || !self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
@@ -299,7 +299,7 @@ impl Gateway {
             (None, None) => return Err("argument 'server' is required".into()),
         };
         // Reconnecting is for whoever is granted the server whole.
-        let granted = self.access(session).server(&server);
+        let granted = self.view(session).access.server(&server);
         let Some(b) = self.backends.get(server.as_str()).filter(|_| granted) else {
             return Err(self.unknown_server(session, &server));
         };
@@ -328,7 +328,7 @@ impl Gateway {
     fn server_events(&self, session: SessionId, args: &Map<String, Value>) -> Result<Value, String> {
         let limit = count_arg(args, "limit", EVENTS_LIMIT, 1)? as usize;
         let only = string_arg(args, "server")?;
-        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s) || !self.sees_server(session, s)) {
+        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s) || !self.view(session).sees_server(s)) {
             return Err(self.unknown_server(session, server));
         }
         let since = match args.get("since") {
@@ -336,7 +336,7 @@ impl Gateway {
             Some(v) => Some(v.as_u64().ok_or("argument 'since' must be a whole number")?),
         };
         let wanted =
-            |e: &&Journaled| only.is_none_or_eq(e.event.server()) && self.sees_server(session, e.event.server());
+            |e: &&Journaled| only.is_none_or_eq(e.event.server()) && self.view(session).sees_server(e.event.server());
         let next = self.journal.next_seq();
         let (events, missed, next_since) = match since {
             // From a cursor: the oldest first, as many as fit; the rest next time.
@@ -367,7 +367,8 @@ impl Gateway {
     }
 
     fn unknown_server(&self, session: SessionId, server: &str) -> String {
-        let known: Vec<&str> = self.backends.keys().map(|n| &**n).filter(|n| self.sees_server(session, n)).collect();
+        let known: Vec<&str> =
+            self.backends.keys().map(|n| &**n).filter(|n| self.view(session).sees_server(n)).collect();
         format!("unknown server '{server}'; the servers are: {}", known.join(", "))
     }
 

@@ -50,7 +50,7 @@ impl Gateway {
         }
         // Malformed params are the router's to refuse.
         let Some(call) = params.and_then(|p| serde_json::from_str::<CallParams<'_>>(p).ok()) else { return Ok(()) };
-        let Some(tool) = self.resolve_tool_for(session, &call.name) else { return Ok(()) };
+        let Some(tool) = self.view(session).tool(&call.name) else { return Ok(()) };
         let declared = &tool.entry.param_headers;
         if declared.is_empty() || protocol::request_era(params) == RequestEra::Handshake {
             return Ok(());

@@ -72,12 +72,12 @@ impl Gateway {
             return self.call_own_tool(session, id, tool, fields);
         }
         let resolved = match kind {
-            ListKind::Tools => self.resolve_tool_for(session, &name),
-            _ => self.resolve_prompt_for(session, &name),
+            ListKind::Tools => self.view(session).tool(&name),
+            _ => self.view(session).prompt(&name),
         };
         let Some(r) = resolved else {
             // A session whose scopes withhold things is told nothing about them.
-            let restricted = self.restricted(session);
+            let restricted = self.view(session).restricted();
             if let Some(msg) = self.hidden_message(kind, &name).filter(|_| !restricted) {
                 return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
             }
@@ -143,9 +143,8 @@ impl Gateway {
         let Some(uri) = params.get("uri").and_then(Value::as_str).map(ToString::to_string) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
         };
-        let Some((server, original)) = self.resolve_uri_for(session, &uri).map(|(s, o)| (s.to_string(), o.to_string()))
-        else {
-            let msg = match self.catalog.hidden_uri(&uri).filter(|_| !self.restricted(session)) {
+        let Some((server, original)) = self.view(session).uri(&uri).map(|(s, o)| (s.to_string(), o.to_string())) else {
+            let msg = match self.catalog.hidden_uri(&uri).filter(|_| !self.view(session).restricted()) {
                 Some(server) => format!(
                     "resource {uri} is not served: the configuration of server '{server}' hides it \
                      (its tether.resources allow and deny lists)"
@@ -172,7 +171,7 @@ impl Gateway {
         let Some(uri) = uri else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing uri", None);
         };
-        if self.resolve_uri_for(session, &uri).is_none() && self.catalog.resolve_uri(&uri).is_some() {
+        if self.view(session).uri(&uri).is_none() && self.catalog.resolve_uri(&uri).is_some() {
             // Withheld by the session's scopes: answered as for a URI no backend serves.
             if method == "resources/unsubscribe" {
                 return self.reply(session, &id, "{}");
@@ -265,12 +264,12 @@ impl Gateway {
             "ref/prompt" => reference
                 .get("name")
                 .and_then(Value::as_str)
-                .and_then(|n| self.resolve_prompt_for(session, n))
+                .and_then(|n| self.view(session).prompt(n))
                 .map(|r| (r.server.to_string(), "name", r.entry.original.clone())),
             "ref/resource" => reference
                 .get("uri")
                 .and_then(Value::as_str)
-                .and_then(|u| self.resolve_uri_for(session, u))
+                .and_then(|u| self.view(session).uri(u))
                 .map(|(s, u)| (s.to_string(), "uri", u.to_string())),
             _ => None,
         };
@@ -296,7 +295,7 @@ impl Gateway {
         if let Some(s) = self.sessions.open.get_mut(&session) {
             s.log_level = level;
         }
-        if self.restricted(session) {
+        if self.view(session).restricted() {
             // A session that sees part of the gateway sets the level of what it
             // is sent, not the backends' (which every session shares).
             return self.reply(session, id, "{}");

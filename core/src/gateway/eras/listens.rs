@@ -105,8 +105,7 @@ impl Gateway {
         };
         let mut total: usize = self.sessions.subscriptions.values().map(BTreeSet::len).sum();
         for uri in requested {
-            if listen.uris.contains(&uri) || !self.can_subscribe(&uri) || self.resolve_uri_for(session, &uri).is_none()
-            {
+            if listen.uris.contains(&uri) || !self.can_subscribe(&uri) || self.view(session).uri(&uri).is_none() {
                 continue;
             }
             let subscribed = self.sessions.subscriptions.get(&uri).is_some_and(|s| s.contains(&session));

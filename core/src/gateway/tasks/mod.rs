@@ -396,7 +396,7 @@ impl Gateway {
         let params: Map<String, Value> = params.and_then(|p| serde_json::from_str(p).ok()).unwrap_or_default();
         let poll_ms = self.config.tasks.poll_interval_ms;
         if method == "tasks/list" {
-            let listed = self.tasks.listed(session, |server| self.sees_server(session, server), poll_ms);
+            let listed = self.tasks.listed(session, |server| self.view(session).sees_server(server), poll_ms);
             return self.reply(session, id, &listed);
         }
         let Some(task_id) = params.get("taskId").and_then(Value::as_str) else {
@@ -405,11 +405,11 @@ impl Gateway {
         // A task of a backend the session's scopes do not show, or another
         // identity's, is unknown to it: the same answer as for an id that never existed.
         let principal = self.sessions.principal(session);
-        let reachable = |t: &&Task| self.sees_server(session, &t.server) && t.reachable_by(principal);
+        let reachable = |t: &&Task| self.view(session).sees_server(&t.server) && t.reachable_by(principal);
         let Some(task) = self.tasks.tasks.get(task_id).filter(reachable) else {
             // A backend's task is asked about only by a session that sees the backend.
             let backend = form.and_then(|form| self.task_backend(session, task_id, form));
-            if let Some((server, own)) = backend.filter(|(server, _)| self.sees_server(session, server)) {
+            if let Some((server, own)) = backend.filter(|(server, _)| self.view(session).sees_server(server)) {
                 return self.pass_task_request(session, id.clone(), method, params, &server, &own);
             }
             let msg = format!("unknown task {}: it never existed or has expired", protocol::quote(task_id));
