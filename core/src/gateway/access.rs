@@ -97,7 +97,7 @@ impl Gateway {
         }
         if self.config.mode == crate::config::Mode::Flat {
             // As in the shared view, of the backends this session sees.
-            own[tools] ^= self.tasks_hash(|s| view.sees_server(s));
+            own[tools] ^= self.backends.tasks_hash(|s| view.sees_server(s));
         }
         own
     }

@@ -241,7 +241,7 @@ impl Gateway {
     /// era (`initialize`, or the `server/discover` probe).
     pub(super) fn connect(&mut self, server: &str) {
         let now = self.now;
-        let name = self.name(server);
+        let name = self.backends.name(server);
         if let Some(why) = self.backends.get(server).and_then(|b| b.config.broken.clone()) {
             // Its entry cannot be started as written: it says so, and waits for a fix.
             return self.close_backend(server, Status::Error, Some(why));
@@ -311,7 +311,7 @@ impl Gateway {
 
     /// The handshake-era opener: `initialize`.
     pub(super) fn send_initialize(&mut self, server: &str, may_probe: bool) {
-        let name = self.name(server);
+        let name = self.backends.name(server);
         let Some(b) = self.backends.get_mut(server) else { return };
         b.era = Era::Handshake;
         let generation = b.sup.generation();
@@ -330,7 +330,7 @@ impl Gateway {
     /// unknown era; anything but a stateless answer means `initialize`. Silence
     /// is a failure like any other (the connect timeout).
     fn send_probe(&mut self, server: &str, may_initialize: bool) {
-        let name = self.name(server);
+        let name = self.backends.name(server);
         let Some(b) = self.backends.get_mut(server) else { return };
         b.era = Era::Stateless;
         let generation = b.sup.generation();
@@ -339,19 +339,6 @@ impl Gateway {
         self.router.calls.insert(id, Call { server: name, generation, deadline: None, kind });
         let params = protocol::params_with_meta(None, &protocol::stateless_meta_members("{}"));
         self.to_backend(server, protocol::request(id, "server/discover", Some(&params)), Some(id));
-    }
-
-    /// A request of the gateway's own to `server`, in the era of its connection:
-    /// a stateless backend gets the per-request `_meta` (declaring no client
-    /// capabilities: nobody is behind it to answer input requests).
-    pub(super) fn backend_request_frame(&self, server: &str, id: u64, method: &str, params: Option<&str>) -> String {
-        match self.backends.get(server).map(|b| b.era) {
-            Some(Era::Stateless) => {
-                let params = protocol::params_with_meta(params, &protocol::stateless_meta_members("{}"));
-                protocol::request(id, method, Some(&params))
-            }
-            _ => protocol::request(id, method, params),
-        }
     }
 
     pub(super) fn handshake_answer(&mut self, server: &str, answer: Result<&str, &str>, may_probe: bool) {
@@ -433,7 +420,7 @@ impl Gateway {
             self.to_backend(server, protocol::notification("notifications/initialized", None), None);
         }
         if let Some(attempts_taken) = reconnected {
-            self.emit(Event::ServerReconnected { server: self.name(server), attempts_taken, capabilities });
+            self.emit(Event::ServerReconnected { server: self.backends.name(server), attempts_taken, capabilities });
         }
         if !skip {
             self.start_discovery(server, ALL_KINDS);
@@ -485,11 +472,12 @@ impl Gateway {
         let b = self.backends.get_mut(server).expect("live");
         b.listen = Some(id);
         let generation = b.sup.generation();
-        self.router
-            .calls
-            .insert(id, Call { server: self.name(server), generation, deadline: None, kind: CallKind::Listen });
+        self.router.calls.insert(
+            id,
+            Call { server: self.backends.name(server), generation, deadline: None, kind: CallKind::Listen },
+        );
         let params = serde_json::json!({ "notifications": filter }).to_string();
-        let frame = self.backend_request_frame(server, id, "subscriptions/listen", Some(&params));
+        let frame = self.backends.request_frame(server, id, "subscriptions/listen", Some(&params));
         self.to_backend(server, frame, Some(id));
     }
 
@@ -505,19 +493,6 @@ impl Gateway {
         self.open_listen(server);
     }
 
-    /// A stateless backend ended its listen (a final answer, an error, or its
-    /// `notifications/cancelled`): opened again at the next health check, unless
-    /// the backend does not support listening.
-    pub(super) fn listen_ended(&mut self, server: &str, id: u64, error: Option<&str>) {
-        let Some(b) = self.backends.get_mut(server) else { return };
-        if b.listen == Some(id) {
-            b.listen = None;
-        }
-        if error.and_then(error_code) == Some(code::METHOD_NOT_FOUND) {
-            b.listen_unsupported = true;
-        }
-    }
-
     /// Lists everything the backend offers (following its cursors).
     pub(super) fn start_discovery(&mut self, server: &str, requested: u8) {
         let Some(b) = self.backends.get_mut(server) else { return };
@@ -529,7 +504,7 @@ impl Gateway {
             .into_iter()
             .filter(|k| requested & kind_bit(*k) != 0 && b.has_capability(k.capability()))
             .collect();
-        let room = self.catalog_room(server, requested);
+        let room = self.backends.catalog_room(server, requested, &self.config.limits);
         let Some(b) = self.backends.get_mut(server) else { return };
         b.discovery = Some(Discovery::new(requested, room));
         for kind in &kinds {
@@ -551,31 +526,10 @@ impl Gateway {
         let params = cursor.map(|c| format!(r#"{{"cursor":{}}}"#, protocol::quote(c)));
         self.router.calls.insert(
             id,
-            Call { server: self.name(server), generation, deadline, kind: CallKind::Discover { kind, pages } },
+            Call { server: self.backends.name(server), generation, deadline, kind: CallKind::Discover { kind, pages } },
         );
-        let frame = self.backend_request_frame(server, id, kind.method(), params.as_deref());
+        let frame = self.backends.request_frame(server, id, kind.method(), params.as_deref());
         self.to_backend(server, frame, Some(id));
-    }
-
-    /// Bytes a discovery of `server` re-listing `requested` may keep: its own
-    /// bound, and what the other backends' catalogs (and its lists not being
-    /// re-listed) leave of the total.
-    fn catalog_room(&self, server: &str, requested: u8) -> u64 {
-        let limits = &self.config.limits;
-        let others: u64 = self
-            .backends
-            .iter()
-            .map(|(name, b)| match &**name == server {
-                true => ListKind::ALL
-                    .iter()
-                    .filter(|k| requested & kind_bit(**k) == 0)
-                    .map(|k| b.catalog_bytes[*k as usize])
-                    .sum(),
-                false => b.catalog_bytes.iter().sum::<u64>(),
-            })
-            .sum();
-        let own = u64::from(limits.max_catalog_bytes);
-        own.min(u64::from(limits.max_total_catalog_bytes).saturating_sub(others))
     }
 
     pub(super) fn discovery_answer(&mut self, server: &str, kind: ListKind, pages: u32, answer: Result<&str, &str>) {
@@ -626,7 +580,7 @@ impl Gateway {
                 format!("catalog cut at {kept} bytes by {limit}: the rest of what it listed is not served")
             });
             if let Some(detail) = b.catalog_cut.clone() {
-                self.emit(Event::CatalogCut { server: self.name(server), detail });
+                self.emit(Event::CatalogCut { server: self.backends.name(server), detail });
             }
             // A re-discovery (the server's list_changed) that finds the catalog as it
             // was is no event: some servers announce a change right after starting.
@@ -637,16 +591,16 @@ impl Gateway {
             let installed = self.catalog.replace(server, lists);
             let changed = before.map_or(true, |before| before != own(&self.catalog));
             for c in installed.conflicts {
-                self.emit(Event::NameConflict { server: self.name(server), name: c.name });
+                self.emit(Event::NameConflict { server: self.backends.name(server), name: c.name });
             }
             for r in installed.rejected {
                 let detail = format!("tool {} not served: {}", protocol::quote(&r.name), r.reason);
-                self.emit(Event::ProtocolViolation { server: self.name(server), detail });
+                self.emit(Event::ProtocolViolation { server: self.backends.name(server), detail });
             }
             let (count, estimated_tokens) =
                 self.catalog.backend(server).map_or((0, 0), |c| (c.tool_count(), c.estimated_tokens()));
             if changed {
-                self.emit(Event::ToolsDiscovered { server: self.name(server), count, estimated_tokens });
+                self.emit(Event::ToolsDiscovered { server: self.backends.name(server), count, estimated_tokens });
             }
         }
         let b = self.backends.get_mut(server).expect("live backend");
@@ -676,7 +630,7 @@ impl Gateway {
         // A health check is not traffic: `last_success` (which skips checks) stays as it is.
         if ok {
             if let Some(HealthChange::Restored) = b.sup.health.on_success() {
-                self.emit(Event::ServerHealthRestored { server: self.name(server) });
+                self.emit(Event::ServerHealthRestored { server: self.backends.name(server) });
             }
         } else {
             self.health_failed(server, "health check answered with an error".into());
@@ -686,13 +640,17 @@ impl Gateway {
     pub(super) fn health_failed(&mut self, server: &str, last_error: String) {
         let Some(b) = self.backends.get_mut(server) else { return };
         if let Some(HealthChange::Degraded { consecutive_failures }) = b.sup.health.on_failure() {
-            self.emit(Event::ServerHealthDegraded { server: self.name(server), consecutive_failures, last_error });
+            self.emit(Event::ServerHealthDegraded {
+                server: self.backends.name(server),
+                consecutive_failures,
+                last_error,
+            });
         }
     }
 }
 
 /// Reads `error.code` from a raw JSON-RPC error object.
-fn error_code(error: &str) -> Option<i64> {
+pub(super) fn error_code(error: &str) -> Option<i64> {
     serde_json::from_str::<Map<String, Value>>(error).ok()?.get("code")?.as_i64()
 }
 

@@ -38,7 +38,7 @@ impl Gateway {
     pub(super) fn backend_frame_on(&mut self, server: &str, frame: &str, stream: Option<StreamRef>) {
         if frame.len() > self.config.limits.max_frame_bytes as usize {
             self.emit(Event::ProtocolViolation {
-                server: self.name(server),
+                server: self.backends.name(server),
                 detail: format!("frame of {} bytes exceeds the limit", frame.len()),
             });
             return;
@@ -47,7 +47,7 @@ impl Gateway {
         let message = match protocol::read(frame, &mut fields) {
             Ok((m, _)) => m,
             Err(e) => {
-                self.emit(Event::ProtocolViolation { server: self.name(server), detail: e.message });
+                self.emit(Event::ProtocolViolation { server: self.backends.name(server), detail: e.message });
                 return;
             }
         };
@@ -80,7 +80,7 @@ impl Gateway {
 
     fn unknown_response(&mut self, server: &str, id: &str) {
         self.emit(Event::ProtocolViolation {
-            server: self.name(server),
+            server: self.backends.name(server),
             detail: format!("response to unknown request id {id}"),
         });
     }
@@ -96,7 +96,7 @@ impl Gateway {
             _ => return self.unknown_response(server, &call_id.to_string()),
         }
         let Some(call) = self.router.calls.remove(&call_id) else { return };
-        self.stream_answered(server, call_id);
+        self.backends.stream_answered(server, call_id);
         let b = self.backends.get_mut(server).expect("live");
         if call_id >= b.credential_first_id {
             // Sent with the token in hand and answered: the backend takes it.
@@ -107,7 +107,7 @@ impl Gateway {
         match call.kind {
             CallKind::Initialize { may_probe } => self.handshake_answer(server, answer, may_probe),
             CallKind::Probe { may_initialize } => self.probe_answer(server, answer, may_initialize),
-            CallKind::Listen => self.listen_ended(server, call_id, answer.err()),
+            CallKind::Listen => self.backends.listen_ended(server, call_id, answer.err()),
             CallKind::Discover { kind, pages } => self.discovery_answer(server, kind, pages, answer),
             CallKind::Health => self.health_answer(server, answer),
             CallKind::Quiet => {}
@@ -125,7 +125,7 @@ impl Gateway {
         b.session_losses = 0;
         b.sup.touch(now);
         if let Some(BreakerTransition::Closed) = b.sup.breaker.on_success(now) {
-            self.emit(Event::CircuitClosed { server: self.name(server) });
+            self.emit(Event::CircuitClosed { server: self.backends.name(server) });
         }
     }
 
@@ -263,7 +263,7 @@ impl Gateway {
         let listen = self.backends.get(server).and_then(|b| b.listen);
         if let Some(id) = listen.filter(|id| request_id == id.to_string()) {
             self.router.calls.remove(&id);
-            return self.listen_ended(server, id, None);
+            return self.backends.listen_ended(server, id, None);
         }
         let found = self
             .router
@@ -330,7 +330,7 @@ impl Gateway {
         self.router.server_requests.insert(
             client_id,
             ServerRequest {
-                server: self.name(server),
+                server: self.backends.name(server),
                 generation,
                 backend_id: id.to_string(),
                 session,

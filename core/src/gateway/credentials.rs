@@ -50,7 +50,7 @@ impl Gateway {
 
     /// Asks the host for a credential step.
     pub(super) fn authorize(&mut self, server: &str, step: AuthStep) {
-        let server = self.name(server);
+        let server = self.backends.name(server);
         self.push(Action::Authorize { server, step });
     }
 
@@ -92,7 +92,7 @@ impl Gateway {
                 self.connection_refused(server, status, &challenge, sent_before)
             }
             CallKind::Listen => {
-                self.listen_ended(server, id, None);
+                self.backends.listen_ended(server, id, None);
                 self.credential_refused(server, status, &challenge, sent_before);
             }
             CallKind::Health => {
@@ -153,7 +153,7 @@ impl Gateway {
                 let msg = if status == 403 {
                     format!("backend '{server}' needs a scope the login did not grant{}", scope_note(challenge))
                 } else {
-                    self.reauth_message(server)
+                    self.backends.reauth_message(server)
                 };
                 self.fail_refused(server, call, &msg)
             }
@@ -230,7 +230,7 @@ impl Gateway {
                     // The refused connection is closed already: rest there, and
                     // fail what waited for it with the instructions.
                     b.awaiting_credential = false;
-                    let msg = self.login_instructions(server);
+                    let msg = self.backends.login_instructions(server);
                     let b = self.backends.get_mut(server).expect("live");
                     b.sup.on_closed(Status::RequiresReauth, Some(msg));
                     let waiting: alloc::vec::Vec<Queued> = b.queue.drain(..).collect();
@@ -242,7 +242,7 @@ impl Gateway {
                     let failure = Failure::Unauthorized { status: 401, challenge };
                     self.connection_lost(server, failure);
                 }
-                let msg = self.reauth_message(server);
+                let msg = self.backends.reauth_message(server);
                 self.fail_waiting_for_credential(server, &msg);
                 self.update_login_message(server);
             }
@@ -268,41 +268,9 @@ impl Gateway {
         if b.sup.status() != Status::RequiresReauth {
             return;
         }
-        let msg = self.login_instructions(server);
+        let msg = self.backends.login_instructions(server);
         let b = self.backends.get_mut(server).expect("live");
         b.sup.set_status(Status::RequiresReauth, Some(msg));
-    }
-
-    /// What a person must do to bring a backend that refused tether's credential back.
-    pub(super) fn login_instructions(&self, server: &str) -> String {
-        let Some(b) = self.backends.get(server) else { return String::new() };
-        let Some(credential) = b.credential.as_ref() else {
-            let reason = b.sup.message().unwrap_or("credentials rejected");
-            return format!(
-                "{reason}; update the `headers` it is configured with (static keys), or remove its Authorization \
-                 header so tether logs in with OAuth, then reconnect it"
-            );
-        };
-        let reason = credential.reauth_reason().unwrap_or("login required");
-        if credential.misconfigured() {
-            return format!(
-                "{reason}: the authorization server refuses the client tether is configured as; correct the \
-                 backend's oauth settings (client_id, client_secret or private_key), then reload the \
-                 configuration or run `tether reconnect {server}`"
-            );
-        }
-        if credential.retrying() {
-            // An unreachable token endpoint, a refused unattended grant, an
-            // assertion file not there yet: no login mends these, time may.
-            return format!(
-                "{reason}: tether asks the authorization server again by itself, backing off; \
-                 `tether reconnect {server}` asks now"
-            );
-        }
-        match credential.login_url() {
-            Some(url) => format!("{reason}: run `tether auth login {server}` or open {url}"),
-            None => format!("{reason}: run `tether auth login {server}`"),
-        }
     }
 
     fn fail_refused(&mut self, server: &str, call: ClientCall, message: &str) {
@@ -318,7 +286,7 @@ impl Gateway {
     /// as a URL elicitation (-32042) when the backend has one prepared and the
     /// client can open URLs, else with the instructions (-32004).
     pub(super) fn fail_reauth(&mut self, server: &str, call: ClientCall, message: &str) {
-        let data = self.unavailable_data(server);
+        let data = self.backends.unavailable_data(server, self.now);
         match self.login_elicitation(server, &call, message) {
             Some(elicitation) => {
                 let mut data: Map<String, Value> = serde_json::from_str(&data).unwrap_or_default();

@@ -48,7 +48,7 @@ impl Gateway {
         match call.kind {
             CallKind::Client(c) => self.client_call_failed(server, c, &failure),
             CallKind::Quiet => {}
-            CallKind::Listen => self.listen_ended(server, request, None),
+            CallKind::Listen => self.backends.listen_ended(server, request, None),
             CallKind::Health => {
                 self.backends.get_mut(server).expect("live").sup.schedule_health(self.now, &mut self.rng);
                 self.health_failed(server, failure.describe());
@@ -95,7 +95,7 @@ impl Gateway {
         if class.delivery == crate::policy::Delivery::NotDelivered && class.status == FailureStatus::Offline {
             self.connection_lost(server, failure.clone());
         }
-        let data = self.unavailable_data(server);
+        let data = self.backends.unavailable_data(server, self.now);
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &message, Some(&data));
         self.record_call(server, &call, CallOutcome::Failed);
         self.release(&call);
@@ -112,7 +112,7 @@ impl Gateway {
             return;
         }
         if let Some(BreakerTransition::Opened { cooldown }) = b.sup.breaker.on_failure(now) {
-            self.emit(Event::CircuitOpened { server: self.name(server), cooldown_ms: cooldown.as_millis() });
+            self.emit(Event::CircuitOpened { server: self.backends.name(server), cooldown_ms: cooldown.as_millis() });
         }
     }
 
@@ -155,7 +155,7 @@ impl Gateway {
             let msg = format!(
                 "backend '{server}' lost its session (HTTP 404) while this call was in flight; it may have run, so it was not resent"
             );
-            let data = self.unavailable_data(server);
+            let data = self.backends.unavailable_data(server, self.now);
             self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
             self.record_call(server, &c, CallOutcome::Failed);
             self.release(&c);
@@ -199,12 +199,12 @@ impl Gateway {
                 let class = failure.classify();
                 self.count_failure(server, class.counts_for_breaker, c.probe);
                 if matches!(after, AfterLoss::Reauth) {
-                    let msg = self.reauth_message(server);
+                    let msg = self.backends.reauth_message(server);
                     self.fail_reauth(server, c, &msg);
                     continue;
                 }
                 let msg = format!("backend '{server}' disconnected: {message}");
-                let data = self.unavailable_data(server);
+                let data = self.backends.unavailable_data(server, self.now);
                 self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
                 self.record_call(server, &c, CallOutcome::Failed);
                 self.release(&c);
@@ -214,7 +214,7 @@ impl Gateway {
             AfterLoss::Reconnect { attempt, delay } => self.announce_reconnect(server, attempt, delay.as_millis()),
             AfterLoss::GaveUp { crashes } => {
                 let window_ms = self.backends[server].sup.policy().crash_window_ms;
-                self.emit(Event::ServerPermanentlyFailed { server: self.name(server), crashes, window_ms });
+                self.emit(Event::ServerPermanentlyFailed { server: self.backends.name(server), crashes, window_ms });
             }
             AfterLoss::Restart { .. } | AfterLoss::Reauth => {}
         }
@@ -280,7 +280,7 @@ impl Gateway {
             return;
         }
         b.last_reconnect_event = Some(now);
-        self.emit(Event::ServerReconnecting { server: self.name(server), attempt, next_retry_ms });
+        self.emit(Event::ServerReconnecting { server: self.backends.name(server), attempt, next_retry_ms });
     }
 
     /// Ends the live connection's bookkeeping: closes it, fails pending server
@@ -291,13 +291,13 @@ impl Gateway {
         b.discovery = None;
         b.streams = Default::default();
         if b.sup.is_connected() {
-            self.push(Action::CloseBackend { server: self.name(server), generation });
+            self.push(Action::CloseBackend { server: self.backends.name(server), generation });
             if !lost {
-                self.emit(Event::ServerDisconnected { server: self.name(server), intentional: true });
+                self.emit(Event::ServerDisconnected { server: self.backends.name(server), intentional: true });
             }
         }
         if lost {
-            self.emit(Event::ServerDisconnected { server: self.name(server), intentional: false });
+            self.emit(Event::ServerDisconnected { server: self.backends.name(server), intentional: false });
         }
         let ids: Vec<u64> = self.router.calls.iter().filter(|(_, c)| &*c.server == server).map(|(id, _)| *id).collect();
         let mut client_calls = Vec::new();

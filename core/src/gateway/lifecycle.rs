@@ -2,11 +2,9 @@
 //! health checks, idle), the queue of calls waiting for a backend, and the
 //! status data a failed call carries.
 
-use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use serde_json::Value;
 
 use super::calls::{Call, CallKind, ClientCall, Queued};
 use super::Gateway;
@@ -32,7 +30,7 @@ impl Gateway {
                 }
             }
             let msg = format!("backend '{server}' was closed: {reason}");
-            let data = self.unavailable_data(server);
+            let data = self.backends.unavailable_data(server, self.now);
             self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
             self.record_call(server, &c, CallOutcome::Failed);
             self.release(&c);
@@ -48,7 +46,7 @@ impl Gateway {
         self.fail_input_rounds_of(server, &format!("backend '{server}' was removed"));
         self.retired_generations.insert(server.to_string(), b.sup.generation());
         for t in b.sup.drain_transitions() {
-            self.emit(t.into_event(self.name(server)));
+            self.emit(t.into_event(self.backends.name(server)));
         }
         // Which backend a URI belongs to is known only while it is registered.
         let catalog = &self.catalog;
@@ -137,7 +135,7 @@ impl Gateway {
         let (expired, rest): (Vec<Queued>, Vec<Queued>) = b.queue.drain(..).partition(|q| q.deadline <= now);
         b.queue = rest.into();
         for q in expired {
-            let data = self.unavailable_data(server);
+            let data = self.backends.unavailable_data(server, self.now);
             let msg = format!("backend '{server}' did not become available in time");
             if q.call.probe {
                 self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
@@ -160,7 +158,7 @@ impl Gateway {
             // Recent successful traffic is the check: it passed.
             b.sup.schedule_health(now, &mut self.rng);
             if let Some(HealthChange::Restored) = b.sup.health.on_success() {
-                self.emit(Event::ServerHealthRestored { server: self.name(server) });
+                self.emit(Event::ServerHealthRestored { server: self.backends.name(server) });
             }
             return;
         }
@@ -174,8 +172,10 @@ impl Gateway {
         let deadline = Some(now + Self::duration(b.sup.policy().health_timeout_ms));
         let generation = b.sup.generation();
         let id = self.alloc_id();
-        self.router.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Health });
-        let frame = self.backend_request_frame(server, id, method, None);
+        self.router
+            .calls
+            .insert(id, Call { server: self.backends.name(server), generation, deadline, kind: CallKind::Health });
+        let frame = self.backends.request_frame(server, id, method, None);
         self.to_backend(server, frame, Some(id));
         // A listen the backend ended is opened again here, not in a tight loop.
         self.open_listen(server);
@@ -254,28 +254,11 @@ impl Gateway {
         let b = &self.backends[server];
         let generation = b.sup.generation();
         let deadline = Some(self.now + Self::duration(b.sup.policy().request_timeout_ms));
-        self.router.calls.insert(id, Call { server: self.name(server), generation, deadline, kind: CallKind::Quiet });
-        let frame = self.backend_request_frame(server, id, method, Some(params));
+        self.router
+            .calls
+            .insert(id, Call { server: self.backends.name(server), generation, deadline, kind: CallKind::Quiet });
+        let frame = self.backends.request_frame(server, id, method, Some(params));
         self.to_backend(server, frame, Some(id));
-    }
-
-    /// The structured `data` of an unavailability error.
-    pub(super) fn unavailable_data(&self, server: &str) -> String {
-        let Some(b) = self.backends.get(server) else { return "{}".into() };
-        let mut m = BTreeMap::new();
-        m.insert("server", Value::String(server.to_string()));
-        m.insert("status", Value::String(b.sup.status().as_str().into()));
-        m.insert("attempt", Value::from(b.sup.reconnect_attempt()));
-        let next = b.sup.timer(Timer::Retry).map(|at| at.saturating_since(self.now).as_millis());
-        m.insert("next_retry_ms", next.map_or(Value::Null, Value::from));
-        m.insert("last_error", b.sup.message().map_or(Value::Null, |s| Value::String(s.into())));
-        let breaker = match b.sup.breaker.state(self.now) {
-            crate::policy::BreakerState::Closed => "closed",
-            crate::policy::BreakerState::Open => "open",
-            crate::policy::BreakerState::HalfOpen => "half_open",
-        };
-        m.insert("breaker", Value::String(breaker.into()));
-        serde_json::to_string(&m).unwrap_or_else(|_| "{}".into())
     }
 
     /// Fails a call because its backend cannot serve it now.
@@ -288,20 +271,14 @@ impl Gateway {
         let b = &self.backends[server];
         let status = b.sup.status();
         if status == Status::RequiresReauth {
-            let msg = self.reauth_message(server);
+            let msg = self.backends.reauth_message(server);
             return self.fail_reauth(server, call, &msg);
         }
-        let data = self.unavailable_data(server);
+        let data = self.backends.unavailable_data(server, self.now);
         let detail = b.sup.message().map(|m| format!(": {m}")).unwrap_or_default();
         let msg = format!("backend '{server}' is {status}{detail}");
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
         self.record_call(server, &call, CallOutcome::Failed);
         self.release(&call);
-    }
-
-    /// What a client is told when `server` rejected tether's credentials: what the
-    /// user must do about it.
-    pub(super) fn reauth_message(&self, server: &str) -> String {
-        format!("backend '{server}' requires re-authentication ({})", self.login_instructions(server))
     }
 }

@@ -11,43 +11,18 @@ use super::own_tools;
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::Mode;
-use crate::io::{RawId, SessionId, Status};
-use crate::protocol::{self, code, CacheHint, Era};
+use crate::io::{RawId, SessionId};
+use crate::protocol::{self, code, Era};
 
 use crate::time::Duration;
 impl Gateway {
     pub(super) fn list(&mut self, session: SessionId, id: RawId, kind: ListKind, cursor: Option<String>) {
-        if self.connection_pending(self.config.policy.aggregation_deadline_ms) {
+        if self.backends.connection_pending(self.now, self.config.policy.aggregation_deadline_ms) {
             let deadline = self.now + Self::duration(self.config.policy.aggregation_deadline_ms);
             self.router.parked_lists.push(ParkedList { session, id, what: Parked::List { kind, cursor }, deadline });
             return;
         }
         self.answer_list(session, &id, kind, cursor.as_deref());
-    }
-
-    /// Some backend is (re)connecting and began less than `window_ms` ago: a list
-    /// answered now would miss its tools (a restarted backend listing 0 tools),
-    /// so lists wait for it, never longer than the aggregation deadline.
-    fn connection_pending(&self, window_ms: u64) -> bool {
-        let now = self.now;
-        self.backends.values().any(|b| {
-            !b.config.disabled
-                && matches!(b.sup.status(), Status::Connecting | Status::DiscoveringTools)
-                && b.connect_started_at.is_some_and(|at| now < at + Self::duration(window_ms))
-        })
-    }
-
-    /// Some backend is starting for the first time, began less than `window_ms`
-    /// ago, and may still bring tools. A backend that has been starting for longer
-    /// is not waited for again, so one slow backend cannot slow every request.
-    pub(super) fn first_discovery_pending(&self, window_ms: u64) -> bool {
-        let now = self.now;
-        self.backends.values().any(|b| {
-            !b.catalog_discovered
-                && !b.config.disabled
-                && matches!(b.sup.status(), Status::Connecting | Status::DiscoveringTools)
-                && b.first_connect_at.is_some_and(|at| now < at + Self::duration(window_ms))
-        })
     }
 
     /// Answers parked list requests once no backend is starting, or on deadline.
@@ -57,8 +32,8 @@ impl Gateway {
         }
         let now = self.now;
         let policy = &self.config.policy;
-        let lists_free = !deadline_only && !self.connection_pending(policy.aggregation_deadline_ms);
-        let names_free = !deadline_only && !self.first_discovery_pending(policy.connect_timeout_ms);
+        let lists_free = !deadline_only && !self.backends.connection_pending(self.now, policy.aggregation_deadline_ms);
+        let names_free = !deadline_only && !self.backends.first_discovery_pending(self.now, policy.connect_timeout_ms);
         let (due, keep): (Vec<ParkedList>, Vec<ParkedList>) = self.router.parked_lists.drain(..).partition(|p| {
             let free = match p.what {
                 Parked::List { .. } => lists_free,
@@ -116,7 +91,7 @@ impl Gateway {
         let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
         match page {
             Ok(result) if stateless => {
-                let hint = self.list_cache_hint(kind);
+                let hint = self.backends.cache_hint(kind);
                 // Where tokens' scopes choose what is seen, a list is not everyone's.
                 let shared = self.config.scopes.is_empty();
                 let result = protocol::cacheable_result(&result, hint, shared);
@@ -130,24 +105,6 @@ impl Gateway {
             }
             Err(()) => self.reply_error(session, id, code::INVALID_PARAMS, "invalid cursor", None),
         }
-    }
-
-    /// How long an aggregated list may be cached: as long as every backend
-    /// behind it says its part may be (the shortest TTL; public only if all are).
-    /// A backend on its way up or down may change the list at any moment: stale.
-    fn list_cache_hint(&self, kind: ListKind) -> CacheHint {
-        let mut hint: Option<CacheHint> = None;
-        for b in self.backends.values().filter(|b| !b.config.disabled) {
-            match b.sup.status() {
-                Status::Online | Status::Dormant => {}
-                _ => return CacheHint::STALE,
-            }
-            if b.capabilities.get(kind.capability()).is_some_and(|c| !c.is_null()) {
-                let part = b.cache[kind as usize];
-                hint = Some(hint.map_or(part, |h| h.and(part)));
-            }
-        }
-        hint.unwrap_or(CacheHint::STALE)
     }
 
     // ----- routing -----
@@ -178,23 +135,9 @@ impl Gateway {
         let backends = &self.backends;
         let mut hashes = ListKind::ALL
             .map(|kind| self.catalog.visible_hash(kind, |s, _| backends.get(s).is_some_and(|b| b.is_visible())));
-        hashes[ListKind::Tools as usize] ^= self.tasks_hash(|_| true);
+        hashes[ListKind::Tools as usize] ^= self.backends.tasks_hash(|_| true);
         self.visible_cache = Some((version, hashes));
         hashes
-    }
-
-    /// Which of the backends `sees` lets through run tasks: it decides what
-    /// 2025-11-25 clients are told of their tools (`execution.taskSupport`), so a
-    /// change is a change of the tools list.
-    pub(super) fn tasks_hash(&self, sees: impl Fn(&str) -> bool) -> u64 {
-        let mut tasks = crate::catalog::Fnv::new();
-        let running =
-            self.backends.keys().filter(|s| sees(s) && self.backend_runs_tasks(s, super::tasks::Form::Experimental));
-        for name in running {
-            tasks.write(name.as_bytes());
-            tasks.write(&[0]);
-        }
-        tasks.finish()
     }
 
     /// Sends `list_changed` to each ready session whose last view of a list differs

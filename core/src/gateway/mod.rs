@@ -5,6 +5,7 @@
 mod access;
 mod backend;
 mod backend_frames;
+mod backends;
 mod calls;
 mod client;
 mod client_events;
@@ -160,7 +161,7 @@ pub struct Gateway {
     /// Task ids and continuations: unpredictable from those already handed out.
     ids: crate::secret_ids::SecretIds,
     now: Instant,
-    backends: BTreeMap<ServerName, Backend>,
+    backends: backends::Backends,
     catalog: Catalog,
     /// Secrets of the current config, removed from events and error messages.
     redactor: Redactor,
@@ -202,7 +203,7 @@ impl Gateway {
             rng: Rng::new(seed),
             ids: crate::secret_ids::SecretIds::from_seed(seed),
             now,
-            backends: BTreeMap::new(),
+            backends: backends::Backends::default(),
             sessions: Sessions::default(),
             router: Router::default(),
             log_level: None,
@@ -463,7 +464,7 @@ impl Gateway {
                 }
             }
         }
-        for (name, b) in &self.backends {
+        for (name, b) in self.backends.iter() {
             // The breaker lets one probe through when half-open, and only then.
             let probes = self
                 .router
@@ -587,12 +588,13 @@ impl Gateway {
     fn to_backend(&mut self, server: &str, frame: String, request: Option<u64>) {
         let Some(b) = self.backends.get(server) else { return };
         let generation = b.sup.generation();
-        self.push(Action::SendToBackend { server: self.name(server), generation, frame, request, headers: Vec::new() });
-    }
-
-    /// The shared name of backend `server` (no allocation when it exists).
-    fn name(&self, server: &str) -> ServerName {
-        self.backends.get_key_value(server).map_or_else(|| server.into(), |(name, _)| name.clone())
+        self.push(Action::SendToBackend {
+            server: self.backends.name(server),
+            generation,
+            frame,
+            request,
+            headers: Vec::new(),
+        });
     }
 
     fn alloc_id(&mut self) -> u64 {
@@ -603,7 +605,7 @@ impl Gateway {
     fn current(&self, server: &str, generation: Generation) -> Result<bool, HostError> {
         let Some(b) = self.backends.get(server) else { return Ok(false) };
         if generation > b.sup.generation() {
-            return Err(HostError::FutureGeneration { server: self.name(server), generation });
+            return Err(HostError::FutureGeneration { server: self.backends.name(server), generation });
         }
         Ok(generation == b.sup.generation() && b.sup.is_connected())
     }

@@ -20,7 +20,6 @@ use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::Mode;
 use crate::io::{AdminCommand, RawId, SessionId, Status};
-use crate::policy::BreakerState;
 use crate::protocol;
 use crate::tool_search::{self, Searchable};
 
@@ -166,14 +165,6 @@ impl Gateway {
         self.reply(session, &id, &result);
     }
 
-    /// Whether a backend's tools can be called now (online, or idle and
-    /// restarted by the call) and its breaker lets calls through.
-    fn available(&self, server: &str) -> bool {
-        self.backends.get(server).is_some_and(|b| {
-            b.sup.status().is_visible() && !b.config.disabled && b.sup.breaker.state(self.now) != BreakerState::Open
-        })
-    }
-
     fn list_servers(&self, session: SessionId) -> Value {
         let servers: Vec<Value> = self
             .statuses()
@@ -189,7 +180,7 @@ impl Gateway {
                     (s.tools, s.estimated_tokens) = (count, tokens);
                 }
                 let mut row = s.to_json();
-                row["available"] = Value::Bool(self.available(&s.server));
+                row["available"] = Value::Bool(self.backends.available(&s.server, self.now));
                 row
             })
             .collect();
@@ -224,7 +215,7 @@ impl Gateway {
                     "name": t.name,
                     "server": t.server,
                     "description": tool_search::one_line(t.description, SEARCH_DESCRIPTION_CHARS),
-                    "available": self.available(t.server),
+                    "available": self.backends.available(t.server, self.now),
                     "status": self.backends.get(t.server).map(|b| b.sup.status()),
                 })
             })
@@ -251,7 +242,7 @@ impl Gateway {
         Ok(json!({
             "server": r.server,
             "status": self.backends.get(r.server).map(|b| b.sup.status()),
-            "available": self.available(r.server),
+            "available": self.backends.available(r.server, self.now),
             "tool": tool,
         }))
     }
@@ -273,7 +264,10 @@ impl Gateway {
             let restricted = self.view(session).restricted();
             let hidden = self.hidden_message(ListKind::Tools, target).filter(|_| !restricted);
             let withheld = restricted && self.catalog.resolve_tool(target).is_some();
-            if hidden.is_some() || withheld || !self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
+            if hidden.is_some()
+                || withheld
+                || !self.backends.first_discovery_pending(self.now, self.config.policy.connect_timeout_ms)
+            {
                 let msg = hidden.unwrap_or_else(|| self.unknown_tool(target));
                 return self.reply(session, &id, &tool_error(&msg));
             }
@@ -308,11 +302,12 @@ impl Gateway {
         }
         let before = b.sup.status();
         let (action, command) = match before {
-            Status::PermanentlyFailed => ("restarting", AdminCommand::Restart { server: self.name(&server) }),
-            Status::Online | Status::DiscoveringTools => {
-                ("reconnecting with a fresh connection", AdminCommand::Reconnect { server: self.name(&server) })
-            }
-            _ => ("connecting now", AdminCommand::Reconnect { server: self.name(&server) }),
+            Status::PermanentlyFailed => ("restarting", AdminCommand::Restart { server: self.backends.name(&server) }),
+            Status::Online | Status::DiscoveringTools => (
+                "reconnecting with a fresh connection",
+                AdminCommand::Reconnect { server: self.backends.name(&server) },
+            ),
+            _ => ("connecting now", AdminCommand::Reconnect { server: self.backends.name(&server) }),
         };
         let _ = self.admin(command);
         let after = self.backends.get(server.as_str()).map(|b| b.sup.status());

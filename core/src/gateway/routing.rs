@@ -86,7 +86,10 @@ impl Gateway {
                     ListKind::Tools => self.catalog.resolve_tool(&name).is_some(),
                     _ => self.catalog.resolve_prompt(&name).is_some(),
                 };
-            if may_wait && !withheld && self.first_discovery_pending(self.config.policy.connect_timeout_ms) {
+            if may_wait
+                && !withheld
+                && self.backends.first_discovery_pending(self.now, self.config.policy.connect_timeout_ms)
+            {
                 // A backend that is still starting may bring this name: wait for it.
                 let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
                 let what = Parked::Named { method, params: raw.to_string(), kind };
@@ -97,7 +100,7 @@ impl Gateway {
             let msg = format!("unknown {what}: {}", &*name);
             return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
         };
-        let (server, retry_safe) = (self.name(r.server), r.entry.retry_safe);
+        let (server, retry_safe) = (self.backends.name(r.server), r.entry.retry_safe);
         let plan = match kind {
             ListKind::Tools => {
                 let asked = fields.get("task").is_some_and(|t| t.trim_start().starts_with('{'));
@@ -216,7 +219,7 @@ impl Gateway {
     /// backend: that revision has no `resources/subscribe`; the backend's listen
     /// is opened again with the new set of URIs.
     fn listen_subscription(&mut self, session: SessionId, id: RawId, method: &str, uri: String) {
-        let Some(server) = self.catalog.resolve_uri(&uri).map(|(s, _)| self.name(s)) else {
+        let Some(server) = self.catalog.resolve_uri(&uri).map(|(s, _)| self.backends.name(s)) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown resource", None);
         };
         let before = self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
@@ -358,7 +361,7 @@ impl Gateway {
         let b = self.backends.get_mut(server).expect("catalog names live backends");
         match b.sup.status() {
             Status::RequiresReauth => {
-                let msg = self.reauth_message(server);
+                let msg = self.backends.reauth_message(server);
                 return self.fail_reauth(server, call, &msg);
             }
             Status::PermanentlyFailed => {
@@ -369,7 +372,7 @@ impl Gateway {
                     p.crash_window_ms / 1000,
                     b.sup.message().unwrap_or("unknown")
                 );
-                let data = self.unavailable_data(server);
+                let data = self.backends.unavailable_data(server, self.now);
                 self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
                 self.record_call(server, &call, CallOutcome::Failed);
                 return self.release(&call);
@@ -397,7 +400,7 @@ impl Gateway {
                         b.sup.breaker.consecutive_failures()
                     )
                 };
-                let data = self.unavailable_data(server);
+                let data = self.backends.unavailable_data(server, self.now);
                 self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
                 self.record_call(server, &call, CallOutcome::Failed);
                 return self.release(&call);
@@ -453,7 +456,7 @@ impl Gateway {
         let meta = if stateless { self.stateless_call_meta(&call) } else { String::new() };
         let frame = call.params.frame(id, call.method, call.progress.is_some(), &meta);
         let headers = if stateless { self.param_headers_to(server, &call) } else { Vec::new() };
-        let server = self.name(server);
+        let server = self.backends.name(server);
         let window = call.task_window.filter(|_| call.task.is_none() && call.awaiting_input.is_none());
         let deadline = match &call.task {
             // Nobody waits on a task's call: only its hard maximum bounds it.

@@ -215,7 +215,7 @@ impl Gateway {
         let Some(call) = call else {
             return self.backend_failed(server, Some(id), lost.unwrap_or(Failure::Reset));
         };
-        let name = self.name(server);
+        let name = self.backends.name(server);
         match lost {
             Some(failure) => self.connection_lost(server, failure),
             None => {
@@ -243,7 +243,7 @@ impl Gateway {
     /// `false` when none was.
     pub(super) fn resume_due_stream(&mut self, server: &str) -> bool {
         let now = self.now;
-        let name = self.name(server);
+        let name = self.backends.name(server);
         let Some(b) = self.backends.get_mut(server) else { return false };
         let Some((&stream, r)) = b.streams.ended.iter_mut().find(|(_, r)| r.resume_at.is_some_and(|at| at <= now))
         else {
@@ -259,12 +259,5 @@ impl Gateway {
         let generation = b.sup.generation();
         self.push(Action::ResumeStream { server: name, generation, stream, last_event_id });
         true
-    }
-
-    /// A request was answered: its stream needs no resuming.
-    pub(super) fn stream_answered(&mut self, server: &str, id: u64) {
-        if let Some(b) = self.backends.get_mut(server) {
-            b.streams.ended.remove(&StreamRef::Request(id));
-        }
     }
 }

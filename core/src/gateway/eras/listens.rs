@@ -153,7 +153,8 @@ impl Gateway {
         if !first {
             return;
         }
-        let Some((server, original)) = self.catalog.resolve_uri(&uri).map(|(s, u)| (self.name(s), u.to_string()))
+        let Some((server, original)) =
+            self.catalog.resolve_uri(&uri).map(|(s, u)| (self.backends.name(s), u.to_string()))
         else {
             return;
         };

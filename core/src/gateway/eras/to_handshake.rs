@@ -38,7 +38,7 @@ impl Gateway {
         };
         let deadline = call.created + Self::duration(self.config.policy_for(server).request_timeout_max_ms);
         let mut round = InputRound {
-            server: self.name(server),
+            server: self.backends.name(server),
             call,
             request_state,
             asked: BTreeMap::new(),
@@ -79,7 +79,7 @@ impl Gateway {
             frames.push(protocol::request(client_id, &method, params.as_deref()));
             let related = Some(round.call.id.clone());
             let r = ServerRequest {
-                server: self.name(server),
+                server: self.backends.name(server),
                 generation,
                 backend_id: key.clone(),
                 session,

@@ -79,7 +79,7 @@ impl Gateway {
         // client in one round: the answer waits a moment for the rest.
         let limit = self.config.limits.max_pending_server_requests as usize;
         let deadline = self.now + Self::duration(INPUT_GATHER_MS);
-        let name = self.name(server);
+        let name = self.backends.name(server);
         if self.eras.ask(call, awaiting.as_deref(), name, key, asked, limit, deadline) == Asked::Full {
             let msg = "too many calls waiting for client input";
             self.to_backend(server, protocol::error_response(backend_id, code::OVERLOADED, msg, None), None);
@@ -157,7 +157,7 @@ impl Gateway {
                 c.deadline = Some(deadline);
                 c.server.clone()
             }
-            None => self.name(""),
+            None => self.backends.name(""),
         };
         let result = input_required_result(&asked, &state);
         self.reply(session, &RawId::new(client_id), &result);

@@ -130,7 +130,7 @@ impl Gateway {
         }
         // Asked once per list, not per tool.
         let run_tasks: BTreeSet<&str> =
-            self.backends.keys().map(|s| &**s).filter(|s| self.backend_runs_tasks(s, Form::Experimental)).collect();
+            self.backends.keys().map(|s| &**s).filter(|s| self.backends.runs_tasks(s, Form::Experimental)).collect();
         Some(move |server: &str, entry: &crate::catalog::Entry, out: &mut String| {
             if entry.task_support != crate::catalog::TaskSupport::Unspecified || run_tasks.contains(server) {
                 return false;
@@ -176,7 +176,7 @@ impl Gateway {
     ) -> TaskPlan {
         use crate::catalog::TaskSupport;
         let form = self.task_form(session);
-        if form.is_some_and(|form| self.backend_runs_tasks(server, form)) {
+        if form.is_some_and(|form| self.backends.runs_tasks(server, form)) {
             // The backend runs tasks in the client's form: they pass through.
             return TaskPlan::PassThrough;
         }

@@ -9,32 +9,11 @@ use serde_json::{Map, Value};
 
 use super::super::Gateway;
 use super::store::PassedTask;
-use super::{Form, EXTENSION, RELATED_TASK};
+use super::{Form, RELATED_TASK};
 use crate::io::{RawId, ServerName, SessionId};
-use crate::protocol::{self, Era};
+use crate::protocol::{self};
 
 impl Gateway {
-    /// Whether `server` runs tasks itself, in `form`: a stateless backend that
-    /// announced the extension, a 2025-11-25 one whose `tools/call` takes tasks.
-    /// Tasks pass through to such a backend for clients of the same form; for
-    /// clients of the other form tether runs them.
-    pub(in crate::gateway) fn backend_runs_tasks(&self, server: &str, form: Form) -> bool {
-        let Some(b) = self.backends.get(server) else { return false };
-        let caps = &b.capabilities;
-        match (form, b.era) {
-            (Form::Extension, Era::Stateless) => {
-                caps.get("extensions").and_then(|e| e.get(EXTENSION)).is_some_and(Value::is_object)
-            }
-            (Form::Experimental, Era::Handshake) => caps
-                .get("tasks")
-                .and_then(|t| t.get("requests"))
-                .and_then(|r| r.get("tools"))
-                .and_then(|t| t.get("call"))
-                .is_some_and(Value::is_object),
-            _ => false,
-        }
-    }
-
     /// The backend running the passed-through task `task_id` (tether's id) and
     /// the backend's own id, when `session` may reach it: the task is of `form`,
     /// its backend still runs tasks, and `session` holds the identity that
@@ -46,7 +25,7 @@ impl Gateway {
         form: Form,
     ) -> Option<(ServerName, String)> {
         let p = self.tasks.passed.iter().find(|p| p.id == task_id && p.form == form)?;
-        let reachable = self.backend_runs_tasks(&p.server, form)
+        let reachable = self.backends.runs_tasks(&p.server, form)
             && super::store::reachable(p.principal.as_deref(), self.sessions.principal(session));
         reachable.then(|| (p.server.clone(), p.own.clone()))
     }
