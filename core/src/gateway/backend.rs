@@ -18,6 +18,7 @@ use crate::metrics::BackendMetrics;
 use crate::policy::{Failure, HealthChange};
 use crate::protocol::{self, code, CacheHint, Era};
 use crate::supervisor::Supervisor;
+use crate::time::Duration;
 use crate::time::{earliest, Instant};
 
 /// Lines of stderr kept per backend for crash messages.
@@ -315,7 +316,7 @@ impl Gateway {
         let Some(b) = self.backends.get_mut(server) else { return };
         b.era = Era::Handshake;
         let generation = b.sup.generation();
-        let id = self.alloc_id();
+        let id = self.router.alloc_id();
         let params = format!(
             r#"{{"protocolVersion":"{}","capabilities":{{"roots":{{"listChanged":true}},"sampling":{{}},"elicitation":{{}}}},"clientInfo":{}}}"#,
             protocol::SUPPORTED_VERSIONS[0],
@@ -334,7 +335,7 @@ impl Gateway {
         let Some(b) = self.backends.get_mut(server) else { return };
         b.era = Era::Stateless;
         let generation = b.sup.generation();
-        let id = self.alloc_id();
+        let id = self.router.alloc_id();
         let kind = CallKind::Probe { may_initialize };
         self.router.calls.insert(id, Call { server: name, generation, deadline: None, kind });
         let params = protocol::params_with_meta(None, &protocol::stateless_meta_members("{}"));
@@ -468,7 +469,7 @@ impl Gateway {
         if filter.is_empty() {
             return;
         }
-        let id = self.alloc_id();
+        let id = self.router.alloc_id();
         let b = self.backends.get_mut(server).expect("live");
         b.listen = Some(id);
         let generation = b.sup.generation();
@@ -516,10 +517,10 @@ impl Gateway {
     }
 
     fn request_page(&mut self, server: &str, kind: ListKind, cursor: Option<&str>, pages: u32) {
-        let id = self.alloc_id();
+        let id = self.router.alloc_id();
         let Some(b) = self.backends.get_mut(server) else { return };
         let generation = b.sup.generation();
-        let deadline = Some(self.now + Self::duration(b.sup.policy().request_timeout_ms));
+        let deadline = Some(self.now + Duration::from_millis(b.sup.policy().request_timeout_ms));
         if let Some(d) = b.discovery.as_mut() {
             d.asked();
         }

@@ -15,6 +15,7 @@ use crate::catalog::ListKind;
 use crate::io::{Event, StreamRef};
 use crate::policy::BreakerTransition;
 use crate::protocol::{self, code, Era, Message};
+use crate::time::Duration;
 
 /// What the transport says of the call a backend's request is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -170,8 +171,8 @@ impl Gateway {
         let Some(client_token) = c.progress.clone() else { return };
         let (session, client_id) = (c.session, c.id.clone());
         let policy = self.backends[server].sup.policy();
-        let hard = c.created + Self::duration(policy.request_timeout_max_ms);
-        let reset = now + Self::duration(policy.request_timeout_ms);
+        let hard = c.created + Duration::from_millis(policy.request_timeout_max_ms);
+        let reset = now + Duration::from_millis(policy.request_timeout_ms);
         call.deadline = Some(reset.min(hard));
         // Progress must increase (MCP). A call resent on a fresh process counts
         // again from the start: those repeats keep the call alive but are not forwarded.
@@ -325,7 +326,7 @@ impl Gateway {
             let msg = "too many requests pending at clients";
             return self.to_backend(server, protocol::error_response(id, code::OVERLOADED, msg, None), None);
         }
-        let client_id = self.alloc_id();
+        let client_id = self.router.alloc_id();
         let generation = self.backends[server].sup.generation();
         self.router.server_requests.insert(
             client_id,

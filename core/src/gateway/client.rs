@@ -253,7 +253,8 @@ impl Gateway {
         fields: Option<&RawFields<'_>>,
     ) {
         if self.config.stateless_clients {
-            if let Err((code, message, data)) = self.check_era(session, method, params) {
+            let era = self.sessions.open.get_mut(&session).map_or(Ok(()), |s| s.check_era(method, params));
+            if let Err((code, message, data)) = era {
                 return self.reply_error(session, &id, code, &message, data.as_deref());
             }
             if let Some(state) = self.retry_state(session, method, params) {
@@ -358,83 +359,10 @@ impl Gateway {
         let result = format!(
             r#"{{"protocolVersion":"{version}","capabilities":{capabilities},"serverInfo":{{"name":"tether","version":"{}"}},"instructions":{}}}"#,
             env!("CARGO_PKG_VERSION"),
-            self.instructions()
+            instructions(&self.config)
         );
         self.reply(session, id, &result);
         self.start_lazy_backends();
-    }
-
-    /// Decides a session's era from its first request, and checks every request
-    /// of a stateless session on its own: `_meta` present and valid, and not a
-    /// method that revision removed.
-    fn check_era(
-        &mut self,
-        session: SessionId,
-        method: &str,
-        params: Option<&str>,
-    ) -> Result<(), (i64, String, Option<String>)> {
-        let Some(s) = self.sessions.open.get_mut(&session) else { return Ok(()) };
-        if s.era_known && s.era == Era::Handshake {
-            return Ok(());
-        }
-        match protocol::request_era(params) {
-            protocol::RequestEra::Refused(code, message, data) => Err((code, message, data)),
-            protocol::RequestEra::Handshake if s.era_known => {
-                let msg = format!(
-                    "missing _meta[\"{}\"]: this client speaks {}, where every request carries it",
-                    protocol::meta::PROTOCOL_VERSION,
-                    protocol::STATELESS_VERSIONS[0]
-                );
-                Err((code::INVALID_PARAMS, msg, None))
-            }
-            protocol::RequestEra::Handshake if method == "initialize" => {
-                s.era_known = true;
-                Ok(())
-            }
-            // An HTTP session only opens with `initialize` or for one stateless
-            // request: this is a request of neither era.
-            protocol::RequestEra::Handshake if s.expires => {
-                let msg = format!(
-                    "missing _meta[\"{}\"]: without a session, requests must carry it ({}); or initialize first",
-                    protocol::meta::PROTOCOL_VERSION,
-                    protocol::STATELESS_VERSIONS[0]
-                );
-                Err((code::INVALID_PARAMS, msg, None))
-            }
-            protocol::RequestEra::Handshake => Ok(()),
-            protocol::RequestEra::Stateless { version, capabilities, log_level } => {
-                s.request_log_level = log_level;
-                s.era = Era::Stateless;
-                s.era_known = true;
-                s.protocol_version = Some(version.to_string());
-                s.request_caps = serde_json::from_str(&capabilities).ok();
-                const REMOVED: [&str; 5] =
-                    ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
-                if REMOVED.contains(&method) {
-                    let msg = format!("method not found: {method} (not part of {version})");
-                    return Err((code::METHOD_NOT_FOUND, msg, None));
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// What the client's model is told about this server, as a JSON string.
-    fn instructions(&self) -> String {
-        let text = match self.config.mode {
-            Mode::Meta => String::from(
-                "tether gateway in meta mode: the tools of many MCP servers are reached through search_tools (find a tool by keywords), describe_tool (its arguments) and execute_tool (run it). list_servers, server_events and reconnect_server show and fix servers that are down.",
-            ),
-            Mode::Flat => {
-                let admin = if self.config.admin_tools {
-                    " list_servers, server_events and reconnect_server show and fix servers that are down."
-                } else {
-                    ""
-                };
-                format!("tether gateway: tools of each backend are served as <server>{}<tool>.{admin}", self.config.separator)
-            }
-        };
-        protocol::quote(&text)
     }
 
     /// `server/discover`: what tether serves, for stateless-era clients.
@@ -456,7 +384,7 @@ impl Gateway {
         let result = format!(
             r#"{{"supportedVersions":[{}],"capabilities":{capabilities},"instructions":{},"ttlMs":0,"cacheScope":"private","_meta":{{"{}":{{"name":"tether","version":"{}"}}}}}}"#,
             versions.join(","),
-            self.instructions(),
+            instructions(&self.config),
             protocol::meta::SERVER_INFO,
             env!("CARGO_PKG_VERSION"),
         );
@@ -584,4 +512,22 @@ impl Gateway {
     }
 
     // ----- lists -----
+}
+
+/// What the client's model is told about this server, as a JSON string.
+fn instructions(config: &crate::config::Config) -> String {
+    let text = match config.mode {
+        Mode::Meta => String::from(
+            "tether gateway in meta mode: the tools of many MCP servers are reached through search_tools (find a tool by keywords), describe_tool (its arguments) and execute_tool (run it). list_servers, server_events and reconnect_server show and fix servers that are down.",
+        ),
+        Mode::Flat => {
+            let admin = if config.admin_tools {
+                " list_servers, server_events and reconnect_server show and fix servers that are down."
+            } else {
+                ""
+            };
+            format!("tether gateway: tools of each backend are served as <server>{}<tool>.{admin}", config.separator)
+        }
+    };
+    protocol::quote(&text)
 }

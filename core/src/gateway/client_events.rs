@@ -160,7 +160,7 @@ impl Gateway {
         if listening.is_empty() {
             return;
         }
-        let Some(suppressed) = self.ration(event.server()) else { return };
+        let Some(suppressed) = self.rations.take(event.server(), self.now) else { return };
         let journaled = Journaled { seq, at: self.now, event: event.clone() };
         let mut data = match event_json(&journaled) {
             Value::Object(m) => m,
@@ -213,12 +213,17 @@ impl Gateway {
         let params = serde_json::to_string(&params).unwrap_or_default();
         self.to_client(session, protocol::notification("notifications/message", Some(&params)));
     }
+}
 
-    /// Whether one more of `server`'s events may go to clients now; `Some(n)`:
-    /// yes, and `n` were held back since the last one that went.
-    fn ration(&mut self, server: &ServerName) -> Option<u32> {
-        let now = self.now;
-        let r = self.rations.entry(server.clone()).or_insert(Ration { window_start: now, sent: 0, suppressed: 0 });
+/// Each backend's share of event notifications to clients, by name.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Rations(BTreeMap<ServerName, Ration>);
+
+impl Rations {
+    /// Whether one more of `server`'s events may go to clients at `now`;
+    /// `Some(n)`: yes, and `n` were held back since the last one that went.
+    fn take(&mut self, server: &ServerName, now: Instant) -> Option<u32> {
+        let r = self.0.entry(server.clone()).or_insert(Ration { window_start: now, sent: 0, suppressed: 0 });
         if now.saturating_since(r.window_start) >= NOTIFY_WINDOW {
             r.window_start = now;
             r.sent = 0;
@@ -232,10 +237,30 @@ impl Gateway {
     }
 
     /// Rations of backends that are gone are dropped with them.
-    pub(super) fn forget_ration(&mut self, server: &str) {
-        self.rations.remove(server);
+    pub(super) fn forget(&mut self, server: &str) {
+        self.0.remove(server);
     }
 }
 
-/// Per-backend rations, by name.
-pub(super) type Rations = BTreeMap<ServerName, Ration>;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backend_gets_its_share_per_window_and_the_next_one_out_counts_what_was_held() {
+        let mut rations = Rations::default();
+        let (a, b): (ServerName, ServerName) = ("a".into(), "b".into());
+        let start = Instant::from_millis(0);
+        for _ in 0..NOTIFY_PER_WINDOW {
+            assert_eq!(rations.take(&a, start), Some(0));
+        }
+        assert_eq!(rations.take(&a, start), None);
+        assert_eq!(rations.take(&a, start), None);
+        assert_eq!(rations.take(&b, start), Some(0), "each backend has its own share");
+        let next = start + NOTIFY_WINDOW;
+        assert_eq!(rations.take(&a, next), Some(2), "the first of the next window says two were held");
+        assert_eq!(rations.take(&a, next), Some(0));
+        rations.forget("a");
+        assert_eq!(rations.take(&a, next), Some(0), "a backend added back starts afresh");
+    }
+}

@@ -15,6 +15,7 @@ use crate::io::{Action, SessionId, Status};
 use crate::metrics::CallOutcome;
 use crate::policy::Failure;
 use crate::protocol::{self, code};
+use crate::time::Duration;
 
 /// A login that clients were asked to open (an MCP URL elicitation): its id, and
 /// the sessions to tell (`notifications/elicitation/complete`) once it is done.
@@ -160,7 +161,7 @@ impl Gateway {
             next => {
                 call.auth_retried = true;
                 call.wait_epoch = if matches!(next, Next::Resend) { 0 } else { epoch + 1 };
-                let deadline = self.now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
+                let deadline = self.now + Duration::from_millis(self.backends[server].sup.policy().request_timeout_ms);
                 self.requeue(server, Queued { call, not_before: self.now, deadline }, false);
                 self.credential_next(server, next);
             }
@@ -187,7 +188,7 @@ impl Gateway {
         let b = self.backends.get_mut(server).expect("live");
         b.sup.on_closed(Status::Connecting, Some(String::from("waiting for a credential")));
         b.awaiting_credential = true;
-        let deadline = self.now + Self::duration(b.sup.policy().request_timeout_ms);
+        let deadline = self.now + Duration::from_millis(b.sup.policy().request_timeout_ms);
         for mut c in in_flight.into_iter().rev() {
             c.wait_epoch = 0;
             self.requeue(server, Queued { call: c, not_before: self.now, deadline }, true);

@@ -14,6 +14,7 @@ use crate::metrics::CallOutcome;
 use crate::policy::{BreakerTransition, Failure, FailureStatus};
 use crate::protocol::{self, code, Era};
 use crate::supervisor::{AfterLoss, Readiness};
+use crate::time::Duration;
 
 impl Gateway {
     /// A transport failure on the live connection, for one request or all of it.
@@ -81,10 +82,10 @@ impl Gateway {
             || call.retry_safe
             || b.sup.policy().retry_unsafe_calls;
         if class.retryable && safe && (call.retries as usize) < delays.len() {
-            let wait = Self::duration(delays[call.retries as usize]);
+            let wait = Duration::from_millis(delays[call.retries as usize]);
             call.retries += 1;
             let not_before = self.now + wait;
-            let deadline = call.created + Self::duration(b.sup.policy().request_timeout_max_ms);
+            let deadline = call.created + Duration::from_millis(b.sup.policy().request_timeout_max_ms);
             self.requeue(server, Queued { call, not_before, deadline: deadline.max(not_before) }, false);
             return;
         }
@@ -142,7 +143,7 @@ impl Gateway {
         let retry_unsafe = self.backends[server].sup.policy().retry_unsafe_calls;
         let (safe, unsafe_): (Vec<ClientCall>, Vec<ClientCall>) =
             others.into_iter().partition(|c| (c.retry_safe || retry_unsafe) && !c.resent);
-        let deadline = self.now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
+        let deadline = self.now + Duration::from_millis(self.backends[server].sup.policy().request_timeout_ms);
         for mut c in lost.into_iter().chain(safe).rev() {
             c.resent = true;
             self.requeue(server, Queued { call: c, not_before: self.now, deadline }, true);
@@ -219,7 +220,7 @@ impl Gateway {
             AfterLoss::Restart { .. } | AfterLoss::Reauth => {}
         }
         if !resend.is_empty() {
-            let deadline = now + Self::duration(self.backends[server].sup.policy().request_timeout_ms);
+            let deadline = now + Duration::from_millis(self.backends[server].sup.policy().request_timeout_ms);
             for mut c in resend {
                 c.resent = true;
                 self.requeue(server, Queued { call: c, not_before: now, deadline }, false);

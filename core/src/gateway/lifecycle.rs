@@ -13,6 +13,7 @@ use crate::metrics::CallOutcome;
 use crate::policy::{Failure, HealthChange};
 use crate::protocol::{self, code, Era};
 use crate::supervisor::Timer;
+use crate::time::Duration;
 
 impl Gateway {
     /// Closes a backend on purpose and rests it in `status`.
@@ -52,7 +53,7 @@ impl Gateway {
         let catalog = &self.catalog;
         self.sessions.subscriptions.retain(|uri, _| catalog.resolve_uri(uri).map_or(true, |(s, _)| s != server));
         self.catalog.unregister(server);
-        self.forget_ration(server);
+        self.rations.forget(server);
     }
 
     /// A changed transport (or a catalog to rebuild): close and start over.
@@ -153,7 +154,7 @@ impl Gateway {
         if b.sup.status() != Status::Online || !b.sup.is_ready() {
             return;
         }
-        let interval = Self::duration(b.sup.policy().health_interval_ms);
+        let interval = Duration::from_millis(b.sup.policy().health_interval_ms);
         if b.last_success.is_some_and(|at| now.saturating_since(at) < interval) {
             // Recent successful traffic is the check: it passed.
             b.sup.schedule_health(now, &mut self.rng);
@@ -169,9 +170,9 @@ impl Gateway {
             Era::Handshake if b.ping_unsupported => "tools/list",
             Era::Handshake => "ping",
         };
-        let deadline = Some(now + Self::duration(b.sup.policy().health_timeout_ms));
+        let deadline = Some(now + Duration::from_millis(b.sup.policy().health_timeout_ms));
         let generation = b.sup.generation();
-        let id = self.alloc_id();
+        let id = self.router.alloc_id();
         self.router
             .calls
             .insert(id, Call { server: self.backends.name(server), generation, deadline, kind: CallKind::Health });
@@ -250,10 +251,10 @@ impl Gateway {
         if self.router.calls.len() >= self.config.limits.max_in_flight as usize {
             return;
         }
-        let id = self.alloc_id();
+        let id = self.router.alloc_id();
         let b = &self.backends[server];
         let generation = b.sup.generation();
-        let deadline = Some(self.now + Self::duration(b.sup.policy().request_timeout_ms));
+        let deadline = Some(self.now + Duration::from_millis(b.sup.policy().request_timeout_ms));
         self.router
             .calls
             .insert(id, Call { server: self.backends.name(server), generation, deadline, kind: CallKind::Quiet });

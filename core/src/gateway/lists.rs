@@ -18,7 +18,7 @@ use crate::time::Duration;
 impl Gateway {
     pub(super) fn list(&mut self, session: SessionId, id: RawId, kind: ListKind, cursor: Option<String>) {
         if self.backends.connection_pending(self.now, self.config.policy.aggregation_deadline_ms) {
-            let deadline = self.now + Self::duration(self.config.policy.aggregation_deadline_ms);
+            let deadline = self.now + Duration::from_millis(self.config.policy.aggregation_deadline_ms);
             self.router.parked_lists.push(ParkedList { session, id, what: Parked::List { kind, cursor }, deadline });
             return;
         }
@@ -175,7 +175,7 @@ impl Gateway {
         let mut frames = Vec::new();
         let mut listening = Vec::new();
         let parked = &self.router.parked_lists;
-        let (now, window) = (self.now, Self::duration(self.config.list_changed_debounce_ms));
+        let (now, window) = (self.now, Duration::from_millis(self.config.list_changed_debounce_ms));
         for (id, session) in self.sessions.open.iter_mut().filter(|(_, s)| s.ready || !s.listens.is_empty()) {
             let mut changed: Vec<ListKind> = Vec::new();
             for kind in ListKind::ALL {

@@ -40,7 +40,7 @@ use crate::protocol::{self, Era};
 use crate::redact::Redactor;
 use crate::rng::Rng;
 use crate::supervisor::{Supervisor, Timer};
-use crate::time::{Duration, Instant};
+use crate::time::Instant;
 
 use backend::Backend;
 use calls::{Call, CallKind, ClientCall};
@@ -210,7 +210,7 @@ impl Gateway {
             visible_cache: None,
             retired_generations: BTreeMap::new(),
             journal: client_events::Journal::default(),
-            rations: client_events::Rations::new(),
+            rations: client_events::Rations::default(),
             tasks: tasks::TaskStore::default(),
             eras: eras::EraBridge::default(),
             wall_clock: crate::time::WallClock::default(),
@@ -553,29 +553,11 @@ impl Gateway {
 
     /// A frame that answers the client's request `id` (raw JSON).
     fn reply_to_client(&mut self, session: SessionId, id: &str, frame: String) {
-        self.touch_session(session);
+        self.sessions.touch(session, self.now);
         let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
         let frame = if stateless { stateless_frame(frame) } else { frame };
-        self.answered(session);
+        self.sessions.answered(session);
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(RawId::new(id)) });
-    }
-
-    /// A per-request session closes once its request is answered (at the end of
-    /// this input, after the answer is out).
-    fn answered(&mut self, session: SessionId) {
-        if self.sessions.open.get(&session).is_some_and(|s| s.per_request())
-            && !self.sessions.closing.contains(&session)
-        {
-            self.sessions.closing.push(session);
-        }
-    }
-
-    /// Idle time counts from the last exchange, so a long call is not idle time.
-    fn touch_session(&mut self, session: SessionId) {
-        let now = self.now;
-        if let Some(s) = self.sessions.open.get_mut(&session) {
-            s.last_active = now;
-        }
     }
 
     /// A frame sent on behalf of the client's request `id`, or to the session when none.
@@ -595,10 +577,6 @@ impl Gateway {
             request,
             headers: Vec::new(),
         });
-    }
-
-    fn alloc_id(&mut self) -> u64 {
-        self.router.alloc_id()
     }
 
     /// Whether an input about `server`'s `generation` concerns the live connection.
@@ -761,10 +739,6 @@ impl Gateway {
                 self.sessions.open.iter().filter(|(_, s)| s.scopes.is_some()).map(|(id, _)| *id).collect();
             self.access_changed(&holders);
         }
-    }
-
-    fn duration(ms: u64) -> Duration {
-        Duration::from_millis(ms)
     }
 }
 

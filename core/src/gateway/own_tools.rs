@@ -235,7 +235,8 @@ impl Gateway {
             return Ok(json!({ "server": "tether", "status": "online", "available": true, "tool": tool }));
         }
         let Some(r) = self.view(session).tool(name) else {
-            let hidden = self.hidden_message(ListKind::Tools, name).filter(|_| !self.view(session).restricted());
+            let hidden = super::routing::hidden_message(&self.catalog, ListKind::Tools, name)
+                .filter(|_| !self.view(session).restricted());
             return Err(hidden.unwrap_or_else(|| self.unknown_tool(name)));
         };
         let tool: Value = serde_json::from_str(&r.entry.json).unwrap_or(Value::Null);
@@ -262,7 +263,7 @@ impl Gateway {
         }
         if self.view(session).tool(target).is_none() {
             let restricted = self.view(session).restricted();
-            let hidden = self.hidden_message(ListKind::Tools, target).filter(|_| !restricted);
+            let hidden = super::routing::hidden_message(&self.catalog, ListKind::Tools, target).filter(|_| !restricted);
             let withheld = restricted && self.catalog.resolve_tool(target).is_some();
             if hidden.is_some()
                 || withheld

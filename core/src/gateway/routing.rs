@@ -12,25 +12,16 @@ use super::calls::{Call, CallKind, ClientCall, Forward, Parked, ParkedList, Queu
 use super::client_events::Level;
 use super::tasks::TaskPlan;
 use super::Gateway;
+use crate::catalog::Catalog;
 use crate::catalog::ListKind;
 use crate::io::{Action, ClientRoute, RawId, ServerName, SessionId, Status};
 use crate::metrics::CallOutcome;
 use crate::policy::Admission;
 use crate::protocol::{self, code, CacheHint, Era};
 use crate::supervisor::Readiness;
+use crate::time::Duration;
 
 impl Gateway {
-    /// Why a tool or prompt a client asked for by `name` is not served, when the
-    /// configuration hides it.
-    pub(super) fn hidden_message(&self, kind: ListKind, name: &str) -> Option<String> {
-        let server = self.catalog.hidden_by(kind, name)?;
-        let (what, key) = if kind == ListKind::Tools { ("tool", "tools") } else { ("prompt", "prompts") };
-        Some(format!(
-            "{what} '{name}' is not served: the configuration of server '{server}' hides it \
-             (its tether.{key} allow and deny lists)"
-        ))
-    }
-
     /// `tools/call` and `prompts/get`: the served name picks the backend. The
     /// params stay raw text; only the name is replaced. `may_wait`: a name not
     /// known yet may wait for backends on their first start (not again once it waited).
@@ -78,7 +69,7 @@ impl Gateway {
         let Some(r) = resolved else {
             // A session whose scopes withhold things is told nothing about them.
             let restricted = self.view(session).restricted();
-            if let Some(msg) = self.hidden_message(kind, &name).filter(|_| !restricted) {
+            if let Some(msg) = super::routing::hidden_message(&self.catalog, kind, &name).filter(|_| !restricted) {
                 return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
             }
             let withheld = restricted
@@ -91,7 +82,7 @@ impl Gateway {
                 && self.backends.first_discovery_pending(self.now, self.config.policy.connect_timeout_ms)
             {
                 // A backend that is still starting may bring this name: wait for it.
-                let deadline = self.now + Self::duration(self.config.policy.request_timeout_ms);
+                let deadline = self.now + Duration::from_millis(self.config.policy.request_timeout_ms);
                 let what = Parked::Named { method, params: raw.to_string(), kind };
                 self.router.parked_lists.push(ParkedList { session, id, what, deadline });
                 return;
@@ -417,7 +408,7 @@ impl Gateway {
                 self.refuse_overloaded(server, call, "too many calls waiting for this backend")
             }
             r @ (Readiness::Wait | Readiness::StartNow) => {
-                let deadline = now + Self::duration(b.sup.policy().request_timeout_ms);
+                let deadline = now + Duration::from_millis(b.sup.policy().request_timeout_ms);
                 b.queue.push_back(Queued { call, not_before: now, deadline });
                 if r == Readiness::StartNow && !b.awaiting_credential {
                     self.connect(server);
@@ -444,13 +435,13 @@ impl Gateway {
 
     /// Sends a call on the live connection, rewriting its id and progress token.
     pub(super) fn dispatch(&mut self, server: &str, call: ClientCall) {
-        let id = self.alloc_id();
+        let id = self.router.alloc_id();
         let now = self.now;
         let b = self.backends.get_mut(server).expect("live");
         b.sup.touch(now);
         let policy = b.sup.policy();
-        let hard = call.created + Self::duration(policy.request_timeout_max_ms);
-        let deadline = Some((now + Self::duration(policy.request_timeout_ms)).min(hard).max(now));
+        let hard = call.created + Duration::from_millis(policy.request_timeout_max_ms);
+        let deadline = Some((now + Duration::from_millis(policy.request_timeout_ms)).min(hard).max(now));
         let generation = b.sup.generation();
         let stateless = b.era == Era::Stateless;
         let meta = if stateless { self.stateless_call_meta(&call) } else { String::new() };
@@ -531,10 +522,10 @@ impl Gateway {
                 // and goes to the backend with the backend's own requestState.
                 self.record_call(server, &call, CallOutcome::Ok);
                 self.release(&call);
-                self.touch_session(session);
+                self.sessions.touch(session, self.now);
                 let frame = protocol::response(&call.id, result);
                 self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
-                return self.answered(session);
+                return self.sessions.answered(session);
             }
         }
         let outcome = if answer.is_ok() { CallOutcome::Ok } else { CallOutcome::Error };
@@ -544,7 +535,7 @@ impl Gateway {
             Ok(result) => match &call.shape {
                 Shape::Plain => protocol::response(&call.id, result),
                 Shape::ReadResource => {
-                    let rewritten = self.serve_contents(server, result);
+                    let rewritten = serve_contents(&self.catalog, server, result);
                     let result = rewritten.as_deref().unwrap_or(result);
                     // A read is cacheable in the stateless revision: as its backend
                     // says, or (a handshake-era one says nothing) stale at once;
@@ -583,25 +574,10 @@ impl Gateway {
             },
         };
         self.release(&call);
-        self.touch_session(session);
+        self.sessions.touch(session, self.now);
         let frame = if stateless_client { super::stateless_frame(frame) } else { frame };
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
-        self.answered(session);
-    }
-
-    /// `resources/read` contents carry backend URIs; clients get served ones.
-    fn serve_contents(&self, server: &str, result: &str) -> Option<String> {
-        let mut result: Map<String, Value> = serde_json::from_str(result).ok()?;
-        if let Some(Value::Array(contents)) = result.get_mut("contents") {
-            for item in contents {
-                if let Some(Value::String(uri)) = item.get_mut("uri") {
-                    if let Some(served) = self.catalog.serve_uri(server, uri) {
-                        *uri = served;
-                    }
-                }
-            }
-        }
-        serde_json::to_string(&result).ok()
+        self.sessions.answered(session);
     }
 
     /// Frees a finished call's id in its session.
@@ -656,4 +632,30 @@ impl Gateway {
             None => !self.eras.awaits_retry(session, id),
         }
     }
+}
+
+/// Why a tool or prompt a client asked for by `name` is not served, when the
+/// configuration hides it.
+pub(super) fn hidden_message(catalog: &Catalog, kind: ListKind, name: &str) -> Option<String> {
+    let server = catalog.hidden_by(kind, name)?;
+    let (what, key) = if kind == ListKind::Tools { ("tool", "tools") } else { ("prompt", "prompts") };
+    Some(format!(
+        "{what} '{name}' is not served: the configuration of server '{server}' hides it \
+         (its tether.{key} allow and deny lists)"
+    ))
+}
+
+/// `resources/read` contents carry backend URIs; clients get served ones.
+fn serve_contents(catalog: &Catalog, server: &str, result: &str) -> Option<String> {
+    let mut result: Map<String, Value> = serde_json::from_str(result).ok()?;
+    if let Some(Value::Array(contents)) = result.get_mut("contents") {
+        for item in contents {
+            if let Some(Value::String(uri)) = item.get_mut("uri") {
+                if let Some(served) = catalog.serve_uri(server, uri) {
+                    *uri = served;
+                }
+            }
+        }
+    }
+    serde_json::to_string(&result).ok()
 }

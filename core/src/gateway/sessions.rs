@@ -4,7 +4,7 @@
 
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::format;
-use alloc::string::String;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
@@ -12,7 +12,7 @@ use super::client_events::Level;
 use super::eras::listens::ClientListen;
 use crate::config::Limits;
 use crate::io::{RawId, SessionId};
-use crate::protocol::Era;
+use crate::protocol::{self, code, Era};
 use crate::time::{Duration, Instant};
 
 /// Every client session and what belongs to sessions as a whole.
@@ -39,6 +39,21 @@ pub(super) enum SessionTimer {
 }
 
 impl Sessions {
+    /// A per-request session closes once its request is answered (at the end of
+    /// this input, after the answer is out).
+    pub(super) fn answered(&mut self, session: SessionId) {
+        if self.open.get(&session).is_some_and(|s| s.per_request()) && !self.closing.contains(&session) {
+            self.closing.push(session);
+        }
+    }
+
+    /// Idle time counts from the last exchange, so a long call is not idle time.
+    pub(super) fn touch(&mut self, session: SessionId, now: Instant) {
+        if let Some(s) = self.open.get_mut(&session) {
+            s.last_active = now;
+        }
+    }
+
     /// The identity `session` authenticated as, when the transport checks tokens.
     pub(super) fn principal(&self, session: SessionId) -> Option<&str> {
         self.open.get(&session).and_then(|s| s.principal.as_deref())
@@ -157,6 +172,60 @@ pub(super) struct Session {
 }
 
 impl Session {
+    /// Decides a session's era from its first request, and checks every request
+    /// of a stateless session on its own: `_meta` present and valid, and not a
+    /// method that revision removed.
+    pub(super) fn check_era(
+        &mut self,
+        method: &str,
+        params: Option<&str>,
+    ) -> Result<(), (i64, String, Option<String>)> {
+        let s = self;
+        if s.era_known && s.era == Era::Handshake {
+            return Ok(());
+        }
+        match protocol::request_era(params) {
+            protocol::RequestEra::Refused(code, message, data) => Err((code, message, data)),
+            protocol::RequestEra::Handshake if s.era_known => {
+                let msg = format!(
+                    "missing _meta[\"{}\"]: this client speaks {}, where every request carries it",
+                    protocol::meta::PROTOCOL_VERSION,
+                    protocol::STATELESS_VERSIONS[0]
+                );
+                Err((code::INVALID_PARAMS, msg, None))
+            }
+            protocol::RequestEra::Handshake if method == "initialize" => {
+                s.era_known = true;
+                Ok(())
+            }
+            // An HTTP session only opens with `initialize` or for one stateless
+            // request: this is a request of neither era.
+            protocol::RequestEra::Handshake if s.expires => {
+                let msg = format!(
+                    "missing _meta[\"{}\"]: without a session, requests must carry it ({}); or initialize first",
+                    protocol::meta::PROTOCOL_VERSION,
+                    protocol::STATELESS_VERSIONS[0]
+                );
+                Err((code::INVALID_PARAMS, msg, None))
+            }
+            protocol::RequestEra::Handshake => Ok(()),
+            protocol::RequestEra::Stateless { version, capabilities, log_level } => {
+                s.request_log_level = log_level;
+                s.era = Era::Stateless;
+                s.era_known = true;
+                s.protocol_version = Some(version.to_string());
+                s.request_caps = serde_json::from_str(&capabilities).ok();
+                const REMOVED: [&str; 5] =
+                    ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
+                if REMOVED.contains(&method) {
+                    let msg = format!("method not found: {method} (not part of {version})");
+                    return Err((code::METHOD_NOT_FOUND, msg, None));
+                }
+                Ok(())
+            }
+        }
+    }
+
     pub(super) fn new(expires: bool, now: Instant) -> Self {
         Session {
             expires,
@@ -203,3 +272,6 @@ impl Session {
         self.capabilities.get(capability).is_some_and(|v| !v.is_null())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -186,7 +186,7 @@ impl Gateway {
                 self.unsubscribe_backend(&uri);
             }
         }
-        self.answered(session);
+        self.sessions.answered(session);
         true
     }
 

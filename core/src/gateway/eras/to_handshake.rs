@@ -23,6 +23,7 @@ use super::super::Gateway;
 use super::bridge::RoundAnswer;
 use crate::io::SessionId;
 use crate::protocol::{self, code};
+use crate::time::Duration;
 
 use crate::protocol::input_capability as capability;
 
@@ -36,7 +37,7 @@ impl Gateway {
             Some(Value::Object(requests)) => requests,
             _ => Map::new(),
         };
-        let deadline = call.created + Self::duration(self.config.policy_for(server).request_timeout_max_ms);
+        let deadline = call.created + Duration::from_millis(self.config.policy_for(server).request_timeout_max_ms);
         let mut round = InputRound {
             server: self.backends.name(server),
             call,
@@ -70,11 +71,11 @@ impl Gateway {
             }
         }
         let mut frames = Vec::new();
-        let round_id = self.alloc_id();
+        let round_id = self.router.alloc_id();
         let generation = self.backends[server].sup.generation();
         for (key, request) in requests {
             let method = request.get("method").and_then(Value::as_str).unwrap_or("").to_string();
-            let client_id = self.alloc_id();
+            let client_id = self.router.alloc_id();
             let params = request.get("params").map(Value::to_string);
             frames.push(protocol::request(client_id, &method, params.as_deref()));
             let related = Some(round.call.id.clone());

@@ -20,6 +20,7 @@ use super::bridge::{input_required_result, refusals, Asked};
 use crate::io::{RawId, SessionId};
 use crate::metrics::CallOutcome;
 use crate::protocol::{self, code, Era};
+use crate::time::Duration;
 
 /// How long the answer to a stateless client's call waits for more requests
 /// once a handshake-era backend asked one: requests sent together (a server
@@ -73,12 +74,12 @@ impl Gateway {
         let named = serde_json::from_str::<String>(backend_id).ok().filter(|k| !k.is_empty() && k.len() <= 64);
         let key = match named {
             Some(k) if !self.eras.key_taken(call, awaiting.as_deref(), &k) => k,
-            _ => format!("tether-{}", self.alloc_id()),
+            _ => format!("tether-{}", self.router.alloc_id()),
         };
         // What a backend asks together (its requests out at once) goes to the
         // client in one round: the answer waits a moment for the rest.
         let limit = self.config.limits.max_pending_server_requests as usize;
-        let deadline = self.now + Self::duration(INPUT_GATHER_MS);
+        let deadline = self.now + Duration::from_millis(INPUT_GATHER_MS);
         let name = self.backends.name(server);
         if self.eras.ask(call, awaiting.as_deref(), name, key, asked, limit, deadline) == Asked::Full {
             let msg = "too many calls waiting for client input";
@@ -147,7 +148,7 @@ impl Gateway {
         answer: Option<Result<String, String>>,
     ) {
         let state = self.ids.next_id();
-        let deadline = self.now + Self::duration(self.config.policy.request_timeout_max_ms);
+        let deadline = self.now + Duration::from_millis(self.config.policy.request_timeout_max_ms);
         let server = match self.router.calls.get_mut(&call) {
             Some(c) => {
                 if let CallKind::Client(cc) = &mut c.kind {
@@ -250,7 +251,7 @@ impl Gateway {
             }
             return self.reply_to_client(session, &id, frame);
         }
-        let deadline = self.now + Self::duration(self.config.policy_for(&pending.server).request_timeout_ms);
+        let deadline = self.now + Duration::from_millis(self.config.policy_for(&pending.server).request_timeout_ms);
         let Some(call) = self.router.calls.get_mut(&pending.call) else {
             let msg = "the backend connection was lost while waiting for input; send the request again";
             return self.reply_error(session, &id, code::BACKEND_UNAVAILABLE, msg, None);
@@ -264,7 +265,7 @@ impl Gateway {
             cc.id = id;
             // A call that may become a task gets a fresh sync window from the retry.
             if cc.task_window.is_some() {
-                window = Some(self.now + Self::duration(self.config.tasks.sync_window_ms));
+                window = Some(self.now + Duration::from_millis(self.config.tasks.sync_window_ms));
                 cc.task_window = window;
             }
         }

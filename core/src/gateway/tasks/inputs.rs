@@ -91,7 +91,7 @@ impl Gateway {
             if self.router.server_requests.len() >= self.config.limits.max_pending_server_requests as usize {
                 return;
             }
-            let client_id = self.alloc_id();
+            let client_id = self.router.alloc_id();
             let members = format!(r#""{RELATED_TASK}":{{"taskId":{}}}"#, protocol::quote(task_id));
             let params = protocol::params_with_meta(asked.params.as_deref(), &members);
             let defaults = (asked.method == "elicitation/create")

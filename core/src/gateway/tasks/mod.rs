@@ -46,6 +46,7 @@ mod store;
 use crate::io::{RawId, ServerName, SessionId};
 use crate::metrics::CallOutcome;
 use crate::protocol::{self, code, stateless_code, Era};
+use crate::time::Duration;
 use crate::time::Instant;
 pub(super) use store::{reachable, TaskStore};
 
@@ -99,21 +100,24 @@ pub(super) fn task_of(id: &str) -> Option<&str> {
     id.strip_prefix(SENTINEL)
 }
 
-impl Gateway {
-    /// The form of tasks `session` speaks, if any: stateless clients the
-    /// extension, handshake-era clients of 2025-11-25 the experimental form.
-    pub(super) fn task_form(&self, session: SessionId) -> Option<Form> {
-        if self.config.tasks.max_tasks == 0 {
+impl super::sessions::Sessions {
+    /// The form of tasks `session` speaks, if any and tasks are on: stateless
+    /// clients the extension, handshake-era clients of 2025-11-25 the
+    /// experimental form.
+    pub(in crate::gateway) fn task_form(&self, session: SessionId, tasks: &crate::config::Tasks) -> Option<Form> {
+        if tasks.max_tasks == 0 {
             return None;
         }
-        let s = self.sessions.open.get(&session)?;
+        let s = self.open.get(&session)?;
         match s.era {
             Era::Stateless => Some(Form::Extension),
             _ if s.protocol_version.as_deref() == Some(EXPERIMENTAL_REVISION) => Some(Form::Experimental),
             _ => None,
         }
     }
+}
 
+impl Gateway {
     /// How `tools/list` tells a 2025-11-25 client which tools it may call as
     /// tasks: a tool that says nothing of tasks would be forbidden them (the
     /// spec's default), yet tether runs it as a task itself when its backend does
@@ -125,7 +129,9 @@ impl Gateway {
         session: SessionId,
         kind: crate::catalog::ListKind,
     ) -> Option<impl Fn(&str, &crate::catalog::Entry, &mut String) -> bool + '_> {
-        if kind != crate::catalog::ListKind::Tools || self.task_form(session) != Some(Form::Experimental) {
+        if kind != crate::catalog::ListKind::Tools
+            || self.sessions.task_form(session, &self.config.tasks) != Some(Form::Experimental)
+        {
             return None;
         }
         // Asked once per list, not per tool.
@@ -175,7 +181,7 @@ impl Gateway {
         asked: bool,
     ) -> TaskPlan {
         use crate::catalog::TaskSupport;
-        let form = self.task_form(session);
+        let form = self.sessions.task_form(session, &self.config.tasks);
         if form.is_some_and(|form| self.backends.runs_tasks(server, form)) {
             // The backend runs tasks in the client's form: they pass through.
             return TaskPlan::PassThrough;
@@ -188,7 +194,7 @@ impl Gateway {
                 match (support, declared) {
                     (TaskSupport::Forbidden, _) => TaskPlan::Direct,
                     (TaskSupport::Required, false) => TaskPlan::RefuseRequired,
-                    (_, true) => TaskPlan::Window(self.now + Self::duration(self.config.tasks.sync_window_ms)),
+                    (_, true) => TaskPlan::Window(self.now + Duration::from_millis(self.config.tasks.sync_window_ms)),
                     (_, false) => TaskPlan::Direct,
                 }
             }
@@ -203,7 +209,7 @@ impl Gateway {
 
     /// Refuses a call its [`TaskPlan`] refuses, in the form the client speaks.
     pub(super) fn refuse_task_plan(&mut self, session: SessionId, id: &str, name: &str, plan: TaskPlan) {
-        match (self.task_form(session), plan) {
+        match (self.sessions.task_form(session, &self.config.tasks), plan) {
             (Some(Form::Extension), _) => self.refuse_task_required(session, id, name),
             (_, TaskPlan::RefuseForbidden) => {
                 let msg = format!("tool '{name}' does not run as a task: call it without params.task");
@@ -246,7 +252,7 @@ impl Gateway {
         if let Some(call) = self.router.calls.get_mut(&call_id) {
             if minted {
                 // Nobody waits on the call now: only its hard maximum bounds it.
-                call.deadline = Some((cc.created + Self::duration(hard)).max(now));
+                call.deadline = Some((cc.created + Duration::from_millis(hard)).max(now));
             }
             call.kind = CallKind::Client(cc);
         }
@@ -265,14 +271,14 @@ impl Gateway {
         let task_id = self.ids.next_id();
         let ttl_ms = self.config.tasks.ttl_ms;
         let unix = self.wall_clock.unix_ms(now);
-        let form = self.task_form(call.session).unwrap_or(Form::Extension);
+        let form = self.sessions.task_form(call.session, &self.config.tasks).unwrap_or(Form::Extension);
         let task = Task {
             server: server.clone(),
             status: TaskStatus::Working,
             created_unix_ms: unix,
             updated_unix_ms: unix,
             created: now,
-            expires: now + Self::duration(ttl_ms),
+            expires: now + Duration::from_millis(ttl_ms),
             ttl_ms,
             outcome: None,
             asked: BTreeMap::new(),
@@ -374,7 +380,7 @@ impl Gateway {
     /// `tasks/cancel` (the extension), `tasks/get`, `tasks/result`,
     /// `tasks/list`, `tasks/cancel` (2025-11-25).
     pub(super) fn task_request(&mut self, session: SessionId, id: &RawId, method: &str, params: Option<&str>) {
-        let form = self.task_form(session);
+        let form = self.sessions.task_form(session, &self.config.tasks);
         let known = match form {
             Some(Form::Extension) => matches!(method, "tasks/get" | "tasks/update" | "tasks/cancel"),
             Some(Form::Experimental) => matches!(method, "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel"),

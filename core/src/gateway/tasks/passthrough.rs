@@ -40,7 +40,7 @@ impl Gateway {
         server: &str,
         result: &str,
     ) -> Option<String> {
-        let form = self.task_form(session)?;
+        let form = self.sessions.task_form(session, &self.config.tasks)?;
         let parsed: Map<String, Value> = serde_json::from_str(result).ok()?;
         let own = match form {
             Form::Experimental => parsed.get("task").and_then(|t| t.get("taskId")),
