@@ -73,7 +73,7 @@ impl Gateway {
     /// What `session` may see and call (everything for a session that is gone).
     pub(super) fn view(&self, session: SessionId) -> SessionView<'_> {
         let held = self.sessions.open.get(&session).and_then(|s| s.scopes.as_deref());
-        SessionView { access: Access::new(&self.config.scopes, held), catalog: &self.catalog }
+        SessionView::new(Access::new(&self.config.scopes, held), &self.catalog)
     }
 
     /// Fingerprints of the lists as `session` sees them (its own view when restricted).
@@ -123,6 +123,11 @@ pub(super) struct SessionView<'a> {
 }
 
 impl<'a> SessionView<'a> {
+    /// The view `access` gives of `catalog`.
+    pub(super) fn new(access: Access<'a>, catalog: &'a Catalog) -> Self {
+        SessionView { access, catalog }
+    }
+
     /// Whether the session sees less than everything.
     pub(super) fn restricted(self) -> bool {
         !self.access.is_unrestricted()

@@ -324,7 +324,7 @@ impl Gateway {
             return false;
         };
         let text = |key: &str| params.get(key).and_then(Value::as_str);
-        let tool = self.execute_target(&params).or_else(|| text("name"));
+        let tool = super::own_tools::execute_target(&self.config, &params).or_else(|| text("name"));
         let server = match method {
             "tools/call" => tool.and_then(|n| self.catalog.resolve_tool(n)).map(|r| r.server),
             "prompts/get" => text("name").and_then(|n| self.catalog.resolve_prompt(n)).map(|r| r.server),

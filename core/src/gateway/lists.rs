@@ -7,7 +7,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::calls::{Parked, ParkedList};
-use super::own_tools;
+use super::own_tools::{self, OwnTool};
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::Mode;
@@ -56,7 +56,7 @@ impl Gateway {
         let page = if kind == ListKind::Tools && self.config.mode == Mode::Meta {
             // Meta mode: tether's own tools only, one page.
             match cursor {
-                None => Ok(format!(r#"{{"tools":[{}]}}"#, self.own_tool_definitions().join(","))),
+                None => Ok(format!(r#"{{"tools":[{}]}}"#, OwnTool::definitions(&self.config).join(","))),
                 Some(_) => Err(()),
             }
         } else {
@@ -70,13 +70,16 @@ impl Gateway {
             };
             match page {
                 // Flat mode with admin tools: they lead the first page.
-                Ok(page) if kind == ListKind::Tools && cursor.is_none() && !self.own_tools().is_empty() => {
-                    let own = self.own_tool_definitions().join(",");
+                Ok(page)
+                    if kind == ListKind::Tools && cursor.is_none() && !OwnTool::served(&self.config).is_empty() =>
+                {
+                    let own = OwnTool::definitions(&self.config).join(",");
                     let rest = page.strip_prefix(r#"{"tools":["#).unwrap_or("]}");
                     let comma = if rest.starts_with(']') { "" } else { "," };
                     let page = format!(r#"{{"tools":[{own}{comma}{rest}"#);
                     // An unprefixed backend's tool of the same name is shadowed.
-                    let shadowed = self.own_tools().iter().any(|t| self.catalog.resolve_tool(t.name()).is_some());
+                    let shadowed =
+                        OwnTool::served(&self.config).iter().any(|t| self.catalog.resolve_tool(t.name()).is_some());
                     Ok(if shadowed { own_tools::without_shadowed(&page) } else { page })
                 }
                 other => other,

@@ -135,6 +135,32 @@ pub struct BackendStatus {
 }
 
 impl BackendStatus {
+    /// The status of backend `name` at `now`, its catalog's counts from `catalog`.
+    pub(in crate::gateway) fn of(name: &str, b: &Backend, catalog: &Catalog, now: Instant) -> BackendStatus {
+        let cat = catalog.backend(name);
+        BackendStatus {
+            server: name.to_string(),
+            transport: b.config.transport.kind(),
+            status: b.sup.status(),
+            breaker: b.sup.breaker.state(now),
+            reconnect_attempt: b.sup.reconnect_attempt(),
+            next_retry_ms: b.sup.timer(Timer::Retry).map(|at| at.saturating_since(now).as_millis()),
+            health_degraded: b.sup.health.is_degraded(),
+            crashes_in_window: b.sup.crashes.count(now),
+            tools: cat.map_or(0, |c| c.tool_count()),
+            estimated_tokens: cat.map_or(0, |c| c.estimated_tokens()),
+            // Idle (dormant) is no failure: its message ("idle") is no error.
+            last_error: b.sup.message().filter(|_| b.sup.status() != Status::Dormant).map(ToString::to_string),
+            generation: b.sup.generation(),
+            era: b.era,
+            uptime_ms: b.online_since.map(|at| now.saturating_since(at).as_millis()),
+            login_url: (b.sup.status() == Status::RequiresReauth)
+                .then(|| b.credential.as_ref().and_then(|c| c.login_url()).map(ToString::to_string))
+                .flatten(),
+            catalog_note: b.catalog_cut.clone(),
+        }
+    }
+
     /// The backend as status displays show it: `/status`, `tether status` and
     /// the `list_servers` tool share this shape (health as `ok`/`degraded`, the
     /// era as its revision).
@@ -346,12 +372,12 @@ impl Gateway {
 
     /// Status of every backend, by name.
     pub fn statuses(&self) -> Vec<BackendStatus> {
-        self.backends.iter().map(|(name, b)| self.backend_status(name, b)).collect()
+        self.backends.iter().map(|(name, b)| BackendStatus::of(name, b, &self.catalog, self.now)).collect()
     }
 
     /// Status of one backend.
     pub fn status(&self, server: &str) -> Option<BackendStatus> {
-        self.backends.get(server).map(|b| self.backend_status(server, b))
+        self.backends.get(server).map(|b| BackendStatus::of(server, b, &self.catalog, self.now))
     }
 
     /// The last `lines` of a backend's recent log (its stderr and events,
@@ -359,31 +385,6 @@ impl Gateway {
     /// `None` for a backend tether does not have.
     pub fn recent_log(&self, server: &str, lines: usize) -> Option<Vec<LogLine>> {
         self.backends.get(server).map(|b| b.recent.last(lines))
-    }
-
-    fn backend_status(&self, name: &str, b: &Backend) -> BackendStatus {
-        let cat = self.catalog.backend(name);
-        BackendStatus {
-            server: name.to_string(),
-            transport: b.config.transport.kind(),
-            status: b.sup.status(),
-            breaker: b.sup.breaker.state(self.now),
-            reconnect_attempt: b.sup.reconnect_attempt(),
-            next_retry_ms: b.sup.timer(Timer::Retry).map(|at| at.saturating_since(self.now).as_millis()),
-            health_degraded: b.sup.health.is_degraded(),
-            crashes_in_window: b.sup.crashes.count(self.now),
-            tools: cat.map_or(0, |c| c.tool_count()),
-            estimated_tokens: cat.map_or(0, |c| c.estimated_tokens()),
-            // Idle (dormant) is no failure: its message ("idle") is no error.
-            last_error: b.sup.message().filter(|_| b.sup.status() != Status::Dormant).map(ToString::to_string),
-            generation: b.sup.generation(),
-            era: b.era,
-            uptime_ms: b.online_since.map(|at| self.now.saturating_since(at).as_millis()),
-            login_url: (b.sup.status() == Status::RequiresReauth)
-                .then(|| b.credential.as_ref().and_then(|c| c.login_url()).map(ToString::to_string))
-                .flatten(),
-            catalog_note: b.catalog_cut.clone(),
-        }
     }
 
     /// The protocol era of a client session.

@@ -14,13 +14,18 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{json, Map, Value};
 
+use super::access::SessionView;
+use super::backends::Backends;
 use super::calls::RawFields;
-use super::client_events::{event_json, Journaled, JOURNAL_LEN};
+use super::client_events::{event_json, Journal, Journaled, JOURNAL_LEN};
+use super::BackendStatus;
 use super::Gateway;
+use crate::catalog::Catalog;
 use crate::catalog::ListKind;
-use crate::config::Mode;
+use crate::config::{Config, Mode};
 use crate::io::{AdminCommand, RawId, SessionId, Status};
 use crate::protocol;
+use crate::time::Instant;
 use crate::tool_search::{self, Searchable};
 
 /// One of tether's own tools.
@@ -128,51 +133,64 @@ fn count_arg(args: &Map<String, Value>, key: &str, (default, max): (u64, u64), m
     }
 }
 
-impl Gateway {
-    /// The tools of tether's own the client is served now.
-    pub(super) fn own_tools(&self) -> &'static [OwnTool] {
-        match self.config.mode {
+impl OwnTool {
+    /// The tools of tether's own the client is served under `config`.
+    pub(super) fn served(config: &Config) -> &'static [OwnTool] {
+        match config.mode {
             Mode::Meta => &OwnTool::META,
-            Mode::Flat if self.config.admin_tools => &OwnTool::ADMIN,
+            Mode::Flat if config.admin_tools => &OwnTool::ADMIN,
             Mode::Flat => &[],
         }
     }
 
-    /// The own tool a served name means, if it is one now.
-    pub(super) fn own_tool(&self, name: &str) -> Option<OwnTool> {
-        self.own_tools().iter().copied().find(|t| t.name() == name)
+    /// The own tool a served name means, if it is one under `config`.
+    pub(super) fn named(config: &Config, name: &str) -> Option<OwnTool> {
+        OwnTool::served(config).iter().copied().find(|t| t.name() == name)
     }
 
-    /// A `tools/call` of one of tether's own tools.
-    pub(super) fn call_own_tool(&mut self, session: SessionId, id: RawId, tool: OwnTool, fields: &RawFields<'_>) {
-        let args: Map<String, Value> = match fields.get("arguments").map(serde_json::from_str::<Value>) {
-            None | Some(Ok(Value::Null)) => Map::new(),
-            Some(Ok(Value::Object(m))) => m,
-            Some(_) => return self.reply(session, &id, &tool_error("arguments must be an object")),
-        };
-        let outcome = match tool {
-            OwnTool::ListServers => Ok(self.list_servers(session)),
-            OwnTool::SearchTools => self.search_tools(session, &args),
-            OwnTool::DescribeTool => self.describe_tool(session, &args),
-            OwnTool::ReconnectServer => self.reconnect_server(session, &args),
-            OwnTool::ServerEvents => self.server_events(session, &args),
-            OwnTool::ExecuteTool => return self.execute_tool(session, id, fields, &args),
-        };
-        let result = match outcome {
-            Ok(value) => structured(value),
-            Err(message) => tool_error(&message),
-        };
-        self.reply(session, &id, &result);
+    /// The served own tools' definitions, for `tools/list`.
+    pub(super) fn definitions(config: &Config) -> Vec<&'static str> {
+        OwnTool::served(config).iter().map(|t| t.definition()).collect()
     }
+}
 
-    fn list_servers(&self, session: SessionId) -> Value {
+/// The server name of an own-tool `execute_tool` call's target, for routing
+/// decisions made before the call is parsed (a stateless client's retry).
+pub(super) fn execute_target<'a>(config: &Config, params: &'a Map<String, Value>) -> Option<&'a str> {
+    let name = params.get("name").and_then(Value::as_str)?;
+    (OwnTool::named(config, name) == Some(OwnTool::ExecuteTool))
+        .then(|| params.get("arguments").and_then(|a| a.get("name")).and_then(Value::as_str))
+        .flatten()
+}
+
+fn unknown_tool(name: &str) -> String {
+    format!("unknown tool '{name}'; search_tools finds tools by keyword and gives their exact names")
+}
+
+/// The read-only side of tether's own tools (`list_servers`, `search_tools`,
+/// `describe_tool`, `server_events`), answered from what one session may see.
+pub(super) struct Inspector<'a> {
+    pub backends: &'a Backends,
+    pub catalog: &'a Catalog,
+    pub journal: &'a Journal,
+    /// What the asking session may see.
+    pub view: SessionView<'a>,
+    pub config: &'a Config,
+    pub now: Instant,
+}
+
+impl Inspector<'_> {
+    /// `list_servers`: every backend the session sees, with its health; a
+    /// server granted in part shows that part's tools.
+    pub(super) fn list_servers(&self) -> Value {
         let servers: Vec<Value> = self
-            .statuses()
-            .into_iter()
-            .filter(|s| self.view(session).sees_server(&s.server))
+            .backends
+            .iter()
+            .map(|(name, b)| BackendStatus::of(name, b, self.catalog, self.now))
+            .filter(|s| self.view.sees_server(&s.server))
             .map(|mut s| {
                 // A server granted in part shows the part.
-                let access = self.view(session).access;
+                let access = self.view.access;
                 if !access.server(&s.server) {
                     let tools = self.catalog.backend(&s.server).map(|b| b.entries(ListKind::Tools)).unwrap_or(&[]);
                     let granted = tools.iter().filter(|e| access.tool(&s.server, &e.served));
@@ -187,15 +205,16 @@ impl Gateway {
         json!({ "servers": servers })
     }
 
-    fn search_tools(&self, session: SessionId, args: &Map<String, Value>) -> Result<Value, String> {
+    /// `search_tools`: the best keyword matches among the tools the session may call.
+    pub(super) fn search_tools(&self, args: &Map<String, Value>) -> Result<Value, String> {
         let query = string_arg(args, "query")?.unwrap_or("");
         let only = string_arg(args, "server")?;
         let limit = count_arg(args, "limit", SEARCH_LIMIT, 1)? as usize;
-        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s) || !self.view(session).sees_server(s)) {
-            return Err(self.unknown_server(session, server));
+        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s) || !self.view.sees_server(s)) {
+            return Err(self.unknown_server(server));
         }
         let backends = &self.backends;
-        let access = self.view(session).access;
+        let access = self.view.access;
         let searched = |s: &str, e: &crate::catalog::Entry| {
             only.is_none_or_eq(s) && backends.get(s).is_some_and(|b| !b.config.disabled) && access.tool(s, &e.served)
         };
@@ -228,16 +247,17 @@ impl Gateway {
         Ok(out)
     }
 
-    fn describe_tool(&self, session: SessionId, args: &Map<String, Value>) -> Result<Value, String> {
+    /// `describe_tool`: one tool's whole definition and its server's state.
+    pub(super) fn describe_tool(&self, args: &Map<String, Value>) -> Result<Value, String> {
         let Some(name) = string_arg(args, "name")? else { return Err("argument 'name' is required".into()) };
-        if let Some(own) = self.own_tool(name) {
+        if let Some(own) = OwnTool::named(self.config, name) {
             let tool: Value = serde_json::from_str(own.definition()).unwrap_or(Value::Null);
             return Ok(json!({ "server": "tether", "status": "online", "available": true, "tool": tool }));
         }
-        let Some(r) = self.view(session).tool(name) else {
-            let hidden = super::routing::hidden_message(&self.catalog, ListKind::Tools, name)
-                .filter(|_| !self.view(session).restricted());
-            return Err(hidden.unwrap_or_else(|| self.unknown_tool(name)));
+        let Some(r) = self.view.tool(name) else {
+            let hidden = super::routing::hidden_message(self.catalog, ListKind::Tools, name)
+                .filter(|_| !self.view.restricted());
+            return Err(hidden.unwrap_or_else(|| unknown_tool(name)));
         };
         let tool: Value = serde_json::from_str(&r.entry.json).unwrap_or(Value::Null);
         Ok(json!({
@@ -248,91 +268,19 @@ impl Gateway {
         }))
     }
 
-    /// `execute_tool`: the named backend tool is called as if the client had
-    /// called it directly (queueing, retries, breaker, timeouts, progress, input
-    /// requests): the call's own params with `name` and `arguments` replaced.
-    fn execute_tool(&mut self, session: SessionId, id: RawId, fields: &RawFields<'_>, args: &Map<String, Value>) {
-        let target = match string_arg(args, "name") {
-            Ok(Some(name)) => name,
-            Ok(None) => return self.reply(session, &id, &tool_error("argument 'name' is required")),
-            Err(e) => return self.reply(session, &id, &tool_error(&e)),
-        };
-        if self.own_tool(target).is_some() {
-            let msg = format!("'{target}' is one of the gateway's own tools: call it directly");
-            return self.reply(session, &id, &tool_error(&msg));
-        }
-        if self.view(session).tool(target).is_none() {
-            let restricted = self.view(session).restricted();
-            let hidden = super::routing::hidden_message(&self.catalog, ListKind::Tools, target).filter(|_| !restricted);
-            let withheld = restricted && self.catalog.resolve_tool(target).is_some();
-            if hidden.is_some()
-                || withheld
-                || !self.backends.first_discovery_pending(self.now, self.config.policy.connect_timeout_ms)
-            {
-                let msg = hidden.unwrap_or_else(|| self.unknown_tool(target));
-                return self.reply(session, &id, &tool_error(&msg));
-            }
-        }
-        let arguments = match args.get("arguments") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(v @ Value::Object(_)) => v.clone(),
-            Some(_) => return self.reply(session, &id, &tool_error("argument 'arguments' must be an object")),
-        };
-        let mut params = String::from("{");
-        params.push_str(&format!(r#""name":{},"arguments":{arguments}"#, protocol::quote(target)));
-        for (key, value) in fields.iter().filter(|(k, _)| !matches!(&***k, "name" | "arguments")) {
-            params.push_str(&format!(",{}:{}", protocol::quote(key), value));
-        }
-        params.push('}');
-        self.route_named(session, id, "tools/call", Some(&params), ListKind::Tools, true);
-    }
-
-    fn reconnect_server(&mut self, session: SessionId, args: &Map<String, Value>) -> Result<Value, String> {
-        // `name` is what some gateways call it; `server` is what the schema says.
-        let server = match (string_arg(args, "server")?, string_arg(args, "name")?) {
-            (Some(s), _) | (None, Some(s)) => s.to_string(),
-            (None, None) => return Err("argument 'server' is required".into()),
-        };
-        // Reconnecting is for whoever is granted the server whole.
-        let granted = self.view(session).access.server(&server);
-        let Some(b) = self.backends.get(server.as_str()).filter(|_| granted) else {
-            return Err(self.unknown_server(session, &server));
-        };
-        if b.config.disabled {
-            return Err(format!("server '{server}' is disabled in the configuration; enable it there"));
-        }
-        let before = b.sup.status();
-        let (action, command) = match before {
-            Status::PermanentlyFailed => ("restarting", AdminCommand::Restart { server: self.backends.name(&server) }),
-            Status::Online | Status::DiscoveringTools => (
-                "reconnecting with a fresh connection",
-                AdminCommand::Reconnect { server: self.backends.name(&server) },
-            ),
-            _ => ("connecting now", AdminCommand::Reconnect { server: self.backends.name(&server) }),
-        };
-        let _ = self.admin(command);
-        let after = self.backends.get(server.as_str()).map(|b| b.sup.status());
-        Ok(json!({
-            "server": server,
-            "was": before,
-            "action": action,
-            "status": after,
-            "next": "call list_servers or server_events to see whether it came back",
-        }))
-    }
-
-    fn server_events(&self, session: SessionId, args: &Map<String, Value>) -> Result<Value, String> {
+    /// `server_events`: the journal of the servers the session sees, from a
+    /// cursor or the most recent.
+    pub(super) fn server_events(&self, args: &Map<String, Value>) -> Result<Value, String> {
         let limit = count_arg(args, "limit", EVENTS_LIMIT, 1)? as usize;
         let only = string_arg(args, "server")?;
-        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s) || !self.view(session).sees_server(s)) {
-            return Err(self.unknown_server(session, server));
+        if let Some(server) = only.filter(|s| !self.backends.contains_key(*s) || !self.view.sees_server(s)) {
+            return Err(self.unknown_server(server));
         }
         let since = match args.get("since") {
             None | Some(Value::Null) => None,
             Some(v) => Some(v.as_u64().ok_or("argument 'since' must be a whole number")?),
         };
-        let wanted =
-            |e: &&Journaled| only.is_none_or_eq(e.event.server()) && self.view(session).sees_server(e.event.server());
+        let wanted = |e: &&Journaled| only.is_none_or_eq(e.event.server()) && self.view.sees_server(e.event.server());
         let next = self.journal.next_seq();
         let (events, missed, next_since) = match since {
             // From a cursor: the oldest first, as many as fit; the rest next time.
@@ -362,28 +310,119 @@ impl Gateway {
         Ok(out)
     }
 
-    fn unknown_server(&self, session: SessionId, server: &str) -> String {
-        let known: Vec<&str> =
-            self.backends.keys().map(|n| &**n).filter(|n| self.view(session).sees_server(n)).collect();
+    /// The error for a server the session does not know, naming those it does.
+    pub(super) fn unknown_server(&self, server: &str) -> String {
+        let known: Vec<&str> = self.backends.keys().map(|n| &**n).filter(|n| self.view.sees_server(n)).collect();
         format!("unknown server '{server}'; the servers are: {}", known.join(", "))
     }
+}
 
-    fn unknown_tool(&self, name: &str) -> String {
-        format!("unknown tool '{name}'; search_tools finds tools by keyword and gives their exact names")
+impl Gateway {
+    /// Tether's read-only tools as `session` may use them.
+    fn inspector(&self, session: SessionId) -> Inspector<'_> {
+        Inspector {
+            backends: &self.backends,
+            catalog: &self.catalog,
+            journal: &self.journal,
+            view: self.view(session),
+            config: &self.config,
+            now: self.now,
+        }
     }
 
-    /// The own tools' definitions, for `tools/list`.
-    pub(super) fn own_tool_definitions(&self) -> Vec<&'static str> {
-        self.own_tools().iter().map(|t| t.definition()).collect()
+    /// A `tools/call` of one of tether's own tools.
+    pub(super) fn call_own_tool(&mut self, session: SessionId, id: RawId, tool: OwnTool, fields: &RawFields<'_>) {
+        let args: Map<String, Value> = match fields.get("arguments").map(serde_json::from_str::<Value>) {
+            None | Some(Ok(Value::Null)) => Map::new(),
+            Some(Ok(Value::Object(m))) => m,
+            Some(_) => return self.reply(session, &id, &tool_error("arguments must be an object")),
+        };
+        let outcome = match tool {
+            OwnTool::ListServers => Ok(self.inspector(session).list_servers()),
+            OwnTool::SearchTools => self.inspector(session).search_tools(&args),
+            OwnTool::DescribeTool => self.inspector(session).describe_tool(&args),
+            OwnTool::ReconnectServer => self.reconnect_server(session, &args),
+            OwnTool::ServerEvents => self.inspector(session).server_events(&args),
+            OwnTool::ExecuteTool => return self.execute_tool(session, id, fields, &args),
+        };
+        let result = match outcome {
+            Ok(value) => structured(value),
+            Err(message) => tool_error(&message),
+        };
+        self.reply(session, &id, &result);
     }
 
-    /// The server name of an own-tool `execute_tool` call's target, for routing
-    /// decisions made before the call is parsed (a stateless client's retry).
-    pub(super) fn execute_target<'a>(&self, params: &'a Map<String, Value>) -> Option<&'a str> {
-        let name = params.get("name").and_then(Value::as_str)?;
-        (self.own_tool(name) == Some(OwnTool::ExecuteTool))
-            .then(|| params.get("arguments").and_then(|a| a.get("name")).and_then(Value::as_str))
-            .flatten()
+    /// `execute_tool`: the named backend tool is called as if the client had
+    /// called it directly (queueing, retries, breaker, timeouts, progress, input
+    /// requests): the call's own params with `name` and `arguments` replaced.
+    fn execute_tool(&mut self, session: SessionId, id: RawId, fields: &RawFields<'_>, args: &Map<String, Value>) {
+        let target = match string_arg(args, "name") {
+            Ok(Some(name)) => name,
+            Ok(None) => return self.reply(session, &id, &tool_error("argument 'name' is required")),
+            Err(e) => return self.reply(session, &id, &tool_error(&e)),
+        };
+        if OwnTool::named(&self.config, target).is_some() {
+            let msg = format!("'{target}' is one of the gateway's own tools: call it directly");
+            return self.reply(session, &id, &tool_error(&msg));
+        }
+        if self.view(session).tool(target).is_none() {
+            let restricted = self.view(session).restricted();
+            let hidden = super::routing::hidden_message(&self.catalog, ListKind::Tools, target).filter(|_| !restricted);
+            let withheld = restricted && self.catalog.resolve_tool(target).is_some();
+            if hidden.is_some()
+                || withheld
+                || !self.backends.first_discovery_pending(self.now, self.config.policy.connect_timeout_ms)
+            {
+                let msg = hidden.unwrap_or_else(|| unknown_tool(target));
+                return self.reply(session, &id, &tool_error(&msg));
+            }
+        }
+        let arguments = match args.get("arguments") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(v @ Value::Object(_)) => v.clone(),
+            Some(_) => return self.reply(session, &id, &tool_error("argument 'arguments' must be an object")),
+        };
+        let mut params = String::from("{");
+        params.push_str(&format!(r#""name":{},"arguments":{arguments}"#, protocol::quote(target)));
+        for (key, value) in fields.iter().filter(|(k, _)| !matches!(&***k, "name" | "arguments")) {
+            params.push_str(&format!(",{}:{}", protocol::quote(key), value));
+        }
+        params.push('}');
+        self.route_named(session, id, "tools/call", Some(&params), ListKind::Tools, true);
+    }
+
+    fn reconnect_server(&mut self, session: SessionId, args: &Map<String, Value>) -> Result<Value, String> {
+        // `name` is what some gateways call it; `server` is what the schema says.
+        let server = match (string_arg(args, "server")?, string_arg(args, "name")?) {
+            (Some(s), _) | (None, Some(s)) => s.to_string(),
+            (None, None) => return Err("argument 'server' is required".into()),
+        };
+        // Reconnecting is for whoever is granted the server whole.
+        let granted = self.view(session).access.server(&server);
+        let Some(b) = self.backends.get(server.as_str()).filter(|_| granted) else {
+            return Err(self.inspector(session).unknown_server(&server));
+        };
+        if b.config.disabled {
+            return Err(format!("server '{server}' is disabled in the configuration; enable it there"));
+        }
+        let before = b.sup.status();
+        let (action, command) = match before {
+            Status::PermanentlyFailed => ("restarting", AdminCommand::Restart { server: self.backends.name(&server) }),
+            Status::Online | Status::DiscoveringTools => (
+                "reconnecting with a fresh connection",
+                AdminCommand::Reconnect { server: self.backends.name(&server) },
+            ),
+            _ => ("connecting now", AdminCommand::Reconnect { server: self.backends.name(&server) }),
+        };
+        let _ = self.admin(command);
+        let after = self.backends.get(server.as_str()).map(|b| b.sup.status());
+        Ok(json!({
+            "server": server,
+            "was": before,
+            "action": action,
+            "status": after,
+            "next": "call list_servers or server_events to see whether it came back",
+        }))
     }
 }
 
@@ -413,3 +452,6 @@ impl MatchesAll for Option<&str> {
         self.map_or(true, |s| s == value)
     }
 }
+
+#[cfg(test)]
+mod tests;

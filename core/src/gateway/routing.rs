@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::calls::{Call, CallKind, ClientCall, Forward, Parked, ParkedList, Queued, RawFields, Shape};
 use super::client_events::Level;
+use super::own_tools::OwnTool;
 use super::tasks::TaskPlan;
 use super::Gateway;
 use crate::catalog::Catalog;
@@ -59,7 +60,7 @@ impl Gateway {
         let Some(name) = fields.get("name").and_then(protocol::string_value) else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing name", None);
         };
-        if let Some(tool) = self.own_tool(&name).filter(|_| kind == ListKind::Tools) {
+        if let Some(tool) = OwnTool::named(&self.config, &name).filter(|_| kind == ListKind::Tools) {
             return self.call_own_tool(session, id, tool, fields);
         }
         let resolved = match kind {
