@@ -212,7 +212,7 @@ impl Gateway {
             .collect();
         for session in ready {
             // Logged while this session has a call on the backend: most likely about that call.
-            let related = self.latest_call(server, Some(session)).map(|(_, id)| id);
+            let related = self.origins().latest_call(server, Some(session)).map(|(_, id)| id);
             let frame = protocol::notification("notifications/message", Some(&params));
             self.related_to_client(session, related.as_deref(), frame);
         }
@@ -302,11 +302,11 @@ impl Gateway {
             if let Some(task) = self.call_task(call) {
                 return self.ask_for_task(server, call, &task, id, method, params, capability);
             }
-            if self.is_stateless_call(call) {
+            if self.origins().is_stateless_call(call) {
                 return self.ask_stateless_client(server, call, id, method, params, capability);
             }
         }
-        if origin == Origin::Unsaid && self.origin_ambiguous(server) {
+        if origin == Origin::Unsaid && self.origins().ambiguous(server) {
             // Clients with tokens are different people: a request asked of the
             // wrong one would show it another's call, and let it answer for them.
             let msg = "calls of several token-holding clients are in flight on this server: \
@@ -314,9 +314,9 @@ impl Gateway {
             return self.to_backend(server, protocol::error_response(id, code::INTERNAL_ERROR, msg, None), None);
         }
         let asked = match origin {
-            Origin::Call(call) => self.call_origin(call, capability),
-            Origin::NoCall => self.callless_origin(capability),
-            Origin::Unsaid => self.origin_session(server, capability),
+            Origin::Call(call) => self.origins().of_call(call, capability),
+            Origin::NoCall => self.origins().callless(capability),
+            Origin::Unsaid => self.origins().of_server(server, capability),
         };
         let Some((session, related)) = asked else {
             let msg = format!("no connected client supports {capability}");
@@ -344,75 +344,12 @@ impl Gateway {
         self.related_to_client(session, related.as_deref(), protocol::request(client_id, method, params));
     }
 
-    /// The session to ask, and the client call it is asked for: the latest call in
-    /// flight on this backend, else any ready session that supports the capability.
-    fn origin_session(
-        &self,
-        server: &str,
-        capability: &str,
-    ) -> Option<(crate::io::SessionId, Option<crate::io::RawId>)> {
-        let supports = |s: &crate::io::SessionId| self.sessions.open.get(s).is_some_and(|s| s.supports(capability));
-        match self.latest_call(server, None) {
-            Some((s, id)) if supports(&s) => Some((s, Some(id))),
-            Some(_) => None,
-            None => self.callless_origin(capability),
-        }
-    }
-
-    /// The session to ask a request no client call made: a ready one that
-    /// supports `capability`, and not one of a token's holders (nobody asked on
-    /// their behalf).
-    fn callless_origin(&self, capability: &str) -> Option<(crate::io::SessionId, Option<crate::io::RawId>)> {
-        let supports = |s: &crate::io::SessionId| self.sessions.open.get(s).is_some_and(|s| s.supports(capability));
-        self.sessions
-            .open
-            .iter()
-            .find(|(id, s)| s.ready && supports(id) && s.scopes.is_none())
-            .map(|(id, _)| (*id, None))
-    }
-
     /// Whether `call` is a client call in flight on `server`'s live connection
     /// (the fuzz drivers ask too: a request on its stream is that client's).
     pub(crate) fn client_call_on(&self, server: &str, call: u64) -> bool {
         let generation = self.backends.get(server).map(|b| b.sup.generation());
         self.router.calls.get(&call).is_some_and(|c| {
             &*c.server == server && Some(c.generation) == generation && matches!(c.kind, CallKind::Client(_))
-        })
-    }
-
-    /// The session of client call `call` and the call's own id, if that session
-    /// supports `capability`.
-    fn call_origin(&self, call: u64, capability: &str) -> Option<(crate::io::SessionId, Option<crate::io::RawId>)> {
-        let CallKind::Client(cc) = &self.router.calls.get(&call)?.kind else { return None };
-        let supports = self.sessions.open.get(&cc.session).is_some_and(|s| s.supports(capability));
-        supports.then(|| (cc.session, Some(cc.id.clone())))
-    }
-
-    /// Whether the client calls in flight on `server` come from more than one
-    /// session while any of them holds OAuth scopes (tokens mean several people).
-    fn origin_ambiguous(&self, server: &str) -> bool {
-        let mut sessions = self.router.calls.values().filter(|c| &*c.server == server).filter_map(|c| match &c.kind {
-            CallKind::Client(cc) => Some(cc.session),
-            _ => None,
-        });
-        let Some(first) = sessions.next() else { return false };
-        let mut others = sessions.filter(|s| *s != first).peekable();
-        if others.peek().is_none() {
-            return false;
-        }
-        let holds_token = |s: crate::io::SessionId| self.sessions.open.get(&s).is_some_and(|s| s.scopes.is_some());
-        holds_token(first) || others.any(holds_token)
-    }
-
-    /// The newest client call in flight on `server` (from `session`, if given): its session and id.
-    fn latest_call(
-        &self,
-        server: &str,
-        session: Option<crate::io::SessionId>,
-    ) -> Option<(crate::io::SessionId, crate::io::RawId)> {
-        self.router.calls.values().rev().filter(|c| &*c.server == server).find_map(|c| match &c.kind {
-            CallKind::Client(cc) if session.map_or(true, |s| s == cc.session) => Some((cc.session, cc.id.clone())),
-            _ => None,
         })
     }
 }

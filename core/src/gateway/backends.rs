@@ -13,9 +13,10 @@ use serde_json::Value;
 use super::backend::{error_code, Backend};
 use super::discovery::kind_bit;
 use super::tasks::{Form, EXTENSION};
+use super::HostError;
 use crate::catalog::ListKind;
 use crate::config::Limits;
-use crate::io::{ServerName, Status, StreamRef};
+use crate::io::{Event, Generation, ServerName, Status, StreamRef};
 use crate::policy::BreakerState;
 use crate::protocol::{self, code, CacheHint, Era};
 use crate::supervisor::Timer;
@@ -225,6 +226,35 @@ impl Backends {
         if let Some(b) = self.0.get_mut(server) {
             b.streams.ended.remove(&StreamRef::Request(id));
         }
+    }
+    /// Keeps the metrics and uptimes that events mark: breaker transitions,
+    /// lost connections, and when a backend came online or stopped being.
+    pub(super) fn count_event(&mut self, event: &Event, now: Instant) {
+        let server = match event {
+            Event::CircuitOpened { server, .. }
+            | Event::CircuitClosed { server }
+            | Event::ServerDisconnected { server, .. }
+            | Event::ServerStatusChanged { server, .. } => server,
+            _ => return,
+        };
+        let Some(b) = self.0.get_mut(&**server) else { return };
+        match event {
+            Event::CircuitOpened { .. } => b.metrics.breaker_opened += 1,
+            Event::CircuitClosed { .. } => b.metrics.breaker_closed += 1,
+            Event::ServerDisconnected { intentional: false, .. } => b.metrics.disconnects += 1,
+            Event::ServerStatusChanged { to: Status::Online, .. } => b.online_since = Some(now),
+            Event::ServerStatusChanged { .. } => b.online_since = None,
+            _ => {}
+        }
+    }
+
+    /// Whether an input about `server`'s `generation` concerns the live connection.
+    pub(super) fn current(&self, server: &str, generation: Generation) -> Result<bool, HostError> {
+        let Some(b) = self.0.get(server) else { return Ok(false) };
+        if generation > b.sup.generation() {
+            return Err(HostError::FutureGeneration { server: self.name(server), generation });
+        }
+        Ok(generation == b.sup.generation() && b.sup.is_connected())
     }
 }
 

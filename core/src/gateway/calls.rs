@@ -3,7 +3,7 @@
 //! aggregation deadline.
 
 use alloc::borrow::Cow;
-use alloc::string::String;
+use alloc::string::{String, ToString};
 
 use crate::catalog::ListKind;
 use crate::io::{Generation, SessionId};
@@ -231,6 +231,49 @@ pub(super) enum Parked {
     List { kind: ListKind, cursor: Option<String> },
     /// `tools/call` or `prompts/get` of a name no backend has listed yet.
     Named { method: &'static str, params: String, kind: ListKind },
+}
+
+impl ClientCall {
+    /// The `_meta` members of a call to a stateless backend: tether's revision,
+    /// and as client capabilities what the client behind the call can be asked
+    /// (a stateless client's own, for this request; a handshake-era client's from
+    /// its `initialize`, limited to what tether turns into requests to it).
+    pub(super) fn stateless_meta(&self, session: Option<&super::sessions::Session>, log_level: Option<&str>) -> String {
+        let call = self;
+        let caps = match &call.caps {
+            // tether runs the task: the backend is asked for a plain answer.
+            Some(caps) if super::tasks::declares_tasks(Some(caps)) && call.shape != Shape::TaskIds => {
+                let mut caps = caps.clone();
+                if let Some(serde_json::Value::Object(extensions)) = caps.get_mut("extensions") {
+                    extensions.remove(super::tasks::EXTENSION);
+                }
+                serde_json::Value::Object(caps).to_string()
+            }
+            Some(caps) => serde_json::Value::Object(caps.clone()).to_string(),
+            None => {
+                let declared = session.map(|s| &s.capabilities);
+                let asked: serde_json::Map<String, serde_json::Value> = declared
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, v)| matches!(k.as_str(), "sampling" | "elicitation" | "roots") && !v.is_null())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                serde_json::Value::Object(asked).to_string()
+            }
+        };
+        let mut meta = protocol::stateless_meta_members(&caps);
+        // `logging/setLevel` is gone in that revision: the level rides on each
+        // request (a stateless client's own; a handshake-era client's last one).
+        let level = if call.caps.is_some() { call.log_level.as_deref() } else { log_level };
+        if let Some(level) = level {
+            meta.push_str(&alloc::format!(
+                ",{}:{}",
+                protocol::quote(protocol::meta::LOG_LEVEL),
+                protocol::quote(level)
+            ));
+        }
+        meta
+    }
 }
 
 #[cfg(test)]
@@ -543,5 +586,33 @@ mod tests {
         assert_eq!((&p["name"], &p["k3"], &p["k19"]), (&json!("orig"), &json!("last"), &json!(19)));
         let (p, _) = forward(r#"{"name":"a","x":1,"x":2}"#, false);
         assert_eq!(p, json!({"name":"orig","x":2}));
+    }
+
+    #[test]
+    fn a_stateless_call_says_what_its_client_can_be_asked_and_at_which_log_level() {
+        let meta = |call: &ClientCall, session: Option<&crate::gateway::sessions::Session>, level: Option<&str>| {
+            let members = call.stateless_meta(session, level);
+            serde_json::from_str::<Value>(&format!("{{{members}}}")).expect("members of an object")
+        };
+        let caps_key = crate::protocol::meta::CLIENT_CAPABILITIES;
+        let level_key = crate::protocol::meta::LOG_LEVEL;
+        // A handshake-era client: what it declared that tether turns into requests, and its last level.
+        let mut session = crate::gateway::sessions::Session::new(false, Instant::ZERO);
+        session.capabilities = json!({"sampling": {}, "roots": null, "experimental": {}}).as_object().cloned().unwrap();
+        let call = ClientCall::for_test(1, "1");
+        let m = meta(&call, Some(&session), Some("info"));
+        assert_eq!((m[caps_key].clone(), m[level_key].clone()), (json!({"sampling": {}}), json!("info")));
+        assert_eq!(m[crate::protocol::meta::PROTOCOL_VERSION], crate::protocol::STATELESS_VERSIONS[0]);
+        // A stateless client: its own capabilities and level for this request, not the session's.
+        let tasks = crate::gateway::tasks::EXTENSION;
+        let mut own = ClientCall::for_test(1, "1");
+        own.caps = json!({"elicitation": {}, "extensions": {tasks: {}}}).as_object().cloned();
+        own.log_level = Some("debug".into());
+        let m = meta(&own, Some(&session), Some("info"));
+        assert_eq!(m[level_key], "debug");
+        // tether runs the task for it: the backend is asked for a plain answer.
+        assert_eq!(m[caps_key], json!({"elicitation": {}, "extensions": {}}));
+        own.shape = Shape::TaskIds;
+        assert_eq!(meta(&own, None, None)[caps_key]["extensions"], json!({tasks: {}}), "passed through");
     }
 }

@@ -230,7 +230,9 @@ impl Gateway {
                     );
                 }
                 if let Some(received) = param_headers.filter(|_| &*method == "tools/call") {
-                    if let Err(message) = self.check_param_headers(session, params, received) {
+                    if let Err(message) =
+                        super::param_headers::check_param_headers(self.view(session), &self.catalog, params, received)
+                    {
                         return self.reply_error(session, &id, protocol::HEADER_MISMATCH, &message, None);
                     }
                 }

@@ -15,6 +15,7 @@ mod eras;
 mod failures;
 mod lifecycle;
 mod lists;
+mod origins;
 mod own_tools;
 mod param_headers;
 mod recent;
@@ -269,20 +270,20 @@ impl Gateway {
             Input::ClientAccess { session, scopes, principal } => self.client_access(session, scopes, principal),
             Input::ClientClosed { session } => self.client_closed(session),
             Input::BackendStarted { server, generation, .. } => {
-                self.current(&server, generation)?;
+                self.backends.current(&server, generation)?;
             }
             Input::BackendFrame { server, generation, frame } => {
-                if self.current(&server, generation)? {
+                if self.backends.current(&server, generation)? {
                     self.backend_frame(&server, &frame);
                 }
             }
             Input::BackendEvent { server, generation, stream, event_id, frame } => {
-                if self.current(&server, generation)? {
+                if self.backends.current(&server, generation)? {
                     self.backend_event(&server, stream, event_id.as_deref(), &frame);
                 }
             }
             Input::StreamEnded { server, generation, stream, last_event_id, retry_ms, events, mut failure } => {
-                if self.current(&server, generation)? {
+                if self.backends.current(&server, generation)? {
                     if let Some(Failure::Spawn { message } | Failure::Other { message }) = &mut failure {
                         self.redactor.redact_in_place(message);
                     }
@@ -291,7 +292,7 @@ impl Gateway {
                 }
             }
             Input::BackendStderr { server, generation, line } => {
-                if self.current(&server, generation)? {
+                if self.backends.current(&server, generation)? {
                     if let Some(b) = self.backends.get_mut(&server) {
                         let line = b.push_stderr(self.redactor.redact(&line).into_owned());
                         b.recent.push(self.now, LogSource::Stderr, line);
@@ -299,12 +300,12 @@ impl Gateway {
                 }
             }
             Input::BackendExited { server, generation, code } => {
-                if self.current(&server, generation)? {
+                if self.backends.current(&server, generation)? {
                     self.connection_lost(&server, Failure::Exited { code });
                 }
             }
             Input::BackendFailed { server, generation, request, mut failure } => {
-                if self.current(&server, generation)? {
+                if self.backends.current(&server, generation)? {
                     if let Failure::Spawn { message } | Failure::Other { message } = &mut failure {
                         self.redactor.redact_in_place(message);
                     }
@@ -505,28 +506,6 @@ impl Gateway {
         Ok(())
     }
 
-    /// Keeps the metrics and uptimes that events mark: breaker transitions,
-    /// lost connections, and when a backend came online or stopped being.
-    fn count_event(&mut self, event: &Event) {
-        let now = self.now;
-        let server = match event {
-            Event::CircuitOpened { server, .. }
-            | Event::CircuitClosed { server }
-            | Event::ServerDisconnected { server, .. }
-            | Event::ServerStatusChanged { server, .. } => server,
-            _ => return,
-        };
-        let Some(b) = self.backends.get_mut(&**server) else { return };
-        match event {
-            Event::CircuitOpened { .. } => b.metrics.breaker_opened += 1,
-            Event::CircuitClosed { .. } => b.metrics.breaker_closed += 1,
-            Event::ServerDisconnected { intentional: false, .. } => b.metrics.disconnects += 1,
-            Event::ServerStatusChanged { to: Status::Online, .. } => b.online_since = Some(now),
-            Event::ServerStatusChanged { .. } => b.online_since = None,
-            _ => {}
-        }
-    }
-
     // ----- plumbing shared by the submodules -----
 
     fn push(&mut self, action: Action) {
@@ -534,7 +513,7 @@ impl Gateway {
     }
 
     fn emit(&mut self, mut event: Event) {
-        self.count_event(&event);
+        self.backends.count_event(&event, self.now);
         self.redactor.redact_event(&mut event);
         if let Some(b) = self.backends.get_mut(event.server()) {
             b.recent.push(self.now, LogSource::Event, event.to_string());
@@ -578,15 +557,6 @@ impl Gateway {
             request,
             headers: Vec::new(),
         });
-    }
-
-    /// Whether an input about `server`'s `generation` concerns the live connection.
-    fn current(&self, server: &str, generation: Generation) -> Result<bool, HostError> {
-        let Some(b) = self.backends.get(server) else { return Ok(false) };
-        if generation > b.sup.generation() {
-            return Err(HostError::FutureGeneration { server: self.backends.name(server), generation });
-        }
-        Ok(generation == b.sup.generation() && b.sup.is_connected())
     }
 
     /// Runs every timer that is due.

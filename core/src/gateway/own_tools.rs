@@ -255,8 +255,8 @@ impl Inspector<'_> {
             return Ok(json!({ "server": "tether", "status": "online", "available": true, "tool": tool }));
         }
         let Some(r) = self.view.tool(name) else {
-            let hidden = super::routing::hidden_message(self.catalog, ListKind::Tools, name)
-                .filter(|_| !self.view.restricted());
+            let hidden =
+                super::routing::hidden_message(self.catalog, ListKind::Tools, name).filter(|_| !self.view.restricted());
             return Err(hidden.unwrap_or_else(|| unknown_tool(name)));
         };
         let tool: Value = serde_json::from_str(&r.entry.json).unwrap_or(Value::Null);

@@ -11,9 +11,10 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::access::SessionView;
+use super::backends::Backends;
 use super::calls::ClientCall;
-use super::Gateway;
-use crate::io::SessionId;
+use crate::catalog::Catalog;
 use crate::param_headers;
 use crate::protocol::{self, RequestEra};
 
@@ -32,51 +33,53 @@ impl CallParams<'_> {
     }
 }
 
-impl Gateway {
-    /// Checks the `Mcp-Param-*` headers that came with a `tools/call` over HTTP
-    /// (`received`, by lowercased name) against its arguments, by the served
-    /// tool's declarations. Only stateless-era requests are checked (the headers
-    /// belong to that revision), and nothing is done for a tool tether does not
-    /// know or one without declarations: calls of tools that mirror nothing cost
-    /// one look at the catalog. `Err` holds the `HeaderMismatch` message.
-    pub(super) fn check_param_headers(
-        &self,
-        session: SessionId,
-        params: Option<&str>,
-        received: &BTreeMap<String, String>,
-    ) -> Result<(), String> {
-        if !self.catalog.mirrors_params() {
-            return Ok(());
-        }
-        // Malformed params are the router's to refuse.
-        let Some(call) = params.and_then(|p| serde_json::from_str::<CallParams<'_>>(p).ok()) else { return Ok(()) };
-        let Some(tool) = self.view(session).tool(&call.name) else { return Ok(()) };
-        let declared = &tool.entry.param_headers;
-        if declared.is_empty() || protocol::request_era(params) == RequestEra::Handshake {
-            return Ok(());
-        }
-        param_headers::check(declared, call.arguments().as_ref(), received)
+/// Checks the `Mcp-Param-*` headers that came with a `tools/call` over HTTP
+/// (`received`, by lowercased name) against its arguments, by the served
+/// tool's declarations. Only stateless-era requests are checked (the headers
+/// belong to that revision), and nothing is done for a tool tether does not
+/// know or one without declarations: calls of tools that mirror nothing cost
+/// one look at the catalog. `Err` holds the `HeaderMismatch` message.
+pub(super) fn check_param_headers(
+    view: SessionView<'_>,
+    catalog: &Catalog,
+    params: Option<&str>,
+    received: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    if !catalog.mirrors_params() {
+        return Ok(());
     }
+    // Malformed params are the router's to refuse.
+    let Some(call) = params.and_then(|p| serde_json::from_str::<CallParams<'_>>(p).ok()) else { return Ok(()) };
+    let Some(tool) = view.tool(&call.name) else { return Ok(()) };
+    let declared = &tool.entry.param_headers;
+    if declared.is_empty() || protocol::request_era(params) == RequestEra::Handshake {
+        return Ok(());
+    }
+    param_headers::check(declared, call.arguments().as_ref(), received)
+}
 
-    /// The `Mcp-Param-*` headers of `call` to backend `server`, by the backend's
-    /// declarations for the tool (its own name for it, as in the frame), for a
-    /// stateless backend on HTTP: empty for anything else.
-    pub(super) fn param_headers_to(&self, server: &str, call: &ClientCall) -> Vec<(String, String)> {
-        if call.method != "tools/call" {
-            return Vec::new();
+/// The `Mcp-Param-*` headers of `call` to backend `server`, by the backend's
+/// declarations for the tool (its own name for it, as in the frame), for a
+/// stateless backend on HTTP: empty for anything else.
+pub(super) fn param_headers_to(
+    backends: &Backends,
+    catalog: &Catalog,
+    server: &str,
+    call: &ClientCall,
+) -> Vec<(String, String)> {
+    if call.method != "tools/call" {
+        return Vec::new();
+    }
+    let Some(catalog) = catalog.backend(server).filter(|c| c.mirrors_params()) else { return Vec::new() };
+    let http = backends.get(server).is_some_and(|b| matches!(b.config.transport, crate::Transport::Http { .. }));
+    if !http {
+        return Vec::new();
+    }
+    let Ok(params) = serde_json::from_str::<CallParams<'_>>(call.params.body()) else { return Vec::new() };
+    match catalog.tool(&params.name) {
+        Some(tool) if !tool.param_headers.is_empty() => {
+            param_headers::request_headers(&tool.param_headers, params.arguments().as_ref())
         }
-        let Some(catalog) = self.catalog.backend(server).filter(|c| c.mirrors_params()) else { return Vec::new() };
-        let http =
-            self.backends.get(server).is_some_and(|b| matches!(b.config.transport, crate::Transport::Http { .. }));
-        if !http {
-            return Vec::new();
-        }
-        let Ok(params) = serde_json::from_str::<CallParams<'_>>(call.params.body()) else { return Vec::new() };
-        match catalog.tool(&params.name) {
-            Some(tool) if !tool.param_headers.is_empty() => {
-                param_headers::request_headers(&tool.param_headers, params.arguments().as_ref())
-            }
-            _ => Vec::new(),
-        }
+        _ => Vec::new(),
     }
 }

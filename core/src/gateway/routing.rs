@@ -445,9 +445,17 @@ impl Gateway {
         let deadline = Some((now + Duration::from_millis(policy.request_timeout_ms)).min(hard).max(now));
         let generation = b.sup.generation();
         let stateless = b.era == Era::Stateless;
-        let meta = if stateless { self.stateless_call_meta(&call) } else { String::new() };
+        let meta = if stateless {
+            call.stateless_meta(self.sessions.open.get(&call.session), self.log_level.as_deref())
+        } else {
+            String::new()
+        };
         let frame = call.params.frame(id, call.method, call.progress.is_some(), &meta);
-        let headers = if stateless { self.param_headers_to(server, &call) } else { Vec::new() };
+        let headers = if stateless {
+            super::param_headers::param_headers_to(&self.backends, &self.catalog, server, &call)
+        } else {
+            Vec::new()
+        };
         let server = self.backends.name(server);
         let window = call.task_window.filter(|_| call.task.is_none() && call.awaiting_input.is_none());
         let deadline = match &call.task {
@@ -462,42 +470,6 @@ impl Gateway {
             self.watch_task_window(id, window);
         }
         self.push(Action::SendToBackend { server, generation, frame, request: Some(id), headers });
-    }
-
-    /// The `_meta` members of a call to a stateless backend: tether's revision,
-    /// and as client capabilities what the client behind the call can be asked
-    /// (a stateless client's own, for this request; a handshake-era client's from
-    /// its `initialize`, limited to what tether turns into requests to it).
-    fn stateless_call_meta(&self, call: &ClientCall) -> String {
-        let caps = match &call.caps {
-            // tether runs the task: the backend is asked for a plain answer.
-            Some(caps) if super::tasks::declares_tasks(Some(caps)) && call.shape != Shape::TaskIds => {
-                let mut caps = caps.clone();
-                if let Some(Value::Object(extensions)) = caps.get_mut("extensions") {
-                    extensions.remove(super::tasks::EXTENSION);
-                }
-                Value::Object(caps).to_string()
-            }
-            Some(caps) => Value::Object(caps.clone()).to_string(),
-            None => {
-                let declared = self.sessions.open.get(&call.session).map(|s| &s.capabilities);
-                let asked: Map<String, Value> = declared
-                    .into_iter()
-                    .flatten()
-                    .filter(|(k, v)| matches!(k.as_str(), "sampling" | "elicitation" | "roots") && !v.is_null())
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
-                Value::Object(asked).to_string()
-            }
-        };
-        let mut meta = protocol::stateless_meta_members(&caps);
-        // `logging/setLevel` is gone in that revision: the level rides on each
-        // request (a stateless client's own; a handshake-era client's last one).
-        let level = if call.caps.is_some() { call.log_level.as_ref() } else { self.log_level.as_ref() };
-        if let Some(level) = level {
-            meta.push_str(&format!(",{}:{}", protocol::quote(protocol::meta::LOG_LEVEL), protocol::quote(level)));
-        }
-        meta
     }
 
     /// Turns a backend's answer into the client's.

@@ -112,3 +112,32 @@ fn an_unavailable_backend_is_described_by_status_attempt_and_breaker() {
     assert!(backends.reauth_message("b").contains("update the `headers`"));
     assert!(!backends.available("b", at(0)) && !backends.available("gone", at(0)));
 }
+
+#[test]
+fn an_input_is_current_only_for_the_live_connection_and_a_future_generation_is_an_error() {
+    let mut b = backend(Status::Offline);
+    let generation = b.sup.begin_connect(at(0));
+    let mut backends = with(&[("b", b)]);
+    assert_eq!(backends.current("b", generation), Ok(true));
+    assert_eq!(backends.current("gone", generation), Ok(false));
+    assert!(backends.current("b", Generation(generation.0 + 1)).is_err());
+    backends.get_mut("b").expect("b").sup.begin_connect(at(1));
+    assert_eq!(backends.current("b", generation), Ok(false), "a late report of the old connection");
+}
+
+#[test]
+fn events_count_breaker_trips_and_unintended_disconnects_and_mark_the_uptime() {
+    let mut backends = with(&[("b", backend(Status::Connecting))]);
+    let server: ServerName = "b".into();
+    let online = Event::ServerStatusChanged {
+        server: server.clone(),
+        from: Status::Connecting,
+        to: Status::Online,
+        message: None,
+    };
+    backends.count_event(&online, at(7));
+    backends.count_event(&Event::CircuitClosed { server: server.clone() }, at(8));
+    backends.count_event(&Event::ServerDisconnected { server: server.clone(), intentional: true }, at(9));
+    let b = &backends["b"];
+    assert_eq!((b.online_since, b.metrics.breaker_closed, b.metrics.disconnects), (Some(at(7)), 1, 0));
+}

@@ -29,13 +29,6 @@ use crate::time::Duration;
 const INPUT_GATHER_MS: u64 = 50;
 
 impl Gateway {
-    /// Whether client call `call` is a stateless client's (or waits for its
-    /// input): a backend request for it is asked through `input_required`.
-    pub(in crate::gateway) fn is_stateless_call(&self, call: u64) -> bool {
-        let Some(CallKind::Client(cc)) = self.router.calls.get(&call).map(|c| &c.kind) else { return false };
-        cc.awaiting_input.is_some() || self.sessions.open.get(&cc.session).is_some_and(|s| s.era == Era::Stateless)
-    }
-
     /// A handshake-era backend asks `method` during stateless call `call`: ask the
     /// client through an `input_required` answer (or add it to the round already
     /// pending), or refuse it when the client did not declare `capability`.
