@@ -299,7 +299,7 @@ impl Gateway {
             Origin::Unsaid => self.router.newest_client_call(server),
         };
         if let Some(call) = call {
-            if let Some(task) = self.call_task(call) {
+            if let Some(task) = self.router.call_task(call) {
                 return self.ask_for_task(server, call, &task, id, method, params, capability);
             }
             if self.origins().is_stateless_call(call) {

@@ -11,16 +11,21 @@ use core::ops::{Deref, DerefMut};
 use serde_json::Value;
 
 use super::backend::{error_code, Backend};
+use super::calls::ClientCall;
+use super::credentials::LoginElicitation;
 use super::discovery::kind_bit;
+use super::sessions::Sessions;
 use super::tasks::{Form, EXTENSION};
 use super::HostError;
 use crate::catalog::ListKind;
 use crate::config::Limits;
+use crate::io::SessionId;
 use crate::io::{Event, Generation, ServerName, Status, StreamRef};
 use crate::policy::BreakerState;
 use crate::protocol::{self, code, CacheHint, Era};
 use crate::supervisor::Timer;
 use crate::time::{Duration, Instant};
+use alloc::vec::Vec;
 
 /// The backends, by name. Reads and writes of one backend go through the map
 /// (`backends.get(name)`); the questions about several are methods.
@@ -255,6 +260,56 @@ impl Backends {
             return Err(HostError::FutureGeneration { server: self.name(server), generation });
         }
         Ok(generation == b.sup.generation() && b.sup.is_connected())
+    }
+    /// Shows the login instructions as the status message of a backend that waits
+    /// for a person.
+    pub(super) fn update_login_message(&mut self, server: &str) {
+        let Some(b) = self.0.get(server) else { return };
+        if b.sup.status() != Status::RequiresReauth {
+            return;
+        }
+        let msg = self.login_instructions(server);
+        let Some(b) = self.0.get_mut(server) else { return };
+        b.sup.set_status(Status::RequiresReauth, Some(msg));
+    }
+
+    /// The URL elicitation that asks the person behind `call` to log in to
+    /// `server`, if the client declared URL elicitations and a login is prepared;
+    /// remembers the session, to tell it when the login is done.
+    pub(super) fn login_elicitation(
+        &mut self,
+        sessions: &Sessions,
+        server: &str,
+        call: &ClientCall,
+        message: &str,
+    ) -> Option<Value> {
+        let url = self.0.get(server)?.credential.as_ref()?.login_url()?.to_string();
+        let session = sessions.open.get(&call.session);
+        let declared = match &call.caps {
+            Some(caps) => caps,
+            None => &session?.capabilities,
+        };
+        let opens_urls = declared.get("elicitation").and_then(|e| e.get("url")).is_some_and(|v| !v.is_null());
+        if !opens_urls {
+            return None;
+        }
+        // A per-request (stateless) session is gone before the login is done.
+        let lasting = session.is_some_and(|s| !s.per_request());
+        let live: Vec<SessionId> = match &self.0.get(server)?.login_elicitation {
+            Some(e) => e.sessions.iter().copied().filter(|s| sessions.open.contains_key(s)).collect(),
+            None => Vec::new(),
+        };
+        let b = self.0.get_mut(server)?;
+        let epoch = b.credential_epoch();
+        let e = b.login_elicitation.get_or_insert_with(|| LoginElicitation {
+            id: format!("tether-login-{server}-{epoch}"),
+            sessions: Vec::new(),
+        });
+        e.sessions = live;
+        if lasting && !e.sessions.contains(&call.session) {
+            e.sessions.push(call.session);
+        }
+        Some(serde_json::json!({"mode": "url", "elicitationId": e.id, "url": url, "message": message}))
     }
 }
 

@@ -8,11 +8,12 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
+use super::backends::Backends;
 use super::calls::{CallKind, RawFields, Shape};
 use super::sessions::Among;
 use super::Gateway;
-use crate::catalog::ListKind;
-use crate::config::Mode;
+use crate::catalog::{Catalog, ListKind};
+use crate::config::{Config, Mode};
 use crate::io::{Action, RawId, ServerName, SessionId, Status};
 use crate::protocol::{self, code, Era, Message};
 
@@ -259,10 +260,13 @@ impl Gateway {
             if let Err((code, message, data)) = era {
                 return self.reply_error(session, &id, code, &message, data.as_deref());
             }
-            if let Some(state) = self.retry_state(session, method, params) {
+            let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
+            if let Some(state) = retry_state(stateless, method, params) {
                 // tether's own requestState, or one meant for a handshake-era
                 // backend (which cannot take it); a stateless backend's own goes to it.
-                if self.eras.holds(&state) || !self.routes_to_stateless(method, params) {
+                if self.eras.holds(&state)
+                    || !routes_to_stateless(&self.config, &self.catalog, &self.backends, method, params)
+                {
                     return self.resume_with_inputs(session, id, &state, params);
                 }
             }
@@ -317,23 +321,6 @@ impl Gateway {
                 self.reply_error(session, &id, code::METHOD_NOT_FOUND, &msg, None)
             }
         }
-    }
-
-    /// Whether a `tools/call`, `prompts/get` or `resources/read` goes to a backend
-    /// of the stateless era.
-    fn routes_to_stateless(&self, method: &str, params: Option<&str>) -> bool {
-        let Some(params) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else {
-            return false;
-        };
-        let text = |key: &str| params.get(key).and_then(Value::as_str);
-        let tool = super::own_tools::execute_target(&self.config, &params).or_else(|| text("name"));
-        let server = match method {
-            "tools/call" => tool.and_then(|n| self.catalog.resolve_tool(n)).map(|r| r.server),
-            "prompts/get" => text("name").and_then(|n| self.catalog.resolve_prompt(n)).map(|r| r.server),
-            "resources/read" => text("uri").and_then(|u| self.catalog.resolve_uri(u)).map(|(s, _)| s),
-            _ => None,
-        };
-        server.and_then(|s| self.backends.get(s)).is_some_and(|b| b.era == Era::Stateless)
     }
 
     fn initialize(&mut self, session: SessionId, id: &str, params: Option<Map<String, Value>>) {
@@ -517,7 +504,7 @@ impl Gateway {
 }
 
 /// What the client's model is told about this server, as a JSON string.
-fn instructions(config: &crate::config::Config) -> String {
+fn instructions(config: &Config) -> String {
     let text = match config.mode {
         Mode::Meta => String::from(
             "tether gateway in meta mode: the tools of many MCP servers are reached through search_tools (find a tool by keywords), describe_tool (its arguments) and execute_tool (run it). list_servers, server_events and reconnect_server show and fix servers that are down.",
@@ -532,4 +519,60 @@ fn instructions(config: &crate::config::Config) -> String {
         }
     };
     protocol::quote(&text)
+}
+
+/// Whether a `tools/call`, `prompts/get` or `resources/read` goes to a backend
+/// of the stateless era.
+fn routes_to_stateless(
+    config: &Config,
+    catalog: &Catalog,
+    backends: &Backends,
+    method: &str,
+    params: Option<&str>,
+) -> bool {
+    let Some(params) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else {
+        return false;
+    };
+    let text = |key: &str| params.get(key).and_then(Value::as_str);
+    let tool = super::own_tools::execute_target(config, &params).or_else(|| text("name"));
+    let server = match method {
+        "tools/call" => tool.and_then(|n| catalog.resolve_tool(n)).map(|r| r.server),
+        "prompts/get" => text("name").and_then(|n| catalog.resolve_prompt(n)).map(|r| r.server),
+        "resources/read" => text("uri").and_then(|u| catalog.resolve_uri(u)).map(|(s, _)| s),
+        _ => None,
+    };
+    server.and_then(|s| backends.get(s)).is_some_and(|b| b.era == Era::Stateless)
+}
+
+/// The `requestState` of a stateless client's retry, if this request (of a
+/// `stateless` session) is one.
+fn retry_state(stateless: bool, method: &str, params: Option<&str>) -> Option<String> {
+    if !matches!(method, "tools/call" | "prompts/get" | "resources/read") {
+        return None;
+    }
+    if !stateless {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Retry {
+        #[serde(default, rename = "requestState")]
+        request_state: Option<String>,
+    }
+    serde_json::from_str::<Retry>(params?).ok()?.request_state
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_stateless_call_prompt_or_read_carries_a_retry_state() {
+        let params = Some(r#"{"name":"t","requestState":"st","inputResponses":{}}"#);
+        assert_eq!(retry_state(true, "tools/call", params).as_deref(), Some("st"));
+        assert_eq!(retry_state(true, "resources/read", params).as_deref(), Some("st"));
+        assert_eq!(retry_state(false, "tools/call", params), None, "a handshake-era session has no retries");
+        assert_eq!(retry_state(true, "tools/list", params), None);
+        assert_eq!(retry_state(true, "tools/call", Some(r#"{"name":"t"}"#)), None);
+        assert_eq!(retry_state(true, "tools/call", Some(r#"{"requestState":5}"#)), None, "not a state");
+    }
 }

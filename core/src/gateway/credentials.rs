@@ -21,8 +21,8 @@ use crate::time::Duration;
 /// the sessions to tell (`notifications/elicitation/complete`) once it is done.
 #[derive(Clone)]
 pub(crate) struct LoginElicitation {
-    id: String,
-    sessions: Vec<SessionId>,
+    pub(super) id: String,
+    pub(super) sessions: Vec<SessionId>,
 }
 
 impl Gateway {
@@ -209,7 +209,7 @@ impl Gateway {
                 self.login_wanted(server);
             }
             Next::Step(step) => self.authorize(server, step),
-            Next::Wait => self.update_login_message(server),
+            Next::Wait => self.backends.update_login_message(server),
             Next::Resend => {
                 let b = &self.backends[server];
                 let status = b.sup.status();
@@ -245,7 +245,7 @@ impl Gateway {
                 }
                 let msg = self.backends.reauth_message(server);
                 self.fail_waiting_for_credential(server, &msg);
-                self.update_login_message(server);
+                self.backends.update_login_message(server);
             }
         }
     }
@@ -262,18 +262,6 @@ impl Gateway {
         }
     }
 
-    /// Shows the login instructions as the status message of a backend that waits
-    /// for a person.
-    fn update_login_message(&mut self, server: &str) {
-        let b = &self.backends[server];
-        if b.sup.status() != Status::RequiresReauth {
-            return;
-        }
-        let msg = self.backends.login_instructions(server);
-        let b = self.backends.get_mut(server).expect("live");
-        b.sup.set_status(Status::RequiresReauth, Some(msg));
-    }
-
     fn fail_refused(&mut self, server: &str, call: ClientCall, message: &str) {
         if call.probe {
             if let Some(b) = self.backends.get_mut(server) {
@@ -288,7 +276,7 @@ impl Gateway {
     /// client can open URLs, else with the instructions (-32004).
     pub(super) fn fail_reauth(&mut self, server: &str, call: ClientCall, message: &str) {
         let data = self.backends.unavailable_data(server, self.now);
-        match self.login_elicitation(server, &call, message) {
+        match self.backends.login_elicitation(&self.sessions, server, &call, message) {
             Some(elicitation) => {
                 let mut data: Map<String, Value> = serde_json::from_str(&data).unwrap_or_default();
                 data.insert("elicitations".into(), Value::Array(alloc::vec![elicitation]));
@@ -299,39 +287,6 @@ impl Gateway {
         }
         self.record_call(server, &call, CallOutcome::Failed);
         self.release(&call);
-    }
-
-    /// The URL elicitation that asks the person behind `call` to log in to
-    /// `server`, if the client declared URL elicitations and a login is prepared;
-    /// remembers the session, to tell it when the login is done.
-    fn login_elicitation(&mut self, server: &str, call: &ClientCall, message: &str) -> Option<Value> {
-        let url = self.backends.get(server)?.credential.as_ref()?.login_url()?.to_string();
-        let session = self.sessions.open.get(&call.session);
-        let declared = match &call.caps {
-            Some(caps) => caps,
-            None => &session?.capabilities,
-        };
-        let opens_urls = declared.get("elicitation").and_then(|e| e.get("url")).is_some_and(|v| !v.is_null());
-        if !opens_urls {
-            return None;
-        }
-        // A per-request (stateless) session is gone before the login is done.
-        let lasting = session.is_some_and(|s| !s.per_request());
-        let live: Vec<SessionId> = match &self.backends[server].login_elicitation {
-            Some(e) => e.sessions.iter().copied().filter(|s| self.sessions.open.contains_key(s)).collect(),
-            None => Vec::new(),
-        };
-        let b = self.backends.get_mut(server)?;
-        let epoch = b.credential_epoch();
-        let e = b.login_elicitation.get_or_insert_with(|| LoginElicitation {
-            id: format!("tether-login-{server}-{epoch}"),
-            sessions: Vec::new(),
-        });
-        e.sessions = live;
-        if lasting && !e.sessions.contains(&call.session) {
-            e.sessions.push(call.session);
-        }
-        Some(serde_json::json!({"mode": "url", "elicitationId": e.id, "url": url, "message": message}))
     }
 
     /// A new credential arrived: the clients asked to open the login hear that it

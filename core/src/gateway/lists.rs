@@ -64,7 +64,7 @@ impl Gateway {
             let view = self.view(session);
             let visible = |s: &str, e: &_| backends.get(s).is_some_and(|b| b.is_visible()) && view.grants(kind, s, e);
             let size = self.config.limits.page_size as usize;
-            let page = match self.listed_task_support(session, kind) {
+            let page = match self.task_rules().listed_support(session, kind) {
                 Some(edit) => self.catalog.page_edited(kind, cursor, size, visible, edit),
                 None => self.catalog.page(kind, cursor, size, visible),
             };

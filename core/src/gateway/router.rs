@@ -77,6 +77,19 @@ impl Router {
         })
     }
 
+    /// A call that may become a task has been sent: its window is watched.
+    pub(super) fn watch_task_window(&mut self, call_id: u64, window: Instant, now: Instant) {
+        self.task_windows.insert(call_id, window.max(now));
+    }
+
+    /// The task client call `call` runs for, if any: a backend request for the
+    /// call is asked for that task.
+    pub(super) fn call_task(&self, call: u64) -> Option<String> {
+        match &self.calls.get(&call)?.kind {
+            CallKind::Client(cc) => cc.task.clone(),
+            _ => None,
+        }
+    }
     /// A fresh id for a request the gateway sends.
     pub(super) fn alloc_id(&mut self) -> u64 {
         let id = self.next_request_id;

@@ -96,7 +96,7 @@ impl Gateway {
         let plan = match kind {
             ListKind::Tools => {
                 let asked = fields.get("task").is_some_and(|t| t.trim_start().starts_with('{'));
-                self.task_plan(session, &server, r.entry.task_support, asked)
+                self.task_rules().plan(session, &server, r.entry.task_support, asked)
             }
             _ => TaskPlan::Direct,
         };
@@ -104,7 +104,7 @@ impl Gateway {
             return self.refuse_task_plan(session, &id, &name, plan);
         }
         let (params, progress) = Forward::renamed(raw, fields, &r.entry.original);
-        let mut call = self.client_call(session, id, method, params, progress, retry_safe, Shape::Plain);
+        let mut call = self.sessions.call(self.now, session, id, method, params, progress, retry_safe, Shape::Plain);
         match plan {
             TaskPlan::Window(at) => call.task_window = Some(at),
             // The backend may answer with a task: its id is namespaced.
@@ -151,7 +151,7 @@ impl Gateway {
         params.insert("uri".into(), Value::String(original));
         let (params, progress) = Forward::from_map(&params);
         // Reading a resource changes nothing: safe to retry.
-        let call = self.client_call(session, id, method, params, progress, true, shape);
+        let call = self.sessions.call(self.now, session, id, method, params, progress, true, shape);
         self.admit(&server, call);
     }
 
@@ -275,7 +275,8 @@ impl Gateway {
         reference.insert(field.into(), Value::String(original));
         params.insert("ref".into(), Value::Object(reference));
         let (params, progress) = Forward::from_map(&params);
-        let call = self.client_call(session, id, "completion/complete", params, progress, true, Shape::Plain);
+        let call =
+            self.sessions.call(self.now, session, id, "completion/complete", params, progress, true, Shape::Plain);
         self.admit(&server, call);
     }
 
@@ -307,42 +308,6 @@ impl Gateway {
             self.quiet_request(&server, "logging/setLevel", params);
         }
         self.reply(session, id, "{}");
-    }
-
-    /// A client's request as a call to forward, with what its session declared
-    /// for this request (a stateless client's capabilities and log level).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn client_call(
-        &mut self,
-        session: SessionId,
-        id: RawId,
-        method: &'static str,
-        params: Forward,
-        progress: Option<Value>,
-        retry_safe: bool,
-        shape: Shape,
-    ) -> ClientCall {
-        ClientCall {
-            session,
-            id,
-            method,
-            params,
-            progress,
-            last_progress: None,
-            retry_safe,
-            retries: 0,
-            resent: false,
-            probe: false,
-            shape,
-            created: self.now,
-            caps: self.sessions.open.get_mut(&session).and_then(|s| s.request_caps.take()),
-            log_level: self.sessions.open.get_mut(&session).and_then(|s| s.request_log_level.take()),
-            awaiting_input: None,
-            wait_epoch: 0,
-            auth_retried: false,
-            task_window: None,
-            task: None,
-        }
     }
 
     /// Sends `call` to `server` now, queues it until the backend is ready, or
@@ -467,7 +432,7 @@ impl Gateway {
             .calls
             .insert(id, Call { server: server.clone(), generation, deadline, kind: CallKind::Client(call) });
         if let Some(window) = window {
-            self.watch_task_window(id, window);
+            self.router.watch_task_window(id, window, self.now);
         }
         self.push(Action::SendToBackend { server, generation, frame, request: Some(id), headers });
     }
@@ -529,12 +494,12 @@ impl Gateway {
                         Some(result) => protocol::response(&call.id, &result),
                         None => protocol::response(&call.id, result),
                     },
-                    _ => match self.client_task_ids(server, result) {
+                    _ => match self.tasks.client_task_ids(server, result) {
                         Some(result) => {
                             match call.method {
                                 "tasks/get" | "tasks/cancel" => {
                                     if let Ok(task) = serde_json::from_str::<Map<String, Value>>(&result) {
-                                        self.note_passed_task(&task);
+                                        self.tasks.note_passed_task(&task);
                                     }
                                 }
                                 _ => {}

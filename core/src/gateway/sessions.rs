@@ -39,6 +39,44 @@ pub(super) enum SessionTimer {
 }
 
 impl Sessions {
+    /// A client's request as a call to forward, with what its session declared
+    /// for this request (a stateless client's capabilities and log level).
+    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // one request's facts; a struct would only rename them
+    pub(super) fn call(
+        &mut self,
+        now: Instant,
+        session: SessionId,
+        id: RawId,
+        method: &'static str,
+        params: super::calls::Forward,
+        progress: Option<Value>,
+        retry_safe: bool,
+        shape: super::calls::Shape,
+    ) -> super::calls::ClientCall {
+        super::calls::ClientCall {
+            session,
+            id,
+            method,
+            params,
+            progress,
+            last_progress: None,
+            retry_safe,
+            retries: 0,
+            resent: false,
+            probe: false,
+            shape,
+            created: now,
+            caps: self.open.get_mut(&session).and_then(|s| s.request_caps.take()),
+            log_level: self.open.get_mut(&session).and_then(|s| s.request_log_level.take()),
+            awaiting_input: None,
+            wait_epoch: 0,
+            auth_retried: false,
+            task_window: None,
+            task: None,
+        }
+    }
+
     /// A per-request session closes once its request is answered (at the end of
     /// this input, after the answer is out).
     pub(super) fn answered(&mut self, session: SessionId) {

@@ -19,7 +19,7 @@ use super::super::{Call, Gateway};
 use super::bridge::{input_required_result, refusals, Asked};
 use crate::io::{RawId, SessionId};
 use crate::metrics::CallOutcome;
-use crate::protocol::{self, code, Era};
+use crate::protocol::{self, code};
 use crate::time::Duration;
 
 /// How long the answer to a stateless client's call waits for more requests
@@ -167,27 +167,6 @@ impl Gateway {
         self.eras.park(state, pending);
     }
 
-    /// The `requestState` of a stateless client's retry, if this request is one.
-    pub(in crate::gateway) fn retry_state(
-        &self,
-        session: SessionId,
-        method: &str,
-        params: Option<&str>,
-    ) -> Option<String> {
-        if !matches!(method, "tools/call" | "prompts/get" | "resources/read") {
-            return None;
-        }
-        if !self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless) {
-            return None;
-        }
-        #[derive(serde::Deserialize)]
-        struct Retry {
-            #[serde(default, rename = "requestState")]
-            request_state: Option<String>,
-        }
-        serde_json::from_str::<Retry>(params?).ok()?.request_state
-    }
-
     /// A stateless client's retry: its `inputResponses` answer the backend's
     /// requests, and the waiting call answers this request. Inputs still missing
     /// are asked again under a new `requestState`.
@@ -263,7 +242,7 @@ impl Gateway {
             }
         }
         if let Some(window) = window {
-            self.watch_task_window(pending.call, window);
+            self.router.watch_task_window(pending.call, window, self.now);
         }
     }
 

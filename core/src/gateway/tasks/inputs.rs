@@ -206,13 +206,4 @@ impl Gateway {
         }
         self.end_task_round(task_id);
     }
-
-    /// The task client call `call` runs for, if any: a backend request for the
-    /// call is asked for that task.
-    pub(in crate::gateway) fn call_task(&self, call: u64) -> Option<String> {
-        match &self.router.calls.get(&call)?.kind {
-            CallKind::Client(cc) => cc.task.clone(),
-            _ => None,
-        }
-    }
 }

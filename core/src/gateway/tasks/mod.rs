@@ -35,7 +35,9 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
+use super::backends::Backends;
 use super::calls::{CallKind, ClientCall};
+use super::sessions::Sessions;
 use super::Gateway;
 use store::{Task, TaskStatus};
 
@@ -117,26 +119,36 @@ impl super::sessions::Sessions {
     }
 }
 
-impl Gateway {
+/// What tasks mean for one session's request or list: the client's form
+/// against what each backend runs itself and the configuration.
+#[derive(Clone, Copy)]
+pub(in crate::gateway) struct TaskRules<'a> {
+    pub sessions: &'a Sessions,
+    pub backends: &'a Backends,
+    pub tasks: &'a crate::config::Tasks,
+    pub now: Instant,
+}
+
+impl<'a> TaskRules<'a> {
     /// How `tools/list` tells a 2025-11-25 client which tools it may call as
     /// tasks: a tool that says nothing of tasks would be forbidden them (the
     /// spec's default), yet tether runs it as a task itself when its backend does
     /// not ([`TaskPlan::Now`]), so it is listed with `taskSupport: "optional"`.
     /// Tools of backends that run tasks pass through as they are listed. `None`:
     /// nothing to rewrite for this session or list.
-    pub(super) fn listed_task_support(
-        &self,
+    pub(in crate::gateway) fn listed_support(
+        self,
         session: SessionId,
         kind: crate::catalog::ListKind,
-    ) -> Option<impl Fn(&str, &crate::catalog::Entry, &mut String) -> bool + '_> {
+    ) -> Option<impl Fn(&str, &crate::catalog::Entry, &mut String) -> bool + 'a> {
         if kind != crate::catalog::ListKind::Tools
-            || self.sessions.task_form(session, &self.config.tasks) != Some(Form::Experimental)
+            || self.sessions.task_form(session, self.tasks) != Some(Form::Experimental)
         {
             return None;
         }
         // Asked once per list, not per tool.
         let run_tasks: BTreeSet<&str> =
-            self.backends.keys().map(|s| &**s).filter(|s| self.backends.runs_tasks(s, Form::Experimental)).collect();
+            self.backends.iter().filter(|(_, b)| b.runs_tasks(Form::Experimental)).map(|(s, _)| &**s).collect();
         Some(move |server: &str, entry: &crate::catalog::Entry, out: &mut String| {
             if entry.task_support != crate::catalog::TaskSupport::Unspecified || run_tasks.contains(server) {
                 return false;
@@ -173,15 +185,15 @@ impl Gateway {
 
     /// What a `tools/call` of `server`'s tool with `support` becomes; `asked`:
     /// its params carry a `task` object (2025-11-25's request for a task).
-    pub(super) fn task_plan(
-        &self,
+    pub(in crate::gateway) fn plan(
+        self,
         session: SessionId,
         server: &str,
         support: crate::catalog::TaskSupport,
         asked: bool,
     ) -> TaskPlan {
         use crate::catalog::TaskSupport;
-        let form = self.sessions.task_form(session, &self.config.tasks);
+        let form = self.sessions.task_form(session, self.tasks);
         if form.is_some_and(|form| self.backends.runs_tasks(server, form)) {
             // The backend runs tasks in the client's form: they pass through.
             return TaskPlan::PassThrough;
@@ -194,7 +206,7 @@ impl Gateway {
                 match (support, declared) {
                     (TaskSupport::Forbidden, _) => TaskPlan::Direct,
                     (TaskSupport::Required, false) => TaskPlan::RefuseRequired,
-                    (_, true) => TaskPlan::Window(self.now + Duration::from_millis(self.config.tasks.sync_window_ms)),
+                    (_, true) => TaskPlan::Window(self.now + Duration::from_millis(self.tasks.sync_window_ms)),
                     (_, false) => TaskPlan::Direct,
                 }
             }
@@ -205,6 +217,13 @@ impl Gateway {
                 (_, false) => TaskPlan::Direct,
             },
         }
+    }
+}
+
+impl Gateway {
+    /// The task rules as they stand.
+    pub(super) fn task_rules(&self) -> TaskRules<'_> {
+        TaskRules { sessions: &self.sessions, backends: &self.backends, tasks: &self.config.tasks, now: self.now }
     }
 
     /// Refuses a call its [`TaskPlan`] refuses, in the form the client speaks.
@@ -227,11 +246,6 @@ impl Gateway {
         let msg = format!("tool '{name}' runs only as a task: declare the {EXTENSION} extension in clientCapabilities");
         let data = format!(r#"{{"requiredCapabilities":{{"extensions":{{"{EXTENSION}":{{}}}}}}}}"#);
         self.reply_error(session, id, stateless_code::MISSING_REQUIRED_CLIENT_CAPABILITY, &msg, Some(&data));
-    }
-
-    /// A call that may become a task has been sent: its window is watched.
-    pub(super) fn watch_task_window(&mut self, call_id: u64, window: Instant) {
-        self.router.task_windows.insert(call_id, window.max(self.now));
     }
 
     /// The sync window of call `call_id` passed without an answer: the client is
@@ -414,7 +428,10 @@ impl Gateway {
         let reachable = |t: &&Task| self.view(session).sees_server(&t.server) && t.reachable_by(principal);
         let Some(task) = self.tasks.tasks.get(task_id).filter(reachable) else {
             // A backend's task is asked about only by a session that sees the backend.
-            let backend = form.and_then(|form| self.task_backend(session, task_id, form));
+            let backend = form.and_then(|form| {
+                self.tasks
+                    .passed_task(task_id, form, self.sessions.principal(session), |s| self.backends.runs_tasks(s, form))
+            });
             if let Some((server, own)) = backend.filter(|(server, _)| self.view(session).sees_server(server)) {
                 return self.pass_task_request(session, id.clone(), method, params, &server, &own);
             }
@@ -519,3 +536,6 @@ impl Gateway {
         self.tasks.remove(task_id);
     }
 }
+
+#[cfg(test)]
+mod rules_tests;

@@ -9,27 +9,11 @@ use serde_json::{Map, Value};
 
 use super::super::Gateway;
 use super::store::PassedTask;
-use super::{Form, RELATED_TASK};
+use super::Form;
 use crate::io::{RawId, ServerName, SessionId};
 use crate::protocol::{self};
 
 impl Gateway {
-    /// The backend running the passed-through task `task_id` (tether's id) and
-    /// the backend's own id, when `session` may reach it: the task is of `form`,
-    /// its backend still runs tasks, and `session` holds the identity that
-    /// created it (see [`super::store::reachable`]).
-    pub(in crate::gateway) fn task_backend(
-        &self,
-        session: SessionId,
-        task_id: &str,
-        form: Form,
-    ) -> Option<(ServerName, String)> {
-        let p = self.tasks.passed.iter().find(|p| p.id == task_id && p.form == form)?;
-        let reachable = self.backends.runs_tasks(&p.server, form)
-            && super::store::reachable(p.principal.as_deref(), self.sessions.principal(session));
-        reachable.then(|| (p.server.clone(), p.own.clone()))
-    }
-
     /// A backend answered a client's `tools/call` with a task it runs: the
     /// client is given an id of tether's own for it (a backend's ids may be
     /// 1, 2, 3...: anyone could name another's), bound to the identity that
@@ -58,42 +42,13 @@ impl Gateway {
         let principal = self.sessions.open.get(&session).and_then(|s| s.principal.clone());
         let passed = PassedTask { id, server: server.into(), own, session, principal, form, task: String::new() };
         self.tasks.passed.push_back(passed);
-        let rewritten = self.client_task_ids(server, result)?;
+        let rewritten = self.tasks.client_task_ids(server, result)?;
         if let Ok(Value::Object(answer)) = serde_json::from_str::<Value>(&rewritten) {
             if let Some(Value::Object(task)) = answer.get("task") {
-                self.note_passed_task(task);
+                self.tasks.note_passed_task(task);
             }
         }
         Some(rewritten)
-    }
-
-    /// A backend's message about its tasks, with every task id in it (`taskId`,
-    /// `task.taskId`, the related-task `_meta`) the id tether gave the client.
-    /// Ids tether never handed out are left as they are (nothing routes them).
-    pub(in crate::gateway) fn client_task_ids(&self, server: &str, message: &str) -> Option<String> {
-        let mut message: Map<String, Value> = serde_json::from_str(message).ok()?;
-        let ours = |own: &str| {
-            self.tasks.passed.iter().rev().find(|p| *p.server == *server && p.own == own).map(|p| p.id.clone())
-        };
-        let rename = |v: &mut Value| {
-            if let Some(Value::String(id)) = v.get_mut("taskId") {
-                if let Some(ours) = ours(id) {
-                    *id = ours;
-                }
-            }
-        };
-        if let Some(Value::String(id)) = message.get_mut("taskId") {
-            if let Some(ours) = ours(id) {
-                *id = ours;
-            }
-        }
-        if let Some(task) = message.get_mut("task") {
-            rename(task);
-        }
-        if let Some(related) = message.get_mut("_meta").and_then(|m| m.get_mut(RELATED_TASK)) {
-            rename(related);
-        }
-        serde_json::to_string(&message).ok()
     }
 
     /// A `tasks/*` request about a task its backend runs: sent there with the
@@ -117,7 +72,16 @@ impl Gateway {
         let (params, progress) = super::super::calls::Forward::from_map(&params);
         // Reading a task's state changes nothing: safe to retry.
         let safe = matches!(method, "tasks/get" | "tasks/result");
-        let call = self.client_call(session, id, method, params, progress, safe, super::super::calls::Shape::TaskIds);
+        let call = self.sessions.call(
+            self.now,
+            session,
+            id,
+            method,
+            params,
+            progress,
+            safe,
+            super::super::calls::Shape::TaskIds,
+        );
         self.admit(server, call);
     }
 
@@ -125,27 +89,16 @@ impl Gateway {
     /// session that asked for the task, with tether's id. About a task tether
     /// did not hand out (another gateway's, or forgotten): dropped.
     pub(in crate::gateway) fn forward_task_status(&mut self, server: &str, params: Option<&str>) {
-        let Some(params) = params.and_then(|p| self.client_task_ids(server, p)) else { return };
+        let Some(params) = params.and_then(|p| self.tasks.client_task_ids(server, p)) else { return };
         let Ok(status) = serde_json::from_str::<Map<String, Value>>(&params) else { return };
         let Some(task) = status.get("taskId").and_then(Value::as_str) else { return };
         let Some(session) = self.tasks.passed.iter().find(|p| p.id == task && *p.server == *server).map(|p| p.session)
         else {
             return;
         };
-        self.note_passed_task(&status);
+        self.tasks.note_passed_task(&status);
         if self.sessions.open.contains_key(&session) {
             self.to_client(session, protocol::notification("notifications/tasks/status", Some(&params)));
         }
-    }
-
-    /// A 2025-11-25 backend's task passed through tether again (its status
-    /// notification, or a `tasks/get` or `tasks/cancel` answer; with tether's
-    /// id): `tasks/list` shows it as it was last seen.
-    pub(in crate::gateway) fn note_passed_task(&mut self, task: &Map<String, Value>) {
-        let Some(id) = task.get("taskId").and_then(Value::as_str) else { return };
-        let Some(passed) = self.tasks.passed.iter_mut().find(|p| p.id == id) else { return };
-        let mut task = task.clone();
-        task.remove("_meta");
-        passed.task = Value::Object(task).to_string();
     }
 }

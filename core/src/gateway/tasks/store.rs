@@ -14,7 +14,7 @@ use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
 use super::super::calls::{AskedInput, ClientCall};
-use super::Form;
+use super::{Form, RELATED_TASK};
 use crate::io::{Generation, RawId, ServerName, SessionId};
 use crate::protocol::{self, code};
 use crate::time::Instant;
@@ -230,6 +230,60 @@ pub(in crate::gateway) struct PassedTask {
 }
 
 impl TaskStore {
+    /// The backend running the passed-through task `task_id` (tether's id) and
+    /// the backend's own id, when the asking session may reach it: the task is of `form`,
+    /// its backend still `runs_tasks`, and `principal` (the asking session's
+    /// identity) is the one that created it (see [`reachable`]).
+    pub(in crate::gateway) fn passed_task(
+        &self,
+        task_id: &str,
+        form: Form,
+        principal: Option<&str>,
+        runs_tasks: impl Fn(&str) -> bool,
+    ) -> Option<(ServerName, String)> {
+        let p = self.passed.iter().find(|p| p.id == task_id && p.form == form)?;
+        let reachable = runs_tasks(&p.server) && reachable(p.principal.as_deref(), principal);
+        reachable.then(|| (p.server.clone(), p.own.clone()))
+    }
+
+    /// A backend's message about its tasks, with every task id in it (`taskId`,
+    /// `task.taskId`, the related-task `_meta`) the id tether gave the client.
+    /// Ids tether never handed out are left as they are (nothing routes them).
+    pub(in crate::gateway) fn client_task_ids(&self, server: &str, message: &str) -> Option<String> {
+        let mut message: Map<String, Value> = serde_json::from_str(message).ok()?;
+        let ours =
+            |own: &str| self.passed.iter().rev().find(|p| *p.server == *server && p.own == own).map(|p| p.id.clone());
+        let rename = |v: &mut Value| {
+            if let Some(Value::String(id)) = v.get_mut("taskId") {
+                if let Some(ours) = ours(id) {
+                    *id = ours;
+                }
+            }
+        };
+        if let Some(Value::String(id)) = message.get_mut("taskId") {
+            if let Some(ours) = ours(id) {
+                *id = ours;
+            }
+        }
+        if let Some(task) = message.get_mut("task") {
+            rename(task);
+        }
+        if let Some(related) = message.get_mut("_meta").and_then(|m| m.get_mut(RELATED_TASK)) {
+            rename(related);
+        }
+        serde_json::to_string(&message).ok()
+    }
+
+    /// A 2025-11-25 backend's task passed through tether again (its status
+    /// notification, or a `tasks/get` or `tasks/cancel` answer; with tether's
+    /// id): `tasks/list` shows it as it was last seen.
+    pub(in crate::gateway) fn note_passed_task(&mut self, task: &Map<String, Value>) {
+        let Some(id) = task.get("taskId").and_then(Value::as_str) else { return };
+        let Some(passed) = self.passed.iter_mut().find(|p| p.id == id) else { return };
+        let mut task = task.clone();
+        task.remove("_meta");
+        passed.task = Value::Object(task).to_string();
+    }
     /// Keeps a new task.
     pub(in crate::gateway) fn insert(&mut self, id: String, task: Task) {
         self.expiries.insert((task.expires, id.clone()));

@@ -245,3 +245,35 @@ fn a_smaller_configuration_gives_up_finished_tasks_first() {
     assert_eq!(store.over_bounds(1, 1 << 20).as_deref(), Some("a"), "then the oldest");
     assert_eq!(store.over_bounds(5, 0), None, "no bytes kept once c is gone");
 }
+
+#[test]
+fn a_passed_through_task_is_found_by_its_id_and_form_for_its_own_identity_while_its_backend_runs_tasks() {
+    let mut store = TaskStore::default();
+    store.passed.push_back(PassedTask {
+        id: "tether-1".into(),
+        server: "s".into(),
+        own: "backend-9".into(),
+        session: SessionId(1),
+        principal: Some("alice".into()),
+        form: Form::Experimental,
+        task: "{}".into(),
+    });
+    let found = store.passed_task("tether-1", Form::Experimental, Some("alice"), |_| true);
+    assert_eq!(found, Some(("s".into(), "backend-9".into())));
+    assert_eq!(store.passed_task("tether-1", Form::Extension, Some("alice"), |_| true), None, "another form");
+    assert_eq!(store.passed_task("tether-1", Form::Experimental, Some("bob"), |_| true), None, "another identity");
+    assert_eq!(
+        store.passed_task("tether-1", Form::Experimental, Some("alice"), |_| false),
+        None,
+        "no longer runs tasks"
+    );
+    // The backend's ids in what it sends become tether's; unknown ones stay.
+    let message = r#"{"taskId":"backend-9","task":{"taskId":"other"},"status":"working"}"#;
+    let renamed: Value = serde_json::from_str(&store.client_task_ids("s", message).unwrap()).unwrap();
+    assert_eq!((renamed["taskId"].as_str(), renamed["task"]["taskId"].as_str()), (Some("tether-1"), Some("other")));
+    assert!(store.client_task_ids("t", message).unwrap().contains("backend-9"), "another backend's id is not ours");
+    let seen: Map<String, Value> =
+        serde_json::from_str(r#"{"taskId":"tether-1","status":"completed","_meta":{}}"#).unwrap();
+    store.note_passed_task(&seen);
+    assert_eq!(store.passed[0].task, r#"{"status":"completed","taskId":"tether-1"}"#);
+}
