@@ -7,7 +7,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::{Call, CallKind, Queued};
+use super::calls::Queued;
 use super::discovery::{kind_bit, Bounds, Discovery, Next, ALL_KINDS};
 use super::Gateway;
 use crate::catalog::ListKind;
@@ -15,10 +15,9 @@ use crate::config::{ServerConfig, Transport};
 use crate::history::History;
 use crate::io::{Action, Event, Status};
 use crate::metrics::BackendMetrics;
-use crate::policy::{Failure, HealthChange};
-use crate::protocol::{self, code, CacheHint, Era};
+use crate::policy::Failure;
+use crate::protocol::{self, CacheHint, Era};
 use crate::supervisor::Supervisor;
-use crate::time::Duration;
 use crate::time::{earliest, Instant};
 
 /// Lines of stderr kept per backend for crash messages.
@@ -297,49 +296,17 @@ impl Gateway {
         }
         self.push(action);
         match era {
-            Some(Era::Handshake) => self.send_initialize(server, auto && !legacy_sse),
-            Some(Era::Stateless) => self.send_probe(server, auto),
+            Some(Era::Handshake) => self.link(|b, cx| b.send_initialize(cx, server, auto && !legacy_sse)),
+            Some(Era::Stateless) => self.link(|b, cx| b.send_probe(cx, server, auto)),
             // A local process that speaks both eras is served faster in the
             // handshake era: a stateless request costs the server its per-request
             // `_meta` every time (the official Python SDK's server: 0.7 ms more per
             // call). One that speaks only the stateless revision refuses
             // `initialize`, and is probed then; one of the handshake era is never
             // sent a request before `initialize` (some exit on one).
-            None if stdio => self.send_initialize(server, true),
-            None => self.send_probe(server, true),
+            None if stdio => self.link(|b, cx| b.send_initialize(cx, server, true)),
+            None => self.link(|b, cx| b.send_probe(cx, server, true)),
         }
-    }
-
-    /// The handshake-era opener: `initialize`.
-    pub(super) fn send_initialize(&mut self, server: &str, may_probe: bool) {
-        let name = self.backends.name(server);
-        let Some(b) = self.backends.get_mut(server) else { return };
-        b.era = Era::Handshake;
-        let generation = b.sup.generation();
-        let id = self.router.alloc_id();
-        let params = format!(
-            r#"{{"protocolVersion":"{}","capabilities":{{"roots":{{"listChanged":true}},"sampling":{{}},"elicitation":{{}}}},"clientInfo":{}}}"#,
-            protocol::SUPPORTED_VERSIONS[0],
-            protocol::CLIENT_INFO
-        );
-        let kind = CallKind::Initialize { may_probe };
-        self.router.calls.insert(id, Call { server: name, generation, deadline: None, kind });
-        self.to_backend(server, protocol::request(id, "initialize", Some(&params)), Some(id));
-    }
-
-    /// The stateless-era opener: `server/discover`. `may_initialize`: a server of
-    /// unknown era; anything but a stateless answer means `initialize`. Silence
-    /// is a failure like any other (the connect timeout).
-    fn send_probe(&mut self, server: &str, may_initialize: bool) {
-        let name = self.backends.name(server);
-        let Some(b) = self.backends.get_mut(server) else { return };
-        b.era = Era::Stateless;
-        let generation = b.sup.generation();
-        let id = self.router.alloc_id();
-        let kind = CallKind::Probe { may_initialize };
-        self.router.calls.insert(id, Call { server: name, generation, deadline: None, kind });
-        let params = protocol::params_with_meta(None, &protocol::stateless_meta_members("{}"));
-        self.to_backend(server, protocol::request(id, "server/discover", Some(&params)), Some(id));
     }
 
     pub(super) fn handshake_answer(&mut self, server: &str, answer: Result<&str, &str>, may_probe: bool) {
@@ -351,7 +318,7 @@ impl Gateway {
             if may_probe && answer.is_err() {
                 // Of unknown era, or it spoke the handshake era before: refusing
                 // `initialize` may mean it speaks only the stateless revision.
-                return self.send_probe(server, false);
+                return self.link(|b, cx| b.send_probe(cx, server, false));
             }
             let detail = match answer {
                 Err(e) => format!("initialize refused: {e}"),
@@ -396,7 +363,7 @@ impl Gateway {
             }
         };
         match verdict {
-            Err(_) if may_initialize => self.send_initialize(server, false),
+            Err(_) if may_initialize => self.link(|b, cx| b.send_initialize(cx, server, false)),
             Err(message) => self.connection_lost(server, Failure::Other { message }),
             Ok(()) => {}
         }
@@ -427,71 +394,10 @@ impl Gateway {
             self.start_discovery(server, ALL_KINDS);
         }
         match era {
-            Era::Handshake => self.resubscribe(server),
-            Era::Stateless => self.open_listen(server),
+            Era::Handshake => self.link(|b, cx| b.resubscribe(cx, server)),
+            Era::Stateless => self.link(|b, cx| b.open_listen(cx, server)),
         }
         self.flush_queue(server);
-    }
-
-    /// Opens a stateless backend's `subscriptions/listen` for the changes tether
-    /// relays: list changes it announces, and updates of the resources clients
-    /// subscribed to. The stateless revision sends these only on a listen.
-    pub(super) fn open_listen(&mut self, server: &str) {
-        let Some(b) = self.backends.get(server) else { return };
-        if b.era != Era::Stateless || b.listen.is_some() || b.listen_unsupported || !b.sup.is_ready() {
-            return;
-        }
-        let announces = |cap: &str, flag: &str| {
-            b.capabilities.get(cap).and_then(|c| c.get(flag)).and_then(Value::as_bool) == Some(true)
-        };
-        let mut filter = Map::new();
-        for (cap, key) in
-            [("tools", "toolsListChanged"), ("prompts", "promptsListChanged"), ("resources", "resourcesListChanged")]
-        {
-            if announces(cap, "listChanged") {
-                filter.insert(key.into(), Value::Bool(true));
-            }
-        }
-        if announces("resources", "subscribe") {
-            let catalog = &self.catalog;
-            let uris: Vec<Value> = self
-                .sessions
-                .subscriptions
-                .keys()
-                .filter_map(|u| {
-                    catalog.resolve_uri(u).filter(|(s, _)| *s == server).map(|(_, uri)| Value::String(uri.into()))
-                })
-                .collect();
-            if !uris.is_empty() {
-                filter.insert("resourceSubscriptions".into(), Value::Array(uris));
-            }
-        }
-        if filter.is_empty() {
-            return;
-        }
-        let id = self.router.alloc_id();
-        let b = self.backends.get_mut(server).expect("live");
-        b.listen = Some(id);
-        let generation = b.sup.generation();
-        self.router.calls.insert(
-            id,
-            Call { server: self.backends.name(server), generation, deadline: None, kind: CallKind::Listen },
-        );
-        let params = serde_json::json!({ "notifications": filter }).to_string();
-        let frame = self.backends.request_frame(server, id, "subscriptions/listen", Some(&params));
-        self.to_backend(server, frame, Some(id));
-    }
-
-    /// Ends the open listen of a stateless backend (if any) and opens one for
-    /// what clients want now (their resource subscriptions changed).
-    pub(super) fn relisten(&mut self, server: &str) {
-        let Some(b) = self.backends.get_mut(server) else { return };
-        if let Some(id) = b.listen.take() {
-            self.router.calls.remove(&id);
-            let params = format!(r#"{{"requestId":{id}}}"#);
-            self.to_backend(server, protocol::notification("notifications/cancelled", Some(&params)), None);
-        }
-        self.open_listen(server);
     }
 
     /// Lists everything the backend offers (following its cursors).
@@ -509,28 +415,11 @@ impl Gateway {
         let Some(b) = self.backends.get_mut(server) else { return };
         b.discovery = Some(Discovery::new(requested, room));
         for kind in &kinds {
-            self.request_page(server, *kind, None, 1);
+            self.link(|b, cx| b.request_page(cx, server, *kind, None, 1));
         }
         if kinds.is_empty() {
             self.finish_discovery(server);
         }
-    }
-
-    fn request_page(&mut self, server: &str, kind: ListKind, cursor: Option<&str>, pages: u32) {
-        let id = self.router.alloc_id();
-        let Some(b) = self.backends.get_mut(server) else { return };
-        let generation = b.sup.generation();
-        let deadline = Some(self.now + Duration::from_millis(b.sup.policy().request_timeout_ms));
-        if let Some(d) = b.discovery.as_mut() {
-            d.asked();
-        }
-        let params = cursor.map(|c| format!(r#"{{"cursor":{}}}"#, protocol::quote(c)));
-        self.router.calls.insert(
-            id,
-            Call { server: self.backends.name(server), generation, deadline, kind: CallKind::Discover { kind, pages } },
-        );
-        let frame = self.backends.request_frame(server, id, kind.method(), params.as_deref());
-        self.to_backend(server, frame, Some(id));
     }
 
     pub(super) fn discovery_answer(&mut self, server: &str, kind: ListKind, pages: u32, answer: Result<&str, &str>) {
@@ -544,7 +433,7 @@ impl Gateway {
         let had_catalog = b.catalog_discovered;
         let Some(d) = b.discovery.as_mut() else { return };
         match d.on_page(kind, pages, answer, had_catalog, bounds) {
-            Next::Page(cursor) => self.request_page(server, kind, Some(&cursor), pages + 1),
+            Next::Page(cursor) => self.link(|b, cx| b.request_page(cx, server, kind, Some(&cursor), pages + 1)),
             Next::Finished => self.finish_discovery(server),
             Next::Wait => {}
         }
@@ -611,41 +500,6 @@ impl Gateway {
         let again = core::mem::take(&mut b.rediscover);
         if again != 0 {
             self.start_discovery(server, again);
-        }
-    }
-
-    pub(super) fn health_answer(&mut self, server: &str, answer: Result<&str, &str>) {
-        let now = self.now;
-        let Some(b) = self.backends.get_mut(server) else { return };
-        let ok = match answer {
-            Ok(_) => true,
-            Err(e)
-                if b.era == Era::Handshake && !b.ping_unsupported && error_code(e) == Some(code::METHOD_NOT_FOUND) =>
-            {
-                b.ping_unsupported = true;
-                true
-            }
-            Err(_) => false,
-        };
-        b.sup.schedule_health(now, &mut self.rng);
-        // A health check is not traffic: `last_success` (which skips checks) stays as it is.
-        if ok {
-            if let Some(HealthChange::Restored) = b.sup.health.on_success() {
-                self.emit(Event::ServerHealthRestored { server: self.backends.name(server) });
-            }
-        } else {
-            self.health_failed(server, "health check answered with an error".into());
-        }
-    }
-
-    pub(super) fn health_failed(&mut self, server: &str, last_error: String) {
-        let Some(b) = self.backends.get_mut(server) else { return };
-        if let Some(HealthChange::Degraded { consecutive_failures }) = b.sup.health.on_failure() {
-            self.emit(Event::ServerHealthDegraded {
-                server: self.backends.name(server),
-                consecutive_failures,
-                last_error,
-            });
         }
     }
 }

@@ -13,7 +13,6 @@ use super::discovery::kind_bit;
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{Event, StreamRef};
-use crate::policy::BreakerTransition;
 use crate::protocol::{self, code, Era, Message};
 use crate::time::Duration;
 
@@ -55,13 +54,13 @@ impl Gateway {
         match message {
             Message::Response { id, result } => {
                 let Some(call_id) = protocol::gateway_id(id) else {
-                    return self.unknown_response(server, id);
+                    return self.link(|b, cx| b.unknown_response(cx, server, id));
                 };
                 self.backend_answer(server, call_id, Ok(result));
             }
             Message::Error { id, error } => {
                 let Some(call_id) = id.and_then(protocol::gateway_id) else {
-                    return self.unknown_response(server, id.unwrap_or("null"));
+                    return self.link(|b, cx| b.unknown_response(cx, server, id.unwrap_or("null")));
                 };
                 self.backend_answer(server, call_id, Err(error));
             }
@@ -79,13 +78,6 @@ impl Gateway {
         }
     }
 
-    fn unknown_response(&mut self, server: &str, id: &str) {
-        self.emit(Event::ProtocolViolation {
-            server: self.backends.name(server),
-            detail: format!("response to unknown request id {id}"),
-        });
-    }
-
     /// A response or error for request `call_id`.
     fn backend_answer(&mut self, server: &str, call_id: u64, answer: Result<&str, &str>) {
         let generation = self.backends[server].sup.generation();
@@ -94,7 +86,7 @@ impl Gateway {
             // Ours, but over: an answer after a cancel or timeout, which the
             // spec allows to cross the cancellation. Dropped without a word.
             _ if call_id < self.router.next_request_id => return,
-            _ => return self.unknown_response(server, &call_id.to_string()),
+            _ => return self.link(|b, cx| b.unknown_response(cx, server, &call_id.to_string())),
         }
         let Some(call) = self.router.calls.remove(&call_id) else { return };
         self.backends.stream_answered(server, call_id);
@@ -110,23 +102,12 @@ impl Gateway {
             CallKind::Probe { may_initialize } => self.probe_answer(server, answer, may_initialize),
             CallKind::Listen => self.backends.listen_ended(server, call_id, answer.err()),
             CallKind::Discover { kind, pages } => self.discovery_answer(server, kind, pages, answer),
-            CallKind::Health => self.health_answer(server, answer),
+            CallKind::Health => self.link(|b, cx| b.health_answer(cx, server, answer)),
             CallKind::Quiet => {}
             CallKind::Client(c) => {
-                self.record_success(server);
+                self.link(|b, cx| b.record_success(cx, server));
                 self.answer_client_call(server, c, answer);
             }
-        }
-    }
-
-    fn record_success(&mut self, server: &str) {
-        let now = self.now;
-        let Some(b) = self.backends.get_mut(server) else { return };
-        b.last_success = Some(now);
-        b.session_losses = 0;
-        b.sup.touch(now);
-        if let Some(BreakerTransition::Closed) = b.sup.breaker.on_success(now) {
-            self.emit(Event::CircuitClosed { server: self.backends.name(server) });
         }
     }
 

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::calls::{CallKind, ClientCall, Queued};
 use super::{Gateway, HostError};
 use crate::credential::{AuthStep, Challenge, CredentialUpdate, Next};
-use crate::io::{Action, SessionId, Status};
+use crate::io::{SessionId, Status};
 use crate::metrics::CallOutcome;
 use crate::policy::Failure;
 use crate::protocol::{self, code};
@@ -49,21 +49,6 @@ impl Gateway {
         Ok(())
     }
 
-    /// Asks the host for a credential step.
-    pub(super) fn authorize(&mut self, server: &str, step: AuthStep) {
-        let server = self.backends.name(server);
-        self.push(Action::Authorize { server, step });
-    }
-
-    /// A call found the backend waiting for a person: make sure a login is
-    /// prepared, so the error it gets can say where to log in.
-    pub(super) fn login_wanted(&mut self, server: &str) {
-        let Some(b) = self.backends.get_mut(server) else { return };
-        if let Some(step) = b.credential.as_mut().and_then(|c| c.want_login()) {
-            self.authorize(server, step);
-        }
-    }
-
     /// The backend refused tether's credential (401, or 403) on `request` or on
     /// the whole connection, and tether manages that credential.
     pub(super) fn unauthorized(&mut self, server: &str, request: Option<u64>, failure: Failure) {
@@ -94,29 +79,14 @@ impl Gateway {
             }
             CallKind::Listen => {
                 self.backends.listen_ended(server, id, None);
-                self.credential_refused(server, status, &challenge, sent_before);
+                self.link(|b, cx| b.credential_refused(cx, server, status, &challenge, sent_before));
             }
             CallKind::Health => {
                 let b = self.backends.get_mut(server).expect("live");
                 b.sup.schedule_health(self.now, &mut self.rng);
-                self.credential_refused(server, status, &challenge, sent_before);
+                self.link(|b, cx| b.credential_refused(cx, server, status, &challenge, sent_before));
             }
-            CallKind::Quiet => self.credential_refused(server, status, &challenge, sent_before),
-        }
-    }
-
-    /// A refusal that no client call waits on: renew the credential if that is
-    /// what it takes.
-    fn credential_refused(&mut self, server: &str, status: u16, challenge: &Challenge, sent_before: bool) {
-        if status == 403 {
-            return;
-        }
-        let now = self.now;
-        let b = self.backends.get_mut(server).expect("live");
-        let credential = b.credential.as_mut().expect("managed");
-        let epoch = if sent_before { 0 } else { credential.epoch() };
-        if let Next::Step(step) = credential.on_unauthorized(now, epoch, challenge, &mut self.rng) {
-            self.authorize(server, step);
+            CallKind::Quiet => self.link(|b, cx| b.credential_refused(cx, server, status, &challenge, sent_before)),
         }
     }
 
@@ -184,7 +154,7 @@ impl Gateway {
             return self.credential_next(server, Next::Reauth);
         }
         // Calls in flight on the refused connection were refused too: they wait.
-        let in_flight = self.drop_connection(server, "waiting for a credential", false);
+        let in_flight = self.link(|b, cx| b.drop_connection(cx, server, "waiting for a credential", false));
         let b = self.backends.get_mut(server).expect("live");
         b.sup.on_closed(Status::Connecting, Some(String::from("waiting for a credential")));
         b.awaiting_credential = true;
@@ -204,11 +174,11 @@ impl Gateway {
         match next {
             Next::Step(AuthStep::Discard) => {
                 // The grant is dead: forget it, stop, and prepare a login.
-                self.authorize(server, AuthStep::Discard);
+                self.link(|b, cx| b.authorize(cx, server, AuthStep::Discard));
                 self.credential_next(server, Next::Reauth);
-                self.login_wanted(server);
+                self.link(|b, cx| b.login_wanted(cx, server));
             }
-            Next::Step(step) => self.authorize(server, step),
+            Next::Step(step) => self.link(|b, cx| b.authorize(cx, server, step)),
             Next::Wait => self.backends.update_login_message(server),
             Next::Resend => {
                 let b = &self.backends[server];

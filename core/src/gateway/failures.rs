@@ -6,13 +6,12 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::backend::{RECONNECT_EVENTS_UNTHROTTLED, RECONNECT_EVENT_INTERVAL_MS};
 use super::calls::{Call, CallKind, ClientCall, Queued};
 use super::Gateway;
-use crate::io::{Action, Event};
+use crate::io::Event;
 use crate::metrics::CallOutcome;
-use crate::policy::{BreakerTransition, Failure, FailureStatus};
-use crate::protocol::{self, code, Era};
+use crate::policy::{Failure, FailureStatus};
+use crate::protocol::{code, Era};
 use crate::supervisor::{AfterLoss, Readiness};
 use crate::time::Duration;
 
@@ -37,7 +36,7 @@ impl Gateway {
             && !matches!(failure, Failure::Http { status: 401 | 403 | 408 | 429 });
         if matches!(call.kind, CallKind::Probe { may_initialize: true }) && legacy_status {
             self.router.calls.remove(&request);
-            return self.send_initialize(server, false);
+            return self.link(|b, cx| b.send_initialize(cx, server, false));
         }
         if class.status == FailureStatus::SessionLost {
             return self.session_lost(server, Some(request));
@@ -52,7 +51,7 @@ impl Gateway {
             CallKind::Listen => self.backends.listen_ended(server, request, None),
             CallKind::Health => {
                 self.backends.get_mut(server).expect("live").sup.schedule_health(self.now, &mut self.rng);
-                self.health_failed(server, failure.describe());
+                self.link(|b, cx| b.health_failed(cx, server, failure.describe()));
             }
             CallKind::Initialize { .. } | CallKind::Probe { .. } | CallKind::Discover { .. } => {
                 self.connection_lost(server, failure)
@@ -89,7 +88,7 @@ impl Gateway {
             self.requeue(server, Queued { call, not_before, deadline: deadline.max(not_before) }, false);
             return;
         }
-        self.count_failure(server, class.counts_for_breaker, call.probe);
+        self.link(|b, cx| b.count_failure(cx, server, class.counts_for_breaker, call.probe));
         // Mark the backend down first, so the error's data shows the status and the retry.
         // Only a request that certainly never arrived (refused, DNS) says the backend
         // is unreachable; a slow or reset answer is the breaker's business.
@@ -100,21 +99,6 @@ impl Gateway {
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &message, Some(&data));
         self.record_call(server, &call, CallOutcome::Failed);
         self.release(&call);
-    }
-
-    /// Counts a failed call against the breaker.
-    pub(super) fn count_failure(&mut self, server: &str, counts: bool, probe: bool) {
-        let now = self.now;
-        let Some(b) = self.backends.get_mut(server) else { return };
-        if !counts {
-            if probe {
-                b.sup.breaker.probe_abandoned();
-            }
-            return;
-        }
-        if let Some(BreakerTransition::Opened { cooldown }) = b.sup.breaker.on_failure(now) {
-            self.emit(Event::CircuitOpened { server: self.backends.name(server), cooldown_ms: cooldown.as_millis() });
-        }
     }
 
     /// HTTP 404 on a session: re-initialize and resend the request (if one was
@@ -137,7 +121,7 @@ impl Gateway {
             Some(Call { kind: CallKind::Client(c), .. }) => Some(c),
             _ => None,
         };
-        let others = self.drop_connection(server, "backend session lost (HTTP 404)", true);
+        let others = self.link(|b, cx| b.drop_connection(cx, server, "backend session lost (HTTP 404)", true));
         // The rejected request never ran: resend it. Others on the lost session may
         // have run: resend them only when that is safe, else fail them.
         let retry_unsafe = self.backends[server].sup.policy().retry_unsafe_calls;
@@ -178,7 +162,7 @@ impl Gateway {
             .calls
             .values()
             .any(|c| &*c.server == server && matches!(c.kind, CallKind::Probe { may_initialize: true }));
-        let in_flight = self.drop_connection(server, &message, true);
+        let in_flight = self.link(|b, cx| b.drop_connection(cx, server, &message, true));
         let b = self.backends.get_mut(server).expect("live");
         if probed && matches!(failure, Failure::Exited { .. }) {
             b.era_learned = Some(Era::Handshake);
@@ -198,7 +182,7 @@ impl Gateway {
                 resend.push(c);
             } else {
                 let class = failure.classify();
-                self.count_failure(server, class.counts_for_breaker, c.probe);
+                self.link(|b, cx| b.count_failure(cx, server, class.counts_for_breaker, c.probe));
                 if matches!(after, AfterLoss::Reauth) {
                     let msg = self.backends.reauth_message(server);
                     self.fail_reauth(server, c, &msg);
@@ -212,7 +196,9 @@ impl Gateway {
             }
         }
         match after {
-            AfterLoss::Reconnect { attempt, delay } => self.announce_reconnect(server, attempt, delay.as_millis()),
+            AfterLoss::Reconnect { attempt, delay } => {
+                self.link(|b, cx| b.announce_reconnect(cx, server, attempt, delay.as_millis()))
+            }
             AfterLoss::GaveUp { crashes } => {
                 let window_ms = self.backends[server].sup.policy().crash_window_ms;
                 self.emit(Event::ServerPermanentlyFailed { server: self.backends.name(server), crashes, window_ms });
@@ -269,64 +255,5 @@ impl Gateway {
         self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
         self.record_call(server, &call, CallOutcome::Failed);
         self.release(&call);
-    }
-
-    fn announce_reconnect(&mut self, server: &str, attempt: u32, next_retry_ms: u64) {
-        let now = self.now;
-        let b = self.backends.get_mut(server).expect("live");
-        let throttled = attempt > RECONNECT_EVENTS_UNTHROTTLED
-            && b.last_reconnect_event
-                .is_some_and(|at| now.saturating_since(at).as_millis() < RECONNECT_EVENT_INTERVAL_MS);
-        if throttled {
-            return;
-        }
-        b.last_reconnect_event = Some(now);
-        self.emit(Event::ServerReconnecting { server: self.backends.name(server), attempt, next_retry_ms });
-    }
-
-    /// Ends the live connection's bookkeeping: closes it, fails pending server
-    /// requests, and returns its in-flight client calls for the caller to settle.
-    pub(super) fn drop_connection(&mut self, server: &str, reason: &str, lost: bool) -> Vec<ClientCall> {
-        let Some(b) = self.backends.get_mut(server) else { return Vec::new() };
-        let generation = b.sup.generation();
-        b.discovery = None;
-        b.streams = Default::default();
-        if b.sup.is_connected() {
-            self.push(Action::CloseBackend { server: self.backends.name(server), generation });
-            if !lost {
-                self.emit(Event::ServerDisconnected { server: self.backends.name(server), intentional: true });
-            }
-        }
-        if lost {
-            self.emit(Event::ServerDisconnected { server: self.backends.name(server), intentional: false });
-        }
-        let ids: Vec<u64> = self.router.calls.iter().filter(|(_, c)| &*c.server == server).map(|(id, _)| *id).collect();
-        let mut client_calls = Vec::new();
-        for id in ids {
-            if let Some(Call { kind: CallKind::Client(c), .. }) = self.router.calls.remove(&id) {
-                client_calls.push(c);
-            }
-        }
-        let pending: Vec<(u64, crate::io::SessionId, Option<crate::io::RawId>)> = self
-            .router
-            .server_requests
-            .iter()
-            // Inputs a stateless backend asked for live in tether, not in the connection.
-            .filter(|(_, r)| &*r.server == server && r.round.is_none() && !r.task.as_ref().is_some_and(|q| q.in_round))
-            .map(|(id, r)| (*id, r.session, r.related.clone()))
-            .collect();
-        for (id, session, related) in pending {
-            self.router.server_requests.remove(&id);
-            let params = format!(
-                r#"{{"requestId":{id},"reason":{}}}"#,
-                protocol::quote(&format!("backend '{server}' disconnected: {reason}"))
-            );
-            self.related_to_client(
-                session,
-                related.as_deref(),
-                protocol::notification("notifications/cancelled", Some(&params)),
-            );
-        }
-        client_calls
     }
 }

@@ -6,20 +6,19 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use super::calls::{Call, CallKind, ClientCall, Queued};
+use super::calls::{CallKind, ClientCall, Queued};
 use super::Gateway;
-use crate::io::{Event, Status};
+use crate::io::Status;
 use crate::metrics::CallOutcome;
-use crate::policy::{Failure, HealthChange};
-use crate::protocol::{self, code, Era};
+use crate::policy::Failure;
+use crate::protocol::{self, code};
 use crate::supervisor::Timer;
-use crate::time::Duration;
 
 impl Gateway {
     /// Closes a backend on purpose and rests it in `status`.
     pub(super) fn close_backend(&mut self, server: &str, status: Status, message: Option<String>) {
         let reason = message.clone().unwrap_or_else(|| status.as_str().to_string());
-        let in_flight = self.drop_connection(server, &reason, false);
+        let in_flight = self.link(|b, cx| b.drop_connection(cx, server, &reason, false));
         let b = self.backends.get_mut(server).expect("live");
         b.skip_discovery = false;
         b.sup.on_closed(status, message);
@@ -89,7 +88,7 @@ impl Gateway {
             }
         }
         if self.backends[server].sup.is_connected() {
-            self.drop_connection(server, "reconnect requested", false).into_iter().for_each(|c| {
+            self.link(|b, cx| b.drop_connection(cx, server, "reconnect requested", false)).into_iter().for_each(|c| {
                 self.fail_unavailable(server, c);
             });
         }
@@ -101,9 +100,9 @@ impl Gateway {
         let now = self.now;
         let b = self.backends.get_mut(server).expect("live");
         if let Some(step) = b.credential.as_mut().and_then(|c| c.on_timer(now)) {
-            return self.authorize(server, step);
+            return self.link(|b, cx| b.authorize(cx, server, step));
         }
-        if self.resume_due_stream(server) {
+        if self.link(|b, cx| b.resume_due_stream(cx, server)) {
             return;
         }
         let b = self.backends.get_mut(server).expect("live");
@@ -113,7 +112,7 @@ impl Gateway {
         match timer {
             Timer::Retry => self.connect(server),
             Timer::ConnectDeadline => self.connection_lost(server, Failure::Timeout),
-            Timer::HealthCheck => self.health_check(server),
+            Timer::HealthCheck => self.link(|b, cx| b.health_check(cx, server)),
             Timer::Idle => {
                 // A health check in flight is not traffic.
                 let busy = self.router.calls.values().any(|c| {
@@ -148,40 +147,6 @@ impl Gateway {
         self.flush_queue(server);
     }
 
-    fn health_check(&mut self, server: &str) {
-        let now = self.now;
-        let b = self.backends.get_mut(server).expect("live");
-        if b.sup.status() != Status::Online || !b.sup.is_ready() {
-            return;
-        }
-        let interval = Duration::from_millis(b.sup.policy().health_interval_ms);
-        if b.last_success.is_some_and(|at| now.saturating_since(at) < interval) {
-            // Recent successful traffic is the check: it passed.
-            b.sup.schedule_health(now, &mut self.rng);
-            if let Some(HealthChange::Restored) = b.sup.health.on_success() {
-                self.emit(Event::ServerHealthRestored { server: self.backends.name(server) });
-            }
-            return;
-        }
-        // `ping` is gone in the stateless revision; `server/discover` is the cheap
-        // request every such server must answer.
-        let method = match b.era {
-            Era::Stateless => "server/discover",
-            Era::Handshake if b.ping_unsupported => "tools/list",
-            Era::Handshake => "ping",
-        };
-        let deadline = Some(now + Duration::from_millis(b.sup.policy().health_timeout_ms));
-        let generation = b.sup.generation();
-        let id = self.router.alloc_id();
-        self.router
-            .calls
-            .insert(id, Call { server: self.backends.name(server), generation, deadline, kind: CallKind::Health });
-        let frame = self.backends.request_frame(server, id, method, None);
-        self.to_backend(server, frame, Some(id));
-        // A listen the backend ended is opened again here, not in a tight loop.
-        self.open_listen(server);
-    }
-
     /// A request passed its deadline.
     pub(super) fn call_timed_out(&mut self, id: u64) {
         let Some(call) = self.router.calls.remove(&id) else { return };
@@ -199,7 +164,7 @@ impl Gateway {
             CallKind::Client(c) => {
                 let params = format!(r#"{{"requestId":{id},"reason":"timed out"}}"#);
                 self.to_backend(&server, protocol::notification("notifications/cancelled", Some(&params)), None);
-                self.count_failure(&server, true, c.probe);
+                self.link(|b, cx| b.count_failure(cx, &server, true, c.probe));
                 let msg = format!("backend '{server}' did not answer {} in time", c.method);
                 self.reply_error(c.session, &c.id, code::REQUEST_TIMEOUT, &msg, None);
                 self.record_call(&server, &c, CallOutcome::Failed);
@@ -208,7 +173,7 @@ impl Gateway {
             CallKind::Health => {
                 let b = self.backends.get_mut(&server).expect("live");
                 b.sup.schedule_health(self.now, &mut self.rng);
-                self.health_failed(&server, "health check timed out".into());
+                self.link(|b, cx| b.health_failed(cx, &server, "health check timed out".into()));
             }
             CallKind::Discover { .. } => self.discovery_failed(&server),
             CallKind::Quiet | CallKind::Listen | CallKind::Initialize { .. } | CallKind::Probe { .. } => {}
@@ -229,37 +194,6 @@ impl Gateway {
         for q in due {
             self.dispatch(server, q.call);
         }
-    }
-
-    /// Re-sends subscriptions after a reconnect, so updates keep flowing.
-    pub(super) fn resubscribe(&mut self, server: &str) {
-        let catalog = &self.catalog;
-        let uris: Vec<String> = self
-            .sessions
-            .subscriptions
-            .keys()
-            .filter_map(|u| catalog.resolve_uri(u).filter(|(s, _)| *s == server).map(|(_, uri)| uri.to_string()))
-            .collect();
-        for uri in uris {
-            let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
-            self.quiet_request(server, "resources/subscribe", &params);
-        }
-    }
-
-    /// A best-effort request whose answer is ignored.
-    pub(super) fn quiet_request(&mut self, server: &str, method: &str, params: &str) {
-        if self.router.calls.len() >= self.config.limits.max_in_flight as usize {
-            return;
-        }
-        let id = self.router.alloc_id();
-        let b = &self.backends[server];
-        let generation = b.sup.generation();
-        let deadline = Some(self.now + Duration::from_millis(b.sup.policy().request_timeout_ms));
-        self.router
-            .calls
-            .insert(id, Call { server: self.backends.name(server), generation, deadline, kind: CallKind::Quiet });
-        let frame = self.backends.request_frame(server, id, method, Some(params));
-        self.to_backend(server, frame, Some(id));
     }
 
     /// Fails a call because its backend cannot serve it now.

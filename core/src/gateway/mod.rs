@@ -14,6 +14,7 @@ mod discovery;
 mod eras;
 mod failures;
 mod lifecycle;
+mod links;
 mod lists;
 mod origins;
 mod own_tools;
@@ -33,7 +34,7 @@ use core::fmt;
 
 use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError, ServerConfig};
-use crate::history::{Condition, MinuteView};
+use crate::history::MinuteView;
 use crate::io::{Action, AdminCommand, ClientRoute, Event, Generation, Input, RawId, ServerName, SessionId, Status};
 use crate::metrics::BackendMetrics;
 use crate::policy::{BreakerState, Failure};
@@ -216,6 +217,8 @@ pub struct Gateway {
     /// The wall clock as the host last told it.
     wall_clock: crate::time::WallClock,
     actions: VecDeque<Action>,
+    /// The backend side's sends and announcements, emptied after each of its calls.
+    outbox: links::Outbox,
 }
 
 impl Gateway {
@@ -242,6 +245,7 @@ impl Gateway {
             eras: eras::EraBridge::default(),
             wall_clock: crate::time::WallClock::default(),
             actions: VecDeque::new(),
+            outbox: links::Outbox::default(),
         };
         gw.apply_config(config);
         gw.settle();
@@ -513,15 +517,12 @@ impl Gateway {
     }
 
     fn emit(&mut self, mut event: Event) {
-        self.backends.count_event(&event, self.now);
-        self.redactor.redact_event(&mut event);
-        if let Some(b) = self.backends.get_mut(event.server()) {
-            b.recent.push(self.now, LogSource::Event, event.to_string());
-            // Status, breaker and health change only with an event of theirs.
-            let sup = &b.sup;
-            let condition = Condition::of(sup.status(), sup.breaker.state(self.now), sup.health.is_degraded());
-            b.history.observe(self.now, condition);
-        }
+        self.backends.note_event(&mut event, &self.redactor, self.now);
+        self.announce(event);
+    }
+
+    /// Clients and the host are told of `event` (already noted at its backend).
+    fn announce(&mut self, event: Event) {
         self.tell_clients(&event);
         self.push(Action::Emit { event });
     }

@@ -230,7 +230,7 @@ impl Gateway {
         let after = self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
         self.reply(session, &id, "{}");
         if before != after {
-            self.relisten(&server);
+            self.link(|b, cx| b.relisten(cx, &server));
         }
     }
 
@@ -239,11 +239,11 @@ impl Gateway {
             return;
         };
         if self.backends.get(server.as_str()).is_some_and(|b| b.era == Era::Stateless) {
-            return self.relisten(&server);
+            return self.link(|b, cx| b.relisten(cx, &server));
         }
         if self.backends.get(server.as_str()).is_some_and(|b| b.sup.is_ready()) {
             let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
-            self.quiet_request(&server, "resources/unsubscribe", &params);
+            self.link(|b, cx| b.quiet_request(cx, &server, "resources/unsubscribe", &params));
         }
     }
 
@@ -305,7 +305,7 @@ impl Gateway {
             .map(|(n, _)| n.clone())
             .collect();
         for server in targets {
-            self.quiet_request(&server, "logging/setLevel", params);
+            self.link(|b, cx| b.quiet_request(cx, &server, "logging/setLevel", params));
         }
         self.reply(session, id, "{}");
     }
@@ -382,7 +382,7 @@ impl Gateway {
             }
             Readiness::Refuse => {
                 if b.sup.status() == Status::RequiresReauth {
-                    self.login_wanted(server);
+                    self.link(|b, cx| b.login_wanted(cx, server));
                 }
                 self.fail_unavailable(server, call)
             }

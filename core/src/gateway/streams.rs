@@ -20,7 +20,7 @@ use alloc::string::String;
 
 use super::calls::{Call, CallKind};
 use super::Gateway;
-use crate::io::{Action, StreamRef};
+use crate::io::StreamRef;
 use crate::policy::Failure;
 use crate::time::{Duration, Instant};
 
@@ -237,27 +237,5 @@ impl Gateway {
         let b = self.backends.get_mut(server).expect("live");
         b.streams.standalone_closed = true;
         b.sup.note_trouble(why);
-    }
-
-    /// Asks for the first scheduled resumption of `server` that is due, if any;
-    /// `false` when none was.
-    pub(super) fn resume_due_stream(&mut self, server: &str) -> bool {
-        let now = self.now;
-        let name = self.backends.name(server);
-        let Some(b) = self.backends.get_mut(server) else { return false };
-        let Some((&stream, r)) = b.streams.ended.iter_mut().find(|(_, r)| r.resume_at.is_some_and(|at| at <= now))
-        else {
-            return false;
-        };
-        r.resume_at = None;
-        let last_event_id = r.last_event_id.clone();
-        let live = stream.request().map_or(true, |id| self.router.calls.get(&id).is_some_and(|c| c.server == name));
-        if !live || !b.sup.is_connected() {
-            b.streams.ended.remove(&stream);
-            return true;
-        }
-        let generation = b.sup.generation();
-        self.push(Action::ResumeStream { server: name, generation, stream, last_event_id });
-        true
     }
 }

@@ -160,11 +160,11 @@ impl Gateway {
         };
         let Some(b) = self.backends.get(&*server) else { return };
         match b.era {
-            Era::Stateless => self.relisten(&server),
+            Era::Stateless => self.link(|b, cx| b.relisten(cx, &server)),
             // Not ready: subscribed once it is (`resubscribe`).
             Era::Handshake if b.sup.is_ready() => {
                 let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&original));
-                self.quiet_request(&server, "resources/subscribe", &params);
+                self.link(|b, cx| b.quiet_request(cx, &server, "resources/subscribe", &params));
             }
             Era::Handshake => {}
         }
