@@ -21,6 +21,7 @@ use crate::catalog::ListKind;
 use crate::config::Limits;
 use crate::io::SessionId;
 use crate::io::{Event, Generation, ServerName, Status, StreamRef};
+use crate::metrics::CallOutcome;
 use crate::policy::BreakerState;
 use crate::protocol::{self, code, CacheHint, Era};
 use crate::supervisor::Timer;
@@ -310,6 +311,16 @@ impl Backends {
             e.sessions.push(call.session);
         }
         Some(serde_json::json!({"mode": "url", "elicitationId": e.id, "url": url, "message": message}))
+    }
+    /// Frees a finished call's id in its session.
+    /// Counts an ended client call in `server`'s metrics, timed from the
+    /// client's request (waits for the backend included: what the client saw).
+    pub(super) fn record_call(&mut self, server: &str, call: &ClientCall, outcome: CallOutcome, now: Instant) {
+        let latency_ms = now.saturating_since(call.created).as_millis();
+        if let Some(b) = self.0.get_mut(server) {
+            b.metrics.record_call(outcome, latency_ms);
+            b.history.record_call(now, latency_ms);
+        }
     }
 }
 

@@ -255,7 +255,7 @@ impl Gateway {
             }
             None => self.reply_error(call.session, &call.id, code::REAUTH_REQUIRED, message, Some(&data)),
         }
-        self.record_call(server, &call, CallOutcome::Failed);
+        self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
         self.release(&call);
     }
 

@@ -97,7 +97,7 @@ impl Gateway {
         }
         let data = self.backends.unavailable_data(server, self.now);
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &message, Some(&data));
-        self.record_call(server, &call, CallOutcome::Failed);
+        self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
         self.release(&call);
     }
 
@@ -142,7 +142,7 @@ impl Gateway {
             );
             let data = self.backends.unavailable_data(server, self.now);
             self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
-            self.record_call(server, &c, CallOutcome::Failed);
+            self.backends.record_call(server, &c, CallOutcome::Failed, self.now);
             self.release(&c);
         }
     }
@@ -191,7 +191,7 @@ impl Gateway {
                 let msg = format!("backend '{server}' disconnected: {message}");
                 let data = self.backends.unavailable_data(server, self.now);
                 self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
-                self.record_call(server, &c, CallOutcome::Failed);
+                self.backends.record_call(server, &c, CallOutcome::Failed, self.now);
                 self.release(&c);
             }
         }
@@ -234,7 +234,7 @@ impl Gateway {
                 "backend '{server}' lost the connection that asked for this input; send the request again without it"
             );
             self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &msg, None);
-            self.record_call(server, &call, CallOutcome::Failed);
+            self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
             return self.release(&call);
         }
         let limit = self.config.limits.max_queued_per_backend as usize;
@@ -253,7 +253,7 @@ impl Gateway {
         }
         let msg = format!("backend '{server}': too many calls waiting for this backend, so this one was not retried");
         self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
-        self.record_call(server, &call, CallOutcome::Failed);
+        self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
         self.release(&call);
     }
 }

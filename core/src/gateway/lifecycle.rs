@@ -32,7 +32,7 @@ impl Gateway {
             let msg = format!("backend '{server}' was closed: {reason}");
             let data = self.backends.unavailable_data(server, self.now);
             self.reply_error(c.session, &c.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
-            self.record_call(server, &c, CallOutcome::Failed);
+            self.backends.record_call(server, &c, CallOutcome::Failed, self.now);
             self.release(&c);
         }
     }
@@ -141,7 +141,7 @@ impl Gateway {
                 self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
             }
             self.reply_error(q.call.session, &q.call.id, code::REQUEST_TIMEOUT, &msg, Some(&data));
-            self.record_call(server, &q.call, CallOutcome::Failed);
+            self.backends.record_call(server, &q.call, CallOutcome::Failed, self.now);
             self.release(&q.call);
         }
         self.flush_queue(server);
@@ -167,7 +167,7 @@ impl Gateway {
                 self.link(|b, cx| b.count_failure(cx, &server, true, c.probe));
                 let msg = format!("backend '{server}' did not answer {} in time", c.method);
                 self.reply_error(c.session, &c.id, code::REQUEST_TIMEOUT, &msg, None);
-                self.record_call(&server, &c, CallOutcome::Failed);
+                self.backends.record_call(&server, &c, CallOutcome::Failed, self.now);
                 self.release(&c);
             }
             CallKind::Health => {
@@ -213,7 +213,7 @@ impl Gateway {
         let detail = b.sup.message().map(|m| format!(": {m}")).unwrap_or_default();
         let msg = format!("backend '{server}' is {status}{detail}");
         self.reply_error(call.session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
-        self.record_call(server, &call, CallOutcome::Failed);
+        self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
         self.release(&call);
     }
 }

@@ -6,7 +6,6 @@
 //! session; what they send and announce goes out through an [`Outbox`], in
 //! order, which the gateway empties after each call ([`Gateway::link`]).
 
-use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -16,6 +15,7 @@ use super::backend::{error_code, RECONNECT_EVENTS_UNTHROTTLED, RECONNECT_EVENT_I
 use super::backends::Backends;
 use super::calls::{Call, CallKind, ClientCall};
 use super::router::Router;
+use super::sessions::Sessions;
 use super::Gateway;
 use crate::catalog::Catalog;
 use crate::catalog::ListKind;
@@ -44,6 +44,13 @@ enum Out {
     /// An event, already counted and logged by its backend: clients and the
     /// host are told of it when the outbox is emptied.
     Event(Event),
+    /// An error answer to a client's request (redacted, and kept for a retry
+    /// or a task as any answer is, when the outbox is emptied).
+    ReplyError { session: SessionId, id: RawId, code: i64, message: String, data: Option<String> },
+    /// A client's call is over: its id is free in its session.
+    Release { session: SessionId, id: RawId },
+    /// A call waiting for a stateless client's retry timed out (by `requestState`).
+    InputExpired(String),
 }
 
 /// What the backend side may see and change besides the backends.
@@ -54,9 +61,13 @@ pub(super) struct LinkCx<'a> {
     pub now: Instant,
     pub rng: &'a mut Rng,
     pub config: &'a Config,
-    pub catalog: &'a Catalog,
-    /// Served resource URIs clients subscribed to (to subscribe at backends).
-    pub subscriptions: &'a BTreeMap<String, BTreeSet<SessionId>>,
+    /// Discovery installs what backends list here.
+    pub catalog: &'a mut Catalog,
+    /// The sessions, read only: what a call's client declared, who subscribed
+    /// to what. Answers to clients go through the outbox.
+    pub sessions: &'a Sessions,
+    /// The level the last `logging/setLevel` asked for (stateless backends get it per request).
+    pub log_level: Option<&'a str>,
     redactor: &'a Redactor,
 }
 
@@ -64,6 +75,27 @@ impl LinkCx<'_> {
     /// An action for the host, after what was sent before it.
     pub(super) fn push(&mut self, action: Action) {
         self.out.0.push(Out::Action(action));
+    }
+
+    /// An error answer to `session`'s request `id`.
+    pub(super) fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str, data: Option<&str>) {
+        let (id, message, data) = (RawId::new(id), message.into(), data.map(String::from));
+        self.out.0.push(Out::ReplyError { session, id, code, message, data });
+    }
+
+    /// `call` is over: its id is free in its session.
+    pub(super) fn release(&mut self, call: &ClientCall) {
+        self.out.0.push(Out::Release { session: call.session, id: call.id.clone() });
+    }
+
+    /// Nobody retried the call waiting under `state` in time.
+    pub(super) fn input_expired(&mut self, state: &str) {
+        self.out.0.push(Out::InputExpired(state.into()));
+    }
+
+    /// A frame to `session`.
+    pub(super) fn to_client(&mut self, session: SessionId, frame: String) {
+        self.push(Action::SendToClient { session, frame, route: ClientRoute::Session });
     }
 
     /// A frame to `session`, on behalf of its request `id` (or to the session).
@@ -157,8 +189,9 @@ impl Backends {
             }
         }
         if announces("resources", "subscribe") {
-            let catalog = cx.catalog;
+            let catalog = &*cx.catalog;
             let uris: Vec<Value> = cx
+                .sessions
                 .subscriptions
                 .keys()
                 .filter_map(|u| {
@@ -342,8 +375,9 @@ impl Backends {
 
     /// Re-sends subscriptions after a reconnect, so updates keep flowing.
     pub(super) fn resubscribe(&mut self, cx: &mut LinkCx<'_>, server: &str) {
-        let catalog = cx.catalog;
+        let catalog = &*cx.catalog;
         let uris: Vec<String> = cx
+            .sessions
             .subscriptions
             .keys()
             .filter_map(|u| catalog.resolve_uri(u).filter(|(s, _)| *s == server).map(|(_, uri)| uri.to_string()))
@@ -482,8 +516,9 @@ impl Gateway {
                 now: self.now,
                 rng: &mut self.rng,
                 config: &self.config,
-                catalog: &self.catalog,
-                subscriptions: &self.sessions.subscriptions,
+                catalog: &mut self.catalog,
+                sessions: &self.sessions,
+                log_level: self.log_level.as_deref(),
                 redactor: &self.redactor,
             };
             f(&mut self.backends, &mut cx)
@@ -492,6 +527,15 @@ impl Gateway {
             match item {
                 Out::Action(action) => self.push(action),
                 Out::Event(event) => self.announce(event),
+                Out::ReplyError { session, id, code, message, data } => {
+                    self.reply_error(session, &id, code, &message, data.as_deref());
+                }
+                Out::Release { session, id } => {
+                    if let Some(s) = self.sessions.open.get_mut(&session) {
+                        s.in_flight.remove(&id);
+                    }
+                }
+                Out::InputExpired(state) => self.input_expired(&state),
             }
         }
         // The buffer is kept for the next call.

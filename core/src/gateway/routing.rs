@@ -331,13 +331,13 @@ impl Gateway {
                 );
                 let data = self.backends.unavailable_data(server, self.now);
                 self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
-                self.record_call(server, &call, CallOutcome::Failed);
+                self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
                 return self.release(&call);
             }
             Status::Disconnected => {
                 let msg = format!("backend '{server}' is disabled or removed");
                 self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, None);
-                self.record_call(server, &call, CallOutcome::Failed);
+                self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
                 return self.release(&call);
             }
             _ => {}
@@ -359,7 +359,7 @@ impl Gateway {
                 };
                 let data = self.backends.unavailable_data(server, self.now);
                 self.reply_error(session, &call.id, code::BACKEND_UNAVAILABLE, &msg, Some(&data));
-                self.record_call(server, &call, CallOutcome::Failed);
+                self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
                 return self.release(&call);
             }
         }
@@ -395,7 +395,7 @@ impl Gateway {
         }
         let msg = format!("backend '{server}': {why}");
         self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
-        self.record_call(server, &call, CallOutcome::Failed);
+        self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
         self.release(&call);
     }
 
@@ -458,7 +458,7 @@ impl Gateway {
                 }
                 // A stateless client answers it itself: its retry comes back here
                 // and goes to the backend with the backend's own requestState.
-                self.record_call(server, &call, CallOutcome::Ok);
+                self.backends.record_call(server, &call, CallOutcome::Ok, self.now);
                 self.release(&call);
                 self.sessions.touch(session, self.now);
                 let frame = protocol::response(&call.id, result);
@@ -467,7 +467,7 @@ impl Gateway {
             }
         }
         let outcome = if answer.is_ok() { CallOutcome::Ok } else { CallOutcome::Error };
-        self.record_call(server, &call, outcome);
+        self.backends.record_call(server, &call, outcome, self.now);
         let frame = match answer {
             Err(error) => protocol::raw_error_response(&call.id, error),
             Ok(result) => match &call.shape {
@@ -516,17 +516,6 @@ impl Gateway {
         let frame = if stateless_client { super::stateless_frame(frame) } else { frame };
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
         self.sessions.answered(session);
-    }
-
-    /// Frees a finished call's id in its session.
-    /// Counts an ended client call in `server`'s metrics, timed from the
-    /// client's request (waits for the backend included: what the client saw).
-    pub(super) fn record_call(&mut self, server: &str, call: &ClientCall, outcome: CallOutcome) {
-        let latency_ms = self.now.saturating_since(call.created).as_millis();
-        if let Some(b) = self.backends.get_mut(server) {
-            b.metrics.record_call(outcome, latency_ms);
-            b.history.record_call(self.now, latency_ms);
-        }
     }
 
     pub(super) fn release(&mut self, call: &ClientCall) {

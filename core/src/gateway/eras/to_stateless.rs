@@ -113,7 +113,7 @@ impl Gateway {
         }
         let params = format!(r#"{{"requestId":{call},"reason":"the client lacks {capability}"}}"#);
         self.to_backend(server, protocol::notification("notifications/cancelled", Some(&params)), None);
-        self.record_call(server, &cc, CallOutcome::Error);
+        self.backends.record_call(server, &cc, CallOutcome::Error, self.now);
         let data = format!(r#"{{"requiredCapabilities":{{{}:{{}}}}}}"#, protocol::quote(capability));
         let msg = format!(
             "{server} needs the client's {capability} capability for this request; declare it in clientCapabilities"

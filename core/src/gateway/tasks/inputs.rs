@@ -151,7 +151,7 @@ impl Gateway {
             }
         }
         let outcome = if answer.is_ok() { CallOutcome::Ok } else { CallOutcome::Error };
-        self.record_call(server, call, outcome);
+        self.backends.record_call(server, call, outcome, self.now);
         self.finish_task(task, answer.map(String::from).map_err(String::from));
     }
 

@@ -513,7 +513,7 @@ impl Gateway {
             }
             let params = format!(r#"{{"requestId":{call_id},"reason":{}}}"#, protocol::quote(why));
             self.to_backend(&call.server, protocol::notification("notifications/cancelled", Some(&params)), None);
-            self.record_call(&call.server, &cc, CallOutcome::Failed);
+            self.backends.record_call(&call.server, &cc, CallOutcome::Failed, self.now);
         }
         for b in self.backends.values_mut() {
             b.queue.retain(|q| {
