@@ -2,21 +2,19 @@
 //! stateless probe), listens, discovery and health answers.
 
 use alloc::collections::VecDeque;
-use alloc::format;
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
 use super::calls::Queued;
-use super::discovery::{kind_bit, Bounds, Discovery, Next, ALL_KINDS};
+use super::discovery::Discovery;
 use super::Gateway;
-use crate::catalog::ListKind;
 use crate::config::{ServerConfig, Transport};
 use crate::history::History;
-use crate::io::{Action, Event, Status};
+use crate::io::Status;
 use crate::metrics::BackendMetrics;
 use crate::policy::Failure;
-use crate::protocol::{self, CacheHint, Era};
+use crate::protocol::{CacheHint, Era};
 use crate::supervisor::Supervisor;
 use crate::time::{earliest, Instant};
 
@@ -96,7 +94,7 @@ pub(super) struct Backend {
     pub awaiting_credential: bool,
     /// The login clients were asked to open (URL elicitation), to tell them when
     /// it is done.
-    pub login_elicitation: Option<super::credentials::LoginElicitation>,
+    pub login_elicitation: Option<super::links::LoginElicitation>,
     /// SSE streams of the connection that ended and are resumed, and the event
     /// ids seen on it (Streamable HTTP).
     pub streams: super::streams::Streams,
@@ -203,11 +201,11 @@ impl Backend {
             || (self.skip_discovery && self.catalog_discovered && self.sup.status() == Status::Connecting)
     }
 
-    fn has_capability(&self, name: &str) -> bool {
+    pub(super) fn has_capability(&self, name: &str) -> bool {
         self.capabilities.get(name).is_some_and(|v| !v.is_null())
     }
 
-    fn capability_names(&self) -> Vec<String> {
+    pub(super) fn capability_names(&self) -> Vec<String> {
         self.capabilities.keys().cloned().collect()
     }
 
@@ -236,273 +234,7 @@ impl Backend {
     }
 }
 
-impl Gateway {
-    /// Starts a new connection: spawn or connect, then open it in the backend's
-    /// era (`initialize`, or the `server/discover` probe).
-    pub(super) fn connect(&mut self, server: &str) {
-        let now = self.now;
-        let name = self.backends.name(server);
-        if let Some(why) = self.backends.get(server).and_then(|b| b.config.broken.clone()) {
-            // Its entry cannot be started as written: it says so, and waits for a fix.
-            return self.close_backend(server, Status::Error, Some(why));
-        }
-        let Some(b) = self.backends.get_mut(server) else { return };
-        let generation = b.sup.begin_connect(now);
-        if b.first_connect_at.is_some() {
-            match b.config.transport {
-                Transport::Stdio { .. } => b.metrics.restarts += 1,
-                _ => b.metrics.reconnects += 1,
-            }
-        }
-        b.first_connect_at.get_or_insert(now);
-        b.connect_started_at = Some(now);
-        b.stderr_tail.clear();
-        b.telling_line = None;
-        b.discovery = None;
-        b.streams = Default::default();
-        let action = match &b.config.transport {
-            Transport::Stdio { command, args, env, cwd } => Action::Spawn {
-                server: name.clone(),
-                generation,
-                command: command.clone(),
-                args: args.clone(),
-                env: env.clone(),
-                cwd: cwd.clone(),
-            },
-            Transport::Http { url, headers } | Transport::Sse { url, headers } => Action::ConnectHttp {
-                server: name.clone(),
-                generation,
-                url: url.clone(),
-                headers: headers.clone(),
-                legacy_sse: matches!(b.config.transport, Transport::Sse { .. }),
-            },
-        };
-        b.listen = None;
-        b.listen_unsupported = false;
-        b.awaiting_credential = false;
-        let load = b.credential.as_mut().filter(|c| c.needs_load()).map(|c| {
-            c.loading();
-            Action::Authorize { server: name.clone(), step: crate::credential::AuthStep::Load }
-        });
-        // The era to open in: configured, else the one the backend proved to
-        // speak, else unknown (probe, as the specification says). The legacy
-        // HTTP+SSE transport is 2024-11-05 only.
-        let auto = b.config.era.is_none();
-        let stdio = b.config.transport.is_stdio();
-        let legacy_sse = matches!(b.config.transport, Transport::Sse { .. });
-        let era = if legacy_sse { Some(Era::Handshake) } else { b.config.era.or(b.era_learned) };
-        if let Some(load) = load {
-            self.push(load);
-        }
-        self.push(action);
-        match era {
-            Some(Era::Handshake) => self.link(|b, cx| b.send_initialize(cx, server, auto && !legacy_sse)),
-            Some(Era::Stateless) => self.link(|b, cx| b.send_probe(cx, server, auto)),
-            // A local process that speaks both eras is served faster in the
-            // handshake era: a stateless request costs the server its per-request
-            // `_meta` every time (the official Python SDK's server: 0.7 ms more per
-            // call). One that speaks only the stateless revision refuses
-            // `initialize`, and is probed then; one of the handshake era is never
-            // sent a request before `initialize` (some exit on one).
-            None if stdio => self.link(|b, cx| b.send_initialize(cx, server, true)),
-            None => self.link(|b, cx| b.send_probe(cx, server, true)),
-        }
-    }
-
-    pub(super) fn handshake_answer(&mut self, server: &str, answer: Result<&str, &str>, may_probe: bool) {
-        let result = match answer {
-            Ok(r) => serde_json::from_str::<Map<String, Value>>(r).ok(),
-            Err(_) => None,
-        };
-        let Some(result) = result else {
-            if may_probe && answer.is_err() {
-                // Of unknown era, or it spoke the handshake era before: refusing
-                // `initialize` may mean it speaks only the stateless revision.
-                return self.link(|b, cx| b.send_probe(cx, server, false));
-            }
-            let detail = match answer {
-                Err(e) => format!("initialize refused: {e}"),
-                Ok(_) => "initialize answered with an invalid result".to_string(),
-            };
-            return self.connection_lost(server, Failure::Other { message: detail });
-        };
-        self.connection_opened(server, Era::Handshake, &result);
-    }
-
-    /// The answer to the `server/discover` probe: a stateless server, or (when
-    /// allowed) a handshake-era one to open with `initialize`. The fallback is not
-    /// keyed to one error code (the specification forbids that): only an answer
-    /// that proves a stateless server keeps it from happening.
-    pub(super) fn probe_answer(&mut self, server: &str, answer: Result<&str, &str>, may_initialize: bool) {
-        let verdict = match answer {
-            Ok(r) => match serde_json::from_str::<Map<String, Value>>(r) {
-                Ok(result) if speaks(result.get("supportedVersions"), &protocol::STATELESS_VERSIONS) => {
-                    return self.connection_opened(server, Era::Stateless, &result);
-                }
-                Ok(result) => Err(format!(
-                    "server/discover lists no revision tether speaks (supportedVersions: {})",
-                    result.get("supportedVersions").map_or_else(|| "none".to_string(), Value::to_string)
-                )),
-                Err(_) => Err("server/discover answered with an invalid result".to_string()),
-            },
-            Err(e) => {
-                let error = serde_json::from_str::<Map<String, Value>>(e).unwrap_or_default();
-                let code = error.get("code").and_then(Value::as_i64);
-                let supported = error.get("data").and_then(|d| d.get("supported"));
-                if code == Some(protocol::stateless_code::UNSUPPORTED_PROTOCOL_VERSION)
-                    && !speaks(supported, &protocol::SUPPORTED_VERSIONS)
-                {
-                    // A stateless server that speaks none of our revisions: falling
-                    // back would not help.
-                    let supported = supported.map_or_else(|| "none".to_string(), Value::to_string);
-                    let message =
-                        format!("the server speaks none of tether's protocol revisions (it supports {supported})");
-                    return self.connection_lost(server, Failure::Other { message });
-                }
-                Err(format!("server/discover refused: {e}"))
-            }
-        };
-        match verdict {
-            Err(_) if may_initialize => self.link(|b, cx| b.send_initialize(cx, server, false)),
-            Err(message) => self.connection_lost(server, Failure::Other { message }),
-            Ok(()) => {}
-        }
-    }
-
-    /// The connection is open in `era` (`initialize` or `server/discover`
-    /// answered with `result`): discover, listen, and send what waited.
-    fn connection_opened(&mut self, server: &str, era: Era, result: &Map<String, Value>) {
-        let now = self.now;
-        let b = self.backends.get_mut(server).expect("live backend");
-        b.era = era;
-        b.era_learned = Some(era);
-        b.capabilities = match result.get("capabilities") {
-            Some(Value::Object(m)) => m.clone(),
-            _ => Map::new(),
-        };
-        let skip = b.skip_discovery && b.catalog_discovered;
-        b.skip_discovery = false;
-        let reconnected = b.sup.on_handshake(now, skip, &mut self.rng);
-        let capabilities = b.capability_names();
-        if era == Era::Handshake {
-            self.to_backend(server, protocol::notification("notifications/initialized", None), None);
-        }
-        if let Some(attempts_taken) = reconnected {
-            self.emit(Event::ServerReconnected { server: self.backends.name(server), attempts_taken, capabilities });
-        }
-        if !skip {
-            self.start_discovery(server, ALL_KINDS);
-        }
-        match era {
-            Era::Handshake => self.link(|b, cx| b.resubscribe(cx, server)),
-            Era::Stateless => self.link(|b, cx| b.open_listen(cx, server)),
-        }
-        self.flush_queue(server);
-    }
-
-    /// Lists everything the backend offers (following its cursors).
-    pub(super) fn start_discovery(&mut self, server: &str, requested: u8) {
-        let Some(b) = self.backends.get_mut(server) else { return };
-        if b.discovery.is_some() {
-            b.rediscover |= requested;
-            return;
-        }
-        let kinds: Vec<ListKind> = ListKind::ALL
-            .into_iter()
-            .filter(|k| requested & kind_bit(*k) != 0 && b.has_capability(k.capability()))
-            .collect();
-        let room = self.backends.catalog_room(server, requested, &self.config.limits);
-        let Some(b) = self.backends.get_mut(server) else { return };
-        b.discovery = Some(Discovery::new(requested, room));
-        for kind in &kinds {
-            self.link(|b, cx| b.request_page(cx, server, *kind, None, 1));
-        }
-        if kinds.is_empty() {
-            self.finish_discovery(server);
-        }
-    }
-
-    pub(super) fn discovery_answer(&mut self, server: &str, kind: ListKind, pages: u32, answer: Result<&str, &str>) {
-        let limits = &self.config.limits;
-        let bounds = Bounds {
-            max_items: limits.max_catalog_items as usize,
-            max_pages: limits.max_discovery_pages,
-            max_catalog_bytes: u64::from(limits.max_catalog_bytes),
-        };
-        let Some(b) = self.backends.get_mut(server) else { return };
-        let had_catalog = b.catalog_discovered;
-        let Some(d) = b.discovery.as_mut() else { return };
-        match d.on_page(kind, pages, answer, had_catalog, bounds) {
-            Next::Page(cursor) => self.link(|b, cx| b.request_page(cx, server, kind, Some(&cursor), pages + 1)),
-            Next::Finished => self.finish_discovery(server),
-            Next::Wait => {}
-        }
-    }
-
-    /// A discovery request timed out or its connection failed.
-    pub(super) fn discovery_failed(&mut self, server: &str) {
-        let Some(b) = self.backends.get_mut(server) else { return };
-        if b.discovery.as_mut().is_some_and(|d| d.on_failure() == Next::Finished) {
-            self.finish_discovery(server);
-        }
-    }
-
-    fn finish_discovery(&mut self, server: &str) {
-        let now = self.now;
-        let Some(b) = self.backends.get_mut(server) else { return };
-        let Some(d) = b.discovery.take().map(Discovery::finish) else { return };
-        if d.failed && !b.catalog_discovered {
-            // Never online with an empty catalog: a first discovery that fails is a failed connection.
-            return self.connection_lost(server, Failure::Other { message: "discovery failed".into() });
-        }
-        if !d.failed {
-            let first = b.sup.status() == Status::DiscoveringTools;
-            b.catalog_discovered = true;
-            for kind in ListKind::ALL {
-                if d.lists[kind as usize].is_some() {
-                    b.cache[kind as usize] = d.cache[kind as usize];
-                    b.catalog_bytes[kind as usize] = d.bytes[kind as usize];
-                }
-            }
-            let lists = d.lists;
-            let kept: u64 = b.catalog_bytes.iter().sum();
-            b.catalog_cut = d.cut.map(|limit| {
-                format!("catalog cut at {kept} bytes by {limit}: the rest of what it listed is not served")
-            });
-            if let Some(detail) = b.catalog_cut.clone() {
-                self.emit(Event::CatalogCut { server: self.backends.name(server), detail });
-            }
-            // A re-discovery (the server's list_changed) that finds the catalog as it
-            // was is no event: some servers announce a change right after starting.
-            let own = |catalog: &crate::catalog::Catalog| {
-                ListKind::ALL.map(|kind| catalog.visible_hash(kind, |s, _| s == server))
-            };
-            let before = (!first).then(|| own(&self.catalog));
-            let installed = self.catalog.replace(server, lists);
-            let changed = before.map_or(true, |before| before != own(&self.catalog));
-            for c in installed.conflicts {
-                self.emit(Event::NameConflict { server: self.backends.name(server), name: c.name });
-            }
-            for r in installed.rejected {
-                let detail = format!("tool {} not served: {}", protocol::quote(&r.name), r.reason);
-                self.emit(Event::ProtocolViolation { server: self.backends.name(server), detail });
-            }
-            let (count, estimated_tokens) =
-                self.catalog.backend(server).map_or((0, 0), |c| (c.tool_count(), c.estimated_tokens()));
-            if changed {
-                self.emit(Event::ToolsDiscovered { server: self.backends.name(server), count, estimated_tokens });
-            }
-        }
-        let b = self.backends.get_mut(server).expect("live backend");
-        if b.sup.status() == Status::DiscoveringTools {
-            b.sup.on_discovered(now, &mut self.rng);
-        }
-        let again = core::mem::take(&mut b.rediscover);
-        if again != 0 {
-            self.start_discovery(server, again);
-        }
-    }
-}
+impl Gateway {}
 
 /// Reads `error.code` from a raw JSON-RPC error object.
 pub(super) fn error_code(error: &str) -> Option<i64> {
@@ -555,7 +287,7 @@ fn telling(line: &str) -> u8 {
 
 /// Whether a list of revisions (`supportedVersions`, or an error's `supported`)
 /// names one of `wanted`.
-fn speaks(versions: Option<&Value>, wanted: &[&str]) -> bool {
+pub(in crate::gateway) fn speaks(versions: Option<&Value>, wanted: &[&str]) -> bool {
     versions
         .and_then(Value::as_array)
         .is_some_and(|v| v.iter().any(|v| v.as_str().is_some_and(|v| wanted.contains(&v))))

@@ -98,10 +98,12 @@ impl Gateway {
             }
         }
         match call.kind {
-            CallKind::Initialize { may_probe } => self.handshake_answer(server, answer, may_probe),
-            CallKind::Probe { may_initialize } => self.probe_answer(server, answer, may_initialize),
+            CallKind::Initialize { may_probe } => self.link(|b, cx| b.handshake_answer(cx, server, answer, may_probe)),
+            CallKind::Probe { may_initialize } => self.link(|b, cx| b.probe_answer(cx, server, answer, may_initialize)),
             CallKind::Listen => self.backends.listen_ended(server, call_id, answer.err()),
-            CallKind::Discover { kind, pages } => self.discovery_answer(server, kind, pages, answer),
+            CallKind::Discover { kind, pages } => {
+                self.link(|b, cx| b.discovery_answer(cx, server, kind, pages, answer))
+            }
             CallKind::Health => self.link(|b, cx| b.health_answer(cx, server, answer)),
             CallKind::Quiet => {}
             CallKind::Client(c) => {
@@ -123,7 +125,7 @@ impl Gateway {
                     "notifications/prompts/list_changed" => kind_bit(ListKind::Prompts),
                     _ => kind_bit(ListKind::Resources) | kind_bit(ListKind::ResourceTemplates),
                 };
-                self.start_discovery(server, kinds);
+                self.link(|b, cx| b.start_discovery(cx, server, kinds));
             }
             "notifications/progress" => self.forward_progress(server, params),
             "notifications/message" => self.forward_log(server, params),

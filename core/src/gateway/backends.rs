@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use super::backend::{error_code, Backend};
 use super::calls::ClientCall;
-use super::credentials::LoginElicitation;
 use super::discovery::kind_bit;
+use super::links::LoginElicitation;
 use super::sessions::Sessions;
 use super::tasks::{Form, EXTENSION};
 use super::HostError;

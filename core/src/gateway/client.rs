@@ -390,7 +390,7 @@ impl Gateway {
             .map(|(n, _)| n.clone())
             .collect();
         for name in lazy {
-            self.connect(&name);
+            self.link(|b, cx| b.connect(cx, &name));
         }
     }
 

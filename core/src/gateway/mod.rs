@@ -9,10 +9,8 @@ mod backends;
 mod calls;
 mod client;
 mod client_events;
-mod credentials;
 mod discovery;
 mod eras;
-mod failures;
 mod lifecycle;
 mod links;
 mod lists;
@@ -292,7 +290,7 @@ impl Gateway {
                         self.redactor.redact_in_place(message);
                     }
                     let end = streams::StreamEnd { last_event_id, retry_ms, events, failure };
-                    self.stream_ended(&server, stream, end);
+                    self.link(|b, cx| b.stream_ended(cx, &server, stream, end));
                 }
             }
             Input::BackendStderr { server, generation, line } => {
@@ -305,7 +303,7 @@ impl Gateway {
             }
             Input::BackendExited { server, generation, code } => {
                 if self.backends.current(&server, generation)? {
-                    self.connection_lost(&server, Failure::Exited { code });
+                    self.link(|b, cx| b.connection_lost(cx, &server, Failure::Exited { code }));
                 }
             }
             Input::BackendFailed { server, generation, request, mut failure } => {
@@ -313,7 +311,7 @@ impl Gateway {
                     if let Failure::Spawn { message } | Failure::Other { message } = &mut failure {
                         self.redactor.redact_in_place(message);
                     }
-                    self.backend_failed(&server, request, failure);
+                    self.link(|b, cx| b.backend_failed(cx, &server, request, failure));
                 }
             }
             Input::Tick => {}
@@ -322,7 +320,7 @@ impl Gateway {
                 config.validate().map_err(HostError::InvalidConfig)?;
                 self.apply_config(config);
             }
-            Input::Credential { server, update } => self.credential_update(&server, update)?,
+            Input::Credential { server, update } => self.link(|b, cx| b.credential_update(cx, &server, update))?,
             Input::Admin { command } => self.admin(command)?,
         }
         self.fire_timers();
@@ -569,8 +567,8 @@ impl Gateway {
                 break;
             };
             match due {
-                Due::Backend(name) => self.backend_timer(&name),
-                Due::Call(id) => self.call_timed_out(id),
+                Due::Backend(name) => self.link(|b, cx| b.backend_timer(cx, &name)),
+                Due::Call(id) => self.link(|b, cx| b.call_timed_out(cx, id)),
                 Due::ParkedLists => self.answer_parked_lists(true),
                 Due::Input(state) => self.input_expired(&state),
                 Due::Round(round) => self.input_round_expired(round),
@@ -622,8 +620,8 @@ impl Gateway {
             return Err(HostError::UnknownBackend { server });
         }
         match command {
-            AdminCommand::Reconnect { .. } => self.reconnect_now(&server, false),
-            AdminCommand::Restart { .. } => self.reconnect_now(&server, true),
+            AdminCommand::Reconnect { .. } => self.link(|b, cx| b.reconnect_now(cx, &server, false)),
+            AdminCommand::Restart { .. } => self.link(|b, cx| b.reconnect_now(cx, &server, true)),
             AdminCommand::Remove { .. } => self.remove_backend(&server),
         }
         Ok(())
@@ -673,7 +671,7 @@ impl Gateway {
                     backend.credential = credential;
                     self.backends.insert(name.as_str().into(), backend);
                     if eager {
-                        self.connect(&name);
+                        self.link(|b, cx| b.connect(cx, &name));
                     }
                 }
                 Some(b) => {
@@ -693,14 +691,16 @@ impl Gateway {
                     let b = &self.backends[name.as_str()];
                     if b.config.disabled {
                         if b.sup.is_connected() || !was_disabled {
-                            self.close_backend(&name, Status::Disconnected, Some("disabled by config".into()));
+                            self.link(|b, cx| {
+                                b.close_backend(cx, &name, Status::Disconnected, Some("disabled by config".into()))
+                            });
                         }
                     } else if transport_changed
                         || was_disabled
                         || mended
                         || !self.backends[name.as_str()].catalog_discovered
                     {
-                        self.restart_for_config(&name);
+                        self.link(|b, cx| b.restart_for_config(cx, &name));
                     }
                 }
             }

@@ -8,7 +8,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::{Call, CallKind, ClientCall, Forward, Parked, ParkedList, Queued, RawFields, Shape};
+use super::calls::{ClientCall, Forward, Parked, ParkedList, Queued, RawFields, Shape};
 use super::client_events::Level;
 use super::own_tools::OwnTool;
 use super::tasks::TaskPlan;
@@ -319,7 +319,7 @@ impl Gateway {
         match b.sup.status() {
             Status::RequiresReauth => {
                 let msg = self.backends.reauth_message(server);
-                return self.fail_reauth(server, call, &msg);
+                return self.link(|b, cx| b.fail_reauth(cx, server, call, &msg));
             }
             Status::PermanentlyFailed => {
                 let p = b.sup.policy();
@@ -367,7 +367,7 @@ impl Gateway {
             return self.refuse_overloaded(server, call, "too many requests in flight");
         }
         match b.sup.readiness(now) {
-            Readiness::Ready => self.dispatch(server, call),
+            Readiness::Ready => self.link(|b, cx| b.dispatch(cx, server, call)),
             Readiness::Wait | Readiness::StartNow
                 if b.queue.len() >= self.config.limits.max_queued_per_backend as usize =>
             {
@@ -377,14 +377,14 @@ impl Gateway {
                 let deadline = now + Duration::from_millis(b.sup.policy().request_timeout_ms);
                 b.queue.push_back(Queued { call, not_before: now, deadline });
                 if r == Readiness::StartNow && !b.awaiting_credential {
-                    self.connect(server);
+                    self.link(|b, cx| b.connect(cx, server));
                 }
             }
             Readiness::Refuse => {
                 if b.sup.status() == Status::RequiresReauth {
                     self.link(|b, cx| b.login_wanted(cx, server));
                 }
-                self.fail_unavailable(server, call)
+                self.link(|b, cx| b.fail_unavailable(cx, server, call))
             }
         }
     }
@@ -397,44 +397,6 @@ impl Gateway {
         self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
         self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
         self.release(&call);
-    }
-
-    /// Sends a call on the live connection, rewriting its id and progress token.
-    pub(super) fn dispatch(&mut self, server: &str, call: ClientCall) {
-        let id = self.router.alloc_id();
-        let now = self.now;
-        let b = self.backends.get_mut(server).expect("live");
-        b.sup.touch(now);
-        let policy = b.sup.policy();
-        let hard = call.created + Duration::from_millis(policy.request_timeout_max_ms);
-        let deadline = Some((now + Duration::from_millis(policy.request_timeout_ms)).min(hard).max(now));
-        let generation = b.sup.generation();
-        let stateless = b.era == Era::Stateless;
-        let meta = if stateless {
-            call.stateless_meta(self.sessions.open.get(&call.session), self.log_level.as_deref())
-        } else {
-            String::new()
-        };
-        let frame = call.params.frame(id, call.method, call.progress.is_some(), &meta);
-        let headers = if stateless {
-            super::param_headers::param_headers_to(&self.backends, &self.catalog, server, &call)
-        } else {
-            Vec::new()
-        };
-        let server = self.backends.name(server);
-        let window = call.task_window.filter(|_| call.task.is_none() && call.awaiting_input.is_none());
-        let deadline = match &call.task {
-            // Nobody waits on a task's call: only its hard maximum bounds it.
-            Some(_) => Some(hard.max(now)),
-            None => deadline,
-        };
-        self.router
-            .calls
-            .insert(id, Call { server: server.clone(), generation, deadline, kind: CallKind::Client(call) });
-        if let Some(window) = window {
-            self.router.watch_task_window(id, window, self.now);
-        }
-        self.push(Action::SendToBackend { server, generation, frame, request: Some(id), headers });
     }
 
     /// Turns a backend's answer into the client's.

@@ -6,6 +6,15 @@
 //! session; what they send and announce goes out through an [`Outbox`], in
 //! order, which the gateway empties after each call ([`Gateway::link`]).
 
+mod connect;
+mod credentials;
+mod dispatch;
+mod failures;
+mod lifecycle;
+mod streams;
+
+pub(super) use credentials::LoginElicitation;
+
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -94,6 +103,7 @@ impl LinkCx<'_> {
     }
 
     /// A frame to `session`.
+    #[allow(clippy::wrong_self_convention)] // "send to", not a conversion
     pub(super) fn to_client(&mut self, session: SessionId, frame: String) {
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Session });
     }
