@@ -553,3 +553,6 @@ impl Gateway {
         result
     }
 }
+
+#[cfg(test)]
+mod tests;
