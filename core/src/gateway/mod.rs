@@ -9,6 +9,7 @@ mod backends;
 mod calls;
 mod client;
 mod client_events;
+mod cx;
 mod discovery;
 mod eras;
 mod lifecycle;
@@ -216,7 +217,7 @@ pub struct Gateway {
     wall_clock: crate::time::WallClock,
     actions: VecDeque<Action>,
     /// The backend side's sends and announcements, emptied after each of its calls.
-    outbox: links::Outbox,
+    outbox: cx::Outbox,
 }
 
 impl Gateway {
@@ -243,7 +244,7 @@ impl Gateway {
             eras: eras::EraBridge::default(),
             wall_clock: crate::time::WallClock::default(),
             actions: VecDeque::new(),
-            outbox: links::Outbox::default(),
+            outbox: cx::Outbox::default(),
         };
         gw.apply_config(config);
         gw.settle();

@@ -14,14 +14,14 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::LinkCx;
 use crate::gateway::backend::speaks;
 use crate::gateway::backends::Backends;
+use crate::gateway::cx::Cx;
 
 impl Backends {
     /// Starts a new connection: spawn or connect, then open it in the backend's
     /// era (`initialize`, or the `server/discover` probe).
-    pub(in crate::gateway) fn connect(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(in crate::gateway) fn connect(&mut self, cx: &mut Cx<'_>, server: &str) {
         let now = cx.now;
         let name = self.name(server);
         if let Some(why) = self.get(server).and_then(|b| b.config.broken.clone()) {
@@ -93,7 +93,7 @@ impl Backends {
 
     pub(in crate::gateway) fn handshake_answer(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         answer: Result<&str, &str>,
         may_probe: bool,
@@ -123,7 +123,7 @@ impl Backends {
     /// that proves a stateless server keeps it from happening.
     pub(in crate::gateway) fn probe_answer(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         answer: Result<&str, &str>,
         may_initialize: bool,
@@ -167,7 +167,7 @@ impl Backends {
     /// answered with `result`): discover, listen, and send what waited.
     pub(in crate::gateway) fn connection_opened(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         era: Era,
         result: &Map<String, Value>,
@@ -201,7 +201,7 @@ impl Backends {
     }
 
     /// Lists everything the backend offers (following its cursors).
-    pub(in crate::gateway) fn start_discovery(&mut self, cx: &mut LinkCx<'_>, server: &str, requested: u8) {
+    pub(in crate::gateway) fn start_discovery(&mut self, cx: &mut Cx<'_>, server: &str, requested: u8) {
         let Some(b) = self.get_mut(server) else { return };
         if b.discovery.is_some() {
             b.rediscover |= requested;
@@ -224,7 +224,7 @@ impl Backends {
 
     pub(in crate::gateway) fn discovery_answer(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         kind: ListKind,
         pages: u32,
@@ -247,14 +247,14 @@ impl Backends {
     }
 
     /// A discovery request timed out or its connection failed.
-    pub(in crate::gateway) fn discovery_failed(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(in crate::gateway) fn discovery_failed(&mut self, cx: &mut Cx<'_>, server: &str) {
         let Some(b) = self.get_mut(server) else { return };
         if b.discovery.as_mut().is_some_and(|d| d.on_failure() == Next::Finished) {
             self.finish_discovery(cx, server);
         }
     }
 
-    pub(in crate::gateway) fn finish_discovery(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(in crate::gateway) fn finish_discovery(&mut self, cx: &mut Cx<'_>, server: &str) {
         let now = cx.now;
         let Some(b) = self.get_mut(server) else { return };
         let Some(d) = b.discovery.take().map(Discovery::finish) else { return };

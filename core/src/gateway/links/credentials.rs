@@ -15,14 +15,14 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::LinkCx;
 use crate::gateway::backends::Backends;
+use crate::gateway::cx::Cx;
 
 impl Backends {
     /// The host reported on a backend's credential.
     pub(in crate::gateway) fn credential_update(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         update: CredentialUpdate,
     ) -> Result<(), HostError> {
@@ -51,7 +51,7 @@ impl Backends {
     /// the whole connection, and tether manages that credential.
     pub(in crate::gateway) fn unauthorized(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         request: Option<u64>,
         failure: Failure,
@@ -98,7 +98,7 @@ impl Backends {
     /// once, or fails with what the user must do.
     pub(in crate::gateway) fn client_call_refused(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         mut call: ClientCall,
         status: u16,
@@ -147,7 +147,7 @@ impl Backends {
     /// and connect again once a credential is in hand.
     pub(in crate::gateway) fn connection_refused(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         status: u16,
         challenge: &Challenge,
@@ -182,7 +182,7 @@ impl Backends {
     }
 
     /// Carries out what the credential's rules decided.
-    pub(in crate::gateway) fn credential_next(&mut self, cx: &mut LinkCx<'_>, server: &str, next: Next) {
+    pub(in crate::gateway) fn credential_next(&mut self, cx: &mut Cx<'_>, server: &str, next: Next) {
         match next {
             Next::Step(AuthStep::Discard) => {
                 // The grant is dead: forget it, stop, and prepare a login.
@@ -233,7 +233,7 @@ impl Backends {
     }
 
     /// Fails the queued calls that wait for a newer credential.
-    pub(in crate::gateway) fn fail_waiting_for_credential(&mut self, cx: &mut LinkCx<'_>, server: &str, message: &str) {
+    pub(in crate::gateway) fn fail_waiting_for_credential(&mut self, cx: &mut Cx<'_>, server: &str, message: &str) {
         let b = self.get_mut(server).expect("live");
         let epoch = b.credential_epoch();
         let (waiting, rest): (alloc::vec::Vec<Queued>, alloc::vec::Vec<Queued>) =
@@ -244,13 +244,7 @@ impl Backends {
         }
     }
 
-    pub(in crate::gateway) fn fail_refused(
-        &mut self,
-        cx: &mut LinkCx<'_>,
-        server: &str,
-        call: ClientCall,
-        message: &str,
-    ) {
+    pub(in crate::gateway) fn fail_refused(&mut self, cx: &mut Cx<'_>, server: &str, call: ClientCall, message: &str) {
         if call.probe {
             if let Some(b) = self.get_mut(server) {
                 b.sup.breaker.probe_abandoned();
@@ -262,13 +256,7 @@ impl Backends {
     /// Fails a client call because its backend waits for a person: with the login
     /// as a URL elicitation (-32042) when the backend has one prepared and the
     /// client can open URLs, else with the instructions (-32004).
-    pub(in crate::gateway) fn fail_reauth(
-        &mut self,
-        cx: &mut LinkCx<'_>,
-        server: &str,
-        call: ClientCall,
-        message: &str,
-    ) {
+    pub(in crate::gateway) fn fail_reauth(&mut self, cx: &mut Cx<'_>, server: &str, call: ClientCall, message: &str) {
         let data = self.unavailable_data(server, cx.now);
         match self.login_elicitation(cx.sessions, server, &call, message) {
             Some(elicitation) => {
@@ -285,7 +273,7 @@ impl Backends {
 
     /// A new credential arrived: the clients asked to open the login hear that it
     /// is done (they may retry).
-    pub(in crate::gateway) fn login_done(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(in crate::gateway) fn login_done(&mut self, cx: &mut Cx<'_>, server: &str) {
         let Some(e) = self.get_mut(server).and_then(|b| b.login_elicitation.take()) else { return };
         let params = serde_json::json!({"elicitationId": e.id}).to_string();
         let frame = protocol::notification("notifications/elicitation/complete", Some(&params));

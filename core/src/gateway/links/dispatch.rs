@@ -10,12 +10,12 @@ use crate::time::Duration;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::LinkCx;
 use crate::gateway::backends::Backends;
+use crate::gateway::cx::Cx;
 
 impl Backends {
     /// Sends a call on the live connection, rewriting its id and progress token.
-    pub(in crate::gateway) fn dispatch(&mut self, cx: &mut LinkCx<'_>, server: &str, call: ClientCall) {
+    pub(in crate::gateway) fn dispatch(&mut self, cx: &mut Cx<'_>, server: &str, call: ClientCall) {
         let id = cx.router.alloc_id();
         let now = cx.now;
         let b = self.get_mut(server).expect("live");

@@ -13,14 +13,14 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::LinkCx;
 use crate::gateway::backends::Backends;
+use crate::gateway::cx::Cx;
 
 impl Backends {
     /// A transport failure on the live connection, for one request or all of it.
     pub(in crate::gateway) fn backend_failed(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         request: Option<u64>,
         failure: Failure,
@@ -70,7 +70,7 @@ impl Backends {
     /// fail it, count it, and mark the backend down when the transport is.
     pub(in crate::gateway) fn client_call_failed(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         call: ClientCall,
         failure: &Failure,
@@ -83,7 +83,7 @@ impl Backends {
     /// client's error.
     pub(in crate::gateway) fn client_call_failed_because(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         call: ClientCall,
         failure: &Failure,
@@ -95,7 +95,7 @@ impl Backends {
 
     pub(in crate::gateway) fn client_call_failed_with(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         mut call: ClientCall,
         failure: &Failure,
@@ -131,7 +131,7 @@ impl Backends {
     /// HTTP 404 on a session: re-initialize and resend the request (if one was
     /// refused) once. A second loss before anything succeeds is a failure with
     /// backoff, not a hot loop.
-    pub(in crate::gateway) fn session_lost(&mut self, cx: &mut LinkCx<'_>, server: &str, request: Option<u64>) {
+    pub(in crate::gateway) fn session_lost(&mut self, cx: &mut Cx<'_>, server: &str, request: Option<u64>) {
         let b = self.get_mut(server).expect("live");
         b.session_losses = b.session_losses.saturating_add(1);
         let handshaking = !b.sup.is_ready();
@@ -179,7 +179,7 @@ impl Backends {
     }
 
     /// The connection is gone (exit, refused, handshake failure, timeout).
-    pub(in crate::gateway) fn connection_lost(&mut self, cx: &mut LinkCx<'_>, server: &str, failure: Failure) {
+    pub(in crate::gateway) fn connection_lost(&mut self, cx: &mut Cx<'_>, server: &str, failure: Failure) {
         let now = cx.now;
         let Some(b) = self.get(server) else { return };
         let message = b.failure_message(&failure);
@@ -250,7 +250,7 @@ impl Backends {
 
     /// Puts a call back in its backend's queue (a retry or a resend), or fails it
     /// when the queue is full: the bound holds on every path.
-    pub(in crate::gateway) fn requeue(&mut self, cx: &mut LinkCx<'_>, server: &str, queued: Queued, front: bool) {
+    pub(in crate::gateway) fn requeue(&mut self, cx: &mut Cx<'_>, server: &str, queued: Queued, front: bool) {
         if queued.call.awaiting_input.is_some() {
             // Its client was answered `input_required` for requests of the
             // connection that failed: those are gone, so the call cannot go on

@@ -12,14 +12,14 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use super::LinkCx;
 use crate::gateway::backends::Backends;
+use crate::gateway::cx::Cx;
 
 impl Backends {
     /// Closes a backend on purpose and rests it in `status`.
     pub(in crate::gateway) fn close_backend(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         status: Status,
         message: Option<String>,
@@ -45,7 +45,7 @@ impl Backends {
     }
 
     /// A changed transport (or a catalog to rebuild): close and start over.
-    pub(in crate::gateway) fn restart_for_config(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(in crate::gateway) fn restart_for_config(&mut self, cx: &mut Cx<'_>, server: &str) {
         self.close_backend(cx, server, Status::Restarting, Some("configuration changed".into()));
         let b = self.get_mut(server).expect("live");
         b.sup.reset_history();
@@ -54,20 +54,14 @@ impl Backends {
 
     /// Admin reconnect (or restart, which also clears history). An operator's
     /// reconnect also starts the credential's backoff over.
-    pub(in crate::gateway) fn reconnect_now(&mut self, cx: &mut LinkCx<'_>, server: &str, clear_history: bool) {
+    pub(in crate::gateway) fn reconnect_now(&mut self, cx: &mut Cx<'_>, server: &str, clear_history: bool) {
         self.reconnect(cx, server, clear_history, true);
     }
 
     /// Reconnects at once: for an operator (`operator`), or because a backend that
     /// refused its credential has a new one (then the credential's backoff, which
     /// counts refusals of fresh tokens, stands).
-    pub(in crate::gateway) fn reconnect(
-        &mut self,
-        cx: &mut LinkCx<'_>,
-        server: &str,
-        clear_history: bool,
-        operator: bool,
-    ) {
+    pub(in crate::gateway) fn reconnect(&mut self, cx: &mut Cx<'_>, server: &str, clear_history: bool, operator: bool) {
         let status = self[server].sup.status();
         let given_up = matches!(status, Status::PermanentlyFailed | Status::RequiresReauth | Status::Disconnected);
         let b = self.get_mut(server).expect("live");
@@ -91,7 +85,7 @@ impl Backends {
     }
 
     /// A backend timer fired.
-    pub(in crate::gateway) fn backend_timer(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(in crate::gateway) fn backend_timer(&mut self, cx: &mut Cx<'_>, server: &str) {
         let now = cx.now;
         let b = self.get_mut(server).expect("live");
         if let Some(step) = b.credential.as_mut().and_then(|c| c.on_timer(now)) {
@@ -124,7 +118,7 @@ impl Backends {
     }
 
     /// Queued calls: dispatch those whose retry wait ended, fail those past deadline.
-    pub(in crate::gateway) fn queue_timer(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(in crate::gateway) fn queue_timer(&mut self, cx: &mut Cx<'_>, server: &str) {
         let now = cx.now;
         let b = self.get_mut(server).expect("live");
         let (expired, rest): (Vec<Queued>, Vec<Queued>) = b.queue.drain(..).partition(|q| q.deadline <= now);
@@ -143,7 +137,7 @@ impl Backends {
     }
 
     /// A request passed its deadline.
-    pub(in crate::gateway) fn call_timed_out(&mut self, cx: &mut LinkCx<'_>, id: u64) {
+    pub(in crate::gateway) fn call_timed_out(&mut self, cx: &mut Cx<'_>, id: u64) {
         let Some(call) = cx.router.calls.remove(&id) else { return };
         let server = call.server.clone();
         match call.kind {
@@ -176,7 +170,7 @@ impl Backends {
     }
 
     /// Sends queued calls whose wait is over, if the backend is ready.
-    pub(in crate::gateway) fn flush_queue(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(in crate::gateway) fn flush_queue(&mut self, cx: &mut Cx<'_>, server: &str) {
         let now = cx.now;
         let Some(b) = self.get_mut(server) else { return };
         if !b.sup.is_ready() {
@@ -192,7 +186,7 @@ impl Backends {
     }
 
     /// Fails a call because its backend cannot serve it now.
-    pub(in crate::gateway) fn fail_unavailable(&mut self, cx: &mut LinkCx<'_>, server: &str, call: ClientCall) {
+    pub(in crate::gateway) fn fail_unavailable(&mut self, cx: &mut Cx<'_>, server: &str, call: ClientCall) {
         if call.probe {
             if let Some(b) = self.get_mut(server) {
                 b.sup.breaker.probe_abandoned();

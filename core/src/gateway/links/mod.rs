@@ -1,10 +1,10 @@
-//! The backend side: each backend's link (the handshake or probe, listens,
-//! discovery pages, health checks, tether's own requests, login prompts,
-//! resumed streams, closing a connection) as methods of [`Backends`] that see
-//! only what that side needs ([`LinkCx`]): the open requests, the clock, the
-//! jitter, the configuration and the catalog. They never touch a client
-//! session; what they send and announce goes out through an [`Outbox`], in
-//! order, which the gateway empties after each call ([`Gateway::link`]).
+//! The backend side: each backend's link (connecting, the handshake or probe,
+//! listens, discovery, health checks, tether's own requests, failures and
+//! what becomes of the calls on a lost connection, credentials and logins,
+//! timers, resumed streams, sending a client's call) as methods of
+//! [`Backends`] in a [`Cx`]: they never change a client session; what they
+//! send, announce and answer goes out through the context's ordered outbox,
+//! which the gateway applies after each call ([`super::Gateway::link`]).
 
 mod connect;
 mod credentials;
@@ -23,105 +23,26 @@ use serde_json::{Map, Value};
 use super::backend::{error_code, RECONNECT_EVENTS_UNTHROTTLED, RECONNECT_EVENT_INTERVAL_MS};
 use super::backends::Backends;
 use super::calls::{Call, CallKind, ClientCall};
-use super::router::Router;
-use super::sessions::Sessions;
-use super::Gateway;
-use crate::catalog::Catalog;
+use super::cx::Cx;
 use crate::catalog::ListKind;
-use crate::config::Config;
 use crate::credential::{AuthStep, Challenge, Next};
 use crate::history::Condition;
-use crate::io::{Action, ClientRoute, Event, RawId, SessionId, Status};
+use crate::io::{Action, Event, Status};
 use crate::policy::{BreakerTransition, HealthChange};
 use crate::protocol::{self, code, Era};
 use crate::redact::Redactor;
-use crate::rng::Rng;
 use crate::time::Duration;
 use crate::time::Instant;
 
 use super::LogSource;
 
-/// What the backend side sends and announces, in the order it did.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Outbox(Vec<Out>);
-
-/// One item of an [`Outbox`].
-#[derive(Clone, Debug)]
-enum Out {
-    /// An action for the host.
-    Action(Action),
-    /// An event, already counted and logged by its backend: clients and the
-    /// host are told of it when the outbox is emptied.
-    Event(Event),
-    /// An error answer to a client's request (redacted, and kept for a retry
-    /// or a task as any answer is, when the outbox is emptied).
-    ReplyError { session: SessionId, id: RawId, code: i64, message: String, data: Option<String> },
-    /// A client's call is over: its id is free in its session.
-    Release { session: SessionId, id: RawId },
-    /// A call waiting for a stateless client's retry timed out (by `requestState`).
-    InputExpired(String),
-}
-
-/// What the backend side may see and change besides the backends.
-pub(super) struct LinkCx<'a> {
-    out: &'a mut Outbox,
-    /// Open requests: tether's own go in, ids come from here.
-    pub router: &'a mut Router,
-    pub now: Instant,
-    pub rng: &'a mut Rng,
-    pub config: &'a Config,
-    /// Discovery installs what backends list here.
-    pub catalog: &'a mut Catalog,
-    /// The sessions, read only: what a call's client declared, who subscribed
-    /// to what. Answers to clients go through the outbox.
-    pub sessions: &'a Sessions,
-    /// The level the last `logging/setLevel` asked for (stateless backends get it per request).
-    pub log_level: Option<&'a str>,
-    redactor: &'a Redactor,
-}
-
-impl LinkCx<'_> {
-    /// An action for the host, after what was sent before it.
-    pub(super) fn push(&mut self, action: Action) {
-        self.out.0.push(Out::Action(action));
-    }
-
-    /// An error answer to `session`'s request `id`.
-    pub(super) fn reply_error(&mut self, session: SessionId, id: &str, code: i64, message: &str, data: Option<&str>) {
-        let (id, message, data) = (RawId::new(id), message.into(), data.map(String::from));
-        self.out.0.push(Out::ReplyError { session, id, code, message, data });
-    }
-
-    /// `call` is over: its id is free in its session.
-    pub(super) fn release(&mut self, call: &ClientCall) {
-        self.out.0.push(Out::Release { session: call.session, id: call.id.clone() });
-    }
-
-    /// Nobody retried the call waiting under `state` in time.
-    pub(super) fn input_expired(&mut self, state: &str) {
-        self.out.0.push(Out::InputExpired(state.into()));
-    }
-
-    /// A frame to `session`.
-    #[allow(clippy::wrong_self_convention)] // "send to", not a conversion
-    pub(super) fn to_client(&mut self, session: SessionId, frame: String) {
-        self.push(Action::SendToClient { session, frame, route: ClientRoute::Session });
-    }
-
-    /// A frame to `session`, on behalf of its request `id` (or to the session).
-    pub(super) fn related_to_client(&mut self, session: SessionId, id: Option<&str>, frame: String) {
-        let route = id.map_or(ClientRoute::Session, |id| ClientRoute::Related(RawId::new(id)));
-        self.push(Action::SendToClient { session, frame, route });
-    }
-}
-
 impl Backends {
     /// Counts and logs `event` at its backend now (its history sees the
     /// backend as it is at this moment); clients hear of it when the outbox is
     /// emptied.
-    pub(super) fn emit(&mut self, cx: &mut LinkCx<'_>, mut event: Event) {
+    pub(super) fn emit(&mut self, cx: &mut Cx<'_>, mut event: Event) {
         self.note_event(&mut event, cx.redactor, cx.now);
-        cx.out.0.push(Out::Event(event));
+        cx.announce(event);
     }
 
     /// What an event changes at its backend: metrics and uptime, the recent
@@ -139,7 +60,7 @@ impl Backends {
     }
 
     /// `frame` to `server`'s live connection (nothing when it is gone).
-    pub(super) fn send(&mut self, cx: &mut LinkCx<'_>, server: &str, frame: String, request: Option<u64>) {
+    pub(super) fn send(&mut self, cx: &mut Cx<'_>, server: &str, frame: String, request: Option<u64>) {
         let Some(b) = self.get(server) else { return };
         let generation = b.sup.generation();
         cx.push(Action::SendToBackend { server: self.name(server), generation, frame, request, headers: Vec::new() });
@@ -148,7 +69,7 @@ impl Backends {
 
 impl Backends {
     /// The handshake-era opener: `initialize`.
-    pub(super) fn send_initialize(&mut self, cx: &mut LinkCx<'_>, server: &str, may_probe: bool) {
+    pub(super) fn send_initialize(&mut self, cx: &mut Cx<'_>, server: &str, may_probe: bool) {
         let name = self.name(server);
         let Some(b) = self.get_mut(server) else { return };
         b.era = Era::Handshake;
@@ -167,7 +88,7 @@ impl Backends {
     /// The stateless-era opener: `server/discover`. `may_initialize`: a server of
     /// unknown era; anything but a stateless answer means `initialize`. Silence
     /// is a failure like any other (the connect timeout).
-    pub(super) fn send_probe(&mut self, cx: &mut LinkCx<'_>, server: &str, may_initialize: bool) {
+    pub(super) fn send_probe(&mut self, cx: &mut Cx<'_>, server: &str, may_initialize: bool) {
         let name = self.name(server);
         let Some(b) = self.get_mut(server) else { return };
         b.era = Era::Stateless;
@@ -182,7 +103,7 @@ impl Backends {
     /// Opens a stateless backend's `subscriptions/listen` for the changes tether
     /// relays: list changes it announces, and updates of the resources clients
     /// subscribed to. The stateless revision sends these only on a listen.
-    pub(super) fn open_listen(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(super) fn open_listen(&mut self, cx: &mut Cx<'_>, server: &str) {
         let Some(b) = self.get(server) else { return };
         if b.era != Era::Stateless || b.listen.is_some() || b.listen_unsupported || !b.sup.is_ready() {
             return;
@@ -229,7 +150,7 @@ impl Backends {
 
     /// Ends the open listen of a stateless backend (if any) and opens one for
     /// what clients want now (their resource subscriptions changed).
-    pub(super) fn relisten(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(super) fn relisten(&mut self, cx: &mut Cx<'_>, server: &str) {
         let Some(b) = self.get_mut(server) else { return };
         if let Some(id) = b.listen.take() {
             cx.router.calls.remove(&id);
@@ -241,7 +162,7 @@ impl Backends {
 
     pub(super) fn request_page(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         kind: ListKind,
         cursor: Option<&str>,
@@ -263,13 +184,13 @@ impl Backends {
         self.send(cx, server, frame, Some(id));
     }
 
-    pub(super) fn health_failed(&mut self, cx: &mut LinkCx<'_>, server: &str, last_error: String) {
+    pub(super) fn health_failed(&mut self, cx: &mut Cx<'_>, server: &str, last_error: String) {
         let Some(b) = self.get_mut(server) else { return };
         if let Some(HealthChange::Degraded { consecutive_failures }) = b.sup.health.on_failure() {
             self.emit(cx, Event::ServerHealthDegraded { server: self.name(server), consecutive_failures, last_error });
         }
     }
-    pub(super) fn health_answer(&mut self, cx: &mut LinkCx<'_>, server: &str, answer: Result<&str, &str>) {
+    pub(super) fn health_answer(&mut self, cx: &mut Cx<'_>, server: &str, answer: Result<&str, &str>) {
         let now = cx.now;
         let Some(b) = self.get_mut(server) else { return };
         let ok = match answer {
@@ -293,7 +214,7 @@ impl Backends {
         }
     }
 
-    pub(super) fn unknown_response(&mut self, cx: &mut LinkCx<'_>, server: &str, id: &str) {
+    pub(super) fn unknown_response(&mut self, cx: &mut Cx<'_>, server: &str, id: &str) {
         self.emit(
             cx,
             Event::ProtocolViolation {
@@ -303,7 +224,7 @@ impl Backends {
         );
     }
 
-    pub(super) fn record_success(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(super) fn record_success(&mut self, cx: &mut Cx<'_>, server: &str) {
         let now = cx.now;
         let Some(b) = self.get_mut(server) else { return };
         b.last_success = Some(now);
@@ -315,14 +236,14 @@ impl Backends {
     }
 
     /// Asks the host for a credential step.
-    pub(super) fn authorize(&mut self, cx: &mut LinkCx<'_>, server: &str, step: AuthStep) {
+    pub(super) fn authorize(&mut self, cx: &mut Cx<'_>, server: &str, step: AuthStep) {
         let server = self.name(server);
         cx.push(Action::Authorize { server, step });
     }
 
     /// A call found the backend waiting for a person: make sure a login is
     /// prepared, so the error it gets can say where to log in.
-    pub(super) fn login_wanted(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(super) fn login_wanted(&mut self, cx: &mut Cx<'_>, server: &str) {
         let Some(b) = self.get_mut(server) else { return };
         if let Some(step) = b.credential.as_mut().and_then(|c| c.want_login()) {
             self.authorize(cx, server, step);
@@ -333,7 +254,7 @@ impl Backends {
     /// what it takes.
     pub(super) fn credential_refused(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         status: u16,
         challenge: &Challenge,
@@ -351,7 +272,7 @@ impl Backends {
         }
     }
 
-    pub(super) fn health_check(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(super) fn health_check(&mut self, cx: &mut Cx<'_>, server: &str) {
         let now = cx.now;
         let b = self.get_mut(server).expect("live");
         if b.sup.status() != Status::Online || !b.sup.is_ready() {
@@ -384,7 +305,7 @@ impl Backends {
     }
 
     /// Re-sends subscriptions after a reconnect, so updates keep flowing.
-    pub(super) fn resubscribe(&mut self, cx: &mut LinkCx<'_>, server: &str) {
+    pub(super) fn resubscribe(&mut self, cx: &mut Cx<'_>, server: &str) {
         let catalog = &*cx.catalog;
         let uris: Vec<String> = cx
             .sessions
@@ -399,7 +320,7 @@ impl Backends {
     }
 
     /// A best-effort request whose answer is ignored.
-    pub(super) fn quiet_request(&mut self, cx: &mut LinkCx<'_>, server: &str, method: &str, params: &str) {
+    pub(super) fn quiet_request(&mut self, cx: &mut Cx<'_>, server: &str, method: &str, params: &str) {
         if cx.router.calls.len() >= cx.config.limits.max_in_flight as usize {
             return;
         }
@@ -413,7 +334,7 @@ impl Backends {
     }
 
     /// Counts a failed call against the breaker.
-    pub(super) fn count_failure(&mut self, cx: &mut LinkCx<'_>, server: &str, counts: bool, probe: bool) {
+    pub(super) fn count_failure(&mut self, cx: &mut Cx<'_>, server: &str, counts: bool, probe: bool) {
         let now = cx.now;
         let Some(b) = self.get_mut(server) else { return };
         if !counts {
@@ -427,7 +348,7 @@ impl Backends {
         }
     }
 
-    pub(super) fn announce_reconnect(&mut self, cx: &mut LinkCx<'_>, server: &str, attempt: u32, next_retry_ms: u64) {
+    pub(super) fn announce_reconnect(&mut self, cx: &mut Cx<'_>, server: &str, attempt: u32, next_retry_ms: u64) {
         let now = cx.now;
         let b = self.get_mut(server).expect("live");
         let throttled = attempt > RECONNECT_EVENTS_UNTHROTTLED
@@ -444,7 +365,7 @@ impl Backends {
     /// requests, and returns its in-flight client calls for the caller to settle.
     pub(super) fn drop_connection(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         reason: &str,
         lost: bool,
@@ -493,7 +414,7 @@ impl Backends {
     }
     /// Asks for the first scheduled resumption of `server` that is due, if any;
     /// `false` when none was.
-    pub(super) fn resume_due_stream(&mut self, cx: &mut LinkCx<'_>, server: &str) -> bool {
+    pub(super) fn resume_due_stream(&mut self, cx: &mut Cx<'_>, server: &str) -> bool {
         let now = cx.now;
         let name = self.name(server);
         let Some(b) = self.get_mut(server) else { return false };
@@ -511,46 +432,6 @@ impl Backends {
         let generation = b.sup.generation();
         cx.push(Action::ResumeStream { server: name, generation, stream, last_event_id });
         true
-    }
-}
-
-impl Gateway {
-    /// Runs `f` on the backend side, then sends what it sent and announces what
-    /// it announced, in its order.
-    pub(super) fn link<R>(&mut self, f: impl FnOnce(&mut Backends, &mut LinkCx<'_>) -> R) -> R {
-        let mut out = core::mem::take(&mut self.outbox);
-        let result = {
-            let mut cx = LinkCx {
-                out: &mut out,
-                router: &mut self.router,
-                now: self.now,
-                rng: &mut self.rng,
-                config: &self.config,
-                catalog: &mut self.catalog,
-                sessions: &self.sessions,
-                log_level: self.log_level.as_deref(),
-                redactor: &self.redactor,
-            };
-            f(&mut self.backends, &mut cx)
-        };
-        for item in out.0.drain(..) {
-            match item {
-                Out::Action(action) => self.push(action),
-                Out::Event(event) => self.announce(event),
-                Out::ReplyError { session, id, code, message, data } => {
-                    self.reply_error(session, &id, code, &message, data.as_deref());
-                }
-                Out::Release { session, id } => {
-                    if let Some(s) = self.sessions.open.get_mut(&session) {
-                        s.in_flight.remove(&id);
-                    }
-                }
-                Out::InputExpired(state) => self.input_expired(&state),
-            }
-        }
-        // The buffer is kept for the next call.
-        self.outbox = out;
-        result
     }
 }
 

@@ -10,8 +10,8 @@ use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
 
-use super::LinkCx;
 use crate::gateway::backends::Backends;
+use crate::gateway::cx::Cx;
 use crate::gateway::streams::StreamEnd;
 
 impl Backends {
@@ -19,7 +19,7 @@ impl Backends {
     /// give up on it.
     pub(in crate::gateway) fn stream_ended(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         stream: StreamRef,
         end: StreamEnd,
@@ -116,7 +116,7 @@ impl Backends {
     /// is lost too; else the backend stays up, with `why` as its last error.
     pub(in crate::gateway) fn request_stream_given_up(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         id: u64,
         why: String,
@@ -150,7 +150,7 @@ impl Backends {
     /// error (server messages stop until the next connection).
     pub(in crate::gateway) fn standalone_given_up(
         &mut self,
-        cx: &mut LinkCx<'_>,
+        cx: &mut Cx<'_>,
         server: &str,
         why: String,
         lost: Option<Failure>,

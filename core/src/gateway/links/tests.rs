@@ -2,11 +2,19 @@
 //! and reads what it put in the outbox.
 
 use super::*;
+use crate::catalog::Catalog;
+use crate::config::Config;
 use crate::config::{Policy, ServerConfig};
 use crate::gateway::backend::Backend;
 use crate::gateway::backends::Backends;
 use crate::gateway::calls::ClientCall;
+use crate::gateway::cx::{Out, Outbox};
+use crate::gateway::router::Router;
+use crate::gateway::sessions::Sessions;
+use crate::io::{RawId, SessionId};
 use crate::policy::Failure;
+use crate::rng::Rng;
+use crate::secret_ids::SecretIds;
 use crate::supervisor::Supervisor;
 
 struct Harness {
@@ -18,6 +26,7 @@ struct Harness {
     catalog: Catalog,
     sessions: Sessions,
     redactor: Redactor,
+    ids: SecretIds,
     now: Instant,
 }
 
@@ -33,6 +42,7 @@ impl Harness {
             catalog: Catalog::new("__"),
             sessions: Sessions::default(),
             redactor: Redactor::default(),
+            ids: SecretIds::from_seed(7),
             now: Instant::from_millis(1_000),
         };
         let mut sup = Supervisor::new(true, false, Policy::default(), Instant::ZERO);
@@ -43,12 +53,13 @@ impl Harness {
         h
     }
 
-    fn run<R>(&mut self, f: impl FnOnce(&mut Backends, &mut LinkCx<'_>) -> R) -> R {
-        let mut cx = LinkCx {
+    fn run<R>(&mut self, f: impl FnOnce(&mut Backends, &mut Cx<'_>) -> R) -> R {
+        let mut cx = Cx {
             out: &mut self.out,
             router: &mut self.router,
             now: self.now,
             rng: &mut self.rng,
+            ids: &mut self.ids,
             config: &self.config,
             catalog: &mut self.catalog,
             sessions: &self.sessions,
