@@ -286,7 +286,8 @@ impl Gateway {
                 return self.ask_for_task(server, call, &task, id, method, params, capability);
             }
             if self.origins().is_stateless_call(call) {
-                return self.ask_stateless_client(server, call, id, method, params, capability);
+                return self
+                    .bridge(|e, b, cx| e.ask_stateless_client(b, cx, server, call, id, method, params, capability));
             }
         }
         if origin == Origin::Unsaid && self.origins().ambiguous(server) {

@@ -267,7 +267,7 @@ impl Gateway {
                 if self.eras.holds(&state)
                     || !routes_to_stateless(&self.config, &self.catalog, &self.backends, method, params)
                 {
-                    return self.resume_with_inputs(session, id, &state, params);
+                    return self.bridge(|e, b, cx| e.resume_with_inputs(b, cx, session, id, &state, params));
                 }
             }
         }
@@ -449,7 +449,7 @@ impl Gateway {
                 return;
             }
         }
-        if self.cancel_input_round(session, request_id) {
+        if self.bridge(|e, _, cx| e.cancel_input_round(cx, session, request_id)) {
             return;
         }
         if let Some(pos) = self.router.parked_lists.iter().position(|p| p.session == session && p.id == request_id) {
@@ -479,7 +479,7 @@ impl Gateway {
             None => answer,
         };
         if let Some(round) = r.round {
-            return self.input_answered(round, &r.backend_id, answer);
+            return self.bridge(|e, b, cx| e.input_answered(b, cx, round, &r.backend_id, answer));
         }
         if let Some(question) = &r.task {
             // A stateless backend's input goes with its call's retry or nowhere

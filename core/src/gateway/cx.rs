@@ -41,7 +41,7 @@ pub(super) enum Out {
     /// A whole answer frame to a client's request, owed to it.
     ReplyToClient { session: SessionId, id: RawId, frame: String },
     /// A client's call goes to its backend (or waits for it) as if just asked.
-    Admit { server: ServerName, call: ClientCall },
+    Admit { server: ServerName, call: alloc::boxed::Box<ClientCall> },
 }
 
 /// What a part of the engine (the backend side, the era bridge) sees and may
@@ -106,7 +106,7 @@ impl Cx<'_> {
 
     /// `call` goes to `server` (or waits for it) as if just asked.
     pub(super) fn admit(&mut self, server: ServerName, call: ClientCall) {
-        self.out.0.push(Out::Admit { server, call });
+        self.out.0.push(Out::Admit { server, call: alloc::boxed::Box::new(call) });
     }
 
     /// Nobody retried the call waiting under `state` in time.
@@ -163,6 +163,15 @@ impl super::Gateway {
             };
             f(&mut self.backends, &mut self.eras, &mut cx)
         };
+        self.apply(&mut out);
+        // The buffer is kept for the next call.
+        self.outbox = out;
+        result
+    }
+
+    /// Sends what a part sent and announces and answers what it did, in its
+    /// order (not generic: applying may run a part again).
+    fn apply(&mut self, out: &mut Outbox) {
         for item in out.0.drain(..) {
             match item {
                 Out::Action(action) => self.push(action),
@@ -175,14 +184,11 @@ impl super::Gateway {
                         s.in_flight.remove(&id);
                     }
                 }
-                Out::InputExpired(state) => self.input_expired(&state),
+                Out::InputExpired(state) => self.bridge(|e, b, cx| e.input_expired(b, cx, &state)),
                 Out::Reply { session, id, result } => self.reply(session, &id, &result),
                 Out::ReplyToClient { session, id, frame } => self.reply_to_client(session, &id, frame),
-                Out::Admit { server, call } => self.admit(&server, call),
+                Out::Admit { server, call } => self.admit(&server, *call),
             }
         }
-        // The buffer is kept for the next call.
-        self.outbox = out;
-        result
     }
 }

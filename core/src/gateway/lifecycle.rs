@@ -15,7 +15,7 @@ impl Gateway {
         // lists it took away once, when the input settles.
         let Some(mut b) = self.backends.remove(server) else { return };
         // Calls waiting for a client's inputs have no backend to go back to.
-        self.fail_input_rounds_of(server, &format!("backend '{server}' was removed"));
+        self.bridge(|e, _, cx| e.fail_input_rounds_of(cx, server, &format!("backend '{server}' was removed")));
         self.retired_generations.insert(server.to_string(), b.sup.generation());
         for t in b.sup.drain_transitions() {
             self.emit(t.into_event(self.backends.name(server)));

@@ -571,10 +571,10 @@ impl Gateway {
                 Due::Backend(name) => self.link(|b, cx| b.backend_timer(cx, &name)),
                 Due::Call(id) => self.link(|b, cx| b.call_timed_out(cx, id)),
                 Due::ParkedLists => self.answer_parked_lists(true),
-                Due::Input(state) => self.input_expired(&state),
-                Due::Round(round) => self.input_round_expired(round),
+                Due::Input(state) => self.bridge(|e, b, cx| e.input_expired(b, cx, &state)),
+                Due::Round(round) => self.bridge(|e, _, cx| e.input_round_expired(cx, round)),
                 Due::TaskWindow(call) => self.task_window_passed(call),
-                Due::Gathered(call) => self.gathered(call),
+                Due::Gathered(call) => self.bridge(|e, b, cx| e.gathered(b, cx, call)),
                 Due::Task(task) => self.task_expired(&task),
                 // `settle` sends the held `list_changed` if it is still owed.
                 Due::Session(SessionTimer::ListChangedHeld(session)) => {
@@ -608,7 +608,7 @@ impl Gateway {
                 self.push(Action::CloseClient { session });
             }
         }
-        self.prune_pending_inputs();
+        self.bridge(|e, b, cx| e.prune_pending_inputs(b, cx));
     }
 
     fn admin(&mut self, command: AdminCommand) -> Result<(), HostError> {

@@ -416,7 +416,7 @@ impl Gateway {
             if self.backends.get(server).is_some_and(|b| b.era == Era::Stateless) && protocol::is_input_required(result)
             {
                 if !stateless_client {
-                    return self.start_input_round(server, call, result);
+                    return self.bridge(|e, b, cx| e.start_input_round(b, cx, server, call, result));
                 }
                 // A stateless client answers it itself: its retry comes back here
                 // and goes to the backend with the backend's own requestState.

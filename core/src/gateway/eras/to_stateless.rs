@@ -14,9 +14,12 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use serde_json::{Map, Value};
 
+use super::super::backends::Backends;
 use super::super::calls::{AskedInput, CallKind, PendingInput};
-use super::super::{Call, Gateway};
+use super::super::cx::Cx;
+use super::super::Call;
 use super::bridge::{input_required_result, refusals, Asked};
+use super::EraBridge;
 use crate::io::{RawId, SessionId};
 use crate::metrics::CallOutcome;
 use crate::protocol::{self, code};
@@ -28,12 +31,15 @@ use crate::time::Duration;
 /// round, as a stateless server would ask them.
 const INPUT_GATHER_MS: u64 = 50;
 
-impl Gateway {
+impl EraBridge {
     /// A handshake-era backend asks `method` during stateless call `call`: ask the
     /// client through an `input_required` answer (or add it to the round already
     /// pending), or refuse it when the client did not declare `capability`.
+    #[allow(clippy::too_many_arguments)] // the request's facts, and the parts it touches
     pub(in crate::gateway) fn ask_stateless_client(
         &mut self,
+        backends: &mut Backends,
+        cx: &mut Cx<'_>,
         server: &str,
         call: u64,
         backend_id: &str,
@@ -41,8 +47,8 @@ impl Gateway {
         params: Option<&str>,
         capability: &str,
     ) {
-        let generation = self.backends[server].sup.generation();
-        let Some(Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get(&call) else { return };
+        let generation = backends[server].sup.generation();
+        let Some(Call { kind: CallKind::Client(cc), .. }) = cx.router.calls.get(&call) else { return };
         if !cc.caps.as_ref().is_some_and(|caps| caps.get(capability).is_some_and(Value::is_object)) {
             // Sampling and elicitation are asked for a call. Servers also ask
             // for roots on their own (after connecting, say), so a `roots/list`
@@ -50,9 +56,9 @@ impl Gateway {
             if capability == "roots" {
                 let msg = "the client did not declare roots for this request";
                 let frame = protocol::error_response(backend_id, code::METHOD_NOT_FOUND, msg, None);
-                return self.to_backend(server, frame, None);
+                return backends.send(cx, server, frame, None);
             }
-            return self.fail_missing_capability(server, call, backend_id, capability);
+            return self.fail_missing_capability(backends, cx, server, call, backend_id, capability);
         }
         let asked = AskedInput {
             generation,
@@ -66,33 +72,33 @@ impl Gateway {
         // among a backend's requests in flight); anything else gets one of ours.
         let named = serde_json::from_str::<String>(backend_id).ok().filter(|k| !k.is_empty() && k.len() <= 64);
         let key = match named {
-            Some(k) if !self.eras.key_taken(call, awaiting.as_deref(), &k) => k,
-            _ => format!("tether-{}", self.router.alloc_id()),
+            Some(k) if !self.key_taken(call, awaiting.as_deref(), &k) => k,
+            _ => format!("tether-{}", cx.router.alloc_id()),
         };
         // What a backend asks together (its requests out at once) goes to the
         // client in one round: the answer waits a moment for the rest.
-        let limit = self.config.limits.max_pending_server_requests as usize;
-        let deadline = self.now + Duration::from_millis(INPUT_GATHER_MS);
-        let name = self.backends.name(server);
-        if self.eras.ask(call, awaiting.as_deref(), name, key, asked, limit, deadline) == Asked::Full {
+        let limit = cx.config.limits.max_pending_server_requests as usize;
+        let deadline = cx.now + Duration::from_millis(INPUT_GATHER_MS);
+        let name = backends.name(server);
+        if self.ask(call, awaiting.as_deref(), name, key, asked, limit, deadline) == Asked::Full {
             let msg = "too many calls waiting for client input";
-            self.to_backend(server, protocol::error_response(backend_id, code::OVERLOADED, msg, None), None);
+            backends.send(cx, server, protocol::error_response(backend_id, code::OVERLOADED, msg, None), None);
         }
     }
 
     /// The moment for more requests of call `call` passed: the client is
     /// answered `input_required` with everything gathered (or, if the call
     /// ended meanwhile, the backend's requests are refused).
-    pub(in crate::gateway) fn gathered(&mut self, call: u64) {
-        let Some(gathering) = self.eras.take_gathering(call) else { return };
-        match self.router.calls.get(&call) {
+    pub(in crate::gateway) fn gathered(&mut self, backends: &mut Backends, cx: &mut Cx<'_>, call: u64) {
+        let Some(gathering) = self.take_gathering(call) else { return };
+        match cx.router.calls.get(&call) {
             Some(Call { kind: CallKind::Client(cc), .. }) if cc.awaiting_input.is_none() => {
                 let (session, client_id) = (cc.session, cc.id.clone());
-                self.answer_input_required(session, &client_id, call, gathering.asked, None);
+                self.answer_input_required(backends, cx, session, &client_id, call, gathering.asked, None);
             }
             _ => {
                 let why = "the call ended before its client was asked";
-                self.refuse_inputs(&gathering.server, gathering.asked.values(), why);
+                self.refuse_inputs(backends, cx, &gathering.server, gathering.asked.values(), why);
             }
         }
     }
@@ -101,19 +107,27 @@ impl Gateway {
     /// declare it in this request: the backend's request is refused, its call is
     /// cancelled there, and the client's call fails with -32021 naming the
     /// capability, as the revision requires of the server the client talks to.
-    fn fail_missing_capability(&mut self, server: &str, call: u64, backend_id: &str, capability: &str) {
+    fn fail_missing_capability(
+        &mut self,
+        backends: &mut Backends,
+        cx: &mut Cx<'_>,
+        server: &str,
+        call: u64,
+        backend_id: &str,
+        capability: &str,
+    ) {
         let msg = format!("the client did not declare {capability} for this request");
         let frame = protocol::error_response(backend_id, code::METHOD_NOT_FOUND, &msg, None);
-        self.to_backend(server, frame, None);
-        let Some(Call { kind: CallKind::Client(cc), .. }) = self.router.calls.remove(&call) else { return };
+        backends.send(cx, server, frame, None);
+        let Some(Call { kind: CallKind::Client(cc), .. }) = cx.router.calls.remove(&call) else { return };
         if cc.probe {
-            if let Some(b) = self.backends.get_mut(server) {
+            if let Some(b) = backends.get_mut(server) {
                 b.sup.breaker.probe_abandoned();
             }
         }
         let params = format!(r#"{{"requestId":{call},"reason":"the client lacks {capability}"}}"#);
-        self.to_backend(server, protocol::notification("notifications/cancelled", Some(&params)), None);
-        self.backends.record_call(server, &cc, CallOutcome::Error, self.now);
+        backends.send(cx, server, protocol::notification("notifications/cancelled", Some(&params)), None);
+        backends.record_call(server, &cc, CallOutcome::Error, cx.now);
         let data = format!(r#"{{"requiredCapabilities":{{{}:{{}}}}}}"#, protocol::quote(capability));
         let msg = format!(
             "{server} needs the client's {capability} capability for this request; declare it in clientCapabilities"
@@ -122,27 +136,30 @@ impl Gateway {
         match &cc.awaiting_input {
             // Already answered `input_required`: the error waits for the retry.
             Some(state) => {
-                let error = protocol::error_object(code, &self.redactor.redact(&msg), Some(&data));
-                self.eras.hold_outcome(state, Err(error));
-                self.release(&cc);
+                let error = protocol::error_object(code, &cx.redactor.redact(&msg), Some(&data));
+                self.hold_outcome(state, Err(error));
+                cx.release(&cc);
             }
-            None => self.reply_error(cc.session, &cc.id, code, &msg, Some(&data)),
+            None => cx.reply_error(cc.session, &cc.id, code, &msg, Some(&data)),
         }
     }
 
     /// Answers the client's request `client_id` with `input_required` for `asked`,
     /// under a fresh `requestState`, and parks call `call` until the retry.
+    #[allow(clippy::too_many_arguments)] // the request's facts, and the parts it touches
     fn answer_input_required(
         &mut self,
+        backends: &mut Backends,
+        cx: &mut Cx<'_>,
         session: SessionId,
         client_id: &str,
         call: u64,
         asked: BTreeMap<String, AskedInput>,
         answer: Option<Result<String, String>>,
     ) {
-        let state = self.ids.next_id();
-        let deadline = self.now + Duration::from_millis(self.config.policy.request_timeout_max_ms);
-        let server = match self.router.calls.get_mut(&call) {
+        let state = cx.ids.next_id();
+        let deadline = cx.now + Duration::from_millis(cx.config.policy.request_timeout_max_ms);
+        let server = match cx.router.calls.get_mut(&call) {
             Some(c) => {
                 if let CallKind::Client(cc) = &mut c.kind {
                     cc.awaiting_input = Some(state.clone());
@@ -151,20 +168,20 @@ impl Gateway {
                 c.deadline = Some(deadline);
                 c.server.clone()
             }
-            None => self.backends.name(""),
+            None => backends.name(""),
         };
         let result = input_required_result(&asked, &state);
-        self.reply(session, &RawId::new(client_id), &result);
+        cx.reply(session, &RawId::new(client_id), &result);
         // The client's request is answered and its id free for reuse: the
         // call's outcome goes by a name no JSON-RPC id can have, so a new
         // request under the old id never takes (or gives) its answer.
         let client_id = RawId::new(format!("awaiting input {state}"));
-        if let Some(Call { kind: CallKind::Client(cc), .. }) = self.router.calls.get_mut(&call) {
+        if let Some(Call { kind: CallKind::Client(cc), .. }) = cx.router.calls.get_mut(&call) {
             cc.id = client_id.clone();
         }
-        let principal = self.sessions.open.get(&session).and_then(|s| s.principal.clone());
+        let principal = cx.sessions.open.get(&session).and_then(|s| s.principal.clone());
         let pending = PendingInput { call, server, session, client_id, asked, answer, deadline, principal };
-        self.eras.park(state, pending);
+        self.park(state, pending);
     }
 
     /// A stateless client's retry: its `inputResponses` answer the backend's
@@ -172,14 +189,16 @@ impl Gateway {
     /// are asked again under a new `requestState`.
     pub(in crate::gateway) fn resume_with_inputs(
         &mut self,
+        backends: &mut Backends,
+        cx: &mut Cx<'_>,
         session: SessionId,
         id: RawId,
         state: &str,
         params: Option<&str>,
     ) {
-        let principal = self.sessions.principal(session);
-        let Some(pending) = self.eras.take_for_retry(state, principal) else {
-            return self.reply_error(session, &id, code::INVALID_PARAMS, "unknown or expired requestState", None);
+        let principal = cx.sessions.principal(session);
+        let Some(pending) = self.take_for_retry(state, principal) else {
+            return cx.reply_error(session, &id, code::INVALID_PARAMS, "unknown or expired requestState", None);
         };
         let responses: Map<String, Value> = params
             .and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok())
@@ -191,17 +210,17 @@ impl Gateway {
             .unwrap_or_default();
         let mut missing = BTreeMap::new();
         for (key, asked) in pending.asked {
-            let current = self.backends.get(&pending.server).map(|b| b.sup.generation()) == Some(asked.generation);
+            let current = backends.get(&pending.server).map(|b| b.sup.generation()) == Some(asked.generation);
             match responses.get(&key) {
                 Some(Value::Object(answer)) if current => {
                     let result = Value::Object(answer.clone()).to_string();
-                    self.to_backend(&pending.server, protocol::response(&asked.backend_id, &result), None);
+                    backends.send(cx, &pending.server, protocol::response(&asked.backend_id, &result), None);
                 }
                 // Asked of a process that is gone: its answer has nowhere to go.
                 Some(_) if !current => {}
                 Some(_) => {
                     let msg = format!("inputResponses[{}] must be an object", protocol::quote(&key));
-                    return self.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
+                    return cx.reply_error(session, &id, code::INVALID_PARAMS, &msg, None);
                 }
                 None if current => {
                     missing.insert(key, asked);
@@ -210,7 +229,7 @@ impl Gateway {
             }
         }
         if !missing.is_empty() {
-            return self.answer_input_required(session, &id, pending.call, missing, pending.answer);
+            return self.answer_input_required(backends, cx, session, &id, pending.call, missing, pending.answer);
         }
         if let Some(answer) = pending.answer {
             // The backend answered while the client was away.
@@ -218,15 +237,13 @@ impl Gateway {
                 Ok(result) => protocol::response(&id, result),
                 Err(error) => protocol::raw_error_response(&id, error),
             };
-            if let Some(s) = self.sessions.open.get_mut(&session) {
-                s.in_flight.remove(id.as_str());
-            }
-            return self.reply_to_client(session, &id, frame);
+            cx.release_id(session, &id);
+            return cx.reply_to_client(session, &id, frame);
         }
-        let deadline = self.now + Duration::from_millis(self.config.policy_for(&pending.server).request_timeout_ms);
-        let Some(call) = self.router.calls.get_mut(&pending.call) else {
+        let deadline = cx.now + Duration::from_millis(cx.config.policy_for(&pending.server).request_timeout_ms);
+        let Some(call) = cx.router.calls.get_mut(&pending.call) else {
             let msg = "the backend connection was lost while waiting for input; send the request again";
-            return self.reply_error(session, &id, code::BACKEND_UNAVAILABLE, msg, None);
+            return cx.reply_error(session, &id, code::BACKEND_UNAVAILABLE, msg, None);
         };
         // The retry takes the call over: its answer (and progress) now go here.
         call.deadline = Some(deadline);
@@ -237,38 +254,38 @@ impl Gateway {
             cc.id = id;
             // A call that may become a task gets a fresh sync window from the retry.
             if cc.task_window.is_some() {
-                window = Some(self.now + Duration::from_millis(self.config.tasks.sync_window_ms));
+                window = Some(cx.now + Duration::from_millis(cx.config.tasks.sync_window_ms));
                 cc.task_window = window;
             }
         }
         if let Some(window) = window {
-            self.router.watch_task_window(pending.call, window, self.now);
+            cx.router.watch_task_window(pending.call, window, cx.now);
         }
     }
 
     /// Nobody retried in time: the backend's requests get errors (an elicitation
     /// is declined as cancelled) and the entry goes.
-    pub(in crate::gateway) fn input_expired(&mut self, state: &str) {
-        let Some(pending) = self.eras.take_expired(state) else { return };
-        self.refuse_asked(&pending);
+    pub(in crate::gateway) fn input_expired(&mut self, backends: &mut Backends, cx: &mut Cx<'_>, state: &str) {
+        let Some(pending) = self.take_expired(state) else { return };
+        self.refuse_asked(backends, cx, &pending);
     }
 
     /// Drops entries whose call is gone (its client closed) without an answer.
-    pub(in crate::gateway) fn prune_pending_inputs(&mut self) {
-        let calls = &self.router.calls;
+    pub(in crate::gateway) fn prune_pending_inputs(&mut self, backends: &mut Backends, cx: &mut Cx<'_>) {
+        let calls = &cx.router.calls;
         let waits = |call: u64, state: &str| {
             calls
                 .get(&call)
                 .is_some_and(|c| matches!(&c.kind, CallKind::Client(cc) if cc.awaiting_input.as_deref() == Some(state)))
         };
-        for pending in self.eras.take_orphans(waits) {
-            self.refuse_asked(&pending);
+        for pending in self.take_orphans(waits) {
+            self.refuse_asked(backends, cx, &pending);
         }
     }
 
-    fn refuse_asked(&mut self, pending: &PendingInput) {
+    fn refuse_asked(&mut self, backends: &mut Backends, cx: &mut Cx<'_>, pending: &PendingInput) {
         let why = "the client did not provide this input in time";
-        self.refuse_inputs(&pending.server, pending.asked.values(), why);
+        self.refuse_inputs(backends, cx, &pending.server, pending.asked.values(), why);
     }
 
     /// Answers inputs nobody will give any more: an elicitation is cancelled,
@@ -276,13 +293,15 @@ impl Gateway {
     /// were asked on).
     pub(in crate::gateway) fn refuse_inputs<'a>(
         &mut self,
+        backends: &mut Backends,
+        cx: &mut Cx<'_>,
         server: &str,
         asked: impl Iterator<Item = &'a AskedInput>,
         why: &str,
     ) {
-        let generation = self.backends.get(server).map(|b| b.sup.generation());
+        let generation = backends.get(server).map(|b| b.sup.generation());
         for frame in refusals(asked, generation, why) {
-            self.to_backend(server, frame, None);
+            backends.send(cx, server, frame, None);
         }
     }
 }

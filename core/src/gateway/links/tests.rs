@@ -11,7 +11,7 @@ use crate::gateway::calls::ClientCall;
 use crate::gateway::cx::{Out, Outbox};
 use crate::gateway::router::Router;
 use crate::gateway::sessions::Sessions;
-use crate::io::{RawId, SessionId};
+use crate::io::SessionId;
 use crate::policy::Failure;
 use crate::rng::Rng;
 use crate::secret_ids::SecretIds;

@@ -330,7 +330,15 @@ impl Gateway {
     pub(super) fn finish_task(&mut self, task_id: &str, outcome: Result<String, String>) {
         let (limit, unix) = (self.config.tasks.max_result_bytes, self.wall_clock.unix_ms(self.now));
         let Some(ended) = self.tasks.finish(task_id, outcome, limit, unix) else { return };
-        self.refuse_inputs(&ended.server, ended.unanswered.values(), "the task ended before the client answered");
+        self.bridge(|e, b, cx| {
+            e.refuse_inputs(
+                b,
+                cx,
+                &ended.server,
+                ended.unanswered.values(),
+                "the task ended before the client answered",
+            )
+        });
         self.task_ended(task_id);
     }
 
@@ -526,7 +534,15 @@ impl Gateway {
         }
         let unix = self.wall_clock.unix_ms(self.now);
         let Some(ended) = self.tasks.cancel(task_id, why, unix) else { return };
-        self.refuse_inputs(&ended.server, ended.unanswered.values(), "the task ended before the client answered");
+        self.bridge(|e, b, cx| {
+            e.refuse_inputs(
+                b,
+                cx,
+                &ended.server,
+                ended.unanswered.values(),
+                "the task ended before the client answered",
+            )
+        });
         self.task_ended(task_id);
     }
 
