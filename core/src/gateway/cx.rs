@@ -7,6 +7,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::calls::ClientCall;
+use super::tasks::TaskStore;
 use super::router::Router;
 use super::sessions::Sessions;
 use crate::catalog::Catalog;
@@ -64,6 +65,8 @@ pub(super) struct Cx<'a> {
     /// The level the last `logging/setLevel` asked for (stateless backends get it per request).
     pub log_level: Option<&'a str>,
     pub redactor: &'a Redactor,
+    /// The wall clock as the host last told it (task timestamps).
+    pub wall_clock: crate::time::WallClock,
 }
 
 impl Cx<'_> {
@@ -130,7 +133,7 @@ impl Cx<'_> {
 impl super::Gateway {
     /// Runs `f` on the backend side, then applies its outbox.
     pub(super) fn link<R>(&mut self, f: impl FnOnce(&mut super::backends::Backends, &mut Cx<'_>) -> R) -> R {
-        self.with_cx(|backends, _, cx| f(backends, cx))
+        self.with_cx(|backends, _, _, cx| f(backends, cx))
     }
 
     /// Runs `f` on the era bridge (with the backends), then applies its outbox.
@@ -138,14 +141,23 @@ impl super::Gateway {
         &mut self,
         f: impl FnOnce(&mut super::eras::EraBridge, &mut super::backends::Backends, &mut Cx<'_>) -> R,
     ) -> R {
-        self.with_cx(|backends, eras, cx| f(eras, backends, cx))
+        self.with_cx(|backends, eras, _, cx| f(eras, backends, cx))
+    }
+
+    /// Runs `f` on the task store (with the backends and the era bridge), then
+    /// applies its outbox.
+    pub(super) fn tasking<R>(
+        &mut self,
+        f: impl FnOnce(&mut TaskStore, &mut super::backends::Backends, &mut super::eras::EraBridge, &mut Cx<'_>) -> R,
+    ) -> R {
+        self.with_cx(|backends, eras, tasks, cx| f(tasks, backends, eras, cx))
     }
 
     /// Runs `f` with the backends, the era bridge and a context, then sends
     /// what it sent and announces and answers what it did, in its order.
     fn with_cx<R>(
         &mut self,
-        f: impl FnOnce(&mut super::backends::Backends, &mut super::eras::EraBridge, &mut Cx<'_>) -> R,
+        f: impl FnOnce(&mut super::backends::Backends, &mut super::eras::EraBridge, &mut TaskStore, &mut Cx<'_>) -> R,
     ) -> R {
         let mut out = core::mem::take(&mut self.outbox);
         let result = {
@@ -160,8 +172,9 @@ impl super::Gateway {
                 sessions: &self.sessions,
                 log_level: self.log_level.as_deref(),
                 redactor: &self.redactor,
+                wall_clock: self.wall_clock,
             };
-            f(&mut self.backends, &mut self.eras, &mut cx)
+            f(&mut self.backends, &mut self.eras, &mut self.tasks, &mut cx)
         };
         self.apply(&mut out);
         // The buffer is kept for the next call.

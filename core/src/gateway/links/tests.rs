@@ -65,6 +65,7 @@ impl Harness {
             sessions: &self.sessions,
             log_level: None,
             redactor: &self.redactor,
+            wall_clock: Default::default(),
         };
         f(&mut self.backends, &mut cx)
     }
