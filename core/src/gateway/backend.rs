@@ -8,7 +8,6 @@ use serde_json::{Map, Value};
 
 use super::calls::Queued;
 use super::discovery::Discovery;
-use super::Gateway;
 use crate::config::{ServerConfig, Transport};
 use crate::history::History;
 use crate::io::Status;
@@ -233,8 +232,6 @@ impl Backend {
         m
     }
 }
-
-impl Gateway {}
 
 /// Reads `error.code` from a raw JSON-RPC error object.
 pub(super) fn error_code(error: &str) -> Option<i64> {

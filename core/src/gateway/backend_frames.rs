@@ -131,7 +131,7 @@ impl Gateway {
             "notifications/message" => self.forward_log(server, params),
             "notifications/resources/updated" => self.forward_resource_updated(server, params),
             "notifications/cancelled" => self.backend_cancelled(server, params),
-            "notifications/tasks/status" => self.forward_task_status(server, params),
+            "notifications/tasks/status" => self.tasking(|t, _, _, cx| t.forward_task_status(cx, server, params)),
             // The listen is open; tether asked only for what it relays.
             "notifications/subscriptions/acknowledged" => {}
             _ => {}
@@ -283,7 +283,8 @@ impl Gateway {
         };
         if let Some(call) = call {
             if let Some(task) = self.router.call_task(call) {
-                return self.ask_for_task(server, call, &task, id, method, params, capability);
+                return self
+                    .tasking(|t, b, _, cx| t.ask_for_task(b, cx, server, call, &task, id, method, params, capability));
             }
             if self.origins().is_stateless_call(call) {
                 return self

@@ -147,7 +147,7 @@ impl Gateway {
         for task in reasked {
             let waiter = self.tasks.tasks.get(&task).and_then(|t| t.waiters.first().map(|(s, _)| *s));
             if let Some(session) = waiter {
-                self.forward_task_inputs(&task, session);
+                self.tasking(|t, _, _, cx| t.forward_task_inputs(cx, &task, session));
             }
         }
         let mut emptied = Vec::new();
@@ -484,7 +484,9 @@ impl Gateway {
         if let Some(question) = &r.task {
             // A stateless backend's input goes with its call's retry or nowhere
             // (the task may be gone): never as a response.
-            if self.task_input_answered(&question.task, &question.key, answer) || question.in_round {
+            if self.tasking(|t, b, e, cx| t.task_input_answered(b, e, cx, &question.task, &question.key, answer))
+                || question.in_round
+            {
                 return;
             }
         }

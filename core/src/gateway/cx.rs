@@ -7,9 +7,9 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::calls::ClientCall;
-use super::tasks::TaskStore;
 use super::router::Router;
 use super::sessions::Sessions;
+use super::tasks::TaskStore;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::io::{Action, ClientRoute, Event, RawId, ServerName, SessionId};

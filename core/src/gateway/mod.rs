@@ -573,9 +573,9 @@ impl Gateway {
                 Due::ParkedLists => self.answer_parked_lists(true),
                 Due::Input(state) => self.bridge(|e, b, cx| e.input_expired(b, cx, &state)),
                 Due::Round(round) => self.bridge(|e, _, cx| e.input_round_expired(cx, round)),
-                Due::TaskWindow(call) => self.task_window_passed(call),
+                Due::TaskWindow(call) => self.tasking(|t, _, _, cx| t.task_window_passed(cx, call)),
                 Due::Gathered(call) => self.bridge(|e, b, cx| e.gathered(b, cx, call)),
-                Due::Task(task) => self.task_expired(&task),
+                Due::Task(task) => self.tasking(|t, b, e, cx| t.task_expired(b, e, cx, &task)),
                 // `settle` sends the held `list_changed` if it is still owed.
                 Due::Session(SessionTimer::ListChangedHeld(session)) => {
                     if let Some(s) = self.sessions.open.get_mut(&session) {
@@ -633,7 +633,7 @@ impl Gateway {
     fn apply_config(&mut self, config: Config) {
         let old = core::mem::replace(&mut self.config, config);
         self.redactor = Redactor::from_config(&self.config);
-        self.fit_task_store();
+        self.tasking(|t, b, e, cx| t.fit_task_store(b, e, cx));
         if old.separator != self.config.separator {
             let names: Vec<ServerName> = self.backends.keys().cloned().collect();
             let mut fresh = Catalog::new(&self.config.separator);

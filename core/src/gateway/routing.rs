@@ -101,7 +101,7 @@ impl Gateway {
             _ => TaskPlan::Direct,
         };
         if matches!(plan, TaskPlan::RefuseRequired | TaskPlan::RefuseForbidden) {
-            return self.refuse_task_plan(session, &id, &name, plan);
+            return self.tasking(|t, _, _, cx| t.refuse_task_plan(cx, session, &id, &name, plan));
         }
         let (params, progress) = Forward::renamed(raw, fields, &r.entry.original);
         let mut call = self.sessions.call(self.now, session, id, method, params, progress, retry_safe, Shape::Plain);
@@ -113,7 +113,7 @@ impl Gateway {
             TaskPlan::Now => {
                 // tether runs the task: the backend is asked for a plain answer.
                 call.params = call.params.with_fields(&[("task", None)]);
-                if !self.mint_task(&server, &mut call) {
+                if !self.tasking(|t, _, _, cx| t.mint_task(cx, &server, &mut call)) {
                     let msg = "tether keeps as many tasks as it may (tasks.max_tasks), all running; call without params.task or retry later";
                     return self.reply_error(session, &call.id, code::OVERLOADED, msg, None);
                 }
@@ -402,7 +402,7 @@ impl Gateway {
     /// Turns a backend's answer into the client's.
     pub(super) fn answer_client_call(&mut self, server: &str, call: ClientCall, answer: Result<&str, &str>) {
         if call.task.is_some() {
-            return self.task_answered(server, &call, answer);
+            return self.tasking(|t, b, e, cx| t.task_answered(b, e, cx, server, &call, answer));
         }
         if let Some(state) = &call.awaiting_input {
             // The client was told to retry with inputs: the answer waits for that retry.
@@ -452,10 +452,12 @@ impl Gateway {
                 }
                 Shape::Unsubscribe(_) => protocol::response(&call.id, result),
                 Shape::TaskIds => match call.method {
-                    "tools/call" => match self.adopt_passed_task(session, server, result) {
-                        Some(result) => protocol::response(&call.id, &result),
-                        None => protocol::response(&call.id, result),
-                    },
+                    "tools/call" => {
+                        match self.tasking(|t, _, _, cx| t.adopt_passed_task(cx, session, server, result)) {
+                            Some(result) => protocol::response(&call.id, &result),
+                            None => protocol::response(&call.id, result),
+                        }
+                    }
                     _ => match self.tasks.client_task_ids(server, result) {
                         Some(result) => {
                             match call.method {
@@ -488,7 +490,7 @@ impl Gateway {
 
     pub(super) fn reply(&mut self, session: SessionId, id: &str, result: &str) {
         if let Some(task) = super::tasks::task_of(id) {
-            return self.finish_task(task, Ok(result.to_string()));
+            return self.tasking(|t, b, e, cx| t.finish_task(b, e, cx, task, Ok(result.to_string())));
         }
         if !self.owed(session, id) {
             return self.eras.hold_answer(session, id, Ok(result.to_string()));
@@ -501,7 +503,7 @@ impl Gateway {
         let data = data.map(|d| self.redactor.redact(d));
         if let Some(task) = super::tasks::task_of(id) {
             let error = protocol::error_object(code, &message, data.as_deref());
-            return self.finish_task(task, Err(error));
+            return self.tasking(|t, b, e, cx| t.finish_task(b, e, cx, task, Err(error)));
         }
         if !self.owed(session, id) {
             let error = protocol::error_object(code, &message, data.as_deref());

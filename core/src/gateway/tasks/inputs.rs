@@ -3,25 +3,30 @@
 //! `input_required` until the client answers, through `tasks/update` or, for a
 //! 2025-11-25 client, as requests tied to the task on its session.
 
+use crate::gateway::backends::Backends;
+use crate::gateway::cx::Cx;
+use crate::gateway::eras::EraBridge;
+use crate::gateway::tasks::TaskStore;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
 use super::super::calls::{AskedInput, Call, CallKind, ClientCall};
-use super::super::Gateway;
 use super::store::MAX_ASKED;
 use super::RELATED_TASK;
 use crate::io::SessionId;
 use crate::metrics::CallOutcome;
 use crate::protocol::{self, code, input_capability as capability, Era};
 
-impl Gateway {
+impl TaskStore {
     /// A backend asks `method` (sampling, elicitation, roots) during a task: the
     /// task waits in `input_required` until `tasks/update` brings the answer.
     #[allow(clippy::too_many_arguments)]
     pub(in crate::gateway) fn ask_for_task(
         &mut self,
+        backends: &mut Backends,
+        cx: &mut Cx<'_>,
         server: &str,
         call: u64,
         task_id: &str,
@@ -30,8 +35,8 @@ impl Gateway {
         params: Option<&str>,
         capability: &str,
     ) {
-        let experimental = self.tasks.tasks.get(task_id).is_some_and(|t| t.owner.is_some());
-        let declared = match self.router.calls.get(&call) {
+        let experimental = self.tasks.get(task_id).is_some_and(|t| t.owner.is_some());
+        let declared = match cx.router.calls.get(&call) {
             // A stateless client declares per request what it can be asked.
             Some(Call { kind: CallKind::Client(ClientCall { caps: Some(caps), .. }), .. }) => {
                 caps.get(capability).is_some_and(Value::is_object)
@@ -39,8 +44,8 @@ impl Gateway {
             // 2025-11-25: kept until a session of the client that can answer is there.
             _ => experimental,
         };
-        let generation = self.backends[server].sup.generation();
-        let unix = self.wall_clock.unix_ms(self.now);
+        let generation = backends[server].sup.generation();
+        let unix = cx.wall_clock.unix_ms(cx.now);
         let asked = match declared {
             true => {
                 let named = serde_json::from_str::<String>(backend_id).ok().filter(|k| !k.is_empty() && k.len() <= 64);
@@ -51,8 +56,8 @@ impl Gateway {
                     params: params.map(String::from),
                     in_round: false,
                 };
-                let router = &mut self.router;
-                self.tasks.ask(task_id, named, || format!("tether-{}", router.alloc_id()), input, unix)
+                let router = &mut cx.router;
+                self.ask(task_id, named, || format!("tether-{}", router.alloc_id()), input, unix)
             }
             false => None,
         };
@@ -63,23 +68,23 @@ impl Gateway {
                 format!("the client did not declare {capability} for this task")
             };
             let frame = protocol::error_response(backend_id, code::METHOD_NOT_FOUND, &msg, None);
-            return self.to_backend(server, frame, None);
+            return backends.send(cx, server, frame, None);
         };
         // 2025-11-25: asked of the client that owns the task, if it is there.
         if let Some(owner) = asked.owner {
             if asked.changed {
-                self.announce_task(task_id);
+                self.announce_task(cx, task_id);
             }
-            self.forward_task_inputs(task_id, owner);
+            self.forward_task_inputs(cx, task_id, owner);
         }
     }
 
     /// Sends what a (2025-11-25) task asks, and was not sent yet, to `session`
     /// as requests tied to the task; its answers go to the backend (see
     /// [`super::super::Gateway::task_input_answered`]). Only inputs the session can answer.
-    pub(in crate::gateway) fn forward_task_inputs(&mut self, task_id: &str, session: SessionId) {
-        let Some(t) = self.tasks.tasks.get(task_id) else { return };
-        let Some(s) = self.sessions.open.get(&session) else { return };
+    pub(in crate::gateway) fn forward_task_inputs(&mut self, cx: &mut Cx<'_>, task_id: &str, session: SessionId) {
+        let Some(t) = self.tasks.get(task_id) else { return };
+        let Some(s) = cx.sessions.open.get(&session) else { return };
         let pending: Vec<(String, AskedInput)> = t
             .asked
             .iter()
@@ -88,16 +93,16 @@ impl Gateway {
             .collect();
         let server = t.server.clone();
         for (key, asked) in pending {
-            if self.router.server_requests.len() >= self.config.limits.max_pending_server_requests as usize {
+            if cx.router.server_requests.len() >= cx.config.limits.max_pending_server_requests as usize {
                 return;
             }
-            let client_id = self.router.alloc_id();
+            let client_id = cx.router.alloc_id();
             let members = format!(r#""{RELATED_TASK}":{{"taskId":{}}}"#, protocol::quote(task_id));
             let params = protocol::params_with_meta(asked.params.as_deref(), &members);
             let defaults = (asked.method == "elicitation/create")
                 .then(|| protocol::elicitation_defaults(asked.params.as_deref()))
                 .flatten();
-            self.router.server_requests.insert(
+            cx.router.server_requests.insert(
                 client_id,
                 super::super::calls::ServerRequest {
                     server: server.clone(),
@@ -114,10 +119,10 @@ impl Gateway {
                     }),
                 },
             );
-            if let Some(t) = self.tasks.tasks.get_mut(task_id) {
+            if let Some(t) = self.tasks.get_mut(task_id) {
                 t.forwarded.insert(key);
             }
-            self.to_client(session, protocol::request(client_id, &asked.method, Some(&params)));
+            cx.to_client(session, protocol::request(client_id, &asked.method, Some(&params)));
         }
     }
 
@@ -126,38 +131,58 @@ impl Gateway {
     /// for the call's retry, not sent to the backend as a response).
     pub(in crate::gateway) fn task_input_answered(
         &mut self,
+        backends: &mut Backends,
+        eras: &mut EraBridge,
+        cx: &mut Cx<'_>,
         task_id: &str,
         key: &str,
         answer: Result<&str, &str>,
     ) -> bool {
-        let unix = self.wall_clock.unix_ms(self.now);
-        let Some(answered) = self.tasks.input_answered(task_id, key, answer, unix) else { return false };
+        let unix = cx.wall_clock.unix_ms(cx.now);
+        let Some(answered) = self.input_answered(task_id, key, answer, unix) else { return false };
         if answered.resumed {
-            self.announce_task(task_id);
+            self.announce_task(cx, task_id);
         }
         if answered.in_round {
-            self.end_task_round(task_id);
+            self.end_task_round(backends, eras, cx, task_id);
         }
         answered.in_round
     }
 
     /// A task call's answer from its backend.
-    pub(in crate::gateway) fn task_answered(&mut self, server: &str, call: &ClientCall, answer: Result<&str, &str>) {
+    pub(in crate::gateway) fn task_answered(
+        &mut self,
+        backends: &mut Backends,
+        eras: &mut EraBridge,
+        cx: &mut Cx<'_>,
+        server: &str,
+        call: &ClientCall,
+        answer: Result<&str, &str>,
+    ) {
         let Some(task) = &call.task else { return };
         if let Ok(result) = answer {
-            if self.backends.get(server).is_some_and(|b| b.era == Era::Stateless) && protocol::is_input_required(result)
-            {
-                return self.task_round(server, call, task, result);
+            if backends.get(server).is_some_and(|b| b.era == Era::Stateless) && protocol::is_input_required(result) {
+                return self.task_round(backends, eras, cx, server, call, task, result);
             }
         }
         let outcome = if answer.is_ok() { CallOutcome::Ok } else { CallOutcome::Error };
-        self.backends.record_call(server, call, outcome, self.now);
-        self.finish_task(task, answer.map(String::from).map_err(String::from));
+        backends.record_call(server, call, outcome, cx.now);
+        self.finish_task(backends, eras, cx, task, answer.map(String::from).map_err(String::from));
     }
 
     /// A stateless backend needs input for a task's call: the task waits in
     /// `input_required` with the backend's requests, and the call waits for them.
-    pub(in crate::gateway) fn task_round(&mut self, server: &str, call: &ClientCall, task_id: &str, result: &str) {
+    #[allow(clippy::too_many_arguments)] // the call's facts, and the parts it touches
+    pub(in crate::gateway) fn task_round(
+        &mut self,
+        backends: &mut Backends,
+        eras: &mut EraBridge,
+        cx: &mut Cx<'_>,
+        server: &str,
+        call: &ClientCall,
+        task_id: &str,
+        result: &str,
+    ) {
         #[derive(serde::Deserialize)]
         struct Asked {
             #[serde(rename = "inputRequests")]
@@ -170,40 +195,53 @@ impl Gateway {
             _ => {
                 let msg = format!("{server} answered input_required without usable inputRequests");
                 let error = protocol::error_object(code::INTERNAL_ERROR, &msg, None);
-                return self.finish_task(task_id, Err(error));
+                return self.finish_task(backends, eras, cx, task_id, Err(error));
             }
         };
-        let generation = self.backends[server].sup.generation();
-        let unix = self.wall_clock.unix_ms(self.now);
+        let generation = backends[server].sup.generation();
+        let unix = cx.wall_clock.unix_ms(cx.now);
         let request_state = asked.state.map(|s| s.get().to_string());
-        let owner = self.tasks.start_round(task_id, asked.requests, generation, call, request_state, unix);
+        let owner = self.start_round(task_id, asked.requests, generation, call, request_state, unix);
         if let Some(Some(owner)) = owner {
-            self.forward_task_inputs(task_id, owner);
+            self.forward_task_inputs(cx, task_id, owner);
         }
     }
 
     /// Every input of a task's round is answered: its call goes to the backend
     /// again with them.
-    pub(in crate::gateway) fn end_task_round(&mut self, task_id: &str) {
-        let Some((server, call)) = self.tasks.end_round(task_id) else { return };
-        if self.backends.contains_key(&server) {
-            self.admit(&server, call);
+    pub(in crate::gateway) fn end_task_round(
+        &mut self,
+        backends: &mut Backends,
+        eras: &mut EraBridge,
+        cx: &mut Cx<'_>,
+        task_id: &str,
+    ) {
+        let Some((server, call)) = self.end_round(task_id) else { return };
+        if backends.contains_key(&server) {
+            cx.admit(server, call);
         } else {
             let error = protocol::error_object(code::BACKEND_UNAVAILABLE, "the backend was removed", None);
-            self.finish_task(task_id, Err(error));
+            self.finish_task(backends, eras, cx, task_id, Err(error));
         }
     }
 
     /// `tasks/update`: answers to what the backend asked go to it; keys it did
     /// not ask (or asked of a process that is gone) are ignored.
-    pub(in crate::gateway) fn answer_task_inputs(&mut self, task_id: &str, responses: &Map<String, Value>) {
-        let unix = self.wall_clock.unix_ms(self.now);
-        let Some(server) = self.tasks.tasks.get(task_id).map(|t| t.server.clone()) else { return };
-        let generation = self.backends.get(&server).map(|b| b.sup.generation());
-        let Some((server, frames)) = self.tasks.answer_inputs(task_id, responses, generation, unix) else { return };
+    pub(in crate::gateway) fn answer_task_inputs(
+        &mut self,
+        backends: &mut Backends,
+        eras: &mut EraBridge,
+        cx: &mut Cx<'_>,
+        task_id: &str,
+        responses: &Map<String, Value>,
+    ) {
+        let unix = cx.wall_clock.unix_ms(cx.now);
+        let Some(server) = self.tasks.get(task_id).map(|t| t.server.clone()) else { return };
+        let generation = backends.get(&server).map(|b| b.sup.generation());
+        let Some((server, frames)) = self.answer_inputs(task_id, responses, generation, unix) else { return };
         for frame in frames {
-            self.to_backend(&server, frame, None);
+            backends.send(cx, &server, frame, None);
         }
-        self.end_task_round(task_id);
+        self.end_task_round(backends, eras, cx, task_id);
     }
 }

@@ -29,13 +29,15 @@
 //! during a task), [`passthrough`] (tasks of backends that run them), and this
 //! module (when a call becomes a task, and the `tasks/*` requests).
 
+use crate::gateway::backends::Backends;
+use crate::gateway::cx::Cx;
+use crate::gateway::eras::EraBridge;
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::backends::Backends;
 use super::calls::{CallKind, ClientCall};
 use super::sessions::Sessions;
 use super::Gateway;
@@ -226,178 +228,6 @@ impl Gateway {
         TaskRules { sessions: &self.sessions, backends: &self.backends, tasks: &self.config.tasks, now: self.now }
     }
 
-    /// Refuses a call its [`TaskPlan`] refuses, in the form the client speaks.
-    pub(super) fn refuse_task_plan(&mut self, session: SessionId, id: &str, name: &str, plan: TaskPlan) {
-        match (self.sessions.task_form(session, &self.config.tasks), plan) {
-            (Some(Form::Extension), _) => self.refuse_task_required(session, id, name),
-            (_, TaskPlan::RefuseForbidden) => {
-                let msg = format!("tool '{name}' does not run as a task: call it without params.task");
-                self.reply_error(session, id, code::METHOD_NOT_FOUND, &msg, None);
-            }
-            _ => {
-                let msg = format!("tool '{name}' runs only as a task: call it with params.task");
-                self.reply_error(session, id, code::METHOD_NOT_FOUND, &msg, None);
-            }
-        }
-    }
-
-    /// A tool only a task may run, called by a client that did not declare tasks.
-    pub(super) fn refuse_task_required(&mut self, session: SessionId, id: &str, name: &str) {
-        let msg = format!("tool '{name}' runs only as a task: declare the {EXTENSION} extension in clientCapabilities");
-        let data = format!(r#"{{"requiredCapabilities":{{"extensions":{{"{EXTENSION}":{{}}}}}}}}"#);
-        self.reply_error(session, id, stateless_code::MISSING_REQUIRED_CLIENT_CAPABILITY, &msg, Some(&data));
-    }
-
-    /// The sync window of call `call_id` passed without an answer: the client is
-    /// answered with a new task, and the call goes on for it.
-    pub(super) fn task_window_passed(&mut self, call_id: u64) {
-        self.router.task_windows.remove(&call_id);
-        let now = self.now;
-        let Some(call) = self.router.calls.get(&call_id) else { return };
-        let CallKind::Client(cc) = &call.kind else { return };
-        if cc.task.is_some() || cc.awaiting_input.is_some() || cc.task_window.map_or(true, |w| w > now) {
-            return;
-        }
-        let server = call.server.clone();
-        let mut cc = cc.clone();
-        // Full of running tasks: the call is answered directly.
-        let minted = self.mint_task(&server, &mut cc);
-        let hard = self.config.policy_for(&server).request_timeout_max_ms;
-        if let Some(call) = self.router.calls.get_mut(&call_id) {
-            if minted {
-                // Nobody waits on the call now: only its hard maximum bounds it.
-                call.deadline = Some((cc.created + Duration::from_millis(hard)).max(now));
-            }
-            call.kind = CallKind::Client(cc);
-        }
-    }
-
-    /// Makes `call` (of `server`) run for a new task: the client is answered
-    /// with the task, in its form, and the call's outcome goes to the task from
-    /// now on. `false` when the store is full of running tasks (the call stays
-    /// a direct one).
-    pub(super) fn mint_task(&mut self, server: &ServerName, call: &mut ClientCall) -> bool {
-        call.task_window = None;
-        if !self.tasks.make_room(self.config.tasks.max_tasks as usize) {
-            return false;
-        }
-        let now = self.now;
-        let task_id = self.ids.next_id();
-        let ttl_ms = self.config.tasks.ttl_ms;
-        let unix = self.wall_clock.unix_ms(now);
-        let form = self.sessions.task_form(call.session, &self.config.tasks).unwrap_or(Form::Extension);
-        let task = Task {
-            server: server.clone(),
-            status: TaskStatus::Working,
-            created_unix_ms: unix,
-            updated_unix_ms: unix,
-            created: now,
-            expires: now + Duration::from_millis(ttl_ms),
-            ttl_ms,
-            outcome: None,
-            asked: BTreeMap::new(),
-            message: None,
-            principal: self.sessions.open.get(&call.session).and_then(|s| s.principal.clone()),
-            owner: (form == Form::Experimental).then_some(call.session),
-            forwarded: BTreeSet::new(),
-            waiters: Vec::new(),
-            round: None,
-        };
-        let fields = task.fields(&task_id, form, self.config.tasks.poll_interval_ms);
-        let created = match form {
-            Form::Extension => format!(r#"{{"resultType":"task",{fields}}}"#),
-            Form::Experimental => format!(r#"{{"task":{{{fields}}}}}"#),
-        };
-        self.tasks.insert(task_id.clone(), task);
-        self.reply(call.session, &call.id, &created);
-        call.id = RawId::new(format!("{SENTINEL}{task_id}"));
-        call.task = Some(task_id);
-        true
-    }
-
-    /// A reloaded configuration may keep fewer tasks or fewer bytes: the oldest
-    /// finished tasks go first, then the oldest running ones are cancelled.
-    pub(super) fn fit_task_store(&mut self) {
-        let (max_tasks, max_bytes) = (self.config.tasks.max_tasks as usize, self.config.tasks.max_result_bytes);
-        while let Some(victim) = self.tasks.over_bounds(max_tasks, max_bytes) {
-            self.cancel_task(&victim, "tether keeps fewer tasks since the configuration changed");
-            self.tasks.remove(&victim);
-        }
-        self.tasks.trim_passed(max_tasks);
-    }
-
-    /// A task call ended: its outcome is kept (if it fits) and the task finishes.
-    pub(super) fn finish_task(&mut self, task_id: &str, outcome: Result<String, String>) {
-        let (limit, unix) = (self.config.tasks.max_result_bytes, self.wall_clock.unix_ms(self.now));
-        let Some(ended) = self.tasks.finish(task_id, outcome, limit, unix) else { return };
-        self.bridge(|e, b, cx| {
-            e.refuse_inputs(
-                b,
-                cx,
-                &ended.server,
-                ended.unanswered.values(),
-                "the task ended before the client answered",
-            )
-        });
-        self.task_ended(task_id);
-    }
-
-    /// A 2025-11-25 task's status changed: its client's session is told
-    /// (`notifications/tasks/status`), when it is open.
-    pub(super) fn announce_task(&mut self, task_id: &str) {
-        let Some(t) = self.tasks.tasks.get(task_id) else { return };
-        let Some(owner) = t.owner.filter(|s| self.sessions.open.contains_key(s)) else { return };
-        let params = format!("{{{}}}", t.fields(task_id, Form::Experimental, self.config.tasks.poll_interval_ms));
-        self.to_client(owner, protocol::notification("notifications/tasks/status", Some(&params)));
-    }
-
-    /// A task reached a terminal status: the `tasks/result` requests waiting on
-    /// it get its outcome.
-    pub(super) fn task_ended(&mut self, task_id: &str) {
-        self.announce_task(task_id);
-        // What it still asks of clients is moot: they are told so.
-        let moot: Vec<(u64, SessionId)> = self
-            .router
-            .server_requests
-            .iter()
-            .filter(|(_, r)| r.task.as_ref().is_some_and(|q| q.task == task_id))
-            .map(|(id, r)| (*id, r.session))
-            .collect();
-        for (id, session) in moot {
-            self.router.server_requests.remove(&id);
-            let params = format!(r#"{{"requestId":{id},"reason":"the task ended"}}"#);
-            self.to_client(session, protocol::notification("notifications/cancelled", Some(&params)));
-        }
-        for (session, id) in self.tasks.take_waiters(task_id) {
-            self.answer_task_result(session, &id, task_id);
-        }
-    }
-
-    /// `tasks/result` of a finished task: the call's own result (tied to the
-    /// task in its `_meta`) or its error.
-    pub(super) fn answer_task_result(&mut self, session: SessionId, id: &str, task_id: &str) {
-        let Some(t) = self.tasks.tasks.get(task_id) else { return };
-        match t.outcome.clone() {
-            Some(Ok(result)) => {
-                let members = format!(r#""{RELATED_TASK}":{{"taskId":{}}}"#, protocol::quote(task_id));
-                let result = protocol::params_with_meta(Some(&result), &members);
-                self.reply(session, id, &result);
-            }
-            Some(Err(error)) => {
-                let frame = protocol::raw_error_response(id, &error);
-                if let Some(s) = self.sessions.open.get_mut(&session) {
-                    s.in_flight.remove(id);
-                }
-                self.reply_to_client(session, id, frame);
-            }
-            None => {
-                let why = t.message.clone().unwrap_or_else(|| "cancelled".into());
-                let msg = format!("task {} was cancelled: {why}", protocol::quote(task_id));
-                self.reply_error(session, id, code::INTERNAL_ERROR, &msg, None);
-            }
-        }
-    }
-
     /// A request of a client about tasks: `tasks/get`, `tasks/update`,
     /// `tasks/cancel` (the extension), `tasks/get`, `tasks/result`,
     /// `tasks/list`, `tasks/cancel` (2025-11-25).
@@ -470,41 +300,224 @@ impl Gateway {
                         None,
                     );
                 };
-                self.answer_task_inputs(&task_id, responses);
+                self.tasking(|t, b, e, cx| t.answer_task_inputs(b, e, cx, &task_id, responses));
                 self.reply(session, id, r#"{"resultType":"complete"}"#);
             }
-            ("tasks/result", _) if terminal => self.answer_task_result(session, id, &task_id),
+            ("tasks/result", _) if terminal => {
+                self.tasking(|t, _, _, cx| t.answer_task_result(cx, session, id, &task_id))
+            }
             ("tasks/result", _) => {
                 if !self.tasks.wait_for(&task_id, session, id.clone()) {
                     let msg = "too many tasks/result requests wait on this task";
                     return self.reply_error(session, id, code::OVERLOADED, msg, None);
                 }
                 // Whoever waits for the result can answer what the task asks.
-                self.forward_task_inputs(&task_id, session);
+                self.tasking(|t, _, _, cx| t.forward_task_inputs(cx, &task_id, session));
             }
             ("tasks/cancel", Form::Experimental) if terminal => {
                 let msg = format!("cannot cancel task {}: it already finished", protocol::quote(&task_id));
                 self.reply_error(session, id, code::INVALID_PARAMS, &msg, None);
             }
             ("tasks/cancel", Form::Experimental) => {
-                self.cancel_task(&task_id, "cancelled by the client");
+                self.tasking(|t, b, e, cx| t.cancel_task(b, e, cx, &task_id, "cancelled by the client"));
                 let task = format!("{{{}}}", self.tasks.tasks[&task_id].fields(&task_id, form, poll_ms));
                 self.reply(session, id, &task);
             }
             _ => {
-                self.cancel_task(&task_id, "cancelled by the client");
+                self.tasking(|t, b, e, cx| t.cancel_task(b, e, cx, &task_id, "cancelled by the client"));
                 self.reply(session, id, r#"{"resultType":"complete"}"#);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod rules_tests;
+
+impl TaskStore {
+    /// The sync window of call `call_id` passed without an answer: the client is
+    /// answered with a new task, and the call goes on for it.
+    pub(in crate::gateway) fn task_window_passed(&mut self, cx: &mut Cx<'_>, call_id: u64) {
+        cx.router.task_windows.remove(&call_id);
+        let now = cx.now;
+        let Some(call) = cx.router.calls.get(&call_id) else { return };
+        let CallKind::Client(cc) = &call.kind else { return };
+        if cc.task.is_some() || cc.awaiting_input.is_some() || cc.task_window.map_or(true, |w| w > now) {
+            return;
+        }
+        let server = call.server.clone();
+        let mut cc = cc.clone();
+        // Full of running tasks: the call is answered directly.
+        let minted = self.mint_task(cx, &server, &mut cc);
+        let hard = cx.config.policy_for(&server).request_timeout_max_ms;
+        if let Some(call) = cx.router.calls.get_mut(&call_id) {
+            if minted {
+                // Nobody waits on the call now: only its hard maximum bounds it.
+                call.deadline = Some((cc.created + Duration::from_millis(hard)).max(now));
+            }
+            call.kind = CallKind::Client(cc);
+        }
+    }
+
+    /// Makes `call` (of `server`) run for a new task: the client is answered
+    /// with the task, in its form, and the call's outcome goes to the task from
+    /// now on. `false` when the store is full of running tasks (the call stays
+    /// a direct one).
+    pub(in crate::gateway) fn mint_task(
+        &mut self,
+        cx: &mut Cx<'_>,
+        server: &ServerName,
+        call: &mut ClientCall,
+    ) -> bool {
+        call.task_window = None;
+        if !self.make_room(cx.config.tasks.max_tasks as usize) {
+            return false;
+        }
+        let now = cx.now;
+        let task_id = cx.ids.next_id();
+        let ttl_ms = cx.config.tasks.ttl_ms;
+        let unix = cx.wall_clock.unix_ms(now);
+        let form = cx.sessions.task_form(call.session, &cx.config.tasks).unwrap_or(Form::Extension);
+        let task = Task {
+            server: server.clone(),
+            status: TaskStatus::Working,
+            created_unix_ms: unix,
+            updated_unix_ms: unix,
+            created: now,
+            expires: now + Duration::from_millis(ttl_ms),
+            ttl_ms,
+            outcome: None,
+            asked: BTreeMap::new(),
+            message: None,
+            principal: cx.sessions.open.get(&call.session).and_then(|s| s.principal.clone()),
+            owner: (form == Form::Experimental).then_some(call.session),
+            forwarded: BTreeSet::new(),
+            waiters: Vec::new(),
+            round: None,
+        };
+        let fields = task.fields(&task_id, form, cx.config.tasks.poll_interval_ms);
+        let created = match form {
+            Form::Extension => format!(r#"{{"resultType":"task",{fields}}}"#),
+            Form::Experimental => format!(r#"{{"task":{{{fields}}}}}"#),
+        };
+        self.insert(task_id.clone(), task);
+        cx.reply(call.session, &call.id, &created);
+        call.id = RawId::new(format!("{SENTINEL}{task_id}"));
+        call.task = Some(task_id);
+        true
+    }
+
+    /// A reloaded configuration may keep fewer tasks or fewer bytes: the oldest
+    /// finished tasks go first, then the oldest running ones are cancelled.
+    pub(in crate::gateway) fn fit_task_store(
+        &mut self,
+        backends: &mut Backends,
+        eras: &mut EraBridge,
+        cx: &mut Cx<'_>,
+    ) {
+        let (max_tasks, max_bytes) = (cx.config.tasks.max_tasks as usize, cx.config.tasks.max_result_bytes);
+        while let Some(victim) = self.over_bounds(max_tasks, max_bytes) {
+            self.cancel_task(backends, eras, cx, &victim, "tether keeps fewer tasks since the configuration changed");
+            self.remove(&victim);
+        }
+        self.trim_passed(max_tasks);
+    }
+
+    /// A task call ended: its outcome is kept (if it fits) and the task finishes.
+    pub(in crate::gateway) fn finish_task(
+        &mut self,
+        backends: &mut Backends,
+        eras: &mut EraBridge,
+        cx: &mut Cx<'_>,
+        task_id: &str,
+        outcome: Result<String, String>,
+    ) {
+        let (limit, unix) = (cx.config.tasks.max_result_bytes, cx.wall_clock.unix_ms(cx.now));
+        let Some(ended) = self.finish(task_id, outcome, limit, unix) else { return };
+        eras.refuse_inputs(
+            backends,
+            cx,
+            &ended.server,
+            ended.unanswered.values(),
+            "the task ended before the client answered",
+        );
+        self.task_ended(cx, task_id);
+    }
+
+    /// A 2025-11-25 task's status changed: its client's session is told
+    /// (`notifications/tasks/status`), when it is open.
+    pub(in crate::gateway) fn announce_task(&mut self, cx: &mut Cx<'_>, task_id: &str) {
+        let Some(t) = self.tasks.get(task_id) else { return };
+        let Some(owner) = t.owner.filter(|s| cx.sessions.open.contains_key(s)) else { return };
+        let params = format!("{{{}}}", t.fields(task_id, Form::Experimental, cx.config.tasks.poll_interval_ms));
+        cx.to_client(owner, protocol::notification("notifications/tasks/status", Some(&params)));
+    }
+
+    /// A task reached a terminal status: the `tasks/result` requests waiting on
+    /// it get its outcome.
+    pub(in crate::gateway) fn task_ended(&mut self, cx: &mut Cx<'_>, task_id: &str) {
+        self.announce_task(cx, task_id);
+        // What it still asks of clients is moot: they are told so.
+        let moot: Vec<(u64, SessionId)> = cx
+            .router
+            .server_requests
+            .iter()
+            .filter(|(_, r)| r.task.as_ref().is_some_and(|q| q.task == task_id))
+            .map(|(id, r)| (*id, r.session))
+            .collect();
+        for (id, session) in moot {
+            cx.router.server_requests.remove(&id);
+            let params = format!(r#"{{"requestId":{id},"reason":"the task ended"}}"#);
+            cx.to_client(session, protocol::notification("notifications/cancelled", Some(&params)));
+        }
+        for (session, id) in self.take_waiters(task_id) {
+            self.answer_task_result(cx, session, &id, task_id);
+        }
+    }
+
+    /// `tasks/result` of a finished task: the call's own result (tied to the
+    /// task in its `_meta`) or its error.
+    pub(in crate::gateway) fn answer_task_result(
+        &mut self,
+        cx: &mut Cx<'_>,
+        session: SessionId,
+        id: &str,
+        task_id: &str,
+    ) {
+        let Some(t) = self.tasks.get(task_id) else { return };
+        match t.outcome.clone() {
+            Some(Ok(result)) => {
+                let members = format!(r#""{RELATED_TASK}":{{"taskId":{}}}"#, protocol::quote(task_id));
+                let result = protocol::params_with_meta(Some(&result), &members);
+                cx.reply(session, id, &result);
+            }
+            Some(Err(error)) => {
+                let frame = protocol::raw_error_response(id, &error);
+                cx.release_id(session, id);
+                cx.reply_to_client(session, id, frame);
+            }
+            None => {
+                let why = t.message.clone().unwrap_or_else(|| "cancelled".into());
+                let msg = format!("task {} was cancelled: {why}", protocol::quote(task_id));
+                cx.reply_error(session, id, code::INTERNAL_ERROR, &msg, None);
             }
         }
     }
 
     /// Stops a task that has not finished: its call is cancelled at the backend
     /// (or taken out of the queue), what it asked is refused, and it ends `cancelled`.
-    pub(super) fn cancel_task(&mut self, task_id: &str, why: &str) {
-        if self.tasks.tasks.get(task_id).map_or(true, |t| t.status.is_terminal()) {
+    pub(in crate::gateway) fn cancel_task(
+        &mut self,
+        backends: &mut Backends,
+        eras: &mut EraBridge,
+        cx: &mut Cx<'_>,
+        task_id: &str,
+        why: &str,
+    ) {
+        if self.tasks.get(task_id).map_or(true, |t| t.status.is_terminal()) {
             return;
         }
-        let running: Vec<u64> = self
+        let running: Vec<u64> = cx
             .router
             .calls
             .iter()
@@ -512,18 +525,18 @@ impl Gateway {
             .map(|(id, _)| *id)
             .collect();
         for call_id in running {
-            let Some(call) = self.router.calls.remove(&call_id) else { continue };
+            let Some(call) = cx.router.calls.remove(&call_id) else { continue };
             let CallKind::Client(cc) = call.kind else { continue };
             if cc.probe {
-                if let Some(b) = self.backends.get_mut(&call.server) {
+                if let Some(b) = backends.get_mut(&call.server) {
                     b.sup.breaker.probe_abandoned();
                 }
             }
             let params = format!(r#"{{"requestId":{call_id},"reason":{}}}"#, protocol::quote(why));
-            self.to_backend(&call.server, protocol::notification("notifications/cancelled", Some(&params)), None);
-            self.backends.record_call(&call.server, &cc, CallOutcome::Failed, self.now);
+            backends.send(cx, &call.server, protocol::notification("notifications/cancelled", Some(&params)), None);
+            backends.record_call(&call.server, &cc, CallOutcome::Failed, cx.now);
         }
-        for b in self.backends.values_mut() {
+        for b in backends.values_mut() {
             b.queue.retain(|q| {
                 let ours = q.call.task.as_deref() == Some(task_id);
                 if ours && q.call.probe {
@@ -532,26 +545,61 @@ impl Gateway {
                 !ours
             });
         }
-        let unix = self.wall_clock.unix_ms(self.now);
-        let Some(ended) = self.tasks.cancel(task_id, why, unix) else { return };
-        self.bridge(|e, b, cx| {
-            e.refuse_inputs(
-                b,
-                cx,
-                &ended.server,
-                ended.unanswered.values(),
-                "the task ended before the client answered",
-            )
-        });
-        self.task_ended(task_id);
+        let unix = cx.wall_clock.unix_ms(cx.now);
+        let Some(ended) = self.cancel(task_id, why, unix) else { return };
+        eras.refuse_inputs(
+            backends,
+            cx,
+            &ended.server,
+            ended.unanswered.values(),
+            "the task ended before the client answered",
+        );
+        self.task_ended(cx, task_id);
     }
 
     /// A task's time is up: it goes (a running one is cancelled first).
-    pub(super) fn task_expired(&mut self, task_id: &str) {
-        self.cancel_task(task_id, "the task expired");
-        self.tasks.remove(task_id);
+    pub(in crate::gateway) fn task_expired(
+        &mut self,
+        backends: &mut Backends,
+        eras: &mut EraBridge,
+        cx: &mut Cx<'_>,
+        task_id: &str,
+    ) {
+        self.cancel_task(backends, eras, cx, task_id, "the task expired");
+        self.remove(task_id);
+    }
+    /// Refuses a call its [`TaskPlan`] refuses, in the form the client speaks.
+    pub(in crate::gateway) fn refuse_task_plan(
+        &mut self,
+        cx: &mut Cx<'_>,
+        session: SessionId,
+        id: &str,
+        name: &str,
+        plan: TaskPlan,
+    ) {
+        match (cx.sessions.task_form(session, &cx.config.tasks), plan) {
+            (Some(Form::Extension), _) => self.refuse_task_required(cx, session, id, name),
+            (_, TaskPlan::RefuseForbidden) => {
+                let msg = format!("tool '{name}' does not run as a task: call it without params.task");
+                cx.reply_error(session, id, code::METHOD_NOT_FOUND, &msg, None);
+            }
+            _ => {
+                let msg = format!("tool '{name}' runs only as a task: call it with params.task");
+                cx.reply_error(session, id, code::METHOD_NOT_FOUND, &msg, None);
+            }
+        }
+    }
+
+    /// A tool only a task may run, called by a client that did not declare tasks.
+    pub(in crate::gateway) fn refuse_task_required(
+        &mut self,
+        cx: &mut Cx<'_>,
+        session: SessionId,
+        id: &str,
+        name: &str,
+    ) {
+        let msg = format!("tool '{name}' runs only as a task: declare the {EXTENSION} extension in clientCapabilities");
+        let data = format!(r#"{{"requiredCapabilities":{{"extensions":{{"{EXTENSION}":{{}}}}}}}}"#);
+        cx.reply_error(session, id, stateless_code::MISSING_REQUIRED_CLIENT_CAPABILITY, &msg, Some(&data));
     }
 }
-
-#[cfg(test)]
-mod rules_tests;
