@@ -46,7 +46,7 @@ impl Gateway {
     /// subscriptions they may no longer hold are dropped (at the backend too,
     /// when they were the last subscribers).
     pub(super) fn access_changed(&mut self, sessions: &[SessionId]) {
-        let hashes = self.visible_hashes();
+        let hashes = self.fingerprints.visible(&self.catalog, &self.backends, &self.config);
         for id in sessions {
             if let Some(s) = self.sessions.open.get_mut(id) {
                 s.seen = hashes.map(|h| !h);
@@ -72,40 +72,18 @@ impl Gateway {
 
     /// What `session` may see and call (everything for a session that is gone).
     pub(super) fn view(&self, session: SessionId) -> SessionView<'_> {
-        let held = self.sessions.open.get(&session).and_then(|s| s.scopes.as_deref());
-        SessionView::new(Access::new(&self.config.scopes, held), &self.catalog)
-    }
-
-    /// Fingerprints of the lists as `session` sees them (its own view when restricted).
-    pub(super) fn session_hashes(&mut self, session: SessionId) -> [u64; 4] {
-        let hashes = self.visible_hashes();
-        if !self.view(session).restricted() {
-            return hashes;
-        }
-        let view = self.view(session);
-        let backends = &self.backends;
-        let mut own = ListKind::ALL.map(|kind| {
-            self.catalog
-                .visible_hash(kind, |s, e| backends.get(s).is_some_and(|b| b.is_visible()) && view.grants(kind, s, e))
-        });
-        // Meta mode's tools list is tether's own, the same for everyone.
-        let tools = ListKind::Tools as usize;
-        match (self.config.mode, self.config.admin_tools) {
-            (crate::config::Mode::Meta, _) => own[tools] = hashes[tools],
-            (crate::config::Mode::Flat, true) => own[tools] ^= 0xad31_4e00,
-            (crate::config::Mode::Flat, false) => {}
-        }
-        if self.config.mode == crate::config::Mode::Flat {
-            // As in the shared view, of the backends this session sees.
-            own[tools] ^= self.backends.tasks_hash(|s| view.sees_server(s));
-        }
-        own
+        self.sessions.view(session, &self.config, &self.catalog)
     }
 
     /// `session` has seen every list as it is now.
     pub(super) fn mark_seen(&mut self, session: SessionId) {
-        let hashes = self.visible_hashes();
-        let own = self.session_hashes(session);
+        let hashes = self.fingerprints.visible(&self.catalog, &self.backends, &self.config);
+        let own = self.fingerprints.of_session(
+            self.sessions.view(session, &self.config, &self.catalog),
+            &self.catalog,
+            &self.backends,
+            &self.config,
+        );
         if let Some(s) = self.sessions.open.get_mut(&session) {
             s.seen = hashes;
             s.seen_own = own;
@@ -120,6 +98,20 @@ pub(super) struct SessionView<'a> {
     /// The session's scopes against the mapping in force.
     pub access: Access<'a>,
     catalog: &'a Catalog,
+}
+
+impl super::sessions::Sessions {
+    /// What `session` may see and call of `catalog` under `config`'s scopes
+    /// (everything for a session that is gone).
+    pub(super) fn view<'a>(
+        &'a self,
+        session: SessionId,
+        config: &'a crate::config::Config,
+        catalog: &'a Catalog,
+    ) -> SessionView<'a> {
+        let held = self.open.get(&session).and_then(|s| s.scopes.as_deref());
+        SessionView::new(Access::new(&config.scopes, held), catalog)
+    }
 }
 
 impl<'a> SessionView<'a> {

@@ -46,7 +46,7 @@ impl Gateway {
             return;
         }
         let mut s = super::sessions::Session::new(expires, self.now);
-        s.seen = self.visible_hashes();
+        s.seen = self.fingerprints.visible(&self.catalog, &self.backends, &self.config);
         self.sessions.open.insert(session, s);
     }
 

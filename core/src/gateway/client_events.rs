@@ -9,8 +9,13 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::Gateway;
-use crate::io::{Event, ServerName, SessionId, Status};
+use super::access::SessionView;
+use super::backends::Backends;
+use super::sessions::Sessions;
+use crate::access::Access;
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::io::{Action, ClientRoute, Event, ServerName, SessionId, Status};
 use crate::protocol::{self, Era};
 use crate::time::{Duration, Instant};
 
@@ -139,15 +144,39 @@ pub(super) fn event_json(e: &Journaled) -> Value {
     v
 }
 
-impl Gateway {
+/// What clients are told of backends' events: the journal of the last events
+/// (for the `server_events` tool) and each backend's share of notifications.
+#[derive(Clone, Default)]
+pub(super) struct Notices {
+    pub journal: Journal,
+    rations: Rations,
+}
+
+/// Who may be told: the sessions, by what they see of the catalog under the
+/// configuration's scopes.
+#[derive(Clone, Copy)]
+pub(super) struct Audience<'a> {
+    pub config: &'a Config,
+    pub sessions: &'a Sessions,
+    pub catalog: &'a Catalog,
+}
+
+impl Audience<'_> {
+    fn view(&self, session: SessionId) -> SessionView<'_> {
+        let held = self.sessions.open.get(&session).and_then(|s| s.scopes.as_deref());
+        SessionView::new(Access::new(&self.config.scopes, held), self.catalog)
+    }
+}
+
+impl Notices {
     /// Journals an emitted (already redacted) event and tells the clients.
-    pub(super) fn tell_clients(&mut self, event: &Event) {
-        let seq = self.journal.push(self.now, event.clone());
-        if !self.config.client_events {
+    pub(super) fn tell(&mut self, event: &Event, now: Instant, to: Audience<'_>, actions: &mut VecDeque<Action>) {
+        let seq = self.journal.push(now, event.clone());
+        if !to.config.client_events {
             return;
         }
         let level = Level::of(event);
-        let listening: Vec<SessionId> = self
+        let listening: Vec<SessionId> = to
             .sessions
             .open
             .iter()
@@ -156,12 +185,12 @@ impl Gateway {
             .collect();
         // A session told nothing of a server it may not see.
         let listening: Vec<SessionId> =
-            listening.into_iter().filter(|id| self.view(*id).sees_server(event.server())).collect();
+            listening.into_iter().filter(|id| to.view(*id).sees_server(event.server())).collect();
         if listening.is_empty() {
             return;
         }
-        let Some(suppressed) = self.rations.take(event.server(), self.now) else { return };
-        let journaled = Journaled { seq, at: self.now, event: event.clone() };
+        let Some(suppressed) = self.rations.take(event.server(), now) else { return };
+        let journaled = Journaled { seq, at: now, event: event.clone() };
         let mut data = match event_json(&journaled) {
             Value::Object(m) => m,
             _ => Map::new(),
@@ -175,7 +204,8 @@ impl Gateway {
         let params = serde_json::to_string(&params).unwrap_or_default();
         let frame = protocol::notification("notifications/message", Some(&params));
         for session in listening {
-            self.to_client(session, frame.clone());
+            let frame = frame.clone();
+            actions.push_back(Action::SendToClient { session, frame, route: ClientRoute::Session });
         }
     }
 
@@ -184,21 +214,26 @@ impl Gateway {
     /// most): it is told which, and that `list_changed` follows when their tools
     /// arrive, so a short list explains itself (a cold `npx` start can take half
     /// a minute). Handshake-era sessions that take `info`, with client events on.
-    pub(super) fn tell_of_servers_starting(&mut self, session: SessionId) {
-        if !self.config.client_events {
+    pub(super) fn servers_starting(
+        &self,
+        session: SessionId,
+        backends: &Backends,
+        to: Audience<'_>,
+        actions: &mut VecDeque<Action>,
+    ) {
+        if !to.config.client_events {
             return;
         }
-        let Some(s) = self.sessions.open.get(&session) else { return };
+        let Some(s) = to.sessions.open.get(&session) else { return };
         if !s.ready || s.era != Era::Handshake || Level::Info < s.log_level.unwrap_or(DEFAULT_LEVEL) {
             return;
         }
-        let starting: Vec<String> = self
-            .backends
+        let starting: Vec<String> = backends
             .iter()
             .filter(|(_, b)| !b.catalog_discovered && !b.config.disabled && b.sup.status().is_starting())
             .filter(|(_, b)| b.sup.status() != crate::io::Status::Provisioning || !b.config.lazy)
             .map(|(name, _)| String::from(&**name))
-            .filter(|name| self.view(session).sees_server(name))
+            .filter(|name| to.view(session).sees_server(name))
             .collect();
         if starting.is_empty() {
             return;
@@ -211,13 +246,21 @@ impl Gateway {
         let data = serde_json::json!({"event": "servers_starting", "servers": starting, "message": message});
         let params = serde_json::json!({"level": Level::Info.as_str(), "logger": "tether", "data": data});
         let params = serde_json::to_string(&params).unwrap_or_default();
-        self.to_client(session, protocol::notification("notifications/message", Some(&params)));
+        let frame = protocol::notification("notifications/message", Some(&params));
+        actions.push_back(Action::SendToClient { session, frame, route: ClientRoute::Session });
     }
 }
 
 /// Each backend's share of event notifications to clients, by name.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Rations(BTreeMap<ServerName, Ration>);
+
+impl Notices {
+    /// A backend that is gone takes its share with it.
+    pub(super) fn forget(&mut self, server: &str) {
+        self.rations.forget(server);
+    }
+}
 
 impl Rations {
     /// Whether one more of `server`'s events may go to clients at `now`;

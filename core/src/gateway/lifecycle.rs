@@ -24,6 +24,6 @@ impl Gateway {
         let catalog = &self.catalog;
         self.sessions.subscriptions.retain(|uri, _| catalog.resolve_uri(uri).map_or(true, |(s, _)| s != server));
         self.catalog.unregister(server);
-        self.rations.forget(server);
+        self.notices.forget(server);
     }
 }

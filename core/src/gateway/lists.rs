@@ -85,8 +85,17 @@ impl Gateway {
                 other => other,
             }
         };
-        let hash = self.visible_hashes()[kind as usize];
-        let own = if self.view(session).restricted() { self.session_hashes(session)[kind as usize] } else { hash };
+        let hash = self.fingerprints.visible(&self.catalog, &self.backends, &self.config)[kind as usize];
+        let own = if self.view(session).restricted() {
+            self.fingerprints.of_session(
+                self.sessions.view(session, &self.config, &self.catalog),
+                &self.catalog,
+                &self.backends,
+                &self.config,
+            )[kind as usize]
+        } else {
+            hash
+        };
         if let Some(s) = self.sessions.open.get_mut(&session) {
             s.seen[kind as usize] = hash;
             s.seen_own[kind as usize] = own;
@@ -103,7 +112,12 @@ impl Gateway {
             Ok(result) => {
                 self.reply(session, id, &result);
                 if kind == ListKind::Tools && cursor.is_none() {
-                    self.tell_of_servers_starting(session);
+                    let to = super::client_events::Audience {
+                        config: &self.config,
+                        sessions: &self.sessions,
+                        catalog: &self.catalog,
+                    };
+                    self.notices.servers_starting(session, &self.backends, to, &mut self.actions);
                 }
             }
             Err(()) => self.reply_error(session, id, code::INVALID_PARAMS, "invalid cursor", None),
@@ -112,44 +126,13 @@ impl Gateway {
 
     // ----- routing -----
 
-    /// Fingerprints of what clients may see of each list now. Cached: recomputed
-    /// only after the catalog or a backend's status changed, not on every input.
-    pub(super) fn visible_hashes(&mut self) -> [u64; 4] {
-        let mut hashes = self.catalog_hashes();
-        // The tools list has tether's own tools too: meta mode's never change.
-        let tools = &mut hashes[ListKind::Tools as usize];
-        match (self.config.mode, self.config.admin_tools) {
-            (crate::config::Mode::Meta, _) => *tools = 0x6d65_7461,
-            (crate::config::Mode::Flat, true) => *tools ^= 0xad31_4e00,
-            (crate::config::Mode::Flat, false) => {}
-        }
-        hashes
-    }
-
-    /// Fingerprints of the visible part of each list of the catalog.
-    fn catalog_hashes(&mut self) -> [u64; 4] {
-        let changes = self.backends.values().fold(0u64, |n, b| n.wrapping_add(b.sup.changes()));
-        let version = (self.catalog.version(), changes, self.backends.len());
-        if let Some((v, hashes)) = self.visible_cache {
-            if v == version {
-                return hashes;
-            }
-        }
-        let backends = &self.backends;
-        let mut hashes = ListKind::ALL
-            .map(|kind| self.catalog.visible_hash(kind, |s, _| backends.get(s).is_some_and(|b| b.is_visible())));
-        hashes[ListKind::Tools as usize] ^= self.backends.tasks_hash(|_| true);
-        self.visible_cache = Some((version, hashes));
-        hashes
-    }
-
     /// Sends `list_changed` to each ready session whose last view of a list differs
     /// from what it would see now, and only then; a stateless session gets them
     /// on the listens that asked for them. At most one per session per
     /// `list_changed_debounce_ms`: a change inside the window waits for its end,
     /// and goes only if the list still differs from what the session last saw.
     pub(super) fn announce_list_changes(&mut self) {
-        let hashes = self.visible_hashes();
+        let hashes = self.fingerprints.visible(&self.catalog, &self.backends, &self.config);
         // Nearly every input changes no list: nothing to announce to anyone.
         if self.sessions.open.values().all(|s| s.seen == hashes) {
             return;
@@ -164,7 +147,15 @@ impl Gateway {
             .collect();
         let mut own_views = Vec::with_capacity(restricted.len());
         for id in restricted {
-            own_views.push((id, self.session_hashes(id)));
+            own_views.push((
+                id,
+                self.fingerprints.of_session(
+                    self.sessions.view(id, &self.config, &self.catalog),
+                    &self.catalog,
+                    &self.backends,
+                    &self.config,
+                ),
+            ));
         }
         for (id, own) in own_views {
             let s = self.sessions.open.get_mut(&id).expect("listed");
@@ -221,7 +212,12 @@ impl Gateway {
         for (session, frame) in frames {
             if self.view(session).restricted() {
                 // What it is told of is what it sees now.
-                let own = self.session_hashes(session);
+                let own = self.fingerprints.of_session(
+                    self.sessions.view(session, &self.config, &self.catalog),
+                    &self.catalog,
+                    &self.backends,
+                    &self.config,
+                );
                 if let Some(s) = self.sessions.open.get_mut(&session) {
                     s.seen_own = own;
                 }
@@ -230,7 +226,12 @@ impl Gateway {
         }
         for (session, kinds) in listening {
             if self.view(session).restricted() {
-                let own = self.session_hashes(session);
+                let own = self.fingerprints.of_session(
+                    self.sessions.view(session, &self.config, &self.catalog),
+                    &self.catalog,
+                    &self.backends,
+                    &self.config,
+                );
                 if let Some(s) = self.sessions.open.get_mut(&session) {
                     s.seen_own = own;
                 }

@@ -12,6 +12,7 @@ mod client_events;
 mod cx;
 mod discovery;
 mod eras;
+mod fingerprints;
 mod lifecycle;
 mod links;
 mod lists;
@@ -199,16 +200,14 @@ pub struct Gateway {
     /// The level the last `logging/setLevel` asked for: stateless backends get it
     /// on every request instead.
     log_level: Option<String>,
-    /// The catalog version and status-change count the visible-list fingerprints
-    /// were computed for, and the fingerprints.
-    visible_cache: Option<((u64, u64, usize), [u64; 4])>,
+    /// Fingerprints of the lists clients see.
+    fingerprints: fingerprints::Fingerprints,
     /// Last generation of each removed backend, so a backend added back under the
     /// same name never reuses a generation a late report could still name.
     retired_generations: BTreeMap<String, Generation>,
-    /// The last events, for the `server_events` tool.
-    journal: client_events::Journal,
-    /// Each backend's share of event notifications to clients.
-    rations: client_events::Rations,
+    /// The last events (for the `server_events` tool) and each backend's share
+    /// of event notifications to clients.
+    notices: client_events::Notices,
     /// Tasks tether runs for clients (gateway-side tasks).
     tasks: tasks::TaskStore,
     /// Calls crossing between eras that wait for a client's input.
@@ -236,10 +235,9 @@ impl Gateway {
             sessions: Sessions::default(),
             router: Router::default(),
             log_level: None,
-            visible_cache: None,
+            fingerprints: fingerprints::Fingerprints::default(),
             retired_generations: BTreeMap::new(),
-            journal: client_events::Journal::default(),
-            rations: client_events::Rations::default(),
+            notices: client_events::Notices::default(),
             tasks: tasks::TaskStore::default(),
             eras: eras::EraBridge::default(),
             wall_clock: crate::time::WallClock::default(),
@@ -522,7 +520,8 @@ impl Gateway {
 
     /// Clients and the host are told of `event` (already noted at its backend).
     fn announce(&mut self, event: Event) {
-        self.tell_clients(&event);
+        let to = client_events::Audience { config: &self.config, sessions: &self.sessions, catalog: &self.catalog };
+        self.notices.tell(&event, self.now, to, &mut self.actions);
         self.push(Action::Emit { event });
     }
 

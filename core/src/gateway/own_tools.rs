@@ -323,7 +323,7 @@ impl Gateway {
         Inspector {
             backends: &self.backends,
             catalog: &self.catalog,
-            journal: &self.journal,
+            journal: &self.notices.journal,
             view: self.view(session),
             config: &self.config,
             now: self.now,
