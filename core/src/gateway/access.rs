@@ -65,7 +65,7 @@ impl Gateway {
             holders.remove(&id);
             if holders.is_empty() {
                 self.sessions.subscriptions.remove(&uri);
-                self.unsubscribe_backend(&uri);
+                self.link(|b, cx| b.unsubscribe_backend(cx, &uri));
             }
         }
     }

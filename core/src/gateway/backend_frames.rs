@@ -14,7 +14,6 @@ use super::Gateway;
 use crate::catalog::ListKind;
 use crate::io::{Event, StreamRef};
 use crate::protocol::{self, code, Era, Message};
-use crate::time::Duration;
 
 /// What the transport says of the call a backend's request is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -127,54 +126,15 @@ impl Gateway {
                 };
                 self.link(|b, cx| b.start_discovery(cx, server, kinds));
             }
-            "notifications/progress" => self.forward_progress(server, params),
+            "notifications/progress" => self.link(|b, cx| b.forward_progress(cx, server, params)),
             "notifications/message" => self.forward_log(server, params),
             "notifications/resources/updated" => self.forward_resource_updated(server, params),
-            "notifications/cancelled" => self.backend_cancelled(server, params),
+            "notifications/cancelled" => self.link(|b, cx| b.backend_cancelled(cx, server, params)),
             "notifications/tasks/status" => self.tasking(|t, _, _, cx| t.forward_task_status(cx, server, params)),
             // The listen is open; tether asked only for what it relays.
             "notifications/subscriptions/acknowledged" => {}
             _ => {}
         }
-    }
-
-    fn forward_progress(&mut self, server: &str, params: Option<&str>) {
-        let Some(mut p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
-        let Some(token) = p.get("progressToken").and_then(Value::as_u64) else { return };
-        let now = self.now;
-        let Some(call) = self.router.calls.get_mut(&token) else { return };
-        if &*call.server != server {
-            return;
-        }
-        let CallKind::Client(c) = &mut call.kind else { return };
-        // A task's call answers nobody directly: its deadline is its hard maximum.
-        if c.task.is_some() {
-            return;
-        }
-        let Some(client_token) = c.progress.clone() else { return };
-        let (session, client_id) = (c.session, c.id.clone());
-        let policy = self.backends[server].sup.policy();
-        let hard = c.created + Duration::from_millis(policy.request_timeout_max_ms);
-        let reset = now + Duration::from_millis(policy.request_timeout_ms);
-        call.deadline = Some(reset.min(hard));
-        // Progress must increase (MCP). A call resent on a fresh process counts
-        // again from the start: those repeats keep the call alive but are not forwarded.
-        let value = p.get("progress").and_then(Value::as_f64);
-        if let (Some(value), Some(last)) = (value, c.last_progress) {
-            if value <= last {
-                return;
-            }
-        }
-        if value.is_some() {
-            c.last_progress = value;
-        }
-        p.insert("progressToken".into(), client_token);
-        let params = serde_json::to_string(&p).unwrap_or_default();
-        self.related_to_client(
-            session,
-            Some(&client_id),
-            protocol::notification("notifications/progress", Some(&params)),
-        );
     }
 
     fn forward_log(&mut self, server: &str, params: Option<&str>) {
@@ -236,30 +196,6 @@ impl Gateway {
             } else {
                 self.to_client(session, protocol::notification("notifications/resources/updated", Some(&params)));
             }
-        }
-    }
-
-    /// The backend cancelled one of its own requests to a client.
-    fn backend_cancelled(&mut self, server: &str, params: Option<&str>) {
-        let Some(p) = params.and_then(|p| serde_json::from_str::<Map<String, Value>>(p).ok()) else { return };
-        let Some(request_id) = p.get("requestId").and_then(|v| serde_json::to_string(v).ok()) else { return };
-        // A stateless backend ends a listen this way on stdio.
-        let listen = self.backends.get(server).and_then(|b| b.listen);
-        if let Some(id) = listen.filter(|id| request_id == id.to_string()) {
-            self.router.calls.remove(&id);
-            return self.backends.listen_ended(server, id, None);
-        }
-        let found = self
-            .router
-            .server_requests
-            .iter()
-            .find(|(_, r)| &*r.server == server && r.backend_id == request_id)
-            .map(|(id, r)| (*id, r.session, r.related.clone()));
-        if let Some((id, session, related)) = found {
-            self.router.server_requests.remove(&id);
-            let params = format!(r#"{{"requestId":{id},"reason":"cancelled by the server"}}"#);
-            let frame = protocol::notification("notifications/cancelled", Some(&params));
-            self.related_to_client(session, related.as_deref(), frame);
         }
     }
 

@@ -14,7 +14,7 @@ use super::sessions::Among;
 use super::Gateway;
 use crate::catalog::{Catalog, ListKind};
 use crate::config::{Config, Mode};
-use crate::io::{Action, RawId, ServerName, SessionId, Status};
+use crate::io::{Action, RawId, ServerName, SessionId};
 use crate::protocol::{self, code, Era, Message};
 
 /// What tether announces as a server: everything it can proxy, so capabilities
@@ -159,7 +159,7 @@ impl Gateway {
         }
         for uri in emptied {
             self.sessions.subscriptions.remove(&uri);
-            self.unsubscribe_backend(&uri);
+            self.link(|b, cx| b.unsubscribe_backend(cx, &uri));
         }
     }
 
@@ -351,7 +351,7 @@ impl Gateway {
             instructions(&self.config)
         );
         self.reply(session, id, &result);
-        self.start_lazy_backends();
+        self.link(|b, cx| b.start_lazy_backends(cx));
     }
 
     /// `server/discover`: what tether serves, for stateless-era clients.
@@ -378,20 +378,7 @@ impl Gateway {
             env!("CARGO_PKG_VERSION"),
         );
         self.reply(session, id, &result);
-        self.start_lazy_backends();
-    }
-
-    /// Lazy backends start when the first client arrives.
-    fn start_lazy_backends(&mut self) {
-        let lazy: Vec<ServerName> = self
-            .backends
-            .iter()
-            .filter(|(_, b)| b.config.lazy && !b.config.disabled && b.sup.status() == Status::Provisioning)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for name in lazy {
-            self.link(|b, cx| b.connect(cx, &name));
-        }
+        self.link(|b, cx| b.start_lazy_backends(cx));
     }
 
     fn client_notification(&mut self, session: SessionId, method: &str, params: Option<&str>) {

@@ -234,19 +234,6 @@ impl Gateway {
         }
     }
 
-    pub(super) fn unsubscribe_backend(&mut self, served: &str) {
-        let Some((server, uri)) = self.catalog.resolve_uri(served).map(|(s, u)| (s.to_string(), u.to_string())) else {
-            return;
-        };
-        if self.backends.get(server.as_str()).is_some_and(|b| b.era == Era::Stateless) {
-            return self.link(|b, cx| b.relisten(cx, &server));
-        }
-        if self.backends.get(server.as_str()).is_some_and(|b| b.sup.is_ready()) {
-            let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
-            self.link(|b, cx| b.quiet_request(cx, &server, "resources/unsubscribe", &params));
-        }
-    }
-
     pub(super) fn complete(&mut self, session: SessionId, id: RawId, params: Option<Map<String, Value>>) {
         let Some(mut params) = params else {
             return self.reply_error(session, &id, code::INVALID_PARAMS, "missing params", None);
@@ -364,14 +351,14 @@ impl Gateway {
             }
         }
         if self.router.calls.len() >= self.config.limits.max_in_flight as usize {
-            return self.refuse_overloaded(server, call, "too many requests in flight");
+            return self.link(|b, cx| b.refuse_overloaded(cx, server, call, "too many requests in flight"));
         }
         match b.sup.readiness(now) {
             Readiness::Ready => self.link(|b, cx| b.dispatch(cx, server, call)),
             Readiness::Wait | Readiness::StartNow
                 if b.queue.len() >= self.config.limits.max_queued_per_backend as usize =>
             {
-                self.refuse_overloaded(server, call, "too many calls waiting for this backend")
+                self.link(|b, cx| b.refuse_overloaded(cx, server, call, "too many calls waiting for this backend"))
             }
             r @ (Readiness::Wait | Readiness::StartNow) => {
                 let deadline = now + Duration::from_millis(b.sup.policy().request_timeout_ms);
@@ -387,16 +374,6 @@ impl Gateway {
                 self.link(|b, cx| b.fail_unavailable(cx, server, call))
             }
         }
-    }
-
-    fn refuse_overloaded(&mut self, server: &str, call: ClientCall, why: &str) {
-        if call.probe {
-            self.backends.get_mut(server).expect("live").sup.breaker.probe_abandoned();
-        }
-        let msg = format!("backend '{server}': {why}");
-        self.reply_error(call.session, &call.id, code::OVERLOADED, &msg, None);
-        self.backends.record_call(server, &call, CallOutcome::Failed, self.now);
-        self.release(&call);
     }
 
     /// Turns a backend's answer into the client's.

@@ -183,7 +183,7 @@ impl Gateway {
             sessions.remove(&session);
             if sessions.is_empty() {
                 self.sessions.subscriptions.remove(&uri);
-                self.unsubscribe_backend(&uri);
+                self.link(|b, cx| b.unsubscribe_backend(cx, &uri));
             }
         }
         self.sessions.answered(session);

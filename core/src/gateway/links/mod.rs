@@ -10,7 +10,9 @@ mod connect;
 mod credentials;
 mod dispatch;
 mod failures;
+mod frames;
 mod lifecycle;
+mod requests;
 mod streams;
 
 pub(super) use credentials::LoginElicitation;
