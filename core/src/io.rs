@@ -348,6 +348,20 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// A frame to `session`, on no request's behalf.
+    pub(crate) fn to_session(session: SessionId, frame: String) -> Action {
+        Action::SendToClient { session, frame, route: ClientRoute::Session }
+    }
+
+    /// A frame to `session` on behalf of its request `id` (or on no request's
+    /// behalf when none).
+    pub(crate) fn related(session: SessionId, id: Option<&str>, frame: String) -> Action {
+        let route = id.map_or(ClientRoute::Session, |id| ClientRoute::Related(RawId::new(id)));
+        Action::SendToClient { session, frame, route }
+    }
+}
+
 /// One SSE stream of a Streamable HTTP backend connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -35,7 +35,7 @@ impl Gateway {
         s.scopes = Some(scopes);
         if first {
             // Before its handshake: what it sees counts from now.
-            self.mark_seen(session);
+            self.fingerprints.mark_seen(&mut self.sessions, session, &self.catalog, &self.backends, &self.config);
         } else {
             self.access_changed(&[session]);
         }
@@ -73,21 +73,6 @@ impl Gateway {
     /// What `session` may see and call (everything for a session that is gone).
     pub(super) fn view(&self, session: SessionId) -> SessionView<'_> {
         self.sessions.view(session, &self.config, &self.catalog)
-    }
-
-    /// `session` has seen every list as it is now.
-    pub(super) fn mark_seen(&mut self, session: SessionId) {
-        let hashes = self.fingerprints.visible(&self.catalog, &self.backends, &self.config);
-        let own = self.fingerprints.of_session(
-            self.sessions.view(session, &self.config, &self.catalog),
-            &self.catalog,
-            &self.backends,
-            &self.config,
-        );
-        if let Some(s) = self.sessions.open.get_mut(&session) {
-            s.seen = hashes;
-            s.seen_own = own;
-        }
     }
 }
 

@@ -10,9 +10,10 @@ use serde_json::{Map, Value};
 
 use super::calls::{CallKind, RawFields, ServerRequest};
 use super::discovery::kind_bit;
+use super::origins::Origins;
 use super::Gateway;
 use crate::catalog::ListKind;
-use crate::io::{Event, StreamRef};
+use crate::io::{Action, Event, StreamRef};
 use crate::protocol::{self, code, Era, Message};
 
 /// What the transport says of the call a backend's request is for.
@@ -155,9 +156,10 @@ impl Gateway {
             .collect();
         for session in ready {
             // Logged while this session has a call on the backend: most likely about that call.
-            let related = self.origins().latest_call(server, Some(session)).map(|(_, id)| id);
+            let related =
+                Origins::new(&self.router, &self.sessions).latest_call(server, Some(session)).map(|(_, id)| id);
             let frame = protocol::notification("notifications/message", Some(&params));
-            self.related_to_client(session, related.as_deref(), frame);
+            self.push(Action::related(session, related.as_deref(), frame));
         }
         // Stateless clients have no session to log to: a message goes to the
         // latest call of each that asked for this level on the backend.
@@ -176,7 +178,7 @@ impl Gateway {
         }
         for (session, id) in latest {
             let frame = protocol::notification("notifications/message", Some(&params));
-            self.related_to_client(session, Some(&id), frame);
+            self.push(Action::related(session, Some(&id), frame));
         }
     }
 
@@ -192,9 +194,12 @@ impl Gateway {
         for session in sessions {
             if self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless) {
                 let members = params.strip_prefix('{').and_then(|m| m.strip_suffix('}')).unwrap_or_default();
-                self.update_listens(session, &served, members);
+                self.sessions.update_listens(session, &served, members, &mut self.actions);
             } else {
-                self.to_client(session, protocol::notification("notifications/resources/updated", Some(&params)));
+                self.push(Action::to_session(
+                    session,
+                    protocol::notification("notifications/resources/updated", Some(&params)),
+                ));
             }
         }
     }
@@ -222,12 +227,12 @@ impl Gateway {
                 return self
                     .tasking(|t, b, _, cx| t.ask_for_task(b, cx, server, call, &task, id, method, params, capability));
             }
-            if self.origins().is_stateless_call(call) {
+            if Origins::new(&self.router, &self.sessions).is_stateless_call(call) {
                 return self
                     .bridge(|e, b, cx| e.ask_stateless_client(b, cx, server, call, id, method, params, capability));
             }
         }
-        if origin == Origin::Unsaid && self.origins().ambiguous(server) {
+        if origin == Origin::Unsaid && Origins::new(&self.router, &self.sessions).ambiguous(server) {
             // Clients with tokens are different people: a request asked of the
             // wrong one would show it another's call, and let it answer for them.
             let msg = "calls of several token-holding clients are in flight on this server: \
@@ -235,9 +240,9 @@ impl Gateway {
             return self.to_backend(server, protocol::error_response(id, code::INTERNAL_ERROR, msg, None), None);
         }
         let asked = match origin {
-            Origin::Call(call) => self.origins().of_call(call, capability),
-            Origin::NoCall => self.origins().callless(capability),
-            Origin::Unsaid => self.origins().of_server(server, capability),
+            Origin::Call(call) => Origins::new(&self.router, &self.sessions).of_call(call, capability),
+            Origin::NoCall => Origins::new(&self.router, &self.sessions).callless(capability),
+            Origin::Unsaid => Origins::new(&self.router, &self.sessions).of_server(server, capability),
         };
         let Some((session, related)) = asked else {
             let msg = format!("no connected client supports {capability}");
@@ -262,7 +267,7 @@ impl Gateway {
                 task: None,
             },
         );
-        self.related_to_client(session, related.as_deref(), protocol::request(client_id, method, params));
+        self.push(Action::related(session, related.as_deref(), protocol::request(client_id, method, params)));
     }
 
     /// Whether `call` is a client call in flight on `server`'s live connection

@@ -12,7 +12,7 @@ use super::sessions::Sessions;
 use super::tasks::TaskStore;
 use crate::catalog::Catalog;
 use crate::config::Config;
-use crate::io::{Action, ClientRoute, Event, RawId, ServerName, SessionId};
+use crate::io::{Action, Event, RawId, ServerName, SessionId};
 use crate::redact::Redactor;
 use crate::rng::Rng;
 use crate::secret_ids::SecretIds;
@@ -120,13 +120,12 @@ impl Cx<'_> {
     /// A frame to `session`.
     #[allow(clippy::wrong_self_convention)] // "send to", not a conversion
     pub(super) fn to_client(&mut self, session: SessionId, frame: String) {
-        self.push(Action::SendToClient { session, frame, route: ClientRoute::Session });
+        self.push(Action::to_session(session, frame));
     }
 
     /// A frame to `session`, on behalf of its request `id` (or to the session).
     pub(super) fn related_to_client(&mut self, session: SessionId, id: Option<&str>, frame: String) {
-        let route = id.map_or(ClientRoute::Session, |id| ClientRoute::Related(RawId::new(id)));
-        self.push(Action::SendToClient { session, frame, route });
+        self.push(Action::related(session, id, frame));
     }
 }
 

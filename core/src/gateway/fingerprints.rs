@@ -5,8 +5,10 @@
 
 use super::access::SessionView;
 use super::backends::Backends;
+use super::sessions::Sessions;
 use crate::catalog::{Catalog, ListKind};
 use crate::config::{Config, Mode};
+use crate::io::SessionId;
 
 /// The cached fingerprints of what everyone sees.
 #[derive(Clone, Default)]
@@ -61,6 +63,23 @@ impl Fingerprints {
             own[tools] ^= backends.tasks_hash(|s| view.sees_server(s));
         }
         own
+    }
+
+    /// `session` has seen every list as it is now.
+    pub(super) fn mark_seen(
+        &mut self,
+        sessions: &mut Sessions,
+        session: SessionId,
+        catalog: &Catalog,
+        backends: &Backends,
+        config: &Config,
+    ) {
+        let hashes = self.visible(catalog, backends, config);
+        let own = self.of_session(sessions.view(session, config, catalog), catalog, backends, config);
+        if let Some(s) = sessions.open.get_mut(&session) {
+            s.seen = hashes;
+            s.seen_own = own;
+        }
     }
 
     /// Fingerprints of the visible part of each list of the catalog.

@@ -8,10 +8,11 @@ use alloc::vec::Vec;
 
 use super::calls::{Parked, ParkedList};
 use super::own_tools::{self, OwnTool};
+use super::tasks::TaskRules;
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::config::Mode;
-use crate::io::{RawId, SessionId};
+use crate::io::{Action, RawId, SessionId};
 use crate::protocol::{self, code, Era};
 
 use crate::time::Duration;
@@ -64,7 +65,13 @@ impl Gateway {
             let view = self.view(session);
             let visible = |s: &str, e: &_| backends.get(s).is_some_and(|b| b.is_visible()) && view.grants(kind, s, e);
             let size = self.config.limits.page_size as usize;
-            let page = match self.task_rules().listed_support(session, kind) {
+            let rules = TaskRules {
+                sessions: &self.sessions,
+                backends: &self.backends,
+                tasks: &self.config.tasks,
+                now: self.now,
+            };
+            let page = match rules.listed_support(session, kind) {
                 Some(edit) => self.catalog.page_edited(kind, cursor, size, visible, edit),
                 None => self.catalog.page(kind, cursor, size, visible),
             };
@@ -222,7 +229,7 @@ impl Gateway {
                     s.seen_own = own;
                 }
             }
-            self.to_client(session, frame);
+            self.push(Action::to_session(session, frame));
         }
         for (session, kinds) in listening {
             if self.view(session).restricted() {
@@ -236,7 +243,7 @@ impl Gateway {
                     s.seen_own = own;
                 }
             }
-            self.announce_to_listens(session, &kinds);
+            self.sessions.announce_to_listens(session, &kinds, &mut self.actions);
         }
     }
 }

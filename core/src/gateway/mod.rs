@@ -525,11 +525,6 @@ impl Gateway {
         self.push(Action::Emit { event });
     }
 
-    #[allow(clippy::wrong_self_convention)] // "send to", not a conversion
-    fn to_client(&mut self, session: SessionId, frame: String) {
-        self.push(Action::SendToClient { session, frame, route: ClientRoute::Session });
-    }
-
     /// A frame that answers the client's request `id` (raw JSON).
     fn reply_to_client(&mut self, session: SessionId, id: &str, frame: String) {
         self.sessions.touch(session, self.now);
@@ -537,12 +532,6 @@ impl Gateway {
         let frame = if stateless { stateless_frame(frame) } else { frame };
         self.sessions.answered(session);
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(RawId::new(id)) });
-    }
-
-    /// A frame sent on behalf of the client's request `id`, or to the session when none.
-    fn related_to_client(&mut self, session: SessionId, id: Option<&str>, frame: String) {
-        let route = id.map_or(ClientRoute::Session, |id| ClientRoute::Related(RawId::new(id)));
-        self.push(Action::SendToClient { session, frame, route });
     }
 
     #[allow(clippy::wrong_self_convention)] // "send to", not a conversion

@@ -7,7 +7,6 @@
 use super::calls::CallKind;
 use super::router::Router;
 use super::sessions::Sessions;
-use super::Gateway;
 use crate::io::{RawId, SessionId};
 use crate::protocol::Era;
 
@@ -18,14 +17,12 @@ pub(super) struct Origins<'a> {
     pub sessions: &'a Sessions,
 }
 
-impl Gateway {
-    /// The calls and sessions, to find whom a backend's request is for.
-    pub(super) fn origins(&self) -> Origins<'_> {
-        Origins { router: &self.router, sessions: &self.sessions }
+impl<'a> Origins<'a> {
+    /// The open calls of `router` and the `sessions`.
+    pub(super) fn new(router: &'a Router, sessions: &'a Sessions) -> Self {
+        Origins { router, sessions }
     }
-}
 
-impl Origins<'_> {
     /// The session to ask, and the client call it is asked for: the latest call in
     /// flight on this backend, else any ready session that supports the capability.
     pub(super) fn of_server(&self, server: &str, capability: &str) -> Option<(SessionId, Option<RawId>)> {

@@ -318,18 +318,6 @@ impl Inspector<'_> {
 }
 
 impl Gateway {
-    /// Tether's read-only tools as `session` may use them.
-    fn inspector(&self, session: SessionId) -> Inspector<'_> {
-        Inspector {
-            backends: &self.backends,
-            catalog: &self.catalog,
-            journal: &self.notices.journal,
-            view: self.view(session),
-            config: &self.config,
-            now: self.now,
-        }
-    }
-
     /// A `tools/call` of one of tether's own tools.
     pub(super) fn call_own_tool(&mut self, session: SessionId, id: RawId, tool: OwnTool, fields: &RawFields<'_>) {
         let args: Map<String, Value> = match fields.get("arguments").map(serde_json::from_str::<Value>) {
@@ -337,12 +325,20 @@ impl Gateway {
             Some(Ok(Value::Object(m))) => m,
             Some(_) => return self.reply(session, &id, &tool_error("arguments must be an object")),
         };
+        let inspector = Inspector {
+            backends: &self.backends,
+            catalog: &self.catalog,
+            journal: &self.notices.journal,
+            view: self.view(session),
+            config: &self.config,
+            now: self.now,
+        };
         let outcome = match tool {
-            OwnTool::ListServers => Ok(self.inspector(session).list_servers()),
-            OwnTool::SearchTools => self.inspector(session).search_tools(&args),
-            OwnTool::DescribeTool => self.inspector(session).describe_tool(&args),
+            OwnTool::ListServers => Ok(inspector.list_servers()),
+            OwnTool::SearchTools => inspector.search_tools(&args),
+            OwnTool::DescribeTool => inspector.describe_tool(&args),
             OwnTool::ReconnectServer => self.reconnect_server(session, &args),
-            OwnTool::ServerEvents => self.inspector(session).server_events(&args),
+            OwnTool::ServerEvents => inspector.server_events(&args),
             OwnTool::ExecuteTool => return self.execute_tool(session, id, fields, &args),
         };
         let result = match outcome {
@@ -400,7 +396,15 @@ impl Gateway {
         // Reconnecting is for whoever is granted the server whole.
         let granted = self.view(session).access.server(&server);
         let Some(b) = self.backends.get(server.as_str()).filter(|_| granted) else {
-            return Err(self.inspector(session).unknown_server(&server));
+            let inspector = Inspector {
+                backends: &self.backends,
+                catalog: &self.catalog,
+                journal: &self.notices.journal,
+                view: self.view(session),
+                config: &self.config,
+                now: self.now,
+            };
+            return Err(inspector.unknown_server(&server));
         };
         if b.config.disabled {
             return Err(format!("server '{server}' is disabled in the configuration; enable it there"));

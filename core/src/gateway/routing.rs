@@ -12,6 +12,7 @@ use super::calls::{ClientCall, Forward, Parked, ParkedList, Queued, RawFields, S
 use super::client_events::Level;
 use super::own_tools::OwnTool;
 use super::tasks::TaskPlan;
+use super::tasks::TaskRules;
 use super::Gateway;
 use crate::catalog::Catalog;
 use crate::catalog::ListKind;
@@ -96,7 +97,13 @@ impl Gateway {
         let plan = match kind {
             ListKind::Tools => {
                 let asked = fields.get("task").is_some_and(|t| t.trim_start().starts_with('{'));
-                self.task_rules().plan(session, &server, r.entry.task_support, asked)
+                TaskRules {
+                    sessions: &self.sessions,
+                    backends: &self.backends,
+                    tasks: &self.config.tasks,
+                    now: self.now,
+                }
+                .plan(session, &server, r.entry.task_support, asked)
             }
             _ => TaskPlan::Direct,
         };

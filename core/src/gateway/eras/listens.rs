@@ -11,10 +11,14 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
+use super::super::backends::Backends;
+use super::super::sessions::Sessions;
 use super::super::Gateway;
+use crate::catalog::Catalog;
 use crate::catalog::ListKind;
-use crate::io::{RawId, SessionId};
+use crate::io::{Action, RawId, SessionId};
 use crate::protocol::{self, code, Era};
+use alloc::collections::VecDeque;
 
 /// The `_meta` key naming the listen a notification belongs to.
 pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -105,7 +109,10 @@ impl Gateway {
         };
         let mut total: usize = self.sessions.subscriptions.values().map(BTreeSet::len).sum();
         for uri in requested {
-            if listen.uris.contains(&uri) || !self.can_subscribe(&uri) || self.view(session).uri(&uri).is_none() {
+            if listen.uris.contains(&uri)
+                || !can_subscribe(&self.catalog, &self.backends, &uri)
+                || self.view(session).uri(&uri).is_none()
+            {
                 continue;
             }
             let subscribed = self.sessions.subscriptions.get(&uri).is_some_and(|s| s.contains(&session));
@@ -117,32 +124,20 @@ impl Gateway {
         }
         if self.sessions.open.get(&session).is_some_and(|s| s.listens.is_empty()) {
             // What it saw before listening is unknown: changes count from now.
-            self.mark_seen(session);
+            self.fingerprints.mark_seen(&mut self.sessions, session, &self.catalog, &self.backends, &self.config);
         }
         let s = self.sessions.open.get_mut(&session).expect("checked");
         s.listens.insert(id.clone(), listen.clone());
         let members = format!(r#""notifications":{}"#, Value::Object(listen.to_filter()));
         let ack = tagged_params(&id, &members);
-        self.related_to_client(
+        self.push(Action::related(
             session,
             Some(&id),
             protocol::notification("notifications/subscriptions/acknowledged", Some(&ack)),
-        );
+        ));
         for uri in listen.uris {
             self.subscribe_for(session, uri);
         }
-    }
-
-    /// Whether updates of served `uri` can be delivered: it belongs to a backend
-    /// that is not known to lack resource subscriptions.
-    fn can_subscribe(&self, uri: &str) -> bool {
-        let Some((server, _)) = self.catalog.resolve_uri(uri) else { return false };
-        let Some(b) = self.backends.get(server) else { return false };
-        if b.capabilities.is_empty() {
-            // Not connected yet: subscribed when it is.
-            return true;
-        }
-        b.capabilities.get("resources").and_then(|r| r.get("subscribe")).and_then(Value::as_bool) == Some(true)
     }
 
     /// Adds `session` to the subscribers of `uri`, subscribing at the backend
@@ -189,11 +184,18 @@ impl Gateway {
         self.sessions.answered(session);
         true
     }
+}
 
+impl Sessions {
     /// `list_changed` of `kinds` to each listen of stateless `session` that asked
     /// for it: one notification per method and listen.
-    pub(in crate::gateway) fn announce_to_listens(&mut self, session: SessionId, kinds: &[ListKind]) {
-        let Some(s) = self.sessions.open.get(&session) else { return };
+    pub(in crate::gateway) fn announce_to_listens(
+        &self,
+        session: SessionId,
+        kinds: &[ListKind],
+        actions: &mut VecDeque<Action>,
+    ) {
+        let Some(s) = self.open.get(&session) else { return };
         let mut frames = Vec::new();
         for (id, listen) in &s.listens {
             let mut sent: Vec<&'static str> = Vec::new();
@@ -206,21 +208,39 @@ impl Gateway {
             }
         }
         for (id, frame) in frames {
-            self.related_to_client(session, Some(&id), frame);
+            actions.push_back(Action::related(session, Some(&id), frame));
         }
     }
 
     /// `notifications/resources/updated` for served `uri` to each listen of
     /// stateless `session` that subscribed to it; `members` are the params'
     /// other members (raw), `uri` among them.
-    pub(in crate::gateway) fn update_listens(&mut self, session: SessionId, uri: &str, members: &str) {
-        let Some(s) = self.sessions.open.get(&session) else { return };
+    pub(in crate::gateway) fn update_listens(
+        &self,
+        session: SessionId,
+        uri: &str,
+        members: &str,
+        actions: &mut VecDeque<Action>,
+    ) {
+        let Some(s) = self.open.get(&session) else { return };
         let ids: Vec<RawId> =
             s.listens.iter().filter(|(_, l)| l.uris.iter().any(|u| u == uri)).map(|(id, _)| id.clone()).collect();
         for id in ids {
             let params = tagged_params(&id, members);
             let frame = protocol::notification("notifications/resources/updated", Some(&params));
-            self.related_to_client(session, Some(&id), frame);
+            actions.push_back(Action::related(session, Some(&id), frame));
         }
     }
+}
+
+/// Whether updates of served `uri` can be delivered: it belongs to a backend
+/// that is not known to lack resource subscriptions.
+fn can_subscribe(catalog: &Catalog, backends: &Backends, uri: &str) -> bool {
+    let Some((server, _)) = catalog.resolve_uri(uri) else { return false };
+    let Some(b) = backends.get(server) else { return false };
+    if b.capabilities.is_empty() {
+        // Not connected yet: subscribed when it is.
+        return true;
+    }
+    b.capabilities.get("resources").and_then(|r| r.get("subscribe")).and_then(Value::as_bool) == Some(true)
 }

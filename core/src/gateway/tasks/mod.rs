@@ -223,11 +223,6 @@ impl<'a> TaskRules<'a> {
 }
 
 impl Gateway {
-    /// The task rules as they stand.
-    pub(super) fn task_rules(&self) -> TaskRules<'_> {
-        TaskRules { sessions: &self.sessions, backends: &self.backends, tasks: &self.config.tasks, now: self.now }
-    }
-
     /// A request of a client about tasks: `tasks/get`, `tasks/update`,
     /// `tasks/cancel` (the extension), `tasks/get`, `tasks/result`,
     /// `tasks/list`, `tasks/cancel` (2025-11-25).
