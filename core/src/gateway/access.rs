@@ -65,7 +65,7 @@ impl Gateway {
             holders.remove(&id);
             if holders.is_empty() {
                 self.sessions.subscriptions.remove(&uri);
-                self.link(|b, cx| b.unsubscribe_backend(cx, &uri));
+                self.parts(|p, cx| p.backends.unsubscribe_backend(cx, &uri));
             }
         }
     }

@@ -54,13 +54,13 @@ impl Gateway {
         match message {
             Message::Response { id, result } => {
                 let Some(call_id) = protocol::gateway_id(id) else {
-                    return self.link(|b, cx| b.unknown_response(cx, server, id));
+                    return self.parts(|p, cx| p.backends.unknown_response(cx, server, id));
                 };
                 self.backend_answer(server, call_id, Ok(result));
             }
             Message::Error { id, error } => {
                 let Some(call_id) = id.and_then(protocol::gateway_id) else {
-                    return self.link(|b, cx| b.unknown_response(cx, server, id.unwrap_or("null")));
+                    return self.parts(|p, cx| p.backends.unknown_response(cx, server, id.unwrap_or("null")));
                 };
                 self.backend_answer(server, call_id, Err(error));
             }
@@ -86,7 +86,7 @@ impl Gateway {
             // Ours, but over: an answer after a cancel or timeout, which the
             // spec allows to cross the cancellation. Dropped without a word.
             _ if call_id < self.router.next_request_id => return,
-            _ => return self.link(|b, cx| b.unknown_response(cx, server, &call_id.to_string())),
+            _ => return self.parts(|p, cx| p.backends.unknown_response(cx, server, &call_id.to_string())),
         }
         let Some(call) = self.router.calls.remove(&call_id) else { return };
         self.backends.stream_answered(server, call_id);
@@ -98,16 +98,20 @@ impl Gateway {
             }
         }
         match call.kind {
-            CallKind::Initialize { may_probe } => self.link(|b, cx| b.handshake_answer(cx, server, answer, may_probe)),
-            CallKind::Probe { may_initialize } => self.link(|b, cx| b.probe_answer(cx, server, answer, may_initialize)),
+            CallKind::Initialize { may_probe } => {
+                self.parts(|p, cx| p.backends.handshake_answer(cx, server, answer, may_probe))
+            }
+            CallKind::Probe { may_initialize } => {
+                self.parts(|p, cx| p.backends.probe_answer(cx, server, answer, may_initialize))
+            }
             CallKind::Listen => self.backends.listen_ended(server, call_id, answer.err()),
             CallKind::Discover { kind, pages } => {
-                self.link(|b, cx| b.discovery_answer(cx, server, kind, pages, answer))
+                self.parts(|p, cx| p.backends.discovery_answer(cx, server, kind, pages, answer))
             }
-            CallKind::Health => self.link(|b, cx| b.health_answer(cx, server, answer)),
+            CallKind::Health => self.parts(|p, cx| p.backends.health_answer(cx, server, answer)),
             CallKind::Quiet => {}
             CallKind::Client(c) => {
-                self.link(|b, cx| b.record_success(cx, server));
+                self.parts(|p, cx| p.backends.record_success(cx, server));
                 self.answer_client_call(server, c, answer);
             }
         }
@@ -125,13 +129,13 @@ impl Gateway {
                     "notifications/prompts/list_changed" => kind_bit(ListKind::Prompts),
                     _ => kind_bit(ListKind::Resources) | kind_bit(ListKind::ResourceTemplates),
                 };
-                self.link(|b, cx| b.start_discovery(cx, server, kinds));
+                self.parts(|p, cx| p.backends.start_discovery(cx, server, kinds));
             }
-            "notifications/progress" => self.link(|b, cx| b.forward_progress(cx, server, params)),
+            "notifications/progress" => self.parts(|p, cx| p.backends.forward_progress(cx, server, params)),
             "notifications/message" => self.forward_log(server, params),
             "notifications/resources/updated" => self.forward_resource_updated(server, params),
-            "notifications/cancelled" => self.link(|b, cx| b.backend_cancelled(cx, server, params)),
-            "notifications/tasks/status" => self.tasking(|t, _, _, cx| t.forward_task_status(cx, server, params)),
+            "notifications/cancelled" => self.parts(|p, cx| p.backends.backend_cancelled(cx, server, params)),
+            "notifications/tasks/status" => self.parts(|p, cx| p.tasks.forward_task_status(cx, server, params)),
             // The listen is open; tether asked only for what it relays.
             "notifications/subscriptions/acknowledged" => {}
             _ => {}
@@ -211,11 +215,15 @@ impl Gateway {
     /// between several token holders.
     fn backend_request(&mut self, server: &str, id: &str, method: &str, params: Option<&str>, origin: Origin) {
         if method == "ping" {
-            return self.to_backend(server, protocol::response(id, "{}"), None);
+            return self.actions.extend(self.backends.frame_to(server, protocol::response(id, "{}"), None));
         }
         let Some(capability) = protocol::input_capability(method) else {
             let msg = format!("tether does not forward {method} to clients");
-            return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
+            return self.actions.extend(self.backends.frame_to(
+                server,
+                protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None),
+                None,
+            ));
         };
         let call = match origin {
             Origin::Call(call) => Some(call),
@@ -224,12 +232,14 @@ impl Gateway {
         };
         if let Some(call) = call {
             if let Some(task) = self.router.call_task(call) {
-                return self
-                    .tasking(|t, b, _, cx| t.ask_for_task(b, cx, server, call, &task, id, method, params, capability));
+                return self.parts(|p, cx| {
+                    p.tasks.ask_for_task(p.backends, cx, server, call, &task, id, method, params, capability)
+                });
             }
             if Origins::new(&self.router, &self.sessions).is_stateless_call(call) {
-                return self
-                    .bridge(|e, b, cx| e.ask_stateless_client(b, cx, server, call, id, method, params, capability));
+                return self.parts(|p, cx| {
+                    p.eras.ask_stateless_client(p.backends, cx, server, call, id, method, params, capability)
+                });
             }
         }
         if origin == Origin::Unsaid && Origins::new(&self.router, &self.sessions).ambiguous(server) {
@@ -237,7 +247,11 @@ impl Gateway {
             // wrong one would show it another's call, and let it answer for them.
             let msg = "calls of several token-holding clients are in flight on this server: \
                        tether cannot tell which one this request is for";
-            return self.to_backend(server, protocol::error_response(id, code::INTERNAL_ERROR, msg, None), None);
+            return self.actions.extend(self.backends.frame_to(
+                server,
+                protocol::error_response(id, code::INTERNAL_ERROR, msg, None),
+                None,
+            ));
         }
         let asked = match origin {
             Origin::Call(call) => Origins::new(&self.router, &self.sessions).of_call(call, capability),
@@ -246,11 +260,19 @@ impl Gateway {
         };
         let Some((session, related)) = asked else {
             let msg = format!("no connected client supports {capability}");
-            return self.to_backend(server, protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None), None);
+            return self.actions.extend(self.backends.frame_to(
+                server,
+                protocol::error_response(id, code::METHOD_NOT_FOUND, &msg, None),
+                None,
+            ));
         };
         if self.router.server_requests.len() >= self.config.limits.max_pending_server_requests as usize {
             let msg = "too many requests pending at clients";
-            return self.to_backend(server, protocol::error_response(id, code::OVERLOADED, msg, None), None);
+            return self.actions.extend(self.backends.frame_to(
+                server,
+                protocol::error_response(id, code::OVERLOADED, msg, None),
+                None,
+            ));
         }
         let client_id = self.router.alloc_id();
         let generation = self.backends[server].sup.generation();

@@ -20,7 +20,7 @@ use super::HostError;
 use crate::catalog::ListKind;
 use crate::config::Limits;
 use crate::io::SessionId;
-use crate::io::{Event, Generation, ServerName, Status, StreamRef};
+use crate::io::{Action, Event, Generation, ServerName, Status, StreamRef};
 use crate::metrics::CallOutcome;
 use crate::policy::BreakerState;
 use crate::protocol::{self, code, CacheHint, Era};
@@ -321,6 +321,14 @@ impl Backends {
             b.metrics.record_call(outcome, latency_ms);
             b.history.record_call(now, latency_ms);
         }
+    }
+}
+
+impl Backends {
+    /// `frame` to `server`'s live connection, as an action (none when it is gone).
+    pub(super) fn frame_to(&self, server: &str, frame: String, request: Option<u64>) -> Option<Action> {
+        let generation = self.0.get(server)?.sup.generation();
+        Some(Action::SendToBackend { server: self.name(server), generation, frame, request, headers: Vec::new() })
     }
 }
 

@@ -106,7 +106,11 @@ impl Gateway {
                 }
             }
             let params = format!(r#"{{"requestId":{id},"reason":"client disconnected"}}"#);
-            self.to_backend(&call.server, protocol::notification("notifications/cancelled", Some(&params)), None);
+            self.actions.extend(self.backends.frame_to(
+                &call.server,
+                protocol::notification("notifications/cancelled", Some(&params)),
+                None,
+            ));
         }
         for b in self.backends.values_mut() {
             b.queue.retain(|q| {
@@ -141,13 +145,13 @@ impl Gateway {
             {
                 let frame =
                     protocol::error_response(&r.backend_id, code::INTERNAL_ERROR, "the client disconnected", None);
-                self.to_backend(&r.server, frame, None);
+                self.actions.extend(self.backends.frame_to(&r.server, frame, None));
             }
         }
         for task in reasked {
             let waiter = self.tasks.tasks.get(&task).and_then(|t| t.waiters.first().map(|(s, _)| *s));
             if let Some(session) = waiter {
-                self.tasking(|t, _, _, cx| t.forward_task_inputs(cx, &task, session));
+                self.parts(|p, cx| p.tasks.forward_task_inputs(cx, &task, session));
             }
         }
         let mut emptied = Vec::new();
@@ -159,7 +163,7 @@ impl Gateway {
         }
         for uri in emptied {
             self.sessions.subscriptions.remove(&uri);
-            self.link(|b, cx| b.unsubscribe_backend(cx, &uri));
+            self.parts(|p, cx| p.backends.unsubscribe_backend(cx, &uri));
         }
     }
 
@@ -267,7 +271,7 @@ impl Gateway {
                 if self.eras.holds(&state)
                     || !routes_to_stateless(&self.config, &self.catalog, &self.backends, method, params)
                 {
-                    return self.bridge(|e, b, cx| e.resume_with_inputs(b, cx, session, id, &state, params));
+                    return self.parts(|p, cx| p.eras.resume_with_inputs(p.backends, cx, session, id, &state, params));
                 }
             }
         }
@@ -351,7 +355,7 @@ impl Gateway {
             instructions(&self.config)
         );
         self.reply(session, id, &result);
-        self.link(|b, cx| b.start_lazy_backends(cx));
+        self.parts(|p, cx| p.backends.start_lazy_backends(cx));
     }
 
     /// `server/discover`: what tether serves, for stateless-era clients.
@@ -378,7 +382,7 @@ impl Gateway {
             env!("CARGO_PKG_VERSION"),
         );
         self.reply(session, id, &result);
-        self.link(|b, cx| b.start_lazy_backends(cx));
+        self.parts(|p, cx| p.backends.start_lazy_backends(cx));
     }
 
     fn client_notification(&mut self, session: SessionId, method: &str, params: Option<&str>) {
@@ -397,7 +401,7 @@ impl Gateway {
                 let ready: Vec<ServerName> =
                     self.backends.iter().filter(|(_, b)| b.sup.is_ready()).map(|(n, _)| n.clone()).collect();
                 for server in ready {
-                    self.to_backend(&server, protocol::notification(method, None), None);
+                    self.actions.extend(self.backends.frame_to(&server, protocol::notification(method, None), None));
                 }
             }
             _ => {}
@@ -420,7 +424,11 @@ impl Gateway {
                 self.backends.get_mut(&call.server).expect("live").sup.breaker.probe_abandoned();
             }
             let params = format!(r#"{{"requestId":{id},"reason":"cancelled by the client"}}"#);
-            self.to_backend(&call.server, protocol::notification("notifications/cancelled", Some(&params)), None);
+            self.actions.extend(self.backends.frame_to(
+                &call.server,
+                protocol::notification("notifications/cancelled", Some(&params)),
+                None,
+            ));
             self.release(&c);
             return;
         }
@@ -436,7 +444,7 @@ impl Gateway {
                 return;
             }
         }
-        if self.bridge(|e, _, cx| e.cancel_input_round(cx, session, request_id)) {
+        if self.parts(|p, cx| p.eras.cancel_input_round(cx, session, request_id)) {
             return;
         }
         if let Some(pos) = self.router.parked_lists.iter().position(|p| p.session == session && p.id == request_id) {
@@ -466,13 +474,14 @@ impl Gateway {
             None => answer,
         };
         if let Some(round) = r.round {
-            return self.bridge(|e, b, cx| e.input_answered(b, cx, round, &r.backend_id, answer));
+            return self.parts(|p, cx| p.eras.input_answered(p.backends, cx, round, &r.backend_id, answer));
         }
         if let Some(question) = &r.task {
             // A stateless backend's input goes with its call's retry or nowhere
             // (the task may be gone): never as a response.
-            if self.tasking(|t, b, e, cx| t.task_input_answered(b, e, cx, &question.task, &question.key, answer))
-                || question.in_round
+            if self.parts(|p, cx| {
+                p.tasks.task_input_answered(p.backends, p.eras, cx, &question.task, &question.key, answer)
+            }) || question.in_round
             {
                 return;
             }
@@ -486,7 +495,7 @@ impl Gateway {
             Ok(result) => protocol::response(&r.backend_id, result),
             Err(error) => protocol::raw_error_response(&r.backend_id, error),
         };
-        self.to_backend(&r.server, frame, None);
+        self.actions.extend(self.backends.frame_to(&r.server, frame, None));
     }
 
     // ----- lists -----

@@ -256,6 +256,12 @@ impl Notices {
 pub(super) struct Rations(BTreeMap<ServerName, Ration>);
 
 impl Notices {
+    /// Clients and the host are told of `event` (already noted at its backend).
+    pub(super) fn announce(&mut self, event: Event, now: Instant, to: Audience<'_>, actions: &mut VecDeque<Action>) {
+        self.tell(&event, now, to, actions);
+        actions.push_back(Action::Emit { event });
+    }
+
     /// A backend that is gone takes its share with it.
     pub(super) fn forget(&mut self, server: &str) {
         self.rations.forget(server);

@@ -6,7 +6,9 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use super::backends::Backends;
 use super::calls::ClientCall;
+use super::eras::EraBridge;
 use super::router::Router;
 use super::sessions::Sessions;
 use super::tasks::TaskStore;
@@ -129,35 +131,18 @@ impl Cx<'_> {
     }
 }
 
+/// The parts that work in a [`Cx`]: each owns its state and is given the
+/// others it needs explicitly.
+pub(super) struct Parts<'a> {
+    pub backends: &'a mut Backends,
+    pub eras: &'a mut EraBridge,
+    pub tasks: &'a mut TaskStore,
+}
+
 impl super::Gateway {
-    /// Runs `f` on the backend side, then applies its outbox.
-    pub(super) fn link<R>(&mut self, f: impl FnOnce(&mut super::backends::Backends, &mut Cx<'_>) -> R) -> R {
-        self.with_cx(|backends, _, _, cx| f(backends, cx))
-    }
-
-    /// Runs `f` on the era bridge (with the backends), then applies its outbox.
-    pub(super) fn bridge<R>(
-        &mut self,
-        f: impl FnOnce(&mut super::eras::EraBridge, &mut super::backends::Backends, &mut Cx<'_>) -> R,
-    ) -> R {
-        self.with_cx(|backends, eras, _, cx| f(eras, backends, cx))
-    }
-
-    /// Runs `f` on the task store (with the backends and the era bridge), then
-    /// applies its outbox.
-    pub(super) fn tasking<R>(
-        &mut self,
-        f: impl FnOnce(&mut TaskStore, &mut super::backends::Backends, &mut super::eras::EraBridge, &mut Cx<'_>) -> R,
-    ) -> R {
-        self.with_cx(|backends, eras, tasks, cx| f(tasks, backends, eras, cx))
-    }
-
-    /// Runs `f` with the backends, the era bridge and a context, then sends
-    /// what it sent and announces and answers what it did, in its order.
-    fn with_cx<R>(
-        &mut self,
-        f: impl FnOnce(&mut super::backends::Backends, &mut super::eras::EraBridge, &mut TaskStore, &mut Cx<'_>) -> R,
-    ) -> R {
+    /// Runs `f` on the parts in a context, then sends what it sent and
+    /// announces and answers what it did, in its order.
+    pub(super) fn parts<R>(&mut self, f: impl FnOnce(&mut Parts<'_>, &mut Cx<'_>) -> R) -> R {
         let mut out = core::mem::take(&mut self.outbox);
         let result = {
             let mut cx = Cx {
@@ -173,7 +158,8 @@ impl super::Gateway {
                 redactor: &self.redactor,
                 wall_clock: self.wall_clock,
             };
-            f(&mut self.backends, &mut self.eras, &mut self.tasks, &mut cx)
+            let mut parts = Parts { backends: &mut self.backends, eras: &mut self.eras, tasks: &mut self.tasks };
+            f(&mut parts, &mut cx)
         };
         self.apply(&mut out);
         // The buffer is kept for the next call.
@@ -187,7 +173,14 @@ impl super::Gateway {
         for item in out.0.drain(..) {
             match item {
                 Out::Action(action) => self.push(action),
-                Out::Event(event) => self.announce(event),
+                Out::Event(event) => {
+                    let to = super::client_events::Audience {
+                        config: &self.config,
+                        sessions: &self.sessions,
+                        catalog: &self.catalog,
+                    };
+                    self.notices.announce(event, self.now, to, &mut self.actions);
+                }
                 Out::ReplyError { session, id, code, message, data } => {
                     self.reply_error(session, &id, code, &message, data.as_deref());
                 }
@@ -196,7 +189,7 @@ impl super::Gateway {
                         s.in_flight.remove(&id);
                     }
                 }
-                Out::InputExpired(state) => self.bridge(|e, b, cx| e.input_expired(b, cx, &state)),
+                Out::InputExpired(state) => self.parts(|p, cx| p.eras.input_expired(p.backends, cx, &state)),
                 Out::Reply { session, id, result } => self.reply(session, &id, &result),
                 Out::ReplyToClient { session, id, frame } => self.reply_to_client(session, &id, frame),
                 Out::Admit { server, call } => self.admit(&server, *call),

@@ -10,12 +10,14 @@ use crate::io::Status;
 
 impl Gateway {
     pub(super) fn remove_backend(&mut self, server: &str) {
-        self.link(|b, cx| b.close_backend(cx, server, Status::Disconnected, Some("removed from config".into())));
+        self.parts(|p, cx| {
+            p.backends.close_backend(cx, server, Status::Disconnected, Some("removed from config".into()))
+        });
         // Announce its last status change while it still exists; clients hear of the
         // lists it took away once, when the input settles.
         let Some(mut b) = self.backends.remove(server) else { return };
         // Calls waiting for a client's inputs have no backend to go back to.
-        self.bridge(|e, _, cx| e.fail_input_rounds_of(cx, server, &format!("backend '{server}' was removed")));
+        self.parts(|p, cx| p.eras.fail_input_rounds_of(cx, server, &format!("backend '{server}' was removed")));
         self.retired_generations.insert(server.to_string(), b.sup.generation());
         for t in b.sup.drain_transitions() {
             self.emit(t.into_event(self.backends.name(server)));

@@ -289,7 +289,7 @@ impl Gateway {
                         self.redactor.redact_in_place(message);
                     }
                     let end = streams::StreamEnd { last_event_id, retry_ms, events, failure };
-                    self.link(|b, cx| b.stream_ended(cx, &server, stream, end));
+                    self.parts(|p, cx| p.backends.stream_ended(cx, &server, stream, end));
                 }
             }
             Input::BackendStderr { server, generation, line } => {
@@ -302,7 +302,7 @@ impl Gateway {
             }
             Input::BackendExited { server, generation, code } => {
                 if self.backends.current(&server, generation)? {
-                    self.link(|b, cx| b.connection_lost(cx, &server, Failure::Exited { code }));
+                    self.parts(|p, cx| p.backends.connection_lost(cx, &server, Failure::Exited { code }));
                 }
             }
             Input::BackendFailed { server, generation, request, mut failure } => {
@@ -310,7 +310,7 @@ impl Gateway {
                     if let Failure::Spawn { message } | Failure::Other { message } = &mut failure {
                         self.redactor.redact_in_place(message);
                     }
-                    self.link(|b, cx| b.backend_failed(cx, &server, request, failure));
+                    self.parts(|p, cx| p.backends.backend_failed(cx, &server, request, failure));
                 }
             }
             Input::Tick => {}
@@ -319,7 +319,9 @@ impl Gateway {
                 config.validate().map_err(HostError::InvalidConfig)?;
                 self.apply_config(config);
             }
-            Input::Credential { server, update } => self.link(|b, cx| b.credential_update(cx, &server, update))?,
+            Input::Credential { server, update } => {
+                self.parts(|p, cx| p.backends.credential_update(cx, &server, update))?
+            }
             Input::Admin { command } => self.admin(command)?,
         }
         self.fire_timers();
@@ -515,14 +517,8 @@ impl Gateway {
 
     fn emit(&mut self, mut event: Event) {
         self.backends.note_event(&mut event, &self.redactor, self.now);
-        self.announce(event);
-    }
-
-    /// Clients and the host are told of `event` (already noted at its backend).
-    fn announce(&mut self, event: Event) {
         let to = client_events::Audience { config: &self.config, sessions: &self.sessions, catalog: &self.catalog };
-        self.notices.tell(&event, self.now, to, &mut self.actions);
-        self.push(Action::Emit { event });
+        self.notices.announce(event, self.now, to, &mut self.actions);
     }
 
     /// A frame that answers the client's request `id` (raw JSON).
@@ -534,19 +530,6 @@ impl Gateway {
         self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(RawId::new(id)) });
     }
 
-    #[allow(clippy::wrong_self_convention)] // "send to", not a conversion
-    fn to_backend(&mut self, server: &str, frame: String, request: Option<u64>) {
-        let Some(b) = self.backends.get(server) else { return };
-        let generation = b.sup.generation();
-        self.push(Action::SendToBackend {
-            server: self.backends.name(server),
-            generation,
-            frame,
-            request,
-            headers: Vec::new(),
-        });
-    }
-
     /// Runs every timer that is due.
     fn fire_timers(&mut self) {
         // Bounded: each pass consumes at least one due timer or stops.
@@ -556,14 +539,14 @@ impl Gateway {
                 break;
             };
             match due {
-                Due::Backend(name) => self.link(|b, cx| b.backend_timer(cx, &name)),
-                Due::Call(id) => self.link(|b, cx| b.call_timed_out(cx, id)),
+                Due::Backend(name) => self.parts(|p, cx| p.backends.backend_timer(cx, &name)),
+                Due::Call(id) => self.parts(|p, cx| p.backends.call_timed_out(cx, id)),
                 Due::ParkedLists => self.answer_parked_lists(true),
-                Due::Input(state) => self.bridge(|e, b, cx| e.input_expired(b, cx, &state)),
-                Due::Round(round) => self.bridge(|e, _, cx| e.input_round_expired(cx, round)),
-                Due::TaskWindow(call) => self.tasking(|t, _, _, cx| t.task_window_passed(cx, call)),
-                Due::Gathered(call) => self.bridge(|e, b, cx| e.gathered(b, cx, call)),
-                Due::Task(task) => self.tasking(|t, b, e, cx| t.task_expired(b, e, cx, &task)),
+                Due::Input(state) => self.parts(|p, cx| p.eras.input_expired(p.backends, cx, &state)),
+                Due::Round(round) => self.parts(|p, cx| p.eras.input_round_expired(cx, round)),
+                Due::TaskWindow(call) => self.parts(|p, cx| p.tasks.task_window_passed(cx, call)),
+                Due::Gathered(call) => self.parts(|p, cx| p.eras.gathered(p.backends, cx, call)),
+                Due::Task(task) => self.parts(|p, cx| p.tasks.task_expired(p.backends, p.eras, cx, &task)),
                 // `settle` sends the held `list_changed` if it is still owed.
                 Due::Session(SessionTimer::ListChangedHeld(session)) => {
                     if let Some(s) = self.sessions.open.get_mut(&session) {
@@ -596,7 +579,7 @@ impl Gateway {
                 self.push(Action::CloseClient { session });
             }
         }
-        self.bridge(|e, b, cx| e.prune_pending_inputs(b, cx));
+        self.parts(|p, cx| p.eras.prune_pending_inputs(p.backends, cx));
     }
 
     fn admin(&mut self, command: AdminCommand) -> Result<(), HostError> {
@@ -609,8 +592,8 @@ impl Gateway {
             return Err(HostError::UnknownBackend { server });
         }
         match command {
-            AdminCommand::Reconnect { .. } => self.link(|b, cx| b.reconnect_now(cx, &server, false)),
-            AdminCommand::Restart { .. } => self.link(|b, cx| b.reconnect_now(cx, &server, true)),
+            AdminCommand::Reconnect { .. } => self.parts(|p, cx| p.backends.reconnect_now(cx, &server, false)),
+            AdminCommand::Restart { .. } => self.parts(|p, cx| p.backends.reconnect_now(cx, &server, true)),
             AdminCommand::Remove { .. } => self.remove_backend(&server),
         }
         Ok(())
@@ -621,7 +604,7 @@ impl Gateway {
     fn apply_config(&mut self, config: Config) {
         let old = core::mem::replace(&mut self.config, config);
         self.redactor = Redactor::from_config(&self.config);
-        self.tasking(|t, b, e, cx| t.fit_task_store(b, e, cx));
+        self.parts(|p, cx| p.tasks.fit_task_store(p.backends, p.eras, cx));
         if old.separator != self.config.separator {
             let names: Vec<ServerName> = self.backends.keys().cloned().collect();
             let mut fresh = Catalog::new(&self.config.separator);
@@ -660,7 +643,7 @@ impl Gateway {
                     backend.credential = credential;
                     self.backends.insert(name.as_str().into(), backend);
                     if eager {
-                        self.link(|b, cx| b.connect(cx, &name));
+                        self.parts(|p, cx| p.backends.connect(cx, &name));
                     }
                 }
                 Some(b) => {
@@ -680,8 +663,13 @@ impl Gateway {
                     let b = &self.backends[name.as_str()];
                     if b.config.disabled {
                         if b.sup.is_connected() || !was_disabled {
-                            self.link(|b, cx| {
-                                b.close_backend(cx, &name, Status::Disconnected, Some("disabled by config".into()))
+                            self.parts(|p, cx| {
+                                p.backends.close_backend(
+                                    cx,
+                                    &name,
+                                    Status::Disconnected,
+                                    Some("disabled by config".into()),
+                                )
                             });
                         }
                     } else if transport_changed
@@ -689,7 +677,7 @@ impl Gateway {
                         || mended
                         || !self.backends[name.as_str()].catalog_discovered
                     {
-                        self.link(|b, cx| b.restart_for_config(cx, &name));
+                        self.parts(|p, cx| p.backends.restart_for_config(cx, &name));
                     }
                 }
             }

@@ -108,7 +108,7 @@ impl Gateway {
             _ => TaskPlan::Direct,
         };
         if matches!(plan, TaskPlan::RefuseRequired | TaskPlan::RefuseForbidden) {
-            return self.tasking(|t, _, _, cx| t.refuse_task_plan(cx, session, &id, &name, plan));
+            return self.parts(|p, cx| p.tasks.refuse_task_plan(cx, session, &id, &name, plan));
         }
         let (params, progress) = Forward::renamed(raw, fields, &r.entry.original);
         let mut call = self.sessions.call(self.now, session, id, method, params, progress, retry_safe, Shape::Plain);
@@ -120,7 +120,7 @@ impl Gateway {
             TaskPlan::Now => {
                 // tether runs the task: the backend is asked for a plain answer.
                 call.params = call.params.with_fields(&[("task", None)]);
-                if !self.tasking(|t, _, _, cx| t.mint_task(cx, &server, &mut call)) {
+                if !self.parts(|p, cx| p.tasks.mint_task(cx, &server, &mut call)) {
                     let msg = "tether keeps as many tasks as it may (tasks.max_tasks), all running; call without params.task or retry later";
                     return self.reply_error(session, &call.id, code::OVERLOADED, msg, None);
                 }
@@ -237,7 +237,7 @@ impl Gateway {
         let after = self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
         self.reply(session, &id, "{}");
         if before != after {
-            self.link(|b, cx| b.relisten(cx, &server));
+            self.parts(|p, cx| p.backends.relisten(cx, &server));
         }
     }
 
@@ -299,7 +299,7 @@ impl Gateway {
             .map(|(n, _)| n.clone())
             .collect();
         for server in targets {
-            self.link(|b, cx| b.quiet_request(cx, &server, "logging/setLevel", params));
+            self.parts(|p, cx| p.backends.quiet_request(cx, &server, "logging/setLevel", params));
         }
         self.reply(session, id, "{}");
     }
@@ -313,7 +313,7 @@ impl Gateway {
         match b.sup.status() {
             Status::RequiresReauth => {
                 let msg = self.backends.reauth_message(server);
-                return self.link(|b, cx| b.fail_reauth(cx, server, call, &msg));
+                return self.parts(|p, cx| p.backends.fail_reauth(cx, server, call, &msg));
             }
             Status::PermanentlyFailed => {
                 let p = b.sup.policy();
@@ -358,27 +358,29 @@ impl Gateway {
             }
         }
         if self.router.calls.len() >= self.config.limits.max_in_flight as usize {
-            return self.link(|b, cx| b.refuse_overloaded(cx, server, call, "too many requests in flight"));
+            return self.parts(|p, cx| p.backends.refuse_overloaded(cx, server, call, "too many requests in flight"));
         }
         match b.sup.readiness(now) {
-            Readiness::Ready => self.link(|b, cx| b.dispatch(cx, server, call)),
+            Readiness::Ready => self.parts(|p, cx| p.backends.dispatch(cx, server, call)),
             Readiness::Wait | Readiness::StartNow
                 if b.queue.len() >= self.config.limits.max_queued_per_backend as usize =>
             {
-                self.link(|b, cx| b.refuse_overloaded(cx, server, call, "too many calls waiting for this backend"))
+                self.parts(|p, cx| {
+                    p.backends.refuse_overloaded(cx, server, call, "too many calls waiting for this backend")
+                })
             }
             r @ (Readiness::Wait | Readiness::StartNow) => {
                 let deadline = now + Duration::from_millis(b.sup.policy().request_timeout_ms);
                 b.queue.push_back(Queued { call, not_before: now, deadline });
                 if r == Readiness::StartNow && !b.awaiting_credential {
-                    self.link(|b, cx| b.connect(cx, server));
+                    self.parts(|p, cx| p.backends.connect(cx, server));
                 }
             }
             Readiness::Refuse => {
                 if b.sup.status() == Status::RequiresReauth {
-                    self.link(|b, cx| b.login_wanted(cx, server));
+                    self.parts(|p, cx| p.backends.login_wanted(cx, server));
                 }
-                self.link(|b, cx| b.fail_unavailable(cx, server, call))
+                self.parts(|p, cx| p.backends.fail_unavailable(cx, server, call))
             }
         }
     }
@@ -386,7 +388,7 @@ impl Gateway {
     /// Turns a backend's answer into the client's.
     pub(super) fn answer_client_call(&mut self, server: &str, call: ClientCall, answer: Result<&str, &str>) {
         if call.task.is_some() {
-            return self.tasking(|t, b, e, cx| t.task_answered(b, e, cx, server, &call, answer));
+            return self.parts(|p, cx| p.tasks.task_answered(p.backends, p.eras, cx, server, &call, answer));
         }
         if let Some(state) = &call.awaiting_input {
             // The client was told to retry with inputs: the answer waits for that retry.
@@ -400,7 +402,7 @@ impl Gateway {
             if self.backends.get(server).is_some_and(|b| b.era == Era::Stateless) && protocol::is_input_required(result)
             {
                 if !stateless_client {
-                    return self.bridge(|e, b, cx| e.start_input_round(b, cx, server, call, result));
+                    return self.parts(|p, cx| p.eras.start_input_round(p.backends, cx, server, call, result));
                 }
                 // A stateless client answers it itself: its retry comes back here
                 // and goes to the backend with the backend's own requestState.
@@ -436,12 +438,10 @@ impl Gateway {
                 }
                 Shape::Unsubscribe(_) => protocol::response(&call.id, result),
                 Shape::TaskIds => match call.method {
-                    "tools/call" => {
-                        match self.tasking(|t, _, _, cx| t.adopt_passed_task(cx, session, server, result)) {
-                            Some(result) => protocol::response(&call.id, &result),
-                            None => protocol::response(&call.id, result),
-                        }
-                    }
+                    "tools/call" => match self.parts(|p, cx| p.tasks.adopt_passed_task(cx, session, server, result)) {
+                        Some(result) => protocol::response(&call.id, &result),
+                        None => protocol::response(&call.id, result),
+                    },
                     _ => match self.tasks.client_task_ids(server, result) {
                         Some(result) => {
                             match call.method {
@@ -474,7 +474,7 @@ impl Gateway {
 
     pub(super) fn reply(&mut self, session: SessionId, id: &str, result: &str) {
         if let Some(task) = super::tasks::task_of(id) {
-            return self.tasking(|t, b, e, cx| t.finish_task(b, e, cx, task, Ok(result.to_string())));
+            return self.parts(|p, cx| p.tasks.finish_task(p.backends, p.eras, cx, task, Ok(result.to_string())));
         }
         if !self.owed(session, id) {
             return self.eras.hold_answer(session, id, Ok(result.to_string()));
@@ -487,7 +487,7 @@ impl Gateway {
         let data = data.map(|d| self.redactor.redact(d));
         if let Some(task) = super::tasks::task_of(id) {
             let error = protocol::error_object(code, &message, data.as_deref());
-            return self.tasking(|t, b, e, cx| t.finish_task(b, e, cx, task, Err(error)));
+            return self.parts(|p, cx| p.tasks.finish_task(p.backends, p.eras, cx, task, Err(error)));
         }
         if !self.owed(session, id) {
             let error = protocol::error_object(code, &message, data.as_deref());

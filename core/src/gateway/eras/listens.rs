@@ -155,11 +155,11 @@ impl Gateway {
         };
         let Some(b) = self.backends.get(&*server) else { return };
         match b.era {
-            Era::Stateless => self.link(|b, cx| b.relisten(cx, &server)),
+            Era::Stateless => self.parts(|p, cx| p.backends.relisten(cx, &server)),
             // Not ready: subscribed once it is (`resubscribe`).
             Era::Handshake if b.sup.is_ready() => {
                 let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&original));
-                self.link(|b, cx| b.quiet_request(cx, &server, "resources/subscribe", &params));
+                self.parts(|p, cx| p.backends.quiet_request(cx, &server, "resources/subscribe", &params));
             }
             Era::Handshake => {}
         }
@@ -178,7 +178,7 @@ impl Gateway {
             sessions.remove(&session);
             if sessions.is_empty() {
                 self.sessions.subscriptions.remove(&uri);
-                self.link(|b, cx| b.unsubscribe_backend(cx, &uri));
+                self.parts(|p, cx| p.backends.unsubscribe_backend(cx, &uri));
             }
         }
         self.sessions.answered(session);

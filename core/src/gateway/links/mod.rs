@@ -63,9 +63,9 @@ impl Backends {
 
     /// `frame` to `server`'s live connection (nothing when it is gone).
     pub(super) fn send(&mut self, cx: &mut Cx<'_>, server: &str, frame: String, request: Option<u64>) {
-        let Some(b) = self.get(server) else { return };
-        let generation = b.sup.generation();
-        cx.push(Action::SendToBackend { server: self.name(server), generation, frame, request, headers: Vec::new() });
+        if let Some(action) = self.frame_to(server, frame, request) {
+            cx.push(action);
+        }
     }
 }
 

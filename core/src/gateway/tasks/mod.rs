@@ -295,11 +295,11 @@ impl Gateway {
                         None,
                     );
                 };
-                self.tasking(|t, b, e, cx| t.answer_task_inputs(b, e, cx, &task_id, responses));
+                self.parts(|p, cx| p.tasks.answer_task_inputs(p.backends, p.eras, cx, &task_id, responses));
                 self.reply(session, id, r#"{"resultType":"complete"}"#);
             }
             ("tasks/result", _) if terminal => {
-                self.tasking(|t, _, _, cx| t.answer_task_result(cx, session, id, &task_id))
+                self.parts(|p, cx| p.tasks.answer_task_result(cx, session, id, &task_id))
             }
             ("tasks/result", _) => {
                 if !self.tasks.wait_for(&task_id, session, id.clone()) {
@@ -307,19 +307,19 @@ impl Gateway {
                     return self.reply_error(session, id, code::OVERLOADED, msg, None);
                 }
                 // Whoever waits for the result can answer what the task asks.
-                self.tasking(|t, _, _, cx| t.forward_task_inputs(cx, &task_id, session));
+                self.parts(|p, cx| p.tasks.forward_task_inputs(cx, &task_id, session));
             }
             ("tasks/cancel", Form::Experimental) if terminal => {
                 let msg = format!("cannot cancel task {}: it already finished", protocol::quote(&task_id));
                 self.reply_error(session, id, code::INVALID_PARAMS, &msg, None);
             }
             ("tasks/cancel", Form::Experimental) => {
-                self.tasking(|t, b, e, cx| t.cancel_task(b, e, cx, &task_id, "cancelled by the client"));
+                self.parts(|p, cx| p.tasks.cancel_task(p.backends, p.eras, cx, &task_id, "cancelled by the client"));
                 let task = format!("{{{}}}", self.tasks.tasks[&task_id].fields(&task_id, form, poll_ms));
                 self.reply(session, id, &task);
             }
             _ => {
-                self.tasking(|t, b, e, cx| t.cancel_task(b, e, cx, &task_id, "cancelled by the client"));
+                self.parts(|p, cx| p.tasks.cancel_task(p.backends, p.eras, cx, &task_id, "cancelled by the client"));
                 self.reply(session, id, r#"{"resultType":"complete"}"#);
             }
         }
