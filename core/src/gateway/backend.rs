@@ -6,7 +6,6 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
 
-use super::calls::Queued;
 use super::discovery::Discovery;
 use crate::config::{ServerConfig, Transport};
 use crate::history::History;
@@ -59,7 +58,7 @@ pub(super) struct Backend {
     /// The next handshake may skip discovery (respawn from dormant).
     pub skip_discovery: bool,
     /// Client calls waiting for this backend.
-    pub queue: VecDeque<Queued>,
+    pub queue: super::call_queue::CallQueue,
     pub stderr_tail: VecDeque<String>,
     /// The most telling stderr line of this connection's process, with its score
     /// (see [`telling`]): what its failure shows.
@@ -116,7 +115,7 @@ impl Backend {
             cache: [CacheHint::STALE; 4],
             catalog_discovered: false,
             skip_discovery: false,
-            queue: VecDeque::new(),
+            queue: Default::default(),
             stderr_tail: VecDeque::new(),
             telling_line: None,
             recent: Default::default(),
@@ -181,16 +180,7 @@ impl Backend {
 
     /// The earliest deadline of the calls waiting in the queue.
     fn queue_deadline(&self) -> Option<Instant> {
-        let ready = self.sup.is_ready();
-        let epoch = self.credential_epoch();
-        let queue = self.queue.iter().map(|q| {
-            if ready && q.not_before < q.deadline && q.call.wait_epoch <= epoch {
-                q.not_before
-            } else {
-                q.deadline
-            }
-        });
-        queue.min()
+        self.queue.next_deadline(self.sup.is_ready(), self.credential_epoch())
     }
 
     /// Whether clients see this backend's catalog: while it is online or dormant, and

@@ -433,8 +433,7 @@ impl Gateway {
             return;
         }
         for b in self.backends.values_mut() {
-            if let Some(pos) = b.queue.iter().position(|q| q.call.session == session && q.call.id == request_id) {
-                let q = b.queue.remove(pos).expect("position");
+            if let Some(q) = b.queue.remove_call(session, request_id) {
                 if q.call.probe {
                     b.sup.breaker.probe_abandoned();
                 }

@@ -6,6 +6,7 @@ mod access;
 mod backend;
 mod backend_frames;
 mod backends;
+mod call_queue;
 mod calls;
 mod client;
 mod client_events;

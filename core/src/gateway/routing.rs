@@ -362,16 +362,13 @@ impl Gateway {
         }
         match b.sup.readiness(now) {
             Readiness::Ready => self.parts(|p, cx| p.backends.dispatch(cx, server, call)),
-            Readiness::Wait | Readiness::StartNow
-                if b.queue.len() >= self.config.limits.max_queued_per_backend as usize =>
-            {
-                self.parts(|p, cx| {
-                    p.backends.refuse_overloaded(cx, server, call, "too many calls waiting for this backend")
-                })
-            }
             r @ (Readiness::Wait | Readiness::StartNow) => {
                 let deadline = now + Duration::from_millis(b.sup.policy().request_timeout_ms);
-                b.queue.push_back(Queued { call, not_before: now, deadline });
+                let limit = self.config.limits.max_queued_per_backend as usize;
+                if let Err(q) = b.queue.try_push(Queued { call, not_before: now, deadline }, false, limit) {
+                    let why = "too many calls waiting for this backend";
+                    return self.parts(|p, cx| p.backends.refuse_overloaded(cx, server, q.call, why));
+                }
                 if r == Readiness::StartNow && !b.awaiting_credential {
                     self.parts(|p, cx| p.backends.connect(cx, server));
                 }

@@ -216,7 +216,7 @@ impl Backends {
                     let msg = self.login_instructions(server);
                     let b = self.get_mut(server).expect("live");
                     b.sup.on_closed(Status::RequiresReauth, Some(msg));
-                    let waiting: alloc::vec::Vec<Queued> = b.queue.drain(..).collect();
+                    let waiting = b.queue.take_all();
                     for q in waiting {
                         self.fail_unavailable(cx, server, q.call);
                     }
@@ -236,9 +236,7 @@ impl Backends {
     pub(in crate::gateway) fn fail_waiting_for_credential(&mut self, cx: &mut Cx<'_>, server: &str, message: &str) {
         let b = self.get_mut(server).expect("live");
         let epoch = b.credential_epoch();
-        let (waiting, rest): (alloc::vec::Vec<Queued>, alloc::vec::Vec<Queued>) =
-            b.queue.drain(..).partition(|q| q.call.wait_epoch > epoch);
-        b.queue = rest.into();
+        let waiting = b.queue.take_where(|q| q.call.wait_epoch > epoch);
         for q in waiting {
             self.fail_refused(cx, server, q.call, message);
         }

@@ -202,7 +202,7 @@ impl Backends {
         b.skip_discovery = false;
         let after = b.sup.on_connection_lost(now, &failure, message.clone(), cx.rng);
         // Calls waiting for this connection fail with the structured status.
-        let waiting: Vec<Queued> = b.queue.drain(..).collect();
+        let waiting = b.queue.take_all();
         for q in waiting {
             self.fail_unavailable(cx, server, q.call);
         }
@@ -268,14 +268,7 @@ impl Backends {
         }
         let limit = cx.config.limits.max_queued_per_backend as usize;
         let b = self.get_mut(server).expect("live");
-        if b.queue.len() < limit {
-            if front {
-                b.queue.push_front(queued);
-            } else {
-                b.queue.push_back(queued);
-            }
-            return;
-        }
+        let Err(queued) = b.queue.try_push(queued, front, limit) else { return };
         let call = queued.call;
         if call.probe {
             b.sup.breaker.probe_abandoned();

@@ -2,7 +2,7 @@
 //! health checks, idle), the queue of calls waiting for a backend, and the
 //! status data a failed call carries.
 
-use crate::gateway::calls::{CallKind, ClientCall, Queued};
+use crate::gateway::calls::{CallKind, ClientCall};
 use crate::io::Status;
 use crate::metrics::CallOutcome;
 use crate::policy::Failure;
@@ -10,7 +10,6 @@ use crate::protocol::{self, code};
 use crate::supervisor::Timer;
 use alloc::format;
 use alloc::string::{String, ToString};
-use alloc::vec::Vec;
 
 use crate::gateway::backends::Backends;
 use crate::gateway::cx::Cx;
@@ -29,7 +28,7 @@ impl Backends {
         let b = self.get_mut(server).expect("live");
         b.skip_discovery = false;
         b.sup.on_closed(status, message);
-        let waiting: Vec<Queued> = b.queue.drain(..).collect();
+        let waiting = b.queue.take_all();
         for c in in_flight.into_iter().chain(waiting.into_iter().map(|q| q.call)) {
             if let Some(b) = self.get_mut(server) {
                 if c.probe {
@@ -121,8 +120,7 @@ impl Backends {
     pub(in crate::gateway) fn queue_timer(&mut self, cx: &mut Cx<'_>, server: &str) {
         let now = cx.now;
         let b = self.get_mut(server).expect("live");
-        let (expired, rest): (Vec<Queued>, Vec<Queued>) = b.queue.drain(..).partition(|q| q.deadline <= now);
-        b.queue = rest.into();
+        let expired = b.queue.take_where(|q| q.deadline <= now);
         for q in expired {
             let data = self.unavailable_data(server, cx.now);
             let msg = format!("backend '{server}' did not become available in time");
@@ -177,9 +175,7 @@ impl Backends {
             return;
         }
         let epoch = b.credential_epoch();
-        let (due, rest): (Vec<Queued>, Vec<Queued>) =
-            b.queue.drain(..).partition(|q| q.not_before <= now && q.call.wait_epoch <= epoch);
-        b.queue = rest.into();
+        let due = b.queue.take_where(|q| q.not_before <= now && q.call.wait_epoch <= epoch);
         for q in due {
             self.dispatch(cx, server, q.call);
         }
