@@ -1,7 +1,6 @@
 //! The backend side: each backend's state, connecting, the handshake (or the
 //! stateless probe), listens, discovery and health answers.
 
-use alloc::collections::VecDeque;
 use alloc::string::String;
 use alloc::vec::Vec;
 use serde_json::{Map, Value};
@@ -17,7 +16,6 @@ use crate::supervisor::Supervisor;
 use crate::time::{earliest, Instant};
 
 /// Lines of stderr kept per backend for crash messages.
-pub(super) const STDERR_TAIL: usize = 8;
 /// Requests the gateway itself may have in flight per backend beyond client calls
 /// (a probe answered late, the handshake, four discovery lists, health, a listen).
 pub(super) const INTERNAL_CALLS: usize = 8;
@@ -59,10 +57,7 @@ pub(super) struct Backend {
     pub skip_discovery: bool,
     /// Client calls waiting for this backend.
     pub queue: super::call_queue::CallQueue,
-    pub stderr_tail: VecDeque<String>,
-    /// The most telling stderr line of this connection's process, with its score
-    /// (see [`telling`]): what its failure shows.
-    pub telling_line: Option<(u8, String)>,
+    pub stderr: super::stderr_tail::StderrTail,
     /// Its stderr and events lately, across restarts (for `tether logs`).
     pub recent: super::recent::Recent,
     /// `ping` answered -32601: health checks use `tools/list`.
@@ -116,8 +111,7 @@ impl Backend {
             catalog_discovered: false,
             skip_discovery: false,
             queue: Default::default(),
-            stderr_tail: VecDeque::new(),
-            telling_line: None,
+            stderr: Default::default(),
             recent: Default::default(),
             ping_unsupported: false,
             session_losses: 0,
@@ -143,23 +137,7 @@ impl Backend {
 
     /// Keeps a stderr line (cut to 512 bytes) in the tail; returns it as kept.
     pub(super) fn push_stderr(&mut self, line: String) -> String {
-        if self.stderr_tail.len() == STDERR_TAIL {
-            self.stderr_tail.pop_front();
-        }
-        let mut line = line;
-        if line.len() > 512 {
-            let mut end = 512;
-            while !line.is_char_boundary(end) {
-                end -= 1;
-            }
-            line.truncate(end);
-        }
-        self.stderr_tail.push_back(line.clone());
-        let score = telling(&line);
-        if self.telling_line.as_ref().map_or(score > 0, |(best, _)| outranks(score, *best)) {
-            self.telling_line = Some((score, line.clone()));
-        }
-        line
+        self.stderr.push(line)
     }
 
     /// The earliest of the supervisor's timers, the credential's, the ended
@@ -205,7 +183,7 @@ impl Backend {
     /// host and port (never its path or query, which may hold a key).
     pub(super) fn failure_message(&self, failure: &Failure) -> String {
         let mut m = failure.describe();
-        if let (true, Some((_, line))) = (self.config.transport.is_stdio(), &self.telling_line) {
+        if let (true, Some(line)) = (self.config.transport.is_stdio(), self.stderr.telling()) {
             m.push_str("; stderr: ");
             m.push_str(line.trim());
         }
@@ -236,42 +214,6 @@ fn url_origin(url: &str) -> String {
     alloc::format!("{scheme}://{host}")
 }
 
-/// Whether a line scoring `score` replaces the one kept, scoring `best`: a
-/// higher score does; of trouble, the first stays (a cause comes before its
-/// consequences); of chatter, the latest.
-fn outranks(score: u8, best: u8) -> bool {
-    score > best || (score == 1 && best == 1)
-}
-
-/// How much a stderr line says about a failure (the line of a process's stderr
-/// that [`outranks`] the others is the one its failure shows): 0 nothing (blank, a stack frame,
-/// punctuation), 1 an ordinary line, 2 one that mentions trouble, 3 an error
-/// message (`Error: ...`, `ModuleNotFoundError: ...`, `fatal: ...`, a panic).
-fn telling(line: &str) -> u8 {
-    let t = line.trim();
-    let frame = t.starts_with("at ") || t.starts_with("File \"") || t.starts_with("^");
-    if frame || !t.chars().any(char::is_alphanumeric) {
-        return 0;
-    }
-    let lower = t.to_ascii_lowercase();
-    let head = lower.split(':').next().unwrap_or("");
-    let typed = t.contains(':')
-        && !head.contains(' ')
-        && (head.ends_with("error") || head.ends_with("exception") || matches!(head, "fatal" | "panic" | "critical"));
-    if typed || lower.contains("panicked at") {
-        return 3;
-    }
-    #[rustfmt::skip]
-    const TROUBLE: [&str; 16] = [
-        "error", "fatal", "fail", "cannot", "can't", "unable", "denied", "refused", "not found", "no such", "panic",
-        "exception", "out of memory", "timed out", "killed", "crash",
-    ];
-    if TROUBLE.iter().any(|w| lower.contains(w)) {
-        return 2;
-    }
-    1
-}
-
 /// Whether a list of revisions (`supportedVersions`, or an error's `supported`)
 /// names one of `wanted`.
 pub(in crate::gateway) fn speaks(versions: Option<&Value>, wanted: &[&str]) -> bool {
@@ -282,7 +224,7 @@ pub(in crate::gateway) fn speaks(versions: Option<&Value>, wanted: &[&str]) -> b
 
 #[cfg(test)]
 mod tests {
-    use super::{telling, url_origin};
+    use super::url_origin;
 
     #[test]
     fn a_url_origin_keeps_nothing_secret() {
@@ -290,51 +232,5 @@ mod tests {
         assert_eq!(url_origin("http://127.0.0.1:9/sse"), "http://127.0.0.1:9");
         assert_eq!(url_origin("https://user:pw@host.test:8443/x"), "https://host.test:8443");
         assert_eq!(url_origin("https://h.test#frag"), "https://h.test");
-    }
-
-    /// The line a failure would show, as the backend picks it while lines come.
-    fn pick(lines: &[&'static str]) -> Option<&'static str> {
-        let mut best: Option<(u8, &str)> = None;
-        for line in lines {
-            let score = telling(line);
-            if best.map_or(score > 0, |(b, _)| super::outranks(score, b)) {
-                best = Some((score, line));
-            }
-        }
-        best.map(|(_, line)| line.trim())
-    }
-
-    #[test]
-    fn the_error_message_wins_over_chatter_and_stack_frames() {
-        // Node: the message, then a stack, then chatter.
-        let node = [
-            "Starting default (STDIO) server...",
-            "node:internal/modules/cjs/loader:1228",
-            "  throw err;",
-            "  ^",
-            "Error: Cannot find module '/nonexistent/index.js'",
-            "    at Module._resolveFilename (node:internal/modules/cjs/loader:1225:15)",
-            "  code: 'MODULE_NOT_FOUND',",
-            "Node.js v20.20.2",
-        ];
-        assert_eq!(pick(&node), Some("Error: Cannot find module '/nonexistent/index.js'"));
-        // Python: the last line of a traceback.
-        let python = [
-            "Traceback (most recent call last):",
-            "  File \"/srv/server.py\", line 1, in <module>",
-            "ModuleNotFoundError: No module named 'mcp'",
-        ];
-        assert_eq!(pick(&python), Some("ModuleNotFoundError: No module named 'mcp'"));
-        assert_eq!(
-            pick(&["loading index", "thread 'main' panicked at src/main.rs:3:5:", "index is corrupt"]),
-            Some("thread 'main' panicked at src/main.rs:3:5:")
-        );
-        assert_eq!(
-            pick(&["listening on stdio", "could not open /data: permission denied"]),
-            Some("could not open /data: permission denied")
-        );
-        assert_eq!(pick(&["one", "two"]), Some("two"), "no trouble: the last line");
-        assert_eq!(pick(&["error: cannot open /x", "fatal: giving up"]), Some("error: cannot open /x"), "the cause");
-        assert_eq!(pick(&["", "  "]), None);
     }
 }

@@ -24,6 +24,7 @@ mod recent;
 mod router;
 mod routing;
 mod sessions;
+mod stderr_tail;
 mod streams;
 mod tasks;
 
@@ -491,7 +492,7 @@ impl Gateway {
             b.sup.check_invariants(self.now).map_err(|e| format!("{name}: {e}"))?;
             let max_ended = limits.max_in_flight as usize + backend::INTERNAL_CALLS + 1;
             b.streams.check_invariants(max_ended).map_err(|e| format!("{name}: {e}"))?;
-            if b.stderr_tail.len() > backend::STDERR_TAIL {
+            if b.stderr.len() > stderr_tail::STDERR_TAIL {
                 return Err(format!("{name}: stderr tail unbounded"));
             }
             b.recent.check_invariants().map_err(|e| format!("{name}: {e}"))?;

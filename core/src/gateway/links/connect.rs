@@ -38,8 +38,7 @@ impl Backends {
         }
         b.first_connect_at.get_or_insert(now);
         b.connect_started_at = Some(now);
-        b.stderr_tail.clear();
-        b.telling_line = None;
+        b.stderr.clear();
         b.discovery = None;
         b.streams = Default::default();
         let action = match &b.config.transport {
