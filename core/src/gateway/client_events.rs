@@ -312,4 +312,41 @@ mod tests {
         rations.forget("a");
         assert_eq!(rations.take(&a, next), Some(0), "a backend added back starts afresh");
     }
+
+    #[test]
+    fn an_event_is_journaled_and_told_to_ready_handshake_sessions_that_see_its_server() {
+        use crate::access::{ScopeGrant, ScopeMap};
+        use crate::gateway::sessions::Session;
+        let mut config = Config { client_events: true, ..Config::default() };
+        let mut scopes = ScopeMap::new();
+        scopes.insert("a".into(), ScopeGrant { servers: alloc::vec!["a".into()], tools: alloc::vec![] });
+        config.scopes = scopes;
+        let catalog = Catalog::new("__");
+        let mut sessions = Sessions::default();
+        let ready = |scopes: Option<&[&str]>, era| {
+            let mut s = Session::new(true, Instant::ZERO);
+            s.ready = true;
+            s.era = era;
+            s.scopes = scopes.map(|l| l.iter().map(|x| String::from(*x)).collect());
+            s
+        };
+        sessions.open.insert(SessionId(1), ready(None, Era::Handshake));
+        sessions.open.insert(SessionId(2), ready(Some(&["b"]), Era::Handshake));
+        sessions.open.insert(SessionId(3), ready(None, Era::Stateless));
+        let mut notices = Notices::default();
+        let mut actions = VecDeque::new();
+        let to = Audience { config: &config, sessions: &sessions, catalog: &catalog };
+        let event = Event::ServerDisconnected { server: "a".into(), intentional: false };
+        notices.announce(event, Instant::ZERO, to, &mut actions);
+        let told: Vec<SessionId> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::SendToClient { session, .. } => Some(*session),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(told, [SessionId(1)], "not a session that cannot see it, nor a stateless one");
+        assert!(matches!(actions.back(), Some(Action::Emit { .. })), "the host hears of it last");
+        assert_eq!(notices.journal.next_seq(), 2, "journaled whoever was told");
+    }
 }

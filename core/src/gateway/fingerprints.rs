@@ -98,3 +98,71 @@ impl Fingerprints {
         hashes
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::{Access, ScopeGrant};
+    use crate::config::{Policy, ServerConfig};
+    use crate::gateway::backend::Backend;
+    use crate::io::Status;
+    use crate::supervisor::Supervisor;
+    use crate::time::Instant;
+    use alloc::string::String;
+    use alloc::vec;
+    use serde_json::json;
+
+    fn setup() -> (Catalog, Backends) {
+        let mut catalog = Catalog::new("__");
+        let mut backends = Backends::default();
+        for server in ["a", "b"] {
+            catalog.register(server, true);
+            let tool = json!({"name": "t", "inputSchema": {"type": "object"}}).as_object().cloned().unwrap_or_default();
+            catalog.install(server, [vec![tool], vec![], vec![], vec![]]);
+            let mut sup = Supervisor::new(true, false, Policy::default(), Instant::ZERO);
+            sup.set_status(Status::Online, None);
+            backends.insert(server.into(), Backend::new(ServerConfig::stdio("x", &[]), sup));
+        }
+        (catalog, backends)
+    }
+
+    #[test]
+    fn the_shared_fingerprints_change_with_the_catalog_and_a_backends_visibility_only() {
+        let (mut catalog, mut backends) = setup();
+        let config = Config::default();
+        let mut prints = Fingerprints::default();
+        let before = prints.visible(&catalog, &backends, &config);
+        assert_eq!(prints.visible(&catalog, &backends, &config), before, "cached and stable");
+        backends.get_mut("b").expect("b").sup.set_status(Status::Offline, None);
+        let offline = prints.visible(&catalog, &backends, &config);
+        assert_ne!(offline[0], before[0], "b's tool left the list");
+        assert_eq!(offline[1..], before[1..], "lists b had nothing in are the same");
+        let tool = json!({"name": "u", "inputSchema": {"type": "object"}}).as_object().cloned().unwrap_or_default();
+        catalog.install("a", [vec![tool], vec![], vec![], vec![]]);
+        assert_ne!(prints.visible(&catalog, &backends, &config)[0], offline[0]);
+    }
+
+    #[test]
+    fn a_restricted_session_has_fingerprints_of_its_own_view() {
+        let (catalog, backends) = setup();
+        let mut config = Config::default();
+        config.scopes.insert("a".into(), ScopeGrant { servers: vec!["a".into()], tools: vec![] });
+        let mut prints = Fingerprints::default();
+        let everyone = prints.visible(&catalog, &backends, &config);
+        let held = [String::from("a")];
+        let own = prints.of_session(
+            SessionView::new(Access::new(&config.scopes, Some(&held)), &catalog),
+            &catalog,
+            &backends,
+            &config,
+        );
+        assert_ne!(own[0], everyone[0], "it sees a's tool only");
+        let all = prints.of_session(
+            SessionView::new(Access::new(&config.scopes, None), &catalog),
+            &catalog,
+            &backends,
+            &config,
+        );
+        assert_eq!(all, everyone, "unrestricted: the shared fingerprints");
+    }
+}
