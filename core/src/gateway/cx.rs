@@ -3,6 +3,7 @@
 //! only), and an ordered outbox for what it sends, announces and answers.
 //! The gateway builds it around a part's call and applies the outbox after.
 
+use alloc::collections::VecDeque;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -51,6 +52,9 @@ pub(super) enum Out {
 /// change besides its own state. What it sends, announces and answers goes
 /// out through the outbox, in order; the gateway empties it after each call.
 pub(super) struct Cx<'a> {
+    /// The host's action queue: an action goes straight there while nothing
+    /// waits in the outbox before it (the order is the same, with no detour).
+    pub(super) actions: &'a mut VecDeque<Action>,
     pub(super) out: &'a mut Outbox,
     /// Open requests: tether's own go in, ids come from here.
     pub router: &'a mut Router,
@@ -74,6 +78,9 @@ pub(super) struct Cx<'a> {
 impl Cx<'_> {
     /// An action for the host, after what was sent before it.
     pub(super) fn push(&mut self, action: Action) {
+        if self.out.0.is_empty() {
+            return self.actions.push_back(action);
+        }
         self.out.0.push(Out::Action(action));
     }
 
@@ -146,6 +153,7 @@ impl super::Gateway {
         let mut out = core::mem::take(&mut self.outbox);
         let result = {
             let mut cx = Cx {
+                actions: &mut self.actions,
                 out: &mut out,
                 router: &mut self.router,
                 now: self.now,

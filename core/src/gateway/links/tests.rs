@@ -19,6 +19,7 @@ use crate::supervisor::Supervisor;
 
 struct Harness {
     backends: Backends,
+    actions: alloc::collections::VecDeque<Action>,
     out: Outbox,
     router: Router,
     rng: Rng,
@@ -35,6 +36,7 @@ impl Harness {
     fn new() -> Self {
         let mut h = Harness {
             backends: Backends::default(),
+            actions: Default::default(),
             out: Outbox::default(),
             router: Router::default(),
             rng: Rng::new(7),
@@ -55,6 +57,7 @@ impl Harness {
 
     fn run<R>(&mut self, f: impl FnOnce(&mut Backends, &mut Cx<'_>) -> R) -> R {
         let mut cx = Cx {
+            actions: &mut self.actions,
             out: &mut self.out,
             router: &mut self.router,
             now: self.now,
@@ -70,8 +73,11 @@ impl Harness {
         f(&mut self.backends, &mut cx)
     }
 
+    /// What the part did, in order: the actions that went straight to the
+    /// queue, then the outbox.
     fn drain(&mut self) -> Vec<Out> {
-        core::mem::take(&mut self.out.0)
+        let direct = self.actions.drain(..).map(Out::Action);
+        direct.chain(core::mem::take(&mut self.out.0)).collect()
     }
 
     /// The methods of the frames sent to backends, in order.
