@@ -32,5 +32,6 @@ pub mod recorder;
 pub mod reload;
 pub mod resource_auth;
 pub mod safe_file;
+pub mod seal;
 pub mod status_document;
 pub mod warn_limit;

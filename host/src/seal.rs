@@ -1,0 +1,214 @@
+//! Sealed tokens: state a client carries for tether (a session id, a
+//! continuation) sealed with AES-256-GCM under a key ring, so that any replica
+//! holding the ring can open what another sealed, and nobody else can read or
+//! change it. The first key of the ring seals; every key opens, so keys rotate
+//! without dropping what is out there (add the new key first, retire the old one
+//! once its tokens have expired).
+//!
+//! A token is `base64url(version | key id | expiry | nonce | ciphertext+tag)`.
+//! The key id and the expiry are readable (a replica refuses an unknown key or
+//! an expired token without trying) and authenticated with the purpose, so a
+//! token sealed for one purpose never opens as another. Nonces are random
+//! (96 bits): a key seals far fewer than 2^32 tokens before it is rotated.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+
+/// The format of a token, its first byte.
+const VERSION: u8 = 1;
+
+/// Bytes before the ciphertext: version, key id, expiry (ms since the Unix
+/// epoch, big-endian), nonce.
+const HEADER: usize = 1 + 1 + 8 + NONCE_LEN;
+
+/// The longest token opened, in characters: anything longer is refused unread.
+pub const MAX_TOKEN_CHARS: usize = 4096;
+
+/// Why a token did not open. Callers answer each the same way (a 404 for a
+/// session id): the distinction is for logs and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SealError {
+    /// Not a token of this format (or too long).
+    Malformed,
+    /// Sealed under a key the ring does not hold (retired, or another ring's).
+    UnknownKey,
+    /// Its time is up.
+    Expired,
+    /// Changed, forged, or sealed for another purpose.
+    Tampered,
+}
+
+impl std::fmt::Display for SealError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SealError::Malformed => "not a sealed token",
+            SealError::UnknownKey => "sealed under a key this replica does not hold",
+            SealError::Expired => "expired",
+            SealError::Tampered => "does not open: changed, forged or sealed for something else",
+        })
+    }
+}
+
+/// Keys by id; the first seals.
+pub struct KeyRing {
+    keys: Vec<(u8, LessSafeKey)>,
+}
+
+impl std::fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key material.
+        let ids: Vec<u8> = self.keys.iter().map(|(id, _)| *id).collect();
+        f.debug_struct("KeyRing").field("key_ids", &ids).finish()
+    }
+}
+
+impl KeyRing {
+    /// A ring of `keys` (id, 32 bytes), the first sealing. Errors on an empty
+    /// ring or an id given twice.
+    pub fn new(keys: &[(u8, [u8; 32])]) -> Result<KeyRing, String> {
+        if keys.is_empty() {
+            return Err("the key ring is empty: give at least one key".into());
+        }
+        let mut ring = Vec::with_capacity(keys.len());
+        for (id, bytes) in keys {
+            if ring.iter().any(|(other, _)| other == id) {
+                return Err(format!("key id {id} is given twice"));
+            }
+            let key = UnboundKey::new(&AES_256_GCM, bytes).map_err(|_| "a key must be 32 bytes".to_string())?;
+            ring.push((*id, LessSafeKey::new(key)));
+        }
+        Ok(KeyRing { keys: ring })
+    }
+
+    /// A ring of one random key, for a process alone: its tokens open nowhere
+    /// else and not after a restart. `None` when the system gives no randomness.
+    pub fn random() -> Option<KeyRing> {
+        let mut key = [0u8; 32];
+        getrandom::getrandom(&mut key).ok()?;
+        KeyRing::new(&[(0, key)]).ok()
+    }
+
+    /// `payload` sealed for `purpose` under the first key, opening until
+    /// `expires_unix_ms`. `None` when the system gives no randomness for the nonce.
+    pub fn seal(&self, purpose: &str, expires_unix_ms: u64, payload: &[u8]) -> Option<String> {
+        let mut nonce = [0u8; NONCE_LEN];
+        getrandom::getrandom(&mut nonce).ok()?;
+        Some(self.seal_with_nonce(purpose, expires_unix_ms, payload, nonce))
+    }
+
+    fn seal_with_nonce(&self, purpose: &str, expires_unix_ms: u64, payload: &[u8], nonce: [u8; NONCE_LEN]) -> String {
+        let (id, key) = &self.keys[0];
+        let mut token = Vec::with_capacity(HEADER + payload.len() + AES_256_GCM.tag_len());
+        token.push(VERSION);
+        token.push(*id);
+        token.extend_from_slice(&expires_unix_ms.to_be_bytes());
+        token.extend_from_slice(&nonce);
+        let mut sealed = payload.to_vec();
+        let aad = aad(purpose, &token[..1 + 1 + 8]);
+        key.seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut sealed)
+            .expect("AES-GCM seals any length tether gives it");
+        token.extend_from_slice(&sealed);
+        URL_SAFE_NO_PAD.encode(token)
+    }
+
+    /// The payload of `token`, sealed for `purpose`, if it opens at `now_unix_ms`.
+    pub fn open(&self, purpose: &str, token: &str, now_unix_ms: u64) -> Result<Vec<u8>, SealError> {
+        if token.len() > MAX_TOKEN_CHARS {
+            return Err(SealError::Malformed);
+        }
+        let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| SealError::Malformed)?;
+        if bytes.len() < HEADER + AES_256_GCM.tag_len() || bytes[0] != VERSION {
+            return Err(SealError::Malformed);
+        }
+        let key = self.keys.iter().find(|(id, _)| *id == bytes[1]).map(|(_, key)| key).ok_or(SealError::UnknownKey)?;
+        let expires = u64::from_be_bytes(bytes[2..10].try_into().expect("8 bytes"));
+        if now_unix_ms >= expires {
+            return Err(SealError::Expired);
+        }
+        let nonce: [u8; NONCE_LEN] = bytes[10..HEADER].try_into().expect("nonce length");
+        let mut sealed = bytes[HEADER..].to_vec();
+        let aad = aad(purpose, &bytes[..1 + 1 + 8]);
+        let opened = key
+            .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut sealed)
+            .map_err(|_| SealError::Tampered)?;
+        Ok(opened.to_vec())
+    }
+}
+
+/// What is authenticated besides the payload: the purpose, then the readable header.
+fn aad(purpose: &str, header: &[u8]) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(purpose.len() + 1 + header.len());
+    aad.extend_from_slice(purpose.as_bytes());
+    aad.push(0);
+    aad.extend_from_slice(header);
+    aad
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    fn ring(ids: &[u8]) -> KeyRing {
+        let keys: Vec<(u8, [u8; 32])> = ids.iter().map(|id| (*id, [*id; 32])).collect();
+        KeyRing::new(&keys).expect("a ring")
+    }
+
+    #[test]
+    fn a_token_opens_for_its_purpose_until_it_expires_and_says_nothing_of_its_payload() {
+        let r = ring(&[1]);
+        let token = r.seal("session", NOW + 1_000, b"alice's session").expect("sealed");
+        assert!(!token.contains("alice"));
+        assert_eq!(r.open("session", &token, NOW).as_deref(), Ok(&b"alice's session"[..]));
+        assert_eq!(r.open("session", &token, NOW + 1_000), Err(SealError::Expired));
+        assert_eq!(r.open("continuation", &token, NOW), Err(SealError::Tampered), "another purpose");
+        // Two seals of the same payload differ (fresh nonces).
+        assert_ne!(token, r.seal("session", NOW + 1_000, b"alice's session").expect("sealed"));
+    }
+
+    #[test]
+    fn a_changed_byte_anywhere_or_a_moved_expiry_does_not_open() {
+        let r = ring(&[1]);
+        let token = r.seal_with_nonce("session", NOW + 1_000, b"payload", [7; NONCE_LEN]);
+        let bytes = URL_SAFE_NO_PAD.decode(&token).expect("base64url");
+        for i in 0..bytes.len() {
+            let mut changed = bytes.clone();
+            changed[i] ^= 0x01;
+            let changed = URL_SAFE_NO_PAD.encode(changed);
+            let refused = r.open("session", &changed, NOW);
+            assert!(refused.is_err(), "byte {i} changed and it still opened");
+        }
+        // The expiry pushed later is refused as tampered, not honoured.
+        let mut later = bytes.clone();
+        later[2..10].copy_from_slice(&(NOW + 10_000_000).to_be_bytes());
+        assert_eq!(r.open("session", &URL_SAFE_NO_PAD.encode(later), NOW), Err(SealError::Tampered));
+    }
+
+    #[test]
+    fn keys_rotate_without_dropping_tokens_and_a_retired_key_opens_nothing() {
+        let old = ring(&[1]);
+        let token = old.seal("session", NOW + 1_000, b"p").expect("sealed");
+        let rotating = ring(&[2, 1]);
+        assert_eq!(rotating.open("session", &token, NOW).as_deref(), Ok(&b"p"[..]), "the old key still opens");
+        let new_token = rotating.seal("session", NOW + 1_000, b"q").expect("sealed");
+        assert_eq!(old.open("session", &new_token, NOW), Err(SealError::UnknownKey), "sealed under the new key");
+        let retired = ring(&[2]);
+        assert_eq!(retired.open("session", &token, NOW), Err(SealError::UnknownKey));
+        // Another ring with the same id but another key: forged as far as this one knows.
+        let other = KeyRing::new(&[(1, [9; 32])]).expect("a ring");
+        assert_eq!(other.open("session", &token, NOW), Err(SealError::Tampered));
+    }
+
+    #[test]
+    fn anything_that_is_not_a_token_is_malformed_and_rings_are_checked() {
+        let r = ring(&[1]);
+        for bad in ["", "not base64!", "AAAA", &"A".repeat(MAX_TOKEN_CHARS + 1)] {
+            assert_eq!(r.open("session", bad, NOW), Err(SealError::Malformed), "{bad:.20}");
+        }
+        assert!(KeyRing::new(&[]).is_err());
+        assert!(KeyRing::new(&[(1, [0; 32]), (1, [1; 32])]).is_err());
+        assert!(!format!("{r:?}").contains("1, 1, 1"), "no key material in Debug");
+    }
+}
