@@ -377,7 +377,9 @@ impl Credential {
             CredentialState::Valid if self.just_issued(now) => {
                 self.fresh_refusals = self.fresh_refusals.saturating_add(1);
                 let delay = self.retry.delay(self.fresh_refusals, rng);
-                self.retry_at = Some(now + delay);
+                // The backoff's asks are refusals' asks too: a jittered backoff
+                // alone could fit one more than the bound into a minute.
+                self.retry_at = Some(self.ask_slot(now + delay));
                 self.refresh_at = None;
                 self.reason = Some(format!(
                     "the backend refused a token the authorization server had just issued ({} in a row){}; \
@@ -492,6 +494,24 @@ impl Credential {
                 true
             }
         }
+    }
+
+    /// The time a token request a refusal causes may be made, at `at` or
+    /// later: when [`MAX_REFUSAL_ASKS`] fall within the minute before `at`, once
+    /// the oldest of them has left it. Noted as made then.
+    fn ask_slot(&mut self, at: Instant) -> Instant {
+        while self.refusal_asks.front().is_some_and(|&asked| asked + REFUSAL_ASKS_WINDOW <= at) {
+            self.refusal_asks.pop_front();
+        }
+        let at = match self.refusal_asks.front() {
+            Some(&oldest) if self.refusal_asks.is_full() => {
+                self.refusal_asks.pop_front();
+                at.max(oldest + REFUSAL_ASKS_WINDOW)
+            }
+            _ => at,
+        };
+        let _ = self.refusal_asks.push_back(at);
+        at
     }
 
     /// The host reported on the credential.

@@ -73,6 +73,42 @@ fn a_token_refused_right_after_it_was_issued_is_renewed_on_the_backoff() {
 }
 
 #[test]
+fn fresh_tokens_refused_every_time_cause_at_most_six_token_requests_a_minute_whatever_the_jitter() {
+    // Bases 1, 2, 4, 8, 16, 32 s sum to 63 s: jittered down, a seventh retry
+    // would fall inside the first minute.
+    let backoff = Backoff {
+        initial: Duration::from_millis(1000),
+        multiplier: 2,
+        max: Duration::from_millis(60_000),
+        jitter_percent: 50,
+    };
+    for seed in 0..50 {
+        let mut c = Credential::new(backoff);
+        let mut rng = Rng::new(seed);
+        let ready = CredentialUpdate::Ready { expires_in_ms: Some(3_600_000), refreshable: true, scope: None };
+        c.on_update(t(0), &ready, &mut rng);
+        let refused = Challenge { error: Some("invalid_token".into()), ..Challenge::default() };
+        // The first refusal renews at once; the token that comes is refused too.
+        assert_eq!(c.on_unauthorized(t(10), c.epoch(), &refused, &mut rng), Next::Step(AuthStep::Refresh));
+        c.on_update(t(20), &ready, &mut rng);
+        let mut asks = alloc::vec![t(10)];
+        let mut now = t(30);
+        for _ in 0..12 {
+            assert_eq!(c.on_unauthorized(now, c.epoch(), &refused, &mut rng), Next::Reauth);
+            let due = c.deadline().expect("a retry");
+            assert_eq!(c.on_timer(due), Some(AuthStep::Refresh));
+            asks.push(due);
+            now = due + Duration::from_millis(10);
+            c.on_update(now, &ready, &mut rng);
+        }
+        for (i, first) in asks.iter().enumerate() {
+            let within = asks[i..].iter().filter(|at| **at < *first + REFUSAL_ASKS_WINDOW).count();
+            assert!(within <= MAX_REFUSAL_ASKS, "seed {seed}: {within} token requests within a minute from {first}");
+        }
+    }
+}
+
+#[test]
 fn refusals_cause_at_most_six_token_requests_a_minute() {
     let mut c = valid("a");
     let mut rng = Rng::new(1);
