@@ -471,6 +471,42 @@ pub struct Config {
     /// [`crate::access`]); empty: a valid token sees everything.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub scopes: crate::access::ScopeMap,
+    /// This process is one replica of several behind a load balancer: a stop
+    /// request drains it (see [`Cluster`]). `None`: a stop stops at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Cluster>,
+}
+
+/// How a replica leaves its balancer without failing a call: on a stop request
+/// it reports not ready at once and keeps serving for `drain_delay_ms` (the time
+/// a balancer needs to notice), lets the calls in flight finish until
+/// `drain_timeout_ms` after the request, ends its clients' streams, then stops.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Cluster {
+    /// How long a draining replica keeps taking new requests after it started
+    /// reporting not ready.
+    pub drain_delay_ms: u64,
+    /// How long after the stop request the calls in flight may take to finish.
+    pub drain_timeout_ms: u64,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster { drain_delay_ms: 5_000, drain_timeout_ms: 25_000 }
+    }
+}
+
+impl Cluster {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.drain_timeout_ms < self.drain_delay_ms {
+            return Err(ConfigError::new("cluster.drain_timeout_ms", "must be at least cluster.drain_delay_ms"));
+        }
+        if self.drain_timeout_ms > 3_600_000 {
+            return Err(ConfigError::new("cluster.drain_timeout_ms", "must be at most 3600000 (an hour)"));
+        }
+        Ok(())
+    }
 }
 
 /// Gateway-side tasks: a `tools/call` of a client that declared the tasks
@@ -542,6 +578,7 @@ impl Default for Config {
             list_changed_debounce_ms: 2_000,
             tasks: Tasks::default(),
             scopes: BTreeMap::new(),
+            cluster: None,
         }
     }
 }
@@ -569,6 +606,9 @@ impl Config {
         self.policy.validate("policy")?;
         self.limits.validate()?;
         self.tasks.validate()?;
+        if let Some(cluster) = &self.cluster {
+            cluster.validate()?;
+        }
         crate::access::check(&self.scopes)
             .map_err(|(scope, message)| ConfigError::new(format!("scopes.{scope}"), message))?;
         if self.list_changed_debounce_ms > 60_000 {

@@ -103,6 +103,34 @@ pub enum Input {
         /// Its session.
         session: SessionId,
     },
+    /// A client presented the id of a handshake-era session this process did
+    /// not open (another replica did, or this one before a restart); the host
+    /// opened its seal and [`crate::cluster::SessionFacts::adoptable`] allowed
+    /// it. The session is taken in as if its `initialize` had happened here:
+    /// no re-initialize. An HTTP session, so it expires when idle.
+    ClientAdopted {
+        /// The number the host gave it here.
+        session: SessionId,
+        /// What its `initialize` settled, from its id.
+        facts: crate::cluster::SessionFacts,
+    },
+    /// A client resumed a stream this process does not hold (the replica that
+    /// held it is gone): what was on it is lost. The engine answers `request`
+    /// (the one the stream was for, when its event id says) with an error and
+    /// tells the session its lists may have changed.
+    ClientStreamLost {
+        /// Its session.
+        session: SessionId,
+        /// The request the stream was answering, raw JSON; `None` for the
+        /// session's standalone stream.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<RawId>,
+    },
+    /// The host was asked to stop and this process is a replica behind a
+    /// balancer (`cluster` is configured): drain (see [`crate::config::Cluster`]).
+    /// The engine paces the steps and says when it is done
+    /// ([`crate::Gateway::drained`]).
+    Drain,
     /// A stdio process started (informational: the process id for logs and status).
     BackendStarted {
         /// Backend name.
@@ -341,6 +369,21 @@ pub enum Action {
         /// Session.
         session: SessionId,
     },
+    /// A handshake-era HTTP session was opened: seal these facts into the
+    /// session id the host gives its client (before the `initialize` answer that
+    /// follows), so any replica holding the key can adopt it.
+    SealSession {
+        /// Session.
+        session: SessionId,
+        /// What its `initialize` settled.
+        facts: crate::cluster::SessionFacts,
+    },
+    /// Draining: take no new connection and answer new requests 503 (the
+    /// balancer has had its time to notice).
+    StopAccepting,
+    /// Draining, at the end: end every client stream now, asking clients to
+    /// reconnect (SSE `retry:`); a replica still serving takes them.
+    EndClientStreams,
     /// Something an operator should know: log it, count it.
     Emit {
         /// What happened.
@@ -669,6 +712,14 @@ impl fmt::Display for Input {
                 write!(f, "client {} holds {} scopes", session.0, scopes.len())
             }
             Input::ClientClosed { session } => write!(f, "client {} closed", session.0),
+            Input::ClientAdopted { session, facts } => {
+                write!(f, "client {} adopted ({})", session.0, facts.protocol_version)
+            }
+            Input::ClientStreamLost { session, request } => match request {
+                Some(id) => write!(f, "client {} resumed a lost stream of request {id}", session.0),
+                None => write!(f, "client {} resumed a lost stream", session.0),
+            },
+            Input::Drain => f.write_str("drain"),
             Input::BackendStarted { server, generation, pid } => match pid {
                 Some(pid) => write!(f, "{server}#{generation} started (pid {pid})"),
                 None => write!(f, "{server}#{generation} started"),
@@ -754,6 +805,11 @@ impl fmt::Display for Action {
             Action::CloseBackend { server, generation } => write!(f, "close {server}#{generation}"),
             Action::SendToClient { session, frame, .. } => write!(f, "client {} <- {}", session.0, short(frame)),
             Action::CloseClient { session } => write!(f, "close client {}", session.0),
+            Action::SealSession { session, facts } => {
+                write!(f, "seal session {} ({})", session.0, facts.protocol_version)
+            }
+            Action::StopAccepting => f.write_str("stop accepting"),
+            Action::EndClientStreams => f.write_str("end client streams"),
             Action::Emit { event } => write!(f, "event {event}"),
             Action::Authorize { server, step } => write!(f, "authorize {server}: {step}"),
         }

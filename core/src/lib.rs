@@ -104,6 +104,7 @@ layer!(
 );
 
 pub mod access;
+pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod credential;

@@ -82,6 +82,16 @@ pub trait Runtime {
 
     /// A burst ended: writes what [`Runtime::deliver`] held.
     fn end_burst(&mut self) {}
+
+    /// The core opened a handshake-era HTTP session: seal `facts` into the id
+    /// its client is given (transports without session ids ignore it).
+    fn seal_session(&mut self, _session: SessionId, _facts: tether_core::cluster::SessionFacts) {}
+
+    /// Draining: take no new connections or requests.
+    fn stop_accepting(&mut self) {}
+
+    /// Draining is over: end every client stream, asking clients to reconnect.
+    fn end_client_streams(&mut self) {}
 }
 
 /// One backend's transport.
@@ -298,6 +308,9 @@ impl<R: Runtime> Driver<R> {
             }
             Action::SendToClient { session, frame, route } => self.runtime.deliver(session, route, frame, self.burst),
             Action::CloseClient { session } => self.runtime.close_client(session),
+            Action::SealSession { session, facts } => self.runtime.seal_session(session, facts),
+            Action::StopAccepting => self.runtime.stop_accepting(),
+            Action::EndClientStreams => self.runtime.end_client_streams(),
             Action::Authorize { server, step } => {
                 tracing::debug!(server = %server, "credential: {step}");
                 let (inputs, spawn) = (self.runtime.auth_inputs(), self.runtime.spawner("oauth"));

@@ -313,6 +313,12 @@ impl Harness {
             Input::BackendFrame { frame, .. } | Input::BackendEvent { frame, .. } => {
                 protocol::check_read_agrees(frame)?;
             }
+            // Its request (asked of a replica that is gone) is answered here, once.
+            Input::ClientStreamLost { session, request: Some(id) }
+                if self.gw.session_era(*session) == Some(crate::protocol::Era::Handshake) =>
+            {
+                *self.asked.entry((session.0, id_key(id))).or_default() += 1;
+            }
             Input::ClientClosed { session } => {
                 self.forget_session(session.0);
                 self.scopes.remove(&session.0);
@@ -644,6 +650,7 @@ impl Harness {
                 self.forget_session(session.0);
                 self.scopes.remove(&session.0);
             }
+            Action::SealSession { .. } | Action::StopAccepting | Action::EndClientStreams => {}
             Action::Emit { event } => {
                 match event {
                     Event::CircuitOpened { .. } => self.coverage.breaker_opened += 1,
@@ -1175,9 +1182,30 @@ impl Harness {
                 let config = oauth_config(driver_config(c.byte()), self.oauth);
                 self.input(Input::ConfigReloaded { config })
             }
-            16 => match c.below(2) {
+            16 => match c.below(5) {
                 0 => self.input(Input::ClientClosed { session }),
-                _ => self.input(Input::ClientConnected { session, expires: false }),
+                1 => self.input(Input::ClientConnected { session, expires: false }),
+                // A session another replica opened, as its sealed id says.
+                2 => {
+                    let version = ["2025-11-25", "2025-06-18", "1999-01-01"][c.below(3)];
+                    let capabilities = ["{}", r#"{"sampling":{},"elicitation":{}}"#, "[]"][c.below(3)];
+                    let facts = crate::cluster::SessionFacts {
+                        protocol_version: version.into(),
+                        capabilities: capabilities.into(),
+                        client: None,
+                        log_level: ["debug", "bogus"].get(c.below(3)).map(|l| l.to_string()),
+                        principal: None,
+                    };
+                    self.input(Input::ClientAdopted { session, facts })
+                }
+                // A stream another replica held, resumed here.
+                3 => {
+                    // Ids of their own: a lost request was never asked here.
+                    let request =
+                        (c.below(2) == 0).then(|| crate::io::RawId::new(format!("\"lost-{}\"", self.fresh_id())));
+                    self.input(Input::ClientStreamLost { session, request })
+                }
+                _ => self.input(Input::Drain),
             },
             18 if self.oauth => self.credential_step(c),
             18 | 19 => self.stream_step(c),

@@ -31,10 +31,11 @@ impl Gateway {
         if s.scopes.as_ref() == Some(&scopes) {
             return;
         }
-        let first = s.scopes.is_none() && !s.ready;
+        let first = s.scopes.is_none();
         s.scopes = Some(scopes);
         if first {
-            // Before its handshake: what it sees counts from now.
+            // Before its handshake, or as it is adopted from another replica
+            // (whose lists it saw are not known here): what it sees counts from now.
             self.fingerprints.mark_seen(&mut self.sessions, session, &self.catalog, &self.backends, &self.config);
         } else {
             self.access_changed(&[session]);

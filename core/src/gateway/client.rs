@@ -354,6 +354,12 @@ impl Gateway {
             env!("CARGO_PKG_VERSION"),
             instructions(&self.config)
         );
+        if s.expires {
+            // Before the answer: the host puts the sealed id on it.
+            let mut facts = crate::cluster::SessionFacts::new(version, &s.capabilities, params.get("clientInfo"));
+            facts.principal = s.principal.clone();
+            self.push(Action::SealSession { session, facts });
+        }
         self.reply(session, id, &result);
         self.parts(|p, cx| p.backends.start_lazy_backends(cx));
     }

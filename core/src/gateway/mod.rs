@@ -21,6 +21,7 @@ mod origins;
 mod own_tools;
 mod param_headers;
 mod recent;
+mod replica;
 mod router;
 mod routing;
 mod sessions;
@@ -216,6 +217,8 @@ pub struct Gateway {
     eras: eras::EraBridge,
     /// The wall clock as the host last told it.
     wall_clock: crate::time::WallClock,
+    /// A drain under way (a replica asked to stop).
+    drain: Option<replica::Drain>,
     actions: VecDeque<Action>,
     /// The backend side's sends and announcements, emptied after each of its calls.
     outbox: cx::Outbox,
@@ -243,6 +246,7 @@ impl Gateway {
             tasks: tasks::TaskStore::default(),
             eras: eras::EraBridge::default(),
             wall_clock: crate::time::WallClock::default(),
+            drain: None,
             actions: VecDeque::new(),
             outbox: cx::Outbox::default(),
         };
@@ -272,6 +276,9 @@ impl Gateway {
             }
             Input::ClientAccess { session, scopes, principal } => self.client_access(session, scopes, principal),
             Input::ClientClosed { session } => self.client_closed(session),
+            Input::ClientAdopted { session, facts } => self.client_adopted(session, facts),
+            Input::ClientStreamLost { session, request } => self.client_stream_lost(session, request),
+            Input::Drain => self.drain(),
             Input::BackendStarted { server, generation, .. } => {
                 self.backends.current(&server, generation)?;
             }
@@ -352,7 +359,8 @@ impl Gateway {
         let sessions =
             self.sessions.timers(self.config.limits.idle_session_ms).map(|(at, t)| (at, Deadline::Session(t)));
         let tasks = self.tasks.next_expiry().map(|(at, id)| (at, Deadline::Task(id)));
-        backends.chain(router).chain(eras.into_iter().flatten()).chain(sessions).chain(tasks)
+        let drain = self.drain_timer().map(|(at, t)| (at, Deadline::Drain(t)));
+        backends.chain(router).chain(eras.into_iter().flatten()).chain(sessions).chain(tasks).chain(drain)
     }
 
     /// The time of the latest input.
@@ -555,6 +563,7 @@ impl Gateway {
                         s.list_changed_held = false;
                     }
                 }
+                Due::Drain(timer) => self.drain_timer_fired(timer),
                 Due::Session(SessionTimer::Idle(session)) => {
                     self.client_closed(session);
                     self.push(Action::CloseClient { session });
@@ -582,6 +591,7 @@ impl Gateway {
             }
         }
         self.parts(|p, cx| p.eras.prune_pending_inputs(p.backends, cx));
+        self.drain_step();
     }
 
     fn admin(&mut self, command: AdminCommand) -> Result<(), HostError> {
@@ -706,6 +716,8 @@ enum Deadline<'a> {
     Session(SessionTimer),
     /// A task expires (by id).
     Task(&'a str),
+    /// The next step of a drain.
+    Drain(replica::DrainTimer),
 }
 
 /// A [`Deadline`] that came due, owned so that firing it may change the tables.
@@ -719,6 +731,7 @@ enum Due {
     Gathered(u64),
     Session(SessionTimer),
     Task(String),
+    Drain(replica::DrainTimer),
 }
 
 impl Deadline<'_> {
@@ -733,6 +746,7 @@ impl Deadline<'_> {
             Deadline::Eras(eras::BridgeTimer::Gathered(id)) => Due::Gathered(id),
             Deadline::Session(t) => Due::Session(t),
             Deadline::Task(id) => Due::Task(id.into()),
+            Deadline::Drain(t) => Due::Drain(t),
         }
     }
 }

@@ -1,0 +1,170 @@
+//! Being one replica of several behind a load balancer: taking in a session
+//! another replica opened, answering for a stream another replica held, and
+//! draining when asked to stop (see [`crate::config::Cluster`]).
+
+use crate::time::Duration;
+use alloc::vec::Vec;
+
+use super::client_events::Level;
+use super::Gateway;
+use crate::cluster::SessionFacts;
+use crate::io::{Action, RawId, SessionId};
+use crate::protocol::{self, code, Era};
+use crate::time::Instant;
+
+/// What the error for a lost answer says.
+const ANSWER_LOST: &str = "the answer to this request was lost: the tether replica that was serving it stopped \
+     before answering (the request may or may not have run; retry it if that is safe)";
+
+/// A drain under way.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Drain {
+    /// When the stop request came.
+    began: Instant,
+    /// New requests are still taken (until `began + drain_delay_ms`).
+    accepting: bool,
+    /// Streams ended: the host may stop.
+    done: bool,
+}
+
+/// A drain deadline that came due.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum DrainTimer {
+    /// The balancer had its time: stop taking requests.
+    StopAccepting,
+    /// The calls in flight had theirs.
+    GiveUp,
+}
+
+impl Gateway {
+    /// [`crate::Input::ClientAdopted`]: the session is opened here as its
+    /// `initialize` left it elsewhere.
+    pub(super) fn client_adopted(&mut self, session: SessionId, facts: SessionFacts) {
+        if self.sessions.open.contains_key(&session) {
+            return;
+        }
+        self.client_connected(session, true);
+        let Some(s) = self.sessions.open.get_mut(&session) else { return };
+        if facts.adoptable(None, None) == Err(crate::cluster::Unadoptable::Version) {
+            // The host checks before adopting; a trace or a fuzzer may not.
+            self.client_closed(session);
+            return self.push(Action::CloseClient { session });
+        }
+        s.era = Era::Handshake;
+        s.era_known = true;
+        s.ready = true;
+        s.protocol_version = Some(facts.protocol_version.clone());
+        s.capabilities = facts.capability_map();
+        s.log_level = facts.log_level.as_deref().and_then(Level::parse);
+    }
+
+    /// [`crate::Input::ClientStreamLost`]: what the stream carried is gone with
+    /// the replica that held it. The request it answered gets an error, and the
+    /// session is told its lists may differ here.
+    pub(super) fn client_stream_lost(&mut self, session: SessionId, request: Option<RawId>) {
+        let Some(s) = self.sessions.open.get(&session) else { return };
+        if s.era != Era::Handshake {
+            return;
+        }
+        // A request still in flight here is not lost: its answer comes.
+        let request = request.filter(|id| !s.in_flight.contains(id));
+        let ready = s.ready;
+        if ready {
+            let frame = protocol::notification("notifications/tools/list_changed", None);
+            self.push(Action::related(session, request.as_deref(), frame));
+        }
+        if let Some(id) = request {
+            let frame = protocol::error_response(&id, code::INTERNAL_ERROR, ANSWER_LOST, None);
+            self.push(Action::SendToClient { session, frame, route: crate::io::ClientRoute::Reply(id) });
+        }
+    }
+
+    /// [`crate::Input::Drain`]: report not ready now, pace the rest.
+    pub(super) fn drain(&mut self) {
+        if self.drain.is_some() {
+            return;
+        }
+        self.drain = Some(Drain { began: self.now, accepting: true, done: false });
+        self.drain_step();
+    }
+
+    /// The deadline of the drain's next step, if one waits.
+    pub(super) fn drain_timer(&self) -> Option<(Instant, DrainTimer)> {
+        let drain = self.drain.filter(|d| !d.done)?;
+        let cluster = self.config.cluster.clone().unwrap_or_default();
+        let ms = |ms: u64| drain.began + Duration::from_millis(ms);
+        Some(match drain.accepting {
+            true => (ms(cluster.drain_delay_ms), DrainTimer::StopAccepting),
+            false => (ms(cluster.drain_timeout_ms), DrainTimer::GiveUp),
+        })
+    }
+
+    /// A drain deadline came due.
+    pub(super) fn drain_timer_fired(&mut self, timer: DrainTimer) {
+        let Some(drain) = self.drain.as_mut() else { return };
+        match timer {
+            DrainTimer::StopAccepting => {
+                drain.accepting = false;
+                self.push(Action::StopAccepting);
+                self.drain_step();
+            }
+            DrainTimer::GiveUp => self.finish_drain(),
+        }
+    }
+
+    /// After any input while draining: done once nothing is in flight.
+    pub(super) fn drain_step(&mut self) {
+        let Some(drain) = self.drain else { return };
+        if drain.done {
+            return;
+        }
+        let cluster = self.config.cluster.clone().unwrap_or_default();
+        if drain.accepting && cluster.drain_delay_ms == 0 {
+            if let Some(d) = self.drain.as_mut() {
+                d.accepting = false;
+            }
+            self.push(Action::StopAccepting);
+            return self.drain_step();
+        }
+        if !drain.accepting && self.work_in_flight() == 0 {
+            self.finish_drain();
+        }
+    }
+
+    /// Client requests being served, not counting open `subscriptions/listen`
+    /// requests (which end only when their client or the server ends them).
+    fn work_in_flight(&self) -> usize {
+        self.sessions.open.values().map(|s| s.in_flight.len() - s.listens.len().min(s.in_flight.len())).sum()
+    }
+
+    /// The end of a drain: open listens complete, streams end, the host may stop.
+    fn finish_drain(&mut self) {
+        let Some(drain) = self.drain.as_mut() else { return };
+        if drain.done {
+            return;
+        }
+        drain.done = true;
+        let listens: Vec<(SessionId, RawId)> = self
+            .sessions
+            .open
+            .iter()
+            .flat_map(|(session, s)| s.listens.keys().map(move |id| (*session, id.clone())))
+            .collect();
+        for (session, id) in listens {
+            if self.end_client_listen(session, &id) {
+                self.reply(session, &id, "{}");
+            }
+        }
+        self.push(Action::EndClientStreams);
+    }
+
+    /// Draining: `/readyz` says not ready.
+    pub fn draining(&self) -> bool {
+        self.drain.is_some()
+    }
+
+    /// The drain is over: the host may stop (its backends, then itself).
+    pub fn drained(&self) -> bool {
+        self.drain.is_some_and(|d| d.done)
+    }
+}
