@@ -9,6 +9,7 @@
 
 pub mod backlog;
 pub mod clock;
+pub mod cluster;
 pub mod config_file;
 pub mod config_watch;
 pub mod control;

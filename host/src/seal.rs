@@ -14,6 +14,7 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use ring::hmac;
 
 /// The format of a token, its first byte.
 const VERSION: u8 = 1;
@@ -50,15 +51,41 @@ impl std::fmt::Display for SealError {
     }
 }
 
+/// Bytes of a principal's digest in a bound token.
+pub const PRINCIPAL_DIGEST: usize = 16;
+
+/// A principal's keyed digest: who a bound token belongs to, unreadable and
+/// unguessable without the key.
+pub type PrincipalDigest = [u8; PRINCIPAL_DIGEST];
+
+/// What a bound token held, opened.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Opened {
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// The digest of the principal it was sealed for, if any.
+    pub sealed_for: Option<PrincipalDigest>,
+    /// The digest of the principal presented now, under the same key.
+    pub presented: Option<PrincipalDigest>,
+}
+
+/// One key of a ring: the AEAD key, and the key that digests principals
+/// (derived from it, so one secret per id is all an operator handles).
+struct RingKey {
+    id: u8,
+    aead: LessSafeKey,
+    principal: hmac::Key,
+}
+
 /// Keys by id; the first seals.
 pub struct KeyRing {
-    keys: Vec<(u8, LessSafeKey)>,
+    keys: Vec<RingKey>,
 }
 
 impl std::fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key material.
-        let ids: Vec<u8> = self.keys.iter().map(|(id, _)| *id).collect();
+        let ids: Vec<u8> = self.keys.iter().map(|k| k.id).collect();
         f.debug_struct("KeyRing").field("key_ids", &ids).finish()
     }
 }
@@ -72,11 +99,13 @@ impl KeyRing {
         }
         let mut ring = Vec::with_capacity(keys.len());
         for (id, bytes) in keys {
-            if ring.iter().any(|(other, _)| other == id) {
+            if ring.iter().any(|k: &RingKey| k.id == *id) {
                 return Err(format!("key id {id} is given twice"));
             }
             let key = UnboundKey::new(&AES_256_GCM, bytes).map_err(|_| "a key must be 32 bytes".to_string())?;
-            ring.push((*id, LessSafeKey::new(key)));
+            let derived = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, bytes), b"tether principal digest key v1");
+            let principal = hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref());
+            ring.push(RingKey { id: *id, aead: LessSafeKey::new(key), principal });
         }
         Ok(KeyRing { keys: ring })
     }
@@ -98,7 +127,7 @@ impl KeyRing {
     }
 
     fn seal_with_nonce(&self, purpose: &str, expires_unix_ms: u64, payload: &[u8], nonce: [u8; NONCE_LEN]) -> String {
-        let (id, key) = &self.keys[0];
+        let RingKey { id, aead: key, .. } = &self.keys[0];
         let mut token = Vec::with_capacity(HEADER + payload.len() + AES_256_GCM.tag_len());
         token.push(VERSION);
         token.push(*id);
@@ -121,7 +150,7 @@ impl KeyRing {
         if bytes.len() < HEADER + AES_256_GCM.tag_len() || bytes[0] != VERSION {
             return Err(SealError::Malformed);
         }
-        let key = self.keys.iter().find(|(id, _)| *id == bytes[1]).map(|(_, key)| key).ok_or(SealError::UnknownKey)?;
+        let key = self.key(bytes[1]).map(|k| &k.aead).ok_or(SealError::UnknownKey)?;
         let expires = u64::from_be_bytes(bytes[2..10].try_into().expect("8 bytes"));
         if now_unix_ms >= expires {
             return Err(SealError::Expired);
@@ -134,6 +163,62 @@ impl KeyRing {
             .map_err(|_| SealError::Tampered)?;
         Ok(opened.to_vec())
     }
+
+    fn key(&self, id: u8) -> Option<&RingKey> {
+        self.keys.iter().find(|k| k.id == id)
+    }
+
+    /// Like [`KeyRing::seal`], bound to `principal` (an identity, kept only as
+    /// a keyed digest): [`KeyRing::open_bound`] says whether who presents it
+    /// is who it was sealed for.
+    pub fn seal_bound(
+        &self,
+        purpose: &str,
+        expires_unix_ms: u64,
+        principal: Option<&str>,
+        payload: &[u8],
+    ) -> Option<String> {
+        let mut bound = Vec::with_capacity(1 + PRINCIPAL_DIGEST + payload.len());
+        match principal {
+            Some(principal) => {
+                bound.push(1);
+                bound.extend_from_slice(&digest(&self.keys[0], principal));
+            }
+            None => bound.push(0),
+        }
+        bound.extend_from_slice(payload);
+        self.seal(purpose, expires_unix_ms, &bound)
+    }
+
+    /// Opens a token of [`KeyRing::seal_bound`], with the digest it was sealed
+    /// for and that of `presented` (who presents it now), for the caller to compare.
+    pub fn open_bound(
+        &self,
+        purpose: &str,
+        token: &str,
+        now_unix_ms: u64,
+        presented: Option<&str>,
+    ) -> Result<Opened, SealError> {
+        let bound = self.open(purpose, token, now_unix_ms)?;
+        let (sealed_for, payload) = match bound.split_first() {
+            Some((0, rest)) => (None, rest),
+            Some((1, rest)) if rest.len() >= PRINCIPAL_DIGEST => {
+                let (d, rest) = rest.split_at(PRINCIPAL_DIGEST);
+                (Some(d.try_into().expect("digest length")), rest)
+            }
+            _ => return Err(SealError::Malformed),
+        };
+        // The token opened, so its key id names a key of the ring.
+        let key = URL_SAFE_NO_PAD.decode(token).ok().and_then(|b| self.key(*b.get(1)?)).ok_or(SealError::UnknownKey)?;
+        let presented = presented.map(|p| digest(key, p));
+        Ok(Opened { payload: payload.to_vec(), sealed_for, presented })
+    }
+}
+
+/// `principal`'s digest under `key`.
+fn digest(key: &RingKey, principal: &str) -> PrincipalDigest {
+    let tag = hmac::sign(&key.principal, principal.as_bytes());
+    tag.as_ref()[..PRINCIPAL_DIGEST].try_into().expect("HMAC-SHA256 is 32 bytes")
 }
 
 /// What is authenticated besides the payload: the purpose, then the readable header.
@@ -210,5 +295,27 @@ mod tests {
         assert!(KeyRing::new(&[]).is_err());
         assert!(KeyRing::new(&[(1, [0; 32]), (1, [1; 32])]).is_err());
         assert!(!format!("{r:?}").contains("1, 1, 1"), "no key material in Debug");
+    }
+
+    #[test]
+    fn a_bound_token_says_whom_it_was_sealed_for_under_any_key_of_the_ring() {
+        let r = ring(&[1]);
+        let token = r.seal_bound("session", NOW + 1_000, Some("iss|alice"), b"facts").expect("sealed");
+        let opened = r.open_bound("session", &token, NOW, Some("iss|alice")).expect("opens");
+        assert_eq!(opened.payload, b"facts");
+        assert!(opened.sealed_for.is_some() && opened.sealed_for == opened.presented);
+        let mallory = r.open_bound("session", &token, NOW, Some("iss|mallory")).expect("opens");
+        assert_ne!(mallory.sealed_for, mallory.presented);
+        assert_eq!(r.open_bound("session", &token, NOW, None).expect("opens").presented, None);
+        // After rotation the digest is taken under the key that sealed.
+        let rotated = ring(&[2, 1]);
+        let opened = rotated.open_bound("session", &token, NOW, Some("iss|alice")).expect("opens");
+        assert_eq!(opened.sealed_for, opened.presented);
+        let anonymous = r.seal_bound("session", NOW + 1_000, None, b"x").expect("sealed");
+        let opened = r.open_bound("session", &anonymous, NOW, None).expect("opens");
+        assert_eq!((opened.sealed_for, opened.presented, opened.payload), (None, None, b"x".to_vec()));
+        // A plain token is not a bound one.
+        let plain = r.seal("session", NOW + 1_000, b"\x07junk").expect("sealed");
+        assert_eq!(r.open_bound("session", &plain, NOW, None), Err(SealError::Malformed));
     }
 }

@@ -253,6 +253,19 @@ pub fn oauth_sections(path: &Path) -> Result<BTreeMap<String, Value>, ConfigFile
 /// protected resource), with `${VAR}` expanded in its strings (an introspection
 /// client's secret usually comes from the environment); `None` when absent.
 pub fn authorization_section(path: &Path) -> Result<Option<Value>, ConfigFileError> {
+    let section = listener_section(path, "authorization")?;
+    Ok(section.filter(Value::is_object))
+}
+
+/// The file's `tether.cluster` object, with `${VAR}` expanded in its strings
+/// (the session keys usually come from the environment); `None` when absent.
+pub fn cluster_section(path: &Path) -> Result<Option<Value>, ConfigFileError> {
+    listener_section(path, "cluster")
+}
+
+/// `tether.KEY` of the file at `path`, `${VAR}` expanded: a section the HTTP
+/// listener reads itself (the engine's config does not carry it).
+fn listener_section(path: &Path, key: &str) -> Result<Option<Value>, ConfigFileError> {
     let origin = path.display().to_string();
     let text = read_text(path).map_err(|source| ConfigFileError::Io { origin: origin.clone(), source })?;
     let root: Node = json(&text, &origin)?;
@@ -261,10 +274,10 @@ pub fn authorization_section(path: &Path) -> Result<Option<Value>, ConfigFileErr
         .as_object()
         .and_then(|root| document::present(root, "tether"))
         .and_then(Node::as_object)
-        .and_then(|tether| document::present(tether, "authorization"));
-    let Some(section @ Node::Object(_)) = section else { return Ok(None) };
+        .and_then(|tether| document::present(tether, key));
+    let Some(section) = section else { return Ok(None) };
     let env = |name: &str| std::env::var(name).ok();
-    expand_strings(&section.to_value(), "tether.authorization", &env).map(Some).map_err(invalid)
+    expand_strings(&section.to_value(), &format!("tether.{key}"), &env).map(Some).map_err(invalid)
 }
 
 /// `text` (a leading byte-order mark, comments and trailing commas allowed) parsed

@@ -186,6 +186,7 @@ impl Reader<'_> {
                 "limits" => set(&mut config.limits, self.section::<Limits>(value, &path, Level::Limits, scope)),
                 "tasks" => set(&mut config.tasks, self.section::<Tasks>(value, &path, Level::Tasks, scope)),
                 "authorization" => self.authorization(config, value, &path),
+                "cluster" => self.cluster(config, value, &path),
                 _ => {}
             }
         }
@@ -215,6 +216,34 @@ impl Reader<'_> {
                 }
             }
             Err(e) => self.push(path, e.to_string()),
+        }
+    }
+
+    /// `tether.cluster`: the drain timings are the engine's; the session keys
+    /// the listener's, checked here (after `${VAR}` expansion) so a bad key
+    /// shows at load and reload.
+    fn cluster(&mut self, config: &mut Config, value: &Node, path: &str) {
+        let Some(obj) = self.object(value, path) else { return };
+        self.repeats(obj, path);
+        let mut cluster = tether_core::config::Cluster::default();
+        for (key, item) in obj {
+            let field = join(path, key);
+            match key.as_str() {
+                "drain_delay_ms" => set(&mut cluster.drain_delay_ms, self.typed(item, &field)),
+                "drain_timeout_ms" => set(&mut cluster.drain_timeout_ms, self.typed(item, &field)),
+                _ => {}
+            }
+        }
+        config.cluster = Some(cluster);
+        let expanded = match super::expand::expand_strings(&value.to_value(), path, self.env) {
+            Ok(expanded) => expanded,
+            Err(problem) => return self.problems.push(problem),
+        };
+        if let Err(message) = crate::cluster::ClusterSettings::from_section(&expanded) {
+            match message.split_once(": ") {
+                Some((field, why)) => self.push(field.to_string(), why),
+                None => self.push(path, message),
+            }
         }
     }
 

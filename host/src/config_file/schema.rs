@@ -71,6 +71,7 @@ const GATEWAY_KEYS: &[&str] = &[
     "limits",
     "tasks",
     "authorization",
+    "cluster",
 ];
 const ENTRY_KEYS: &[&str] = &["type", "command", "args", "env", "cwd", "url", "headers", "disabled", "oauth", "tether"];
 const SERVER_KEYS: &[&str] =

@@ -53,11 +53,13 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
         Some(settings) => resource_guard(settings, &config, options).map(Some),
         None => Ok(None),
     };
+    let cluster = cluster(cli)?;
     let options = match &args.listen {
         Some(addr) => {
             let options = listen_options("--listen", addr, args, oauth)?;
             let resource_guard = guard(&options)?;
-            Some(ServerOptions { stateless_clients: config.stateless_clients, resource_guard, ..options })
+            let cluster = cluster.clone();
+            Some(ServerOptions { stateless_clients: config.stateless_clients, resource_guard, cluster, ..options })
         }
         None => None,
     };
@@ -74,6 +76,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
         None => None,
     };
     let stdio = options.is_none() || args.stdio;
+    let drains = config.cluster.is_some() && options.is_some();
     let mut host = host(cli, &config)?;
     let max_frame = config.limits.max_frame_bytes as usize;
     let config_path = cli_config_path(cli);
@@ -123,6 +126,10 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
         let control = HostControl::new(host.status_handle().queries);
         let _control = tether_host::control::start(config_path.as_deref(), flags.no_control, control);
         let (feed, stop) = (inputs.clone(), inputs);
+        // A replica behind a balancer drains on a polite stop request; a second
+        // request, or an interrupt, stops at once.
+        let drains = drains && !stdio;
+        let asked = std::sync::atomic::AtomicBool::new(false);
         tether_host::reload::listen(
             config_path,
             flags,
@@ -132,11 +139,17 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
                 let _ = feed.try_send(input);
             },
             move |why| {
+                let polite = matches!(why, "SIGTERM" | "console Ctrl-Break");
+                if drains && polite && !asked.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    tracing::info!("{why}: draining (a second request stops at once)");
+                    let _ = stop.try_send(Input::Drain);
+                    return;
+                }
                 tracing::info!("{why}: shutting down");
                 let _ = stop.try_send(Input::ClientClosed { session: STDIO_SESSION });
             },
         );
-        host.run(|_, closed| closed == Some(STDIO_SESSION)).await;
+        host.run(|gw, closed| closed == Some(STDIO_SESSION) || gw.drained()).await;
         host.shutdown().await;
         Ok(())
     }))?;
@@ -155,6 +168,16 @@ fn authorization(cli: &Cli) -> Result<Option<ResourceAuthSettings>, String> {
         serde_json::from_value(value).map_err(|e| format!("{}: tether.authorization: {e}", path.display()))?;
     settings.check().map_err(|e| format!("{}: tether.{e}", path.display()))?;
     Ok(Some(settings))
+}
+
+/// The config file's `tether.cluster` key ring, when it has one.
+fn cluster(cli: &Cli) -> Result<Option<std::sync::Arc<tether_host::cluster::ClusterSettings>>, String> {
+    let Some(path) = cli_config_path(cli).filter(|p| p.exists()) else { return Ok(None) };
+    let section = tether_host::config_file::cluster_section(&path).map_err(|e| e.to_string())?;
+    let Some(value) = section else { return Ok(None) };
+    let settings =
+        tether_host::cluster::ClusterSettings::from_section(&value).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some(std::sync::Arc::new(settings)))
 }
 
 /// The guard of an OAuth-protected listener. Its resource URL is the configured

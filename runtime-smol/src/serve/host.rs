@@ -309,8 +309,8 @@ impl Host {
                 let _ = reply.try_send(status::metrics_text(gw));
             }
             Query::Ready(reply) => {
-                let down = gw.vital_backends_down().iter().map(ToString::to_string).collect();
-                let _ = reply.try_send(down);
+                let waiting_for = gw.vital_backends_down().iter().map(ToString::to_string).collect();
+                let _ = reply.try_send(status::Readiness { draining: gw.draining(), waiting_for });
             }
             Query::Admin(command, reply) => {
                 let result = driver.handle(Input::Admin { command }).map_err(|e| e.to_string());
@@ -455,6 +455,25 @@ impl Runtime for SmolIo {
             }
         }
         self.report(Report::ClientClosed(session));
+    }
+
+    fn seal_session(&mut self, session: SessionId, facts: tether_core::cluster::SessionFacts) {
+        if let Some(http) = &self.http {
+            http.seal_session(session, facts);
+        }
+    }
+
+    fn stop_accepting(&mut self) {
+        if let Some(http) = &self.http {
+            tracing::info!("draining: new requests are refused from now on");
+            http.stop_accepting();
+        }
+    }
+
+    fn end_client_streams(&mut self) {
+        if let Some(http) = &self.http {
+            http.end_streams();
+        }
     }
 
     fn emit(&mut self, event: Event) {

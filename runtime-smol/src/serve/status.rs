@@ -28,14 +28,22 @@ const KEPT_EVENTS: usize = 64;
 /// subscriber's replay of the kept events takes half of it at most.
 pub(super) const EVENTS_QUEUE_BYTES: usize = 256 * 1024;
 
+/// What `/readyz` says: ready unless draining or waiting for a vital backend.
+pub struct Readiness {
+    /// The replica is draining (asked to stop): the balancer should send it nothing new.
+    pub draining: bool,
+    /// The vital backends not online.
+    pub waiting_for: Vec<String>,
+}
+
 /// A question for the host loop, answered from the engine's state then.
 pub enum Query {
     /// `/status` as JSON text.
     Status(Sender<String>),
     /// `/metrics` as Prometheus text.
     Metrics(Sender<String>),
-    /// `/readyz`: the vital backends not online (empty: ready).
-    Ready(Sender<Vec<String>>),
+    /// `/readyz`.
+    Ready(Sender<Readiness>),
     /// An admin action; `Err` names what is wrong (an unknown backend).
     Admin(AdminCommand, Sender<Result<(), String>>),
     /// The last lines of a backend's recent log; `Err` for an unknown backend.

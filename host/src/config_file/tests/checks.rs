@@ -303,3 +303,26 @@ fn the_authorization_section_gives_the_engine_its_scopes_and_is_checked_whole() 
     );
     assert!(empty.iter().any(|p| p.starts_with("tether.authorization.scopes.s: grants nothing")), "{empty:?}");
 }
+
+#[test]
+fn the_cluster_section_gives_the_engine_its_drain_and_its_key_ring_is_checked_at_load() {
+    let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let config = parse_ok(&format!(
+        r#"{{"tether": {{"cluster": {{"session_keys": "1:{key}", "drain_delay_ms": 1000}}}}, "mcpServers": {{}}}}"#
+    ));
+    let cluster = config.cluster.expect("a cluster section");
+    assert_eq!((cluster.drain_delay_ms, cluster.drain_timeout_ms), (1000, 25_000));
+    assert!(parse_ok(r#"{"mcpServers": {}}"#).cluster.is_none(), "no section: a stop stops at once");
+    let missing = problems(r#"{"tether": {"cluster": {"drain_delay_ms": 1000}}, "mcpServers": {}}"#);
+    assert!(missing.iter().any(|p| p.starts_with("tether.cluster.session_keys: required")), "{missing:?}");
+    let short = problems(r#"{"tether": {"cluster": {"session_keys": "1:c2hvcnQ="}}, "mcpServers": {}}"#);
+    assert!(short.iter().any(|p| p.contains("5 bytes")), "{short:?}");
+    let typo = problems(&format!(
+        r#"{{"tether": {{"cluster": {{"session_keys": "1:{key}", "drain_dely_ms": 1}}}}, "mcpServers": {{}}}}"#
+    ));
+    assert!(typo.iter().any(|p| p.contains("drain_dely_ms")), "{typo:?}");
+    let order = problems(&format!(
+        r#"{{"tether": {{"cluster": {{"session_keys": "1:{key}", "drain_delay_ms": 9000, "drain_timeout_ms": 1000}}}}, "mcpServers": {{}}}}"#
+    ));
+    assert!(order.iter().any(|p| p.contains("drain_timeout_ms")), "{order:?}");
+}

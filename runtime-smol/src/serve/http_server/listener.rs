@@ -97,12 +97,13 @@ impl hyper::body::Body for Tracked {
     }
 }
 
-/// Accepts until [`super::HttpServer::shutdown`], then drops the listener.
+/// Accepts until [`super::HttpServer::shutdown`] or
+/// [`super::HttpServer::stop_accepting`], then drops the listener.
 pub(super) async fn accept_loop(shared: Arc<Shared>, listener: Async<TcpListener>) {
     loop {
-        let stop = shared.stop_rx.clone();
+        let (stop, stop_accepting) = (shared.stop_rx.clone(), shared.stop_accepting_rx.clone());
         let accepted = future::or(async { Some(listener.accept().await) }, async {
-            let _ = stop.recv().await;
+            let _ = future::or(stop.recv(), stop_accepting.recv()).await;
             None
         })
         .await;

@@ -21,6 +21,7 @@
 //! - `message.rs`: the shape of a JSON-RPC message, request id keys, error bodies;
 //! - `reply.rs`: building responses (JSON, SSE, empty, errors);
 //! - `sessions.rs`: the session table, requests waiting for their answer, routing;
+//! - `adopt.rs`: sealed session ids, and adopting a session another replica opened;
 //! - `stream.rs`: one SSE stream: event ids, the replay log, its live connection.
 //!
 //! The byte-bounded queue feeding one SSE response is [`crate::serve::byte_queue`]
@@ -30,8 +31,15 @@
 //! - A second GET on a session *replaces* the connection of its standalone stream
 //!   (the old one ends): a client whose connection silently died must be able to
 //!   come back, and the server cannot tell a dead connection from an idle one.
-//! - Event ids are `<session>-<stream>-<seq>`; stream 0 is the standalone stream,
-//!   POST streams count from 1. Every new connection starts with a priming event
+//! - Event ids are `<replica>-<session>-<stream>[.<request>]-<seq>`; stream 0 is
+//!   the standalone stream, POST streams count from 1 and carry their request's
+//!   id (base64url, when short), so a replica that does not hold a resumed stream
+//!   can answer its request ([`tether_core::Input::ClientStreamLost`]).
+//! - Session ids are sealed (`adopt.rs`): a replica sharing the key ring adopts a
+//!   session another opened; a closed session is not adopted back here.
+//! - Draining: [`HttpServer::stop_accepting`] closes the listening socket and
+//!   answers MCP requests on open connections 503 (with `Retry-After` and
+//!   `Connection: close`); [`HttpServer::end_streams`] ends every stream with `retry:`. Every new connection starts with a priming event
 //!   (an id and empty data) unless it starts with replayed events, which carry ids.
 //! - A `Last-Event-ID` that names no stream this session still keeps (malformed,
 //!   another session's, evicted) is ignored: the GET is served as a plain GET
@@ -75,6 +83,7 @@
 //!   version; a session answers only requests whose token has the subject of
 //!   the one that opened it (403 otherwise).
 
+mod adopt;
 mod body;
 mod census;
 mod framing;
@@ -160,6 +169,9 @@ pub struct ServerOptions {
     /// Serve the MCP endpoint; `false` for `--status-listen` (the status
     /// endpoints alone). Default `true`.
     pub mcp: bool,
+    /// The key ring that seals session ids and how long they stay good
+    /// (`tether.cluster`); `None`: a random key of this process alone.
+    pub cluster: Option<Arc<tether_host::cluster::ClusterSettings>>,
 }
 
 impl std::fmt::Debug for ServerOptions {
@@ -186,6 +198,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("stateless_clients", &self.stateless_clients)
             .field("sse_keep_alive", &self.sse_keep_alive)
             .field("mcp", &self.mcp)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -214,6 +227,7 @@ impl Default for ServerOptions {
             stateless_clients: false,
             sse_keep_alive: Duration::from_secs(15),
             mcp: true,
+            cluster: None,
         }
     }
 }
@@ -244,6 +258,17 @@ struct Shared {
     stop_rx: async_channel::Receiver<()>,
     /// The host's status queries and event log, once [`HttpServer::serve_status`] ran.
     status: std::sync::OnceLock<crate::serve::status::StatusHandle>,
+    /// Seals session ids and opens those of other replicas.
+    cluster: Arc<tether_host::cluster::ClusterSettings>,
+    /// Held while a session presented by its sealed id is taken in, so that
+    /// its other requests reach the engine after the adoption.
+    adopting: smol::lock::Mutex<()>,
+    /// Cleared when a drain stops taking requests.
+    accepting: std::sync::atomic::AtomicBool,
+    /// Closed when a drain stops taking requests: the accept loop ends and the
+    /// listening socket closes (a balancer resends a refused connection elsewhere).
+    stop_accepting: async_channel::Sender<()>,
+    stop_accepting_rx: async_channel::Receiver<()>,
 }
 
 impl Shared {
@@ -276,8 +301,14 @@ impl HttpServer {
         // A resumed connection gets the log replayed: it must fit its queue.
         let keep_bytes = options.replay_bytes.min(options.sse_queue_bytes);
         let keep = stream::LogLimits { keep_events: options.replay_events, keep_bytes };
-        let table = Table::new(options.first_session, keep, options.sse_queue_bytes, options.get_stream);
+        let cluster = match options.cluster.clone() {
+            Some(cluster) => cluster,
+            None => Arc::new(tether_host::cluster::ClusterSettings::single().map_err(std::io::Error::other)?),
+        };
+        let replica = replica_name().ok_or_else(|| std::io::Error::other("no randomness for the replica's name"))?;
+        let table = Table::new(options.first_session, keep, options.sse_queue_bytes, options.get_stream, replica);
         let (stop, stop_rx) = async_channel::bounded(1);
+        let (stop_accepting, stop_accepting_rx) = async_channel::bounded(1);
         let budget = body::Budget::new(options.body_budget_bytes);
         let shared = Arc::new(Shared {
             options,
@@ -289,6 +320,11 @@ impl HttpServer {
             stop,
             stop_rx,
             status: std::sync::OnceLock::new(),
+            cluster,
+            adopting: smol::lock::Mutex::new(()),
+            accepting: std::sync::atomic::AtomicBool::new(true),
+            stop_accepting,
+            stop_accepting_rx,
         });
         smol::spawn(listener::accept_loop(shared.clone(), listener)).detach();
         tracing::debug!("Streamable HTTP listening on {local_addr}");
@@ -318,9 +354,45 @@ impl HttpServer {
         self.shared.table().close(session);
     }
 
+    /// Seals what the engine says of a new session into the id its client
+    /// gets with the `initialize` answer that follows (see [`adopt`]).
+    pub fn seal_session(&self, session: SessionId, facts: tether_core::cluster::SessionFacts) {
+        let principal = facts.principal.clone().or_else(|| adopt::static_principal(&self.shared.options));
+        let expires = adopt::unix_ms().saturating_add(self.shared.cluster.session_max_age.as_millis() as u64);
+        let mut facts = facts;
+        facts.principal = None;
+        match self.shared.cluster.keys.seal_bound(adopt::PURPOSE, expires, principal.as_deref(), &facts.to_bytes()) {
+            Some(key) => self.shared.table().rekey(session, key),
+            None => tracing::warn!(
+                session = session.0,
+                "a session id could not be sealed: it is known to this replica only"
+            ),
+        }
+    }
+
+    /// Draining: the listening socket closes (new connections are refused, so a
+    /// balancer sends them elsewhere, even a POST) and MCP requests on the
+    /// connections already open are answered 503 and the connection closed.
+    pub fn stop_accepting(&self) {
+        self.shared.accepting.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.shared.stop_accepting.close();
+    }
+
+    /// The end of a drain: every stream ends, its client asked to reconnect.
+    pub fn end_streams(&self) {
+        self.shared.table().end_streams();
+    }
+
     /// Stops listening and ends every stream; requests still waiting get 503.
     pub fn shutdown(&self) {
         self.shared.table().close_all();
         self.shared.stop.close();
     }
+}
+
+/// 64 random bits in hex: names this process in SSE event ids.
+fn replica_name() -> Option<String> {
+    let mut bytes = [0u8; 8];
+    getrandom::getrandom(&mut bytes).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

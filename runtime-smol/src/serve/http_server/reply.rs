@@ -77,6 +77,12 @@ pub(super) fn empty(status: StatusCode) -> Response<Body> {
     response
 }
 
+/// `response` with `Retry-After: seconds`.
+pub(super) fn retry_after(mut response: Response<Body>, seconds: u32) -> Response<Body> {
+    response.headers_mut().insert(hyper::header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
+}
+
 /// The response ends its connection: its request body was not read whole.
 pub(super) fn closing(mut response: Response<Body>) -> Response<Body> {
     response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));

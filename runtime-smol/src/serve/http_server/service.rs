@@ -9,13 +9,14 @@ use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH};
 use hyper::{Method, Request, Response, StatusCode};
 use tether_core::{Input, SessionId};
 
+use super::adopt;
 use super::body::{self, BodyError};
 use super::guards::{self, Refusal, JSON, SSE};
 use super::listener::Connection;
 use super::message::{classify, Shape, INVALID_REQUEST, PARSE_ERROR};
 use super::reply::{self, Body};
 use super::resource_guard::Bearer;
-use super::sessions::{First, Refused};
+use super::sessions::{First, Refused, Resume};
 use super::status_routes;
 use super::Shared;
 use crate::serve::byte_queue as queue;
@@ -44,6 +45,18 @@ pub(super) async fn handle(shared: Arc<Shared>, connection: &Connection, request
         }
     }
     let owner = bearer;
+    if matches!(screened, Screened::Mcp(_)) && !shared.accepting.load(std::sync::atomic::Ordering::SeqCst) {
+        // Draining: the balancer has had its time to notice; whatever still
+        // comes goes elsewhere (after the body, so the connection can close cleanly).
+        let refused =
+            reply::error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable: this replica is draining; retry");
+        return body::after_discarding(request, reply::closing(reply::retry_after(refused, 1))).await;
+    }
+    if let (Screened::Mcp(Method::GET | Method::DELETE), Some(key)) = (&screened, session_key(request.headers())) {
+        // A session another replica opened is taken in before anything looks it up.
+        let key = key.to_string();
+        adopt::find_or_adopt(&shared, &key, owner.as_ref()).await;
+    }
     match screened {
         Screened::Refused(response) => body::after_discarding(request, response).await,
         Screened::Metadata => match &shared.options.resource_guard {
@@ -54,7 +67,7 @@ pub(super) async fn handle(shared: Arc<Shared>, connection: &Connection, request
         Screened::Mcp(Method::POST) => post(&shared, connection, request, owner).await,
         Screened::Mcp(Method::GET) => match stranger(&shared, request.headers(), owner) {
             Some(refused) => refused,
-            None => get(&shared, connection, request.headers()),
+            None => get(&shared, connection, request.headers()).await,
         },
         Screened::Mcp(_) => match stranger(&shared, request.headers(), owner) {
             Some(refused) => refused,
@@ -201,9 +214,10 @@ async fn post(
     let access = owner.as_ref().map(|o| Access { scopes: o.scopes.clone(), principal: o.identity.clone() });
     let (session, new_key) = match key {
         Some(key) => {
-            let table = shared.table();
-            let Some(session) = table.find(&key) else { return unknown_session() };
-            if owner.as_ref().is_some_and(|o| table.is_stranger(session, &o.identity)) {
+            let Some(session) = adopt::find_or_adopt(shared, &key, owner.as_ref()).await else {
+                return unknown_session();
+            };
+            if owner.as_ref().is_some_and(|o| shared.table().is_stranger(session, &o.identity)) {
                 return not_yours();
             }
             (session, None)
@@ -428,8 +442,9 @@ async fn request(
         Ok(First::Stream(rx)) => reply::sse(rx, connection.closer.clone()),
         Err(_) => return gone(shared),
     };
+    // The id the client gets: sealed by now (the engine asked before its answer).
     let new_key = match opened {
-        Opened::Session(key) => Some(key),
+        Opened::Session(key) => Some(shared.table().key_of(session).map_or(key, str::to_string)),
         _ => None,
     };
     if let Some(value) = new_key.and_then(|key| HeaderValue::from_str(&key).ok()) {
@@ -483,7 +498,7 @@ fn new_session_key() -> Option<String> {
 }
 
 /// GET: resume the stream `Last-Event-ID` names, or open the standalone stream.
-fn get(shared: &Shared, connection: &Connection, headers: &HeaderMap) -> Response<Body> {
+async fn get(shared: &Shared, connection: &Connection, headers: &HeaderMap) -> Response<Body> {
     if shared.options.stateless_clients && session_key(headers).is_none() {
         return reply::sessionless_method_not_allowed();
     }
@@ -496,24 +511,46 @@ fn get(shared: &Shared, connection: &Connection, headers: &HeaderMap) -> Respons
         return reply::method_not_allowed(false);
     }
     let Some(key) = session_key(headers) else { return missing_session() };
-    let mut table = shared.table();
-    let Some(session) = table.find(key) else { return unknown_session() };
     let (conn, rx) = queue::channel(shared.options.sse_queue_bytes);
     let closer = connection.closer.clone();
-    let conn = match last_event_id {
-        Some(last) => match table.resume(session, last, conn) {
-            Ok(()) => return reply::sse(rx, closer),
-            Err(conn) => {
+    let (session, lost) = {
+        let mut table = shared.table();
+        let Some(session) = table.find(key) else { return unknown_session() };
+        let resumed = match last_event_id {
+            Some(last) => table.resume(session, last, conn),
+            None => Resume::Unknown(conn),
+        };
+        let (conn, lost) = match resumed {
+            Resume::Resumed => return reply::sse(rx, closer),
+            Resume::Unknown(conn) if last_event_id.is_none() => (Some(conn), None),
+            Resume::Unknown(conn) => {
                 tracing::debug!(session = session.0, "Last-Event-ID names no kept stream: served as a plain GET");
-                conn
+                (Some(conn), None)
             }
-        },
-        None => conn,
+            // Another replica held it: what it carried is lost. The engine
+            // answers its request (on this connection, when the id names it)
+            // and says lists may differ.
+            Resume::Foreign(conn, Some(id)) => match table.lost(session, &id, conn) {
+                // The connection waits for the error the engine sends for it.
+                Ok(()) => (None, Some(Some(id))),
+                Err(conn) => (Some(conn), Some(None)),
+            },
+            Resume::Foreign(conn, None) => (Some(conn), Some(None)),
+        };
+        if let Some(conn) = conn {
+            if !get_stream {
+                return reply::method_not_allowed(false);
+            }
+            table.listen(session, conn);
+        }
+        (session, lost)
     };
-    if !get_stream {
-        return reply::method_not_allowed(false);
+    if let Some(request) = lost {
+        let input = Input::ClientStreamLost { session, request: request.map(Into::into) };
+        if shared.inputs.send(input).await.is_err() {
+            return host_gone();
+        }
     }
-    table.listen(session, conn);
     reply::sse(rx, closer)
 }
 

@@ -70,10 +70,14 @@ async fn answer(shared: &Arc<Shared>, connection: &Connection, request: &Request
         "/" => page(),
         "/healthz" => reply::json(StatusCode::OK, json!({"status": "ok"}).to_string()),
         "/readyz" => match ask(status, Query::Ready).await {
-            Some(down) if down.is_empty() => reply::json(StatusCode::OK, json!({"ready": true}).to_string()),
-            Some(down) => {
-                reply::json(StatusCode::SERVICE_UNAVAILABLE, json!({"ready": false, "waiting_for": down}).to_string())
+            Some(r) if r.draining => {
+                reply::json(StatusCode::SERVICE_UNAVAILABLE, json!({"ready": false, "draining": true}).to_string())
             }
+            Some(r) if r.waiting_for.is_empty() => reply::json(StatusCode::OK, json!({"ready": true}).to_string()),
+            Some(r) => reply::json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"ready": false, "waiting_for": r.waiting_for}).to_string(),
+            ),
             None => gone(),
         },
         "/status" => match ask(status, Query::Status).await {

@@ -120,7 +120,7 @@ struct Event {
 
 /// A stream of one session.
 pub(super) struct Stream {
-    /// `<session>-<stream>`: event ids are `<prefix>-<seq>`.
+    /// Event ids are `<prefix>-<seq>` (see `sessions.rs` for the prefix).
     prefix: String,
     next_seq: u64,
     log: VecDeque<Event>,
@@ -228,6 +228,15 @@ impl Stream {
     pub(super) fn finish(&mut self) {
         self.finished = true;
         self.close();
+    }
+
+    /// Ends the live connection, if any, asking its client to reconnect
+    /// after `retry_ms` (SSE `retry:`).
+    pub(super) fn end_with_retry(&mut self, retry_ms: u64) {
+        if let Some(conn) = self.conn.take() {
+            let _ = conn.push(Bytes::from(format!("retry: {retry_ms}\n\n")));
+            conn.close();
+        }
     }
 
     /// Ends the live connection, if any.

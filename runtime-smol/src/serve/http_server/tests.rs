@@ -71,6 +71,19 @@ async fn fake_host(server: HttpServer, rx: Receiver<Input>, log: Log) {
 }
 
 fn handle(server: &HttpServer, held: &mut Vec<(SessionId, Value)>, input: &Input) {
+    if let Input::ClientStreamLost { session, request } = input {
+        // As the engine does: lists may differ here; the lost request gets an error.
+        let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}).to_string();
+        match request {
+            Some(id) => {
+                server.deliver(*session, Route::Related(id.clone()), changed);
+                let error = json!({"jsonrpc": "2.0", "id": serde_json::from_str::<Value>(id).unwrap(), "error": {"code": -32603, "message": "lost"}});
+                server.deliver(*session, Route::Reply(id.clone()), error.to_string());
+            }
+            None => server.deliver(*session, Route::Session, changed),
+        }
+        return;
+    }
     let Input::ClientFrame { session, frame, .. } = input else { return };
     let session = *session;
     let message: Value = serde_json::from_str(frame).expect("the host gets JSON");
@@ -90,6 +103,11 @@ fn handle(server: &HttpServer, held: &mut Vec<(SessionId, Value)>, input: &Input
     }
     let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"echo": method}}).to_string();
     let key = id.to_string();
+    if method == "initialize" {
+        // As the engine does, before its answer: the facts go into the id.
+        let facts = tether_core::cluster::SessionFacts::new(VERSION, &serde_json::Map::new(), None);
+        server.seal_session(session, facts);
+    }
     match method.as_str() {
         "slow/progress" => {
             server.deliver(session, Route::Related(key.as_str().into()), progress(1));
@@ -346,7 +364,9 @@ fn initialize_opens_a_session_with_an_unguessable_id() {
     assert_eq!(answer.content_type, "application/json");
     assert_eq!(answer.json()["result"]["echo"], "initialize");
     let first = answer.session.expect("a session id");
-    assert!(first.len() >= 32 && first.bytes().all(|b| b.is_ascii_hexdigit()), "{first}");
+    // Sealed: base64url, visible ASCII as the specification asks, and far more than 128 bits.
+    let base64url = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+    assert!(first.len() >= 64 && first.bytes().all(base64url), "{first}");
     let second = h.initialize();
     assert_ne!(first, second);
     let inputs = h.inputs();
@@ -564,10 +584,14 @@ fn an_unknown_last_event_id_gets_a_fresh_standalone_stream() {
     let session = h.initialize();
     let other = h.initialize();
     h.post(Some(&other), &request(1, "push")); // buffered on the other session's stream
-    let mut stream = Sse::new(h.get(&session, Some("3-0-0"))); // the other session's first event
+    let (mut theirs, mut ours) = (Sse::new(h.get(&other, None)), Sse::new(h.get(&session, None)));
+    let their_event = theirs.next().unwrap();
+    let our_priming = ours.next().unwrap();
+    let mut stream = Sse::new(h.get(&session, Some(&their_event.id))); // the other session's event
     let first = stream.next().unwrap();
     assert!(first.data.is_empty(), "a fresh, primed stream, nothing replayed: {first:?}");
-    assert!(first.id.starts_with("2-0-"), "{first:?}");
+    let prefix = |id: &str| id.rsplit_once('-').unwrap().0.to_string();
+    assert_eq!(prefix(&first.id), prefix(&our_priming.id), "{first:?}");
 }
 
 #[test]
@@ -1369,4 +1393,156 @@ fn the_status_endpoints_need_the_operators_scope_and_without_one_are_closed_to_o
             }
         }
     }
+}
+
+// ----- replicas sharing a key ring -----
+
+const KEY_1: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+const KEY_2: &str = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+
+fn ring(keys: &str) -> Arc<tether_host::cluster::ClusterSettings> {
+    Arc::new(tether_host::cluster::ClusterSettings::from_section(&json!({ "session_keys": keys })).unwrap())
+}
+
+fn replica(keys: &str, token: Option<&str>) -> Harness {
+    start(ServerOptions { cluster: Some(ring(keys)), auth_token: token.map(String::from), ..options() })
+}
+
+fn adoptions(h: &Harness) -> usize {
+    h.inputs().iter().filter(|i| matches!(i, Input::ClientAdopted { .. })).count()
+}
+
+#[test]
+fn a_session_opened_on_one_replica_is_served_by_another_that_shares_the_key_ring() {
+    let keys = format!("1:{KEY_1}");
+    let (a, b) = (replica(&keys, None), replica(&keys, None));
+    let session = a.initialize();
+    for n in 1..=3 {
+        let answer = b.post(Some(&session), &request(n, "tools/list"));
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert_eq!(answer.json()["result"]["echo"], "tools/list");
+    }
+    assert_eq!(adoptions(&b), 1, "adopted once, then known");
+    let inputs = b.inputs();
+    let Input::ClientAdopted { session: adopted, facts } = &inputs[0] else { panic!("{inputs:?}") };
+    assert_eq!(facts.protocol_version, VERSION);
+    assert!(matches!(&inputs[1], Input::ClientFrame { session, .. } if session == adopted));
+    assert!(!b.inputs().iter().any(|i| matches!(i, Input::ClientConnected { .. })), "no new session");
+    // Ended there, it is not adopted back there (another replica still could: see the docs).
+    assert_eq!(b.delete(&session).status, 204);
+    assert_eq!(b.post(Some(&session), &request(4, "tools/list")).status, 404);
+    assert_eq!(adoptions(&b), 1);
+    // A replica with another ring does not know it.
+    let stranger = replica(&format!("1:{KEY_2}"), None);
+    assert_eq!(stranger.post(Some(&session), &request(1, "tools/list")).status, 404);
+}
+
+#[test]
+fn forged_tampered_expired_other_principal_and_retired_key_ids_are_404_and_rotation_keeps_sessions() {
+    const OTHER: &str = "another-s3cret-token";
+    let old_ring = format!("1:{KEY_1}");
+    let a = replica(&old_ring, Some(TOKEN));
+    let session = answer(outcome(
+        a.post_request(None).set("Authorization", &format!("Bearer {TOKEN}")).send_string(&initialize_body()),
+    ))
+    .session
+    .expect("an id");
+    let post = |h: &Harness, token: &str, id: &str| {
+        let req = h.post_request(Some(id)).set("Authorization", &format!("Bearer {token}"));
+        answer(outcome(req.send_string(&request(1, "tools/list")))).status
+    };
+    // Rotation: a replica that seals with key 2 and still opens key 1 serves it.
+    let rotated = replica(&format!("2:{KEY_2},1:{KEY_1}"), Some(TOKEN));
+    assert_eq!(post(&rotated, TOKEN, &session), 200);
+    // The static token changed: another principal.
+    let other_token = replica(&old_ring, Some(OTHER));
+    assert_eq!(post(&other_token, OTHER, &session), 404);
+    // Key 1 retired.
+    let retired = replica(&format!("2:{KEY_2}"), Some(TOKEN));
+    assert_eq!(post(&retired, TOKEN, &session), 404);
+    // Tampered: one character changed.
+    let b = replica(&old_ring, Some(TOKEN));
+    let mut tampered = session.clone().into_bytes();
+    let last = tampered.len() - 5;
+    tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
+    assert_eq!(post(&b, TOKEN, std::str::from_utf8(&tampered).unwrap()), 404);
+    // Forged: made up, or sealed for another purpose with the right key.
+    assert_eq!(post(&b, TOKEN, "0123456789abcdef0123456789abcdef"), 404);
+    let ring = ring(&old_ring);
+    let facts = tether_core::cluster::SessionFacts::new(VERSION, &serde_json::Map::new(), None).to_bytes();
+    let principal = format!("static token {TOKEN}");
+    let far = super::adopt::unix_ms() + 60_000;
+    let wrong_purpose = ring.keys.seal_bound("something else", far, Some(&principal), &facts).unwrap();
+    assert_eq!(post(&b, TOKEN, &wrong_purpose), 404);
+    // Expired.
+    let expired = ring.keys.seal_bound(super::adopt::PURPOSE, 1, Some(&principal), &facts).unwrap();
+    assert_eq!(post(&b, TOKEN, &expired), 404);
+    // The same, unexpired: adopted (the checks above are not refusing everything).
+    let fresh = ring.keys.seal_bound(super::adopt::PURPOSE, far, Some(&principal), &facts).unwrap();
+    assert_eq!(post(&b, TOKEN, &fresh), 200);
+    assert_eq!(adoptions(&b), 1);
+}
+
+#[test]
+fn a_stream_resumed_on_another_replica_gets_its_requests_error_at_once_and_one_list_changed() {
+    let keys = format!("1:{KEY_1}");
+    let (a, b) = (replica(&keys, None), replica(&keys, None));
+    let session = a.initialize();
+    let held = a.post_request(Some(&session)).send_string(&request(7, "slow/held"));
+    let mut stream = Sse::new(outcome(held));
+    let _priming = stream.next().unwrap();
+    let progress = stream.next().unwrap();
+    assert!(progress.data.contains("progress"));
+    // Replica a is gone as far as the client knows: it resumes through b.
+    let started = Instant::now();
+    let resumed = Sse::new(b.get(&session, Some(&progress.id))).rest();
+    assert!(started.elapsed() < Duration::from_secs(1), "answered at once");
+    let data: Vec<Value> =
+        resumed.iter().filter(|e| !e.data.is_empty()).map(|e| serde_json::from_str(&e.data).unwrap()).collect();
+    assert_eq!(data.len(), 2, "{resumed:?}");
+    assert_eq!(data[0]["method"], "notifications/tools/list_changed");
+    assert_eq!((data[1]["id"].clone(), data[1]["error"]["code"].clone()), (json!(7), json!(-32603)));
+    let lost: Vec<Input> = b.inputs().into_iter().filter(|i| matches!(i, Input::ClientStreamLost { .. })).collect();
+    assert!(matches!(&lost[..], [Input::ClientStreamLost { request: Some(id), .. }] if id == "7"), "{lost:?}");
+
+    // The standalone stream's events, resumed elsewhere: one list_changed, and it stays open.
+    let mut standalone = Sse::new(a.get(&session, None));
+    let priming = standalone.next().unwrap();
+    let mut elsewhere = Sse::new(b.get(&session, Some(&priming.id)));
+    let first = elsewhere.next().unwrap();
+    let first = if first.data.is_empty() { elsewhere.next().unwrap() } else { first };
+    assert!(first.data.contains("list_changed"), "{first:?}");
+}
+
+#[test]
+fn a_draining_listener_refuses_new_requests_with_503_and_ends_streams_asking_for_a_reconnect() {
+    let h = start(options());
+    let session = h.initialize();
+    let mut standalone = Sse::new(h.get(&session, None));
+    standalone.next().unwrap();
+    let addr = h.server.local_addr();
+    let mut open = TcpStream::connect(addr).unwrap();
+    open.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    h.server.stop_accepting();
+    // A connection already open: its next request is refused, and it closes.
+    let body = request(1, "tools/list");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: {ACCEPT}\r\nContent-Type: application/json\r\n\
+         Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {VERSION}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    open.write_all(head.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = open.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("connection: close") && answer.contains("retry-after: 1"), "{answer}");
+    // New connections are refused: a balancer sends them elsewhere.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(addr).is_ok() {
+        assert!(Instant::now() < deadline, "still listening");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.server.end_streams();
+    // The `retry:` field reads as an event with neither id nor data; then the stream ends.
+    assert_eq!(standalone.rest(), vec![Event { id: String::new(), data: String::new() }]);
 }

@@ -1,0 +1,193 @@
+//! `tether.cluster`, the host's half: the key ring that seals session ids (so
+//! any replica holding it adopts a session another opened) and how long a
+//! sealed id stays good. The drain timings are the engine's
+//! ([`tether_core::config::Cluster`]).
+//!
+//! ```jsonc
+//! "tether": {"cluster": {
+//!   // The first key seals; every key opens. Rotate: add the new key first
+//!   // (on every replica), then retire the old one.
+//!   "session_keys": [{"id": 2, "key": "${TETHER_KEY_2}"}, {"id": 1, "file": "/run/secrets/tether-key-1"}],
+//!   "session_max_age_ms": 86400000,
+//!   "drain_delay_ms": 5000,
+//!   "drain_timeout_ms": 25000
+//! }}
+//! ```
+//!
+//! `session_keys` may also be one string, `"ID:KEY,ID:KEY"` (from one
+//! environment variable). A key is 32 bytes: 64 hex digits or base64 (either
+//! alphabet, padded or not): `openssl rand -base64 32` makes one.
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+use base64::Engine;
+use serde_json::Value;
+
+use crate::seal::KeyRing;
+
+/// A sealed session id is good for this long by default (a day).
+pub const DEFAULT_SESSION_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// The keys `tether.cluster` reads.
+pub const KEYS: [&str; 4] = ["session_keys", "session_max_age_ms", "drain_delay_ms", "drain_timeout_ms"];
+
+/// What the HTTP listener needs to seal and open session ids.
+#[derive(Debug)]
+pub struct ClusterSettings {
+    /// Seals new ids (first key) and opens presented ones (every key).
+    pub keys: KeyRing,
+    /// How long after it is issued a sealed id is still adopted.
+    pub session_max_age: Duration,
+    /// Keys came from the configuration (a cluster): else a random key of this
+    /// process alone, which no other replica (or restart) can open.
+    pub shared: bool,
+}
+
+impl ClusterSettings {
+    /// One process alone: a random key, ids good for a day (and only here).
+    pub fn single() -> Result<ClusterSettings, String> {
+        let keys = KeyRing::random().ok_or("no randomness from the operating system for the session key")?;
+        Ok(ClusterSettings { keys, session_max_age: DEFAULT_SESSION_MAX_AGE, shared: false })
+    }
+
+    /// From the `tether.cluster` section, `${VAR}` already expanded. Errors
+    /// name the field.
+    pub fn from_section(section: &Value) -> Result<ClusterSettings, String> {
+        let obj = section.as_object().ok_or("tether.cluster: must be an object")?;
+        if let Some(key) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(format!("tether.cluster.{key}: unknown key (known: {})", KEYS.join(", ")));
+        }
+        let session_max_age =
+            match obj.get("session_max_age_ms") {
+                None => DEFAULT_SESSION_MAX_AGE,
+                Some(v) => match v.as_u64() {
+                    Some(ms) if (60_000..=30 * 24 * 3600 * 1000).contains(&ms) => Duration::from_millis(ms),
+                    _ => return Err(
+                        "tether.cluster.session_max_age_ms: must be between 60000 (a minute) and 2592000000 (30 days)"
+                            .into(),
+                    ),
+                },
+            };
+        let keys =
+            match obj.get("session_keys") {
+                None => return Err(
+                    "tether.cluster.session_keys: required: the key ring every replica shares (see docs/scale-out.md)"
+                        .into(),
+                ),
+                Some(value) => ring(value).map_err(|e| format!("tether.cluster.session_keys: {e}"))?,
+            };
+        Ok(ClusterSettings { keys, session_max_age, shared: true })
+    }
+}
+
+/// The ring `session_keys` describes.
+fn ring(value: &Value) -> Result<KeyRing, String> {
+    let mut keys = Vec::new();
+    match value {
+        Value::String(text) => {
+            for (n, item) in text.split(',').map(str::trim).filter(|s| !s.is_empty()).enumerate() {
+                let (id, key) = item.split_once(':').ok_or(format!("entry {n}: write ID:KEY"))?;
+                keys.push((key_id(&Value::String(id.trim().into()), n)?, key_bytes(key.trim(), n)?));
+            }
+        }
+        Value::Array(items) => {
+            for (n, item) in items.iter().enumerate() {
+                let obj = item.as_object().ok_or(format!("entry {n}: must be an object with id and key or file"))?;
+                if let Some(k) = obj.keys().find(|k| !["id", "key", "file"].contains(&k.as_str())) {
+                    return Err(format!("entry {n}: unknown key {k:?} (known: id, key, file)"));
+                }
+                let id = key_id(obj.get("id").ok_or(format!("entry {n}: id is required"))?, n)?;
+                let text = match (obj.get("key"), obj.get("file")) {
+                    (Some(Value::String(key)), None) => key.clone(),
+                    (None, Some(Value::String(file))) => read_key_file(file, n)?,
+                    _ => return Err(format!("entry {n}: give exactly one of key (a string) or file (a path)")),
+                };
+                keys.push((id, key_bytes(text.trim(), n)?));
+            }
+        }
+        _ => return Err("must be a list of {id, key|file} or a string \"ID:KEY,ID:KEY\"".into()),
+    }
+    KeyRing::new(&keys)
+}
+
+fn key_id(value: &Value, n: usize) -> Result<u8, String> {
+    let id = match value {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    };
+    id.and_then(|id| u8::try_from(id).ok()).ok_or(format!("entry {n}: id must be a number from 0 to 255"))
+}
+
+fn read_key_file(path: &str, n: usize) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("entry {n}: {path}: {e}"))?;
+    if meta.len() > 1024 {
+        return Err(format!("entry {n}: {path}: too large for a key file"));
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("entry {n}: {path}: {e}"))
+}
+
+/// 32 bytes from 64 hex digits or base64 of either alphabet. The message never
+/// quotes the key.
+fn key_bytes(text: &str, n: usize) -> Result<[u8; 32], String> {
+    let bytes = if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        (0..32).map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex digits")).collect()
+    } else {
+        [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD]
+            .iter()
+            .find_map(|engine| engine.decode(text).ok())
+            .ok_or(format!("entry {n}: the key is neither 64 hex digits nor base64"))?
+    };
+    <[u8; 32]>::try_from(bytes).map_err(|b| format!("entry {n}: the key is {} bytes; it must be 32", b.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const B64: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    const HEX: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+    #[test]
+    fn keys_come_as_a_list_a_string_or_files_and_every_form_opens_the_same_tokens() {
+        let dir = std::env::temp_dir().join(format!("tether-cluster-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("k");
+        std::fs::write(&file, format!("{HEX}\n")).unwrap();
+        let listed = ClusterSettings::from_section(&json!({"session_keys": [{"id": 2, "key": B64}]})).unwrap();
+        let string = ClusterSettings::from_section(&json!({"session_keys": format!("2:{HEX}, 1:{B64}")})).unwrap();
+        let from_file = ClusterSettings::from_section(
+            &json!({"session_keys": [{"id": "2", "file": file.to_str().unwrap()}], "session_max_age_ms": 60000}),
+        )
+        .unwrap();
+        assert!(listed.shared && listed.session_max_age == DEFAULT_SESSION_MAX_AGE);
+        assert_eq!(from_file.session_max_age, Duration::from_secs(60));
+        let token = listed.keys.seal("session", u64::MAX, b"x").unwrap();
+        for ring in [&string.keys, &from_file.keys] {
+            assert_eq!(ring.open("session", &token, 0).unwrap(), b"x");
+        }
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn mistakes_are_named_and_never_quote_a_key() {
+        let cases = [
+            (json!({}), "session_keys: required"),
+            (json!({"session_keys": []}), "empty"),
+            (json!({"session_keys": "1:c2hvcnQ="}), "5 bytes"),
+            (json!({"session_keys": [{"id": 300, "key": B64}]}), "0 to 255"),
+            (json!({"session_keys": [{"id": 1, "key": B64}, {"id": 1, "key": HEX}]}), "twice"),
+            (json!({"session_keys": [{"id": 1}]}), "exactly one"),
+            (json!({"session_keys": [{"id": 1, "key": B64}], "drain": 1}), "unknown key"),
+            (json!({"session_keys": [{"id": 1, "key": B64}], "session_max_age_ms": 5}), "between"),
+            (json!({"session_keys": "1:not a key!"}), "neither"),
+        ];
+        for (section, expected) in cases {
+            let err = ClusterSettings::from_section(&section).unwrap_err();
+            assert!(err.contains(expected), "{section}: {err}");
+            assert!(!err.contains(B64) && !err.contains(HEX), "{err}");
+        }
+    }
+}
