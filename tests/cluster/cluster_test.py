@@ -114,9 +114,25 @@ class Load:
     stop_at: float
     outcomes: list[Outcome] = field(default_factory=list)
     sessions: dict[int, set[str]] = field(default_factory=dict)
+    died: list[str] = field(default_factory=list)
 
     async def client(self, n: int, legacy: bool, start: float) -> None:
+        """One client calling until the end; a client whose session dies (the SDK
+        gives up a session on a transport error) counts as a failed call."""
         kind = "2025-11-25" if legacy else "2026-07-28"
+        began = time.monotonic()
+        try:
+            await self.calls(n, legacy, kind, start)
+        except BaseException as e:  # noqa: BLE001 - an ExceptionGroup from the SDK's task group
+            leaf = e
+            while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+                leaf = leaf.exceptions[0]
+            error = f"client {n} died: {type(leaf).__name__}: {leaf}"[:300]
+            self.outcomes.append(Outcome(began - start, time.monotonic() - start, False, kind, error))
+            self.died.append(error)
+            print(f"      {error} at {time.monotonic() - start:.2f} s", flush=True)
+
+    async def calls(self, n: int, legacy: bool, kind: str, start: float) -> None:
         period = CLIENTS / RATE
         http = create_mcp_http_client()
         seen = self.sessions.setdefault(n, set()) if legacy else set()
@@ -157,13 +173,15 @@ class Load:
 def haproxy_config(port: int, replicas: list[Replica]) -> str:
     servers = "\n".join(f"    server t{i} 127.0.0.1:{r.port}" for i, r in enumerate(replicas))
     return f"""global
-    log stderr format raw local0 warning
+    log stderr format raw local0 info
 defaults
     mode http
+    log global
+    option httplog
     timeout connect 2s
     timeout client 1h
     timeout server 1h
-    option http-server-close
+    option httpclose
 frontend mcp
     bind 127.0.0.1:{port}
     default_backend tether
@@ -320,6 +338,7 @@ def scenario(name: str, balancer: str, args, workdir: Path, report: Report) -> N
             report.check(exits == [0] * REPLICAS, f"{what}: every replica drained and exited 0: {exits}")
             shown = [(round(o.started, 2), o.kind, o.error) for o in failed[:5]]
             report.check(not failed, f"{what}: zero failed calls ({len(failed)}: {shown})")
+        report.check(not load.died, f"{what}: every client's session lived to the end ({load.died})")
         changed = {n: ids for n, ids in load.sessions.items() if len(ids) != 1}
         report.check(len(load.sessions) == CLIENTS // 2 and not changed,
                      f"{what}: every 2025-11-25 client kept its one session id ({len(load.sessions)} seen; changed: {changed})")
