@@ -80,6 +80,7 @@ macro_rules! layer {
     };
 }
 
+mod continuation;
 mod gateway;
 mod io;
 mod rng;

@@ -9,25 +9,47 @@
 
 use alloc::format;
 use alloc::string::String;
+use alloc::vec::Vec;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-/// The generator of capability ids.
+use crate::continuation::Continuations;
+
+/// The generator of capability ids, and the keys of continuation tokens.
 #[derive(Clone)]
 pub(crate) struct SecretIds {
     stream: ChaCha20Rng,
+    /// Signs and checks the `requestState` tokens tether issues.
+    pub(crate) continuations: Continuations,
+    /// The cluster's continuation keys, kept across [`SecretIds::rekeyed`].
+    cluster_keys: Vec<(u8, [u8; 32])>,
 }
 
 impl SecretIds {
     /// A generator keyed with `key`.
     pub(crate) fn new(key: [u8; 32]) -> Self {
-        SecretIds { stream: ChaCha20Rng::from_seed(key) }
+        let continuations = Continuations::derived(&key);
+        SecretIds { stream: ChaCha20Rng::from_seed(key), continuations, cluster_keys: Vec::new() }
     }
 
     /// A generator keyed from `seed` alone: deterministic, for tests and for
     /// hosts that never set a key (64 bits: not enough against an offline search).
     pub(crate) fn from_seed(seed: u64) -> Self {
-        SecretIds { stream: ChaCha20Rng::seed_from_u64(seed) }
+        let continuations = Continuations::derived(&seed.to_le_bytes());
+        SecretIds { stream: ChaCha20Rng::seed_from_u64(seed), continuations, cluster_keys: Vec::new() }
+    }
+
+    /// These ids keyed with `key` instead, keeping the cluster's continuation keys.
+    pub(crate) fn rekeyed(&self, key: [u8; 32]) -> Self {
+        SecretIds::new(key).with_cluster_keys(&self.cluster_keys.clone())
+    }
+
+    /// Continuation tokens signed with the cluster's first key and checked
+    /// with all of them (every replica holds them); none: this process's own key.
+    pub(crate) fn with_cluster_keys(mut self, keys: &[(u8, [u8; 32])]) -> Self {
+        self.continuations = self.continuations.with_keys(keys);
+        self.cluster_keys = keys.to_vec();
+        self
     }
 
     /// 128 random bits as 32 lowercase hex digits.

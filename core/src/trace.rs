@@ -38,6 +38,15 @@ pub struct TraceHeader {
     /// as the calls it records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id_key: Option<String>,
+    /// The keys given to [`Gateway::set_continuation_keys`] (a cluster's), as
+    /// `ID:HEX`, if any: as private as the id key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub continuation_keys: Vec<String>,
+}
+
+/// `keys` as a trace header holds them.
+pub fn continuation_keys_text(keys: &[(u8, [u8; 32])]) -> Vec<String> {
+    keys.iter().map(|(id, key)| format!("{id}:{}", id_key_hex(key))).collect()
 }
 
 /// `key` as the hex a trace header holds.
@@ -139,6 +148,15 @@ pub fn replay(trace: &str) -> Result<Vec<(Instant, Action)>, TraceError> {
             .ok_or_else(|| TraceError::Parse { line: 1, message: "id_key: expected 64 hex digits".into() })?;
         gw.set_id_key(key);
     }
+    if !header.continuation_keys.is_empty() {
+        let mut keys = Vec::new();
+        for text in &header.continuation_keys {
+            let parsed = text.split_once(':').and_then(|(id, hex)| Some((id.parse().ok()?, id_key_from_hex(hex)?)));
+            let bad = || TraceError::Parse { line: 1, message: "continuation_keys: expected ID:64 hex digits".into() };
+            keys.push(parsed.ok_or_else(bad)?);
+        }
+        gw.set_continuation_keys(&keys);
+    }
     let mut out = Vec::new();
     while let Some(a) = gw.poll_action() {
         out.push((header.start, a));
@@ -183,5 +201,21 @@ mod tests {
         assert_eq!(id_key_from_hex(&id_key_hex(&key)), Some(key));
         assert_eq!(id_key_from_hex("00"), None);
         assert_eq!(id_key_from_hex(&"zz".repeat(32)), None);
+    }
+
+    #[test]
+    fn continuation_keys_survive_the_header_and_a_bad_one_is_a_parse_error() {
+        let header = TraceHeader {
+            tether_trace: TRACE_VERSION,
+            seed: 1,
+            start: Instant::ZERO,
+            config: Config::default(),
+            id_key: None,
+            continuation_keys: continuation_keys_text(&[(3, [9; 32])]),
+        };
+        assert_eq!(header.continuation_keys, [format!("3:{}", "09".repeat(32))]);
+        assert!(replay(&header_line(&header)).is_ok());
+        let bad = TraceHeader { continuation_keys: alloc::vec!["3:zz".into()], ..header };
+        assert!(matches!(replay(&header_line(&bad)), Err(TraceError::Parse { line: 1, .. })));
     }
 }

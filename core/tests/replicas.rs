@@ -234,3 +234,116 @@ fn an_idle_replica_drains_as_soon_as_the_delay_is_over() {
     let steps: Vec<String> = drain_steps(&sim).into_iter().map(|(_, s)| s).collect();
     assert_eq!(steps, ["stop accepting", "end client streams"]);
 }
+
+// ----- continuations (`requestState`) across replicas -----
+
+const RING: [(u8, [u8; 32]); 1] = [(1, [7; 32])];
+
+/// A replica (its own seed, so its own name) whose `fs` serves `read`
+/// (read-only) and `write` (no hints); stateless clients served.
+fn stateless_replica(seed: u64) -> Sim {
+    let mut config = one_stdio();
+    config.stateless_clients = true;
+    let mut sim = Sim::with_seed(config, seed);
+    sim.gw.set_continuation_keys(&RING);
+    sim.answer("fs", "initialize", json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}));
+    let tools = json!({"tools":[
+        {"name":"read","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
+        {"name":"write","inputSchema":{"type":"object"}}
+    ]});
+    sim.answer("fs", "tools/list", tools);
+    sim
+}
+
+fn stateless_call(tool: &str, extra: Value) -> Value {
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": STATELESS,
+        "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+    });
+    let mut params = json!({"name": format!("fs__{tool}"), "arguments": {"path": "/a"}, "_meta": meta});
+    if let (Value::Object(p), Value::Object(e)) = (&mut params, extra) {
+        p.extend(e);
+    }
+    params
+}
+
+/// Replica `a` answers a call of `tool` `input_required` (fs asks to sample): its requestState.
+fn issued_on(a: &mut Sim, id: u64, tool: &str) -> String {
+    a.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params": stateless_call(tool, json!({}))}));
+    let sampling = json!({"messages":[],"maxTokens":5});
+    a.backend("fs", json!({"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params": sampling}));
+    a.advance(50);
+    let answer = a.response(id)["result"].clone();
+    assert_eq!(answer["resultType"], "input_required", "{answer}");
+    answer["requestState"].as_str().unwrap().to_string()
+}
+
+fn retry(sim: &mut Sim, id: u64, tool: &str, state: &str) -> Value {
+    let extra = json!({"requestState": state, "inputResponses": {"s1": {"role":"assistant","content":{"type":"text","text":"hi"},"model":"m"}}});
+    sim.client(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params": stateless_call(tool, extra)}));
+    sim.responses_for(id).pop().unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_continuation_from_another_replica_is_resent_when_safe_and_refused_at_once_when_not() {
+    let mut a = stateless_replica(1);
+    let mut b = stateless_replica(2);
+    let read = issued_on(&mut a, 1, "read");
+    b.note("the retry reaches replica b, which never saw the call: read is read-only, so it runs again");
+    let before = b.requests_to("fs", "tools/call").len();
+    assert_eq!(retry(&mut b, 2, "read", &read), Value::Null, "not answered yet: running");
+    let (_, params) = b.requests_to("fs", "tools/call").pop().unwrap();
+    assert_eq!(b.requests_to("fs", "tools/call").len(), before + 1);
+    assert!(params.get("requestState").is_none() && params.get("inputResponses").is_none(), "{params}");
+    assert_eq!(params["name"], "read");
+
+    let write = issued_on(&mut a, 11, "write");
+    let refused = retry(&mut b, 3, "write", &write);
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("another tether replica") && message.contains("fs__write"), "{message}");
+    assert_eq!(b.requests_to("fs", "tools/call").len(), before + 1, "write is not run again");
+    insta::assert_snapshot!(b.log);
+}
+
+#[test]
+fn changed_expired_foreign_and_misused_continuations_are_refused_at_once() {
+    let mut a = stateless_replica(1);
+    let mut b = stateless_replica(2);
+    let state = issued_on(&mut a, 1, "read");
+    let mut changed = state.clone().into_bytes();
+    let at = changed.len() - 3;
+    changed[at] = if changed[at] == b'A' { b'B' } else { b'A' };
+    let changed = String::from_utf8(changed).unwrap();
+    let refused = retry(&mut b, 2, "read", &changed);
+    assert!(refused.get("error").is_some(), "{refused}\n{}", b.log);
+    assert!(refused["error"]["message"].as_str().unwrap().contains("not one tether issued"), "{refused}");
+    // Another request under the same state.
+    let refused = retry(&mut b, 3, "write", &state);
+    assert!(refused["error"]["message"].as_str().unwrap().contains("another request"), "{refused}");
+    // Another identity.
+    b.input(Input::ClientAccess {
+        session: tether_core::SessionId(1),
+        scopes: vec![],
+        principal: Some("mallory".into()),
+    });
+    let refused = retry(&mut b, 4, "read", &state);
+    assert!(refused["error"]["message"].as_str().unwrap().contains("another identity"), "{refused}");
+    // A replica with other keys.
+    let mut stranger = stateless_replica(3);
+    stranger.gw.set_continuation_keys(&[(1, [8; 32])]);
+    let refused = retry(&mut stranger, 5, "read", &state);
+    assert!(refused["error"]["message"].as_str().unwrap().contains("not one tether issued"), "{refused}");
+    // Expired: the call's hard maximum (request_timeout_max_ms) passed.
+    let max = a.gw.config().policy.request_timeout_max_ms;
+    let mut fresh = stateless_replica(2);
+    fresh.advance(max + 1_000);
+    let refused = retry(&mut fresh, 6, "read", &state);
+    assert!(refused["error"]["message"].as_str().unwrap().contains("expired"), "{refused}");
+    // Its own replica still continues it (nothing above touched it).
+    let mut a2 = stateless_replica(1);
+    let own = issued_on(&mut a2, 1, "read");
+    let before = a2.requests_to("fs", "tools/call").len();
+    assert_eq!(retry(&mut a2, 7, "read", &own), Value::Null);
+    assert_eq!(a2.requests_to("fs", "tools/call").len(), before, "continued, not run again");
+}

@@ -163,6 +163,11 @@ impl<R: Runtime> Driver<R> {
         &self.gw
     }
 
+    /// The engine, to set up before its first input (keys); inputs go through [`Driver::feed`].
+    pub fn gateway_mut(&mut self) -> &mut Gateway {
+        &mut self.gw
+    }
+
     /// The clock inputs are stamped with.
     pub fn clock(&self) -> Clock {
         self.clock

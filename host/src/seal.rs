@@ -75,6 +75,8 @@ struct RingKey {
     id: u8,
     aead: LessSafeKey,
     principal: hmac::Key,
+    /// The engine's key for the `requestState` tokens it signs (derived).
+    continuation: [u8; 32],
 }
 
 /// Keys by id; the first seals.
@@ -105,7 +107,11 @@ impl KeyRing {
             let key = UnboundKey::new(&AES_256_GCM, bytes).map_err(|_| "a key must be 32 bytes".to_string())?;
             let derived = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, bytes), b"tether principal digest key v1");
             let principal = hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref());
-            ring.push(RingKey { id: *id, aead: LessSafeKey::new(key), principal });
+            let root = hmac::Key::new(hmac::HMAC_SHA256, bytes);
+            let continuation = hmac::sign(&root, b"tether continuation key v1").as_ref()[..32]
+                .try_into()
+                .expect("HMAC-SHA256 is 32 bytes");
+            ring.push(RingKey { id: *id, aead: LessSafeKey::new(key), principal, continuation });
         }
         Ok(KeyRing { keys: ring })
     }
@@ -162,6 +168,13 @@ impl KeyRing {
             .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut sealed)
             .map_err(|_| SealError::Tampered)?;
         Ok(opened.to_vec())
+    }
+
+    /// Keys for the engine's `requestState` tokens, by the same ids, the first
+    /// signing (see `Gateway::set_continuation_keys`): derived from the ring,
+    /// so one secret per id is all an operator handles.
+    pub fn continuation_keys(&self) -> Vec<(u8, [u8; 32])> {
+        self.keys.iter().map(|k| (k.id, k.continuation)).collect()
     }
 
     fn key(&self, id: u8) -> Option<&RingKey> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tether_core::{AdminCommand, BackendStatus, ClientRoute, Config, ConfigError, Event, Gateway, Input, SessionId};
 use tether_host::clock::Clock;
-use tether_host::recorder::Recorder;
+use tether_host::recorder::{Recorder, TraceSecrets};
 
 use crate::client::{Client, Sessions};
 use crate::engine::{ClientSink, Engine, EngineThreads, EventSink};
@@ -60,9 +60,15 @@ impl HostBuilder {
             None => tracing::warn!("no randomness from the operating system: task ids follow the seed"),
         }
         let record = self.record.and_then(|file| {
-            Recorder::start(file, &self.config, (seed, id_key.as_ref()), start, gw.redactor())
-                .map_err(|e| tracing::error!("cannot record the trace: {e}"))
-                .ok()
+            Recorder::start(
+                file,
+                &self.config,
+                TraceSecrets { seed, id_key: id_key.as_ref(), continuation_keys: &[] },
+                start,
+                gw.redactor(),
+            )
+            .map_err(|e| tracing::error!("cannot record the trace: {e}"))
+            .ok()
         });
         let credentials = self.credentials.unwrap_or_else(tether_host::credentials::Credentials::none);
         let (engine, threads) =

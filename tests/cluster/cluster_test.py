@@ -273,6 +273,55 @@ def sealed_id_checks(url: str, report: Report, balancer: str) -> None:
     report.check(got == [404, 404, 404], f"{balancer}: changed, forged and made-up session ids get 404: {got}")
 
 
+def stateless_post(port: int, params: dict, rid: int) -> tuple[dict, float]:
+    """One stateless 2026-07-28 tools/call straight to a replica: its answer and how long it took."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}
+    body = json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                       "params": {**params, "_meta": meta}}).encode()
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": params["name"]}
+    started = time.monotonic()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read().decode()
+    except urllib.error.HTTPError as e:
+        text = e.read().decode()
+    took = time.monotonic() - started
+    if text.startswith("event:") or text.startswith("id:") or "\ndata:" in text:
+        text = [line[5:].strip() for line in text.splitlines() if line.startswith("data:") and line[5:].strip()][-1]
+    return json.loads(text), took
+
+
+def continuation_checks(replicas: list[Replica], report: Report) -> None:
+    """A translated input_required (mock's `sample` asks its client to sample) continued
+    on the replica that issued it completes; on another replica, or changed, it is
+    refused at once with a message that says why."""
+    call = {"name": "mock__sample", "arguments": {"prompt": "hi"}}
+    answer, _ = stateless_post(replicas[0].port, call, 1)
+    result = answer.get("result", {})
+    ok = result.get("resultType") == "input_required" and "requestState" in result
+    report.check(ok, f"a stateless call of a sampling tool is answered input_required: {str(answer)[:160]}")
+    if not ok:
+        return
+    state = result["requestState"]
+    (key,) = result["inputRequests"].keys()
+    responses = {key: {"role": "assistant", "content": {"type": "text", "text": "sampled"}, "model": "m"}}
+    retry = {**call, "requestState": state, "inputResponses": responses}
+    elsewhere, took = stateless_post(replicas[1].port, retry, 2)
+    message = elsewhere.get("error", {}).get("message", "")
+    report.check("another tether replica" in message and took < 1.0,
+                 f"continued on another replica: refused in {took * 1000:.0f} ms ({message[:90]}...)")
+    changed = {**retry, "requestState": state[:-3] + ("AAA" if not state.endswith("AAA") else "BBB")}
+    tampered, took = stateless_post(replicas[0].port, changed, 3)
+    report.check("not one tether issued" in tampered.get("error", {}).get("message", "") and took < 1.0,
+                 f"a changed requestState is refused in {took * 1000:.0f} ms: {str(tampered)[:120]}")
+    here, took = stateless_post(replicas[0].port, retry, 4)
+    text = json.dumps(here.get("result", {}))
+    report.check("sampled" in text, f"continued on its own replica: completes in {took * 1000:.0f} ms: {text[:120]}")
+
+
 def scenario(name: str, balancer: str, args, workdir: Path, report: Report) -> None:
     config = workdir / "tether.json"
     config.write_text(json.dumps({
@@ -302,6 +351,8 @@ def scenario(name: str, balancer: str, args, workdir: Path, report: Report) -> N
         time.sleep(1.5)  # the balancer's first health checks
         if name == "kill":
             sealed_id_checks(url, report, balancer)
+            if balancer == "haproxy":
+                continuation_checks(replicas, report)
         load = Load(url, 0)
         events: dict[str, float] = {}
 

@@ -251,7 +251,7 @@ impl Gateway {
     }
 
     /// A client's request; `fields`: its params' fields, when reading the frame found them.
-    fn client_request(
+    pub(super) fn client_request(
         &mut self,
         session: SessionId,
         id: RawId,
@@ -266,12 +266,11 @@ impl Gateway {
             }
             let stateless = self.sessions.open.get(&session).is_some_and(|s| s.era == Era::Stateless);
             if let Some(state) = retry_state(stateless, method, params) {
-                // tether's own requestState, or one meant for a handshake-era
-                // backend (which cannot take it); a stateless backend's own goes to it.
-                if self.eras.holds(&state)
-                    || !routes_to_stateless(&self.config, &self.catalog, &self.backends, method, params)
-                {
-                    return self.parts(|p, cx| p.eras.resume_with_inputs(p.backends, cx, session, id, &state, params));
+                // tether's own requestState is checked and continued; a stateless
+                // backend's own goes to it.
+                let to_stateless = routes_to_stateless(&self.config, &self.catalog, &self.backends, method, params);
+                if self.continue_request(session, &id, method, params, &state, to_stateless) {
+                    return;
                 }
             }
         }

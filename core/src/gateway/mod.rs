@@ -10,6 +10,7 @@ mod call_queue;
 mod calls;
 mod client;
 mod client_events;
+mod continued;
 mod cx;
 mod discovery;
 mod eras;
@@ -260,7 +261,15 @@ impl Gateway {
     /// the seed, which suits tests but not a listener others can reach. Call it
     /// before the first input; a trace records the key.
     pub fn set_id_key(&mut self, key: [u8; 32]) {
-        self.ids = crate::secret_ids::SecretIds::new(key);
+        self.ids = self.ids.rekeyed(key);
+    }
+
+    /// The keys every replica of a cluster shares for the `requestState`
+    /// tokens tether issues (the first signs; all check), so that a replica
+    /// recognises another's token. Without them a token checks in this process
+    /// alone. A trace records them, as it does the id key.
+    pub fn set_continuation_keys(&mut self, keys: &[(u8, [u8; 32])]) {
+        self.ids = self.ids.clone().with_cluster_keys(keys);
     }
 
     /// Feeds one input at time `now`.

@@ -41,6 +41,7 @@ impl Sim {
             start: Instant::ZERO,
             config: config.clone(),
             id_key: None,
+            continuation_keys: Vec::new(),
         };
         let gw = Gateway::new(config, seed, Instant::ZERO).expect("valid config");
         let mut sim = Sim {

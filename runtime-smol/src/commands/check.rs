@@ -25,7 +25,7 @@ pub fn run(cli: &Cli) -> Result<ExitCode, String> {
         server.lazy = false;
     }
     let overall = Duration::from_millis(config.policy.connect_timeout_ms + config.policy.request_timeout_ms + 5_000);
-    let mut host = serve::build_host(cli, &config)?;
+    let mut host = serve::build_host(cli, &config, &[])?;
     let reports = host.reports();
     let clock = host.clock();
     let started = clock.now();

@@ -26,10 +26,11 @@ pub(super) fn seed(cli: &Cli) -> u64 {
     cli.policy.seed()
 }
 
-/// Builds a host, recording if asked.
-pub fn host(cli: &Cli, config: &Config) -> Result<Host, String> {
+/// Builds a host (with a cluster's continuation keys, if any), recording if asked.
+pub fn host(cli: &Cli, config: &Config, continuation_keys: &[(u8, [u8; 32])]) -> Result<Host, String> {
     let seed = seed(cli);
     let mut host = Host::new(config.clone(), seed).map_err(|e| e.to_string())?;
+    host.set_continuation_keys(continuation_keys);
     host.set_credentials(tether_host::credentials::Credentials::from_config_file(cli_config_path(cli).as_deref())?);
     if let Some(path) = &cli.record {
         let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -77,7 +78,8 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
     };
     let stdio = options.is_none() || args.stdio;
     let drains = config.cluster.is_some() && options.is_some();
-    let mut host = host(cli, &config)?;
+    let continuation_keys = cluster.as_ref().map(|c| c.keys.continuation_keys()).unwrap_or_default();
+    let mut host = host(cli, &config, &continuation_keys)?;
     let max_frame = config.limits.max_frame_bytes as usize;
     let config_path = cli_config_path(cli);
     let flags = cli.policy.clone();

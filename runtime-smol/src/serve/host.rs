@@ -37,7 +37,7 @@ use tether_host::driver::{Connection, Driver, Place, Runtime};
 use tether_host::http_backend::{InputSink, Spawner};
 use tether_host::lifecycle::{sweep, Ladder};
 use tether_host::pipe_writer::PipeWriter;
-use tether_host::recorder::Recorder;
+use tether_host::recorder::{Recorder, TraceSecrets};
 
 pub(super) use tether_host::clock::Clock;
 
@@ -98,6 +98,8 @@ pub(crate) struct Core {
     alarm_at: Option<std::time::Instant>,
     /// The key of the engine's capability ids, for a trace's header.
     id_key: Option<[u8; 32]>,
+    /// The cluster's continuation keys, for a trace's header.
+    continuation_keys: Vec<(u8, [u8; 32])>,
 }
 
 /// The I/O this runtime does for the [`Driver`].
@@ -155,7 +157,8 @@ impl Host {
                 start,
                 held: Vec::new(),
             };
-            let core = Core { driver: Driver::new(gw, clock, io), alarm_at: None, id_key };
+            let core =
+                Core { driver: Driver::new(gw, clock, io), alarm_at: None, id_key, continuation_keys: Vec::new() };
             Engine { core: Mutex::new(core) }
         });
         Ok(Host { engine, clock, start, inputs, inputs_rx, queries, queries_rx, events, outflow })
@@ -173,9 +176,18 @@ impl Host {
         let mut core = self.engine.lock();
         let id_key = core.id_key;
         let redactor = core.driver.gateway().redactor();
-        let recorder = Recorder::start(file, config, (seed, id_key.as_ref()), self.start, redactor)?;
+        let secrets = TraceSecrets { seed, id_key: id_key.as_ref(), continuation_keys: &core.continuation_keys };
+        let recorder = Recorder::start(file, config, secrets, self.start, redactor)?;
         core.driver.set_recorder(recorder);
         Ok(())
+    }
+
+    /// The keys a cluster's replicas share for the engine's `requestState`
+    /// tokens (see `Gateway::set_continuation_keys`); before [`Host::record_to`].
+    pub fn set_continuation_keys(&mut self, keys: &[(u8, [u8; 32])]) {
+        let mut core = self.engine.lock();
+        core.driver.gateway_mut().set_continuation_keys(keys);
+        core.continuation_keys = keys.to_vec();
     }
 
     /// Receives events and client closures.

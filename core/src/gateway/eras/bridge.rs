@@ -136,6 +136,7 @@ impl EraBridge {
     }
 
     /// Whether `state` is a `requestState` tether handed out and still holds.
+    #[cfg(test)]
     pub(in crate::gateway) fn holds(&self, state: &str) -> bool {
         self.pending.contains_key(state)
     }

@@ -5,9 +5,10 @@
 //! the backend; the client's retry (`inputResponses` + `requestState`) answers the
 //! backend's requests and takes the call over.
 //!
-//! `requestState` is an opaque handle to a table entry, single use, bounded by
-//! `limits.max_pending_server_requests`, dropped after the call's hard timeout.
-//! Tampering with it can cause nothing worse than the retry failing.
+//! `requestState` names a table entry, single use, bounded by
+//! `limits.max_pending_server_requests`, dropped after the call's hard timeout;
+//! the client holds it as a token any replica of a cluster can check
+//! ([`crate::continuation`]), bound to the principal, the request and an expiry.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -159,18 +160,24 @@ impl EraBridge {
     ) {
         let state = cx.ids.next_id();
         let deadline = cx.now + Duration::from_millis(cx.config.policy.request_timeout_max_ms);
-        let server = match cx.router.calls.get_mut(&call) {
+        let (server, subject) = match cx.router.calls.get_mut(&call) {
             Some(c) => {
+                let mut subject = String::new();
                 if let CallKind::Client(cc) = &mut c.kind {
                     cc.awaiting_input = Some(state.clone());
+                    subject = call_subject(&c.server, cc.method, cc.params.body());
                 }
                 // The call's own timeout now waits for the client as well.
                 c.deadline = Some(deadline);
-                c.server.clone()
+                (c.server.clone(), subject)
             }
-            None => backends.name(""),
+            None => (backends.name(""), String::new()),
         };
-        let result = input_required_result(&asked, &state);
+        // The client holds a token any replica can check; the table, the name.
+        let principal = cx.sessions.principal(session);
+        let request = crate::continuation::Request { subject: &subject, principal };
+        let token = cx.ids.continuations.seal(&state, request, cx.wall_clock.unix_ms(deadline));
+        let result = input_required_result(&asked, &token);
         cx.reply(session, &RawId::new(client_id), &result);
         // The client's request is answered and its id free for reuse: the
         // call's outcome goes by a name no JSON-RPC id can have, so a new
@@ -304,4 +311,16 @@ impl EraBridge {
             backends.send(cx, server, frame, None);
         }
     }
+}
+
+/// What call `method` with backend params `body` asks of `server`, as
+/// [`crate::continuation::subject`] names it: the same as the client's retry
+/// names it on any replica (see `Gateway::continued_subject`).
+pub(in crate::gateway) fn call_subject(server: &str, method: &str, body: &str) -> String {
+    let params: Map<String, Value> = serde_json::from_str(body).unwrap_or_default();
+    let (target, arguments) = match method {
+        "resources/read" => (params.get("uri").and_then(Value::as_str).unwrap_or(""), None),
+        _ => (params.get("name").and_then(Value::as_str).unwrap_or(""), params.get("arguments")),
+    };
+    crate::continuation::subject(server, method, target, arguments)
 }
