@@ -30,8 +30,11 @@ type HmacSha256 = Hmac<Sha256>;
 const PREFIX: &str = "ts1.";
 /// Bytes of the tag kept.
 const TAG: usize = 16;
-/// The longest token opened, in characters.
-const MAX_TOKEN: usize = 2048;
+/// The longest token opened, in characters (a backend's own state inside included).
+const MAX_TOKEN: usize = 24 * 1024;
+/// The longest backend `requestState` wrapped in a token; a longer one goes to
+/// the client as the backend gave it (and the backend alone checks it).
+pub(crate) const MAX_BACKEND_STATE: usize = 16 * 1024;
 
 /// Why a `requestState` was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +74,9 @@ pub(crate) enum Opened {
     Here(String),
     /// Issued by another replica (or by this process before a restart).
     Elsewhere,
+    /// A stateless backend's own `requestState`, wrapped: it goes back to the
+    /// backend, from any replica.
+    Backend(String),
 }
 
 /// What a token says, as signed.
@@ -85,6 +91,9 @@ struct Payload {
     p: Option<String>,
     /// Digest of the request, hex.
     d: String,
+    /// A stateless backend's own `requestState`, carried for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    b: Option<String>,
 }
 
 /// The request a token continues, as both ends can name it.
@@ -129,13 +138,25 @@ impl Continuations {
 
     /// A token for the call named `state` here, continuing `request`, good until `expires_unix_ms`.
     pub(crate) fn seal(&self, state: &str, request: Request<'_>, expires_unix_ms: u64) -> String {
+        self.seal_payload(state, None, request, expires_unix_ms)
+    }
+
+    /// A token carrying a stateless backend's own `requestState` for `request`
+    /// (at most [`MAX_BACKEND_STATE`] bytes: the caller checks).
+    pub(crate) fn wrap(&self, backend_state: &str, request: Request<'_>, expires_unix_ms: u64) -> String {
+        self.seal_payload("", Some(backend_state), request, expires_unix_ms)
+    }
+
+    fn seal_payload(&self, state: &str, backend: Option<&str>, request: Request<'_>, expires: u64) -> String {
         let (id, key) = &self.keys[0];
         let payload = Payload {
             s: state.to_string(),
             r: self.replica.clone(),
             p: request.principal.map(|p| principal_digest(key, p)),
             d: request_digest(key, request.subject),
+            b: backend.map(str::to_string),
         };
+        let expires_unix_ms = expires;
         let mut body = Vec::new();
         body.push(*id);
         body.extend_from_slice(&expires_unix_ms.to_be_bytes());
@@ -177,9 +198,10 @@ impl Continuations {
         if payload.d != request_digest(key, request.subject) {
             return Err(Refusal::OtherRequest);
         }
-        Ok(match payload.r == self.replica {
-            true => Opened::Here(payload.s),
-            false => Opened::Elsewhere,
+        Ok(match (payload.b, payload.r == self.replica) {
+            (Some(backend), _) => Opened::Backend(backend),
+            (None, true) => Opened::Here(payload.s),
+            (None, false) => Opened::Elsewhere,
         })
     }
 }
@@ -316,6 +338,22 @@ mod tests {
         let token = a.seal("st", request(None, &call), NOW + 1);
         assert_eq!(b.open(&token, request(None, &call), NOW), Err(Refusal::Tampered));
         assert!(!alloc::format!("{a:?}").contains("[1, 1"));
+    }
+
+    #[test]
+    fn a_backends_own_state_rides_inside_and_comes_back_on_any_replica_for_its_principal_only() {
+        let here = Continuations::derived(b"a").with_keys(&[(1, [1; 32])]);
+        let there = Continuations::derived(b"b").with_keys(&[(1, [1; 32])]);
+        let call = write(json!({"a": 1}));
+        let token = here.wrap("backend-state-7", request(Some("alice"), &call), NOW + 1000);
+        assert!(!token.contains("backend-state-7"), "encoded, though not secret");
+        for ring in [&here, &there] {
+            assert_eq!(
+                ring.open(&token, request(Some("alice"), &call), NOW),
+                Ok(Opened::Backend("backend-state-7".into()))
+            );
+        }
+        assert_eq!(there.open(&token, request(Some("bob"), &call), NOW), Err(Refusal::OtherPrincipal));
     }
 
     #[test]

@@ -11,7 +11,7 @@ mod support;
 use serde_json::{json, Value};
 use support::*;
 use tether_core::protocol::Era;
-use tether_core::{Config, Failure, ServerConfig, Status};
+use tether_core::{Config, Failure, Input, ServerConfig, Status};
 
 const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 const CAPS_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -277,7 +277,8 @@ fn an_input_the_handshake_client_cannot_give_fails_the_call_and_an_unanswered_ro
 }
 
 #[test]
-fn a_stateless_client_gets_a_stateless_backends_input_required_as_it_is_and_its_retry_reaches_the_backend() {
+fn a_stateless_client_gets_a_stateless_backends_input_required_with_its_state_sealed_and_its_retry_reaches_the_backend()
+{
     let mut config = one_stdio();
     config.stateless_clients = true;
     let mut sim = Sim::new(config);
@@ -290,8 +291,28 @@ fn a_stateless_client_gets_a_stateless_backends_input_required_as_it_is_and_its_
     assert_eq!(meta_of(&params)[CAPS_KEY], json!({"elicitation":{}}), "the client's own capabilities");
     let asked = json!({"resultType":"input_required","requestState":"backend-state","inputRequests":{"c":{"method":"elicitation/create","params":{}}}});
     reply(&mut sim, "fs", id, asked.clone());
-    assert_eq!(sim.response(1)["result"], asked);
-    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__book","arguments":{},"_meta":meta,"inputResponses":{"c":{"action":"decline"}},"requestState":"backend-state"}}));
+    let mut answer = sim.response(1)["result"].clone();
+    // The backend's state rides inside tether's token, bound to this client's identity and request.
+    let token = answer["requestState"].as_str().unwrap().to_string();
+    assert!(token.starts_with("ts1.") && !token.contains("backend-state"), "{token}");
+    answer["requestState"] = json!("backend-state");
+    assert_eq!(answer, asked, "the rest as the backend said it");
+    sim.input(Input::ClientAccess { session: CLIENT, scopes: vec![], principal: Some("mallory".into()) });
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__book","arguments":{},"_meta":meta,"inputResponses":{"c":{"action":"decline"}},"requestState":token}}));
+    assert!(sim.response(2)["error"]["message"].as_str().unwrap().contains("another identity"));
+    let mut sim = Sim::new({
+        let mut config = one_stdio();
+        config.stateless_clients = true;
+        config
+    });
+    boot_stateless(&mut sim, &["book"]);
+    sim.client(
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs__book","arguments":{},"_meta":meta}}),
+    );
+    let (id, _) = sim.requests_to("fs", "tools/call").pop().unwrap();
+    reply(&mut sim, "fs", id, asked);
+    let token = sim.response(1)["result"]["requestState"].as_str().unwrap().to_string();
+    sim.client(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__book","arguments":{},"_meta":meta,"inputResponses":{"c":{"action":"decline"}},"requestState":token}}));
     let (retry, params) = sim.requests_to("fs", "tools/call").pop().unwrap();
     assert_eq!(
         (params["requestState"].clone(), params["inputResponses"]["c"]["action"].clone()),

@@ -8,6 +8,7 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use serde_json::{Map, Value};
 
+use super::calls::ClientCall;
 use super::Gateway;
 use crate::catalog::ListKind;
 use crate::continuation::{self, Opened, Refusal, Request};
@@ -39,6 +40,15 @@ impl Gateway {
                 self.parts(|p, cx| p.eras.resume_with_inputs(p.backends, cx, session, id, &local, params));
             }
             Ok(Opened::Elsewhere) => self.resend_continued(session, id, method, params),
+            Ok(Opened::Backend(backend_state)) => {
+                // The backend's own state, checked for this principal and request: back to it.
+                let Some(Ok(mut unwrapped)) = params.map(serde_json::from_str::<Map<String, Value>>) else {
+                    return true;
+                };
+                unwrapped.insert("requestState".into(), Value::String(backend_state));
+                let unwrapped = Value::Object(unwrapped).to_string();
+                self.client_request(session, id.clone(), method, Some(&unwrapped), None);
+            }
             // Not tether's token: a stateless backend's own (even another tether's) is the backend's to check.
             Err(Refusal::Malformed | Refusal::Tampered | Refusal::UnknownKey) if to_stateless => return false,
             Err(refusal) => self.reply_error(session, id, code::INVALID_PARAMS, refusal.message(), None),
@@ -47,7 +57,7 @@ impl Gateway {
     }
 
     /// What the retried request asks of whom, named as the token that
-    /// continues it names it (`call_subject` in the era bridge); `None` when
+    /// continues it names it ([`super::eras::call_subject`]); `None` when
     /// nothing here answers to that name.
     fn continued_subject(&self, session: SessionId, method: &str, params: Option<&str>) -> Option<String> {
         let params: Map<String, Value> = serde_json::from_str(params?).ok()?;
@@ -99,5 +109,27 @@ impl Gateway {
             }
             _ => self.client_request(session, id.clone(), method, Some(&fresh), None),
         }
+    }
+}
+
+impl Gateway {
+    /// A stateless backend's `input_required` `result` for `call`, on its way
+    /// to a stateless client: the backend's own `requestState` goes inside a
+    /// token bound to the client's principal and request, so another identity
+    /// cannot continue it even given it (to the backend, every client of tether
+    /// is one). A state over [`continuation::MAX_BACKEND_STATE`] bytes goes as it is.
+    pub(super) fn wrap_backend_state(&mut self, server: &str, call: &ClientCall, result: &str) -> Option<String> {
+        let mut parsed: Map<String, Value> = serde_json::from_str(result).ok()?;
+        let Some(Value::String(state)) = parsed.get("requestState") else { return None };
+        if state.len() > continuation::MAX_BACKEND_STATE {
+            return None;
+        }
+        let subject = super::eras::call_subject(server, call.method, call.params.body());
+        let principal = self.sessions.principal(call.session);
+        let deadline = self.now + crate::time::Duration::from_millis(self.config.policy.request_timeout_max_ms);
+        let request = Request { subject: &subject, principal };
+        let token = self.ids.continuations.wrap(state, request, self.wall_clock.unix_ms(deadline));
+        parsed.insert("requestState".into(), Value::String(token));
+        Some(Value::Object(parsed).to_string())
     }
 }

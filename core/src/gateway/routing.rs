@@ -402,11 +402,13 @@ impl Gateway {
                     return self.parts(|p, cx| p.eras.start_input_round(p.backends, cx, server, call, result));
                 }
                 // A stateless client answers it itself: its retry comes back here
-                // and goes to the backend with the backend's own requestState.
+                // and goes to the backend with the backend's own requestState,
+                // carried inside tether's token.
                 self.backends.record_call(server, &call, CallOutcome::Ok, self.now);
                 self.release(&call);
                 self.sessions.touch(session, self.now);
-                let frame = protocol::response(&call.id, result);
+                let wrapped = self.wrap_backend_state(server, &call, result);
+                let frame = protocol::response(&call.id, wrapped.as_deref().unwrap_or(result));
                 self.push(Action::SendToClient { session, frame, route: ClientRoute::Reply(call.id) });
                 return self.sessions.answered(session);
             }

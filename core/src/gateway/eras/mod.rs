@@ -15,3 +15,4 @@ mod to_handshake;
 mod to_stateless;
 
 pub(super) use bridge::{BridgeTimer, EraBridge};
+pub(super) use to_stateless::call_subject;
