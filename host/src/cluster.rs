@@ -10,7 +10,9 @@
 //!   "session_keys": [{"id": 2, "key": "${TETHER_KEY_2}"}, {"id": 1, "file": "/run/secrets/tether-key-1"}],
 //!   "session_max_age_ms": 86400000,
 //!   "drain_delay_ms": 5000,
-//!   "drain_timeout_ms": 25000
+//!   "drain_timeout_ms": 25000,
+//!   // Credentials shared by replicas on several machines (sealed with the ring).
+//!   "store": "rediss://tether:${REDIS_PASSWORD}@redis.internal:6380/0"
 //! }}
 //! ```
 //!
@@ -18,6 +20,8 @@
 //! environment variable). A key is 32 bytes: 64 hex digits or base64 (either
 //! alphabet, padded or not): `openssl rand -base64 32` makes one.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
@@ -30,25 +34,34 @@ use crate::seal::KeyRing;
 pub const DEFAULT_SESSION_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
 /// The keys `tether.cluster` reads.
-pub const KEYS: [&str; 4] = ["session_keys", "session_max_age_ms", "drain_delay_ms", "drain_timeout_ms"];
+pub const KEYS: [&str; 5] = ["session_keys", "session_max_age_ms", "drain_delay_ms", "drain_timeout_ms", "store"];
 
 /// What the HTTP listener needs to seal and open session ids.
 #[derive(Debug)]
 pub struct ClusterSettings {
-    /// Seals new ids (first key) and opens presented ones (every key).
-    pub keys: KeyRing,
+    /// Seals new ids (first key) and opens presented ones (every key); seals
+    /// credentials in a shared store.
+    pub keys: Arc<KeyRing>,
     /// How long after it is issued a sealed id is still adopted.
     pub session_max_age: Duration,
     /// Keys came from the configuration (a cluster): else a random key of this
     /// process alone, which no other replica (or restart) can open.
     pub shared: bool,
+    /// Where credentials are kept: a `redis://` or `rediss://` URL (replicas on
+    /// several machines share logins); `None`: files on this machine, as alone.
+    pub store: Option<String>,
 }
 
 impl ClusterSettings {
     /// One process alone: a random key, ids good for a day (and only here).
     pub fn single() -> Result<ClusterSettings, String> {
         let keys = KeyRing::random().ok_or("no randomness from the operating system for the session key")?;
-        Ok(ClusterSettings { keys, session_max_age: DEFAULT_SESSION_MAX_AGE, shared: false })
+        Ok(ClusterSettings {
+            keys: Arc::new(keys),
+            session_max_age: DEFAULT_SESSION_MAX_AGE,
+            shared: false,
+            store: None,
+        })
     }
 
     /// From the `tether.cluster` section, `${VAR}` already expanded. Errors
@@ -77,7 +90,27 @@ impl ClusterSettings {
                 ),
                 Some(value) => ring(value).map_err(|e| format!("tether.cluster.session_keys: {e}"))?,
             };
-        Ok(ClusterSettings { keys, session_max_age, shared: true })
+        let store = match obj.get("store") {
+            None => None,
+            Some(Value::String(files)) if files == "files" => None,
+            Some(Value::String(url)) if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                Some(url.clone())
+            }
+            Some(_) => {
+                return Err(
+                    "tether.cluster.store: must be \"files\" (the default) or a redis:// or rediss:// URL".into()
+                )
+            }
+        };
+        Ok(ClusterSettings { keys: Arc::new(keys), session_max_age, shared: true, store })
+    }
+
+    /// The `tether.cluster` section of the config file at `path`, if it has one.
+    pub fn from_file(path: &Path) -> Result<Option<ClusterSettings>, String> {
+        let section = crate::config_file::cluster_section(path).map_err(|e| e.to_string())?;
+        section
+            .map(|value| ClusterSettings::from_section(&value).map_err(|e| format!("{}: {e}", path.display())))
+            .transpose()
     }
 }
 
@@ -162,7 +195,9 @@ mod tests {
             &json!({"session_keys": [{"id": "2", "file": file.to_str().unwrap()}], "session_max_age_ms": 60000}),
         )
         .unwrap();
-        assert!(listed.shared && listed.session_max_age == DEFAULT_SESSION_MAX_AGE);
+        assert!(listed.shared && listed.session_max_age == DEFAULT_SESSION_MAX_AGE && listed.store.is_none());
+        let redis = json!({"session_keys": [{"id": 2, "key": B64}], "store": "rediss://:pw@db:6380/1"});
+        assert_eq!(ClusterSettings::from_section(&redis).unwrap().store.as_deref(), Some("rediss://:pw@db:6380/1"));
         assert_eq!(from_file.session_max_age, Duration::from_secs(60));
         let token = listed.keys.seal("session", u64::MAX, b"x").unwrap();
         for ring in [&string.keys, &from_file.keys] {
@@ -183,6 +218,7 @@ mod tests {
             (json!({"session_keys": [{"id": 1, "key": B64}], "drain": 1}), "unknown key"),
             (json!({"session_keys": [{"id": 1, "key": B64}], "session_max_age_ms": 5}), "between"),
             (json!({"session_keys": "1:not a key!"}), "neither"),
+            (json!({"session_keys": [{"id": 1, "key": B64}], "store": "memcached://x"}), "redis://"),
         ];
         for (section, expected) in cases {
             let err = ClusterSettings::from_section(&section).unwrap_err();

@@ -11,7 +11,7 @@ use tether_core::credential::{AuthStep, CredentialFailure, CredentialUpdate};
 use tether_core::{Config, Input, ServerName, Transport};
 
 use crate::http_backend::{BearerSource, InputSink, Spawner};
-use crate::oauth::{Authority, CredentialStore, FileStore, OAuthSettings};
+use crate::oauth::{Authority, CredentialStore, FileStore, OAuthSettings, RedisStore};
 
 /// Every managed credential of one tether process.
 pub struct Credentials {
@@ -28,19 +28,29 @@ impl Credentials {
         Credentials { path: None, store, settings, authorities: BTreeMap::new() }
     }
 
-    /// Credentials in the user's state directory, with the settings of the
+    /// Credentials in the user's state directory (or the shared store the
+    /// file's `tether.cluster.store` names), with the settings of the
     /// configuration file at `path` (none without a file).
     pub fn from_config_file(path: Option<&Path>) -> Result<Self, String> {
         let settings = match path {
             Some(path) => settings_of(path)?,
             None => BTreeMap::new(),
         };
-        let store: Option<Arc<dyn CredentialStore>> = match FileStore::open_default() {
-            Ok(store) => Some(Arc::new(store)),
-            Err(e) => {
-                tracing::warn!("no credential store ({e}): logins will not be kept");
-                None
-            }
+        // Replicas on several machines share logins through `tether.cluster.store`.
+        let cluster = match path.filter(|p| p.exists()) {
+            Some(path) => crate::cluster::ClusterSettings::from_file(path)?,
+            None => None,
+        };
+        let shared = cluster.as_ref().and_then(|c| Some((c.store.as_deref()?, c.keys.clone())));
+        let store: Option<Arc<dyn CredentialStore>> = match shared {
+            Some((url, keys)) => Some(Arc::new(RedisStore::new(url, keys)?)),
+            None => match FileStore::open_default() {
+                Ok(store) => Some(Arc::new(store)),
+                Err(e) => {
+                    tracing::warn!("no credential store ({e}): logins will not be kept");
+                    None
+                }
+            },
         };
         let mut credentials = Credentials::new(store, settings);
         credentials.path = path.map(Path::to_path_buf);

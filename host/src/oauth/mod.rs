@@ -25,6 +25,7 @@ pub(crate) mod discovery;
 mod dpop;
 mod login;
 mod pkce;
+pub mod redis_store;
 mod registration;
 pub(crate) mod resource;
 mod secret;
@@ -42,6 +43,7 @@ use serde::Deserialize;
 use tether_core::credential::{CredentialFailure, CredentialUpdate};
 
 pub use authority::{AuthStatus, Authority, LoginSummary, Report};
+pub use redis_store::RedisStore;
 pub use secret::{hide, Secret};
 pub use store::{CredentialStore, FileStore, StoredCredential};
 

@@ -175,11 +175,7 @@ fn authorization(cli: &Cli) -> Result<Option<ResourceAuthSettings>, String> {
 /// The config file's `tether.cluster` key ring, when it has one.
 fn cluster(cli: &Cli) -> Result<Option<std::sync::Arc<tether_host::cluster::ClusterSettings>>, String> {
     let Some(path) = cli_config_path(cli).filter(|p| p.exists()) else { return Ok(None) };
-    let section = tether_host::config_file::cluster_section(&path).map_err(|e| e.to_string())?;
-    let Some(value) = section else { return Ok(None) };
-    let settings =
-        tether_host::cluster::ClusterSettings::from_section(&value).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(Some(std::sync::Arc::new(settings)))
+    Ok(tether_host::cluster::ClusterSettings::from_file(&path)?.map(std::sync::Arc::new))
 }
 
 /// The guard of an OAuth-protected listener. Its resource URL is the configured
