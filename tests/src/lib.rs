@@ -7,6 +7,7 @@ pub mod bench;
 pub mod bench_http;
 pub mod bench_sdk;
 pub mod oauth_backend;
+pub mod redis_server;
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};

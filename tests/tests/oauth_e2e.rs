@@ -6,7 +6,9 @@
 //! What it proves: 32 concurrent calls for
 //! 60 s with no failed call, one refresh per expiry, no rotated refresh token ever
 //! presented twice; a revoked grant turns the backend `requires_reauth` within one
-//! call, and `tether auth login` brings it back with no restart.
+//! call, and `tether auth login` brings it back with no restart. And three
+//! replicas on three "machines" sharing one login through Redis
+//! (`tether.cluster.store`) refresh each token generation once in all.
 //!
 //! The load lasts 60 s unless `OAUTH_E2E_SECS` says otherwise, for a quicker run:
 //!
@@ -25,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tether_tests::oauth_backend::{OAuthBackend, Tally, TOOL};
+use tether_tests::redis_server::RedisServer;
 use tether_tests::{mcp_post, process_running, tether_bin, wait_until, Runtime, Tether};
 
 /// How long the backend's access tokens live.
@@ -169,15 +172,88 @@ fn a_rotating_grant_stays_alive_under_load_and_a_revoked_one_comes_back_with_a_l
     );
 }
 
+/// Three replicas, each on a "machine" of its own (a state directory), share one
+/// login through Redis (`tether.cluster.store`): a person logs in once, every
+/// replica serves the backend, and under load each token generation is refreshed
+/// once in all (never a used refresh token presented, no refreshes overlapping),
+/// with no failed call; Redis holds no token in the clear.
+#[test]
+fn three_replicas_sharing_a_login_through_redis_refresh_each_token_once() {
+    let Some(redis) = RedisServer::start() else { return };
+    let lifetime = Duration::from_secs(5);
+    let backend = OAuthBackend::start(lifetime);
+    let dir = tempfile::tempdir().unwrap();
+    let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let cluster = json!({"session_keys": format!("1:{key}"), "store": redis.url()});
+    let config = json!({ "mcpServers": { NAME: { "url": backend.mcp_url() } }, "tether": { "cluster": cluster } });
+    let config_path = dir.path().join("config.json");
+    std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let person = Browser::new(dir.path(), "person");
+    let unattended = Browser::new(dir.path(), "unattended");
+    let machines: Vec<PathBuf> = (0..3).map(|i| dir.path().join(format!("machine-{i}"))).collect();
+    log_in(&config_path, &machines[0], &person, &backend);
+    let replicas: Vec<Tether> = machines
+        .iter()
+        .map(|state| {
+            let env: [(&str, &OsStr); 2] =
+                [("TETHER_STATE_DIR", state.as_os_str()), ("BROWSER", unattended.script.as_os_str())];
+            let args = ["serve", "--listen", "127.0.0.1:0", "--auth-token", TOKEN];
+            Tether::start_with_env(Runtime::Smol, config.clone(), &args, &env)
+        })
+        .collect();
+    let urls: Vec<String> = replicas.iter().map(|t| t.logged_url("listening on ")).collect();
+    let tool = wait_for_tool(&urls[0], &replicas[0]);
+    for (url, t) in urls.iter().zip(&replicas).skip(1) {
+        assert_eq!(wait_for_tool(url, t), tool);
+    }
+    let span = load_span() / 2;
+    let before = backend.tally();
+    let window = Instant::now();
+    let (calls, failures) = load_across(&urls, 20, &tool, span);
+    let elapsed = window.elapsed();
+    let after = backend.tally();
+    report("three replicas × 20 clients", &before, &after, calls, elapsed);
+    let tails = || replicas.iter().map(tail).collect::<Vec<_>>().join("\n-----\n");
+    assert!(
+        failures.is_empty(),
+        "{} calls failed:\n{}\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n"),
+        tails()
+    );
+    assert_eq!(after.reused_refresh_tokens, 0, "a rotated refresh token was presented again: {after:?}");
+    assert_eq!(after.unknown_refresh_tokens, 0, "{after:?}");
+    assert_eq!(after.refused_refreshes, 0, "{after:?}");
+    assert_eq!(after.max_concurrent_refreshes, 1, "refreshes overlapped across replicas: {after:?}");
+    assert_refreshes_track(&before, &after, elapsed, lifetime);
+    assert_eq!((after.logins, unattended.urls().len()), (1, 0), "nobody was asked to log in again");
+    let keyspace = redis.dump();
+    assert!(keyspace.contains("tether:cred:"), "{keyspace}");
+    for secret in backend.issued_secrets() {
+        assert!(!keyspace.contains(&secret), "an issued token is in Redis in the clear");
+    }
+    eprintln!(
+        "oauth_e2e (three replicas, one login in Redis): {calls} calls, {} refreshes, {} expiries in {:.1} s",
+        after.refreshes - before.refreshes,
+        after.expiries - before.expiries,
+        elapsed.as_secs_f64()
+    );
+}
+
 /// One refresh per expiry: the refreshes granted in a window of `elapsed` track
 /// the access tokens that ran out in it, and come at the pace tether refreshes at
 /// (a fifth of the lifetime early, so every 1.6 s plus the refresh's round trip):
 /// never faster than that (no refresh per call, no storm of refreshes), never
 /// slower than once a lifetime (the credential never lapses for long).
 fn assert_refreshes_track_expiries(before: &Tally, after: &Tally, elapsed: Duration) {
+    assert_refreshes_track(before, after, elapsed, LIFETIME);
+}
+
+/// [`assert_refreshes_track_expiries`] for tokens living `lifetime`.
+fn assert_refreshes_track(before: &Tally, after: &Tally, elapsed: Duration, lifetime_of_token: Duration) {
     let refreshes = after.refreshes - before.refreshes;
     let expiries = after.expiries - before.expiries;
-    let lifetime = LIFETIME.as_secs_f64();
+    let lifetime = lifetime_of_token.as_secs_f64();
     let early = lifetime * 0.8;
     let window = elapsed.as_secs_f64();
     let (most, least) = (window / early + 2.0, window / lifetime - 2.0);
@@ -189,7 +265,7 @@ fn assert_refreshes_track_expiries(before: &Tally, after: &Tally, elapsed: Durat
     let times = &after.refresh_times[before.refresh_times.len()..];
     let closest = times.windows(2).map(|w| w[1] - w[0]).min();
     if let Some(closest) = closest {
-        assert!(closest >= LIFETIME / 4, "two refreshes {closest:?} apart: more than one per expiry");
+        assert!(closest >= lifetime_of_token / 4, "two refreshes {closest:?} apart: more than one per expiry");
     }
 }
 
@@ -199,7 +275,7 @@ fn report(what: &str, before: &Tally, after: &Tally, calls: u64, elapsed: Durati
     let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
     let gap = |d: Option<&Duration>| d.map_or_else(|| "-".to_string(), |d| format!("{:.2} s", d.as_secs_f64()));
     eprintln!(
-        "oauth_e2e {what}: {calls} calls ({:.0}/s) by {CLIENTS} clients in {:.1} s; {} refreshes (gaps {} to {}), \
+        "oauth_e2e {what}: {calls} calls ({:.0}/s) in {:.1} s; {} refreshes (gaps {} to {}), \
          {} expiries, {} lapses, {} backend calls",
         calls as f64 / elapsed.as_secs_f64(),
         elapsed.as_secs_f64(),
@@ -438,10 +514,15 @@ fn wait_for_tool(url: &str, t: &Tether) -> String {
 /// [`CLIENTS`] sessions calling `tool` back to back for `span`: the calls that
 /// succeeded, and a line for each that failed.
 fn load(url: &str, tool: &str, span: Duration) -> (u64, Vec<String>) {
-    let start = Arc::new(Barrier::new(CLIENTS));
-    let clients: Vec<_> = (0..CLIENTS)
+    load_across(&[url.to_string()], CLIENTS, tool, span)
+}
+
+/// `per_url` sessions on each of `urls`, as [`load`].
+fn load_across(urls: &[String], per_url: usize, tool: &str, span: Duration) -> (u64, Vec<String>) {
+    let start = Arc::new(Barrier::new(per_url * urls.len()));
+    let clients: Vec<_> = (0..per_url * urls.len())
         .map(|i| {
-            let (url, tool, start) = (url.to_string(), tool.to_string(), start.clone());
+            let (url, tool, start) = (urls[i % urls.len()].clone(), tool.to_string(), start.clone());
             std::thread::spawn(move || {
                 let opened = Session::try_open(&url);
                 start.wait();

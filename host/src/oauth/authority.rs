@@ -560,7 +560,7 @@ impl Authority {
         };
         let held_access =
             self.held().credential.as_ref().and_then(|c| c.token.as_ref()).map(|t| t.access_token.clone());
-        if held_access.as_ref() != Some(&token.access_token) && token.fresh_at(unix_now(), ADOPT_MARGIN_SECS) {
+        if adoptable(&stored, token, held_access.as_ref()) {
             return self.adopt(stored);
         }
         if token.refresh_token.is_some() {
@@ -785,7 +785,7 @@ impl Authority {
         // Another process refreshed (or logged in) since this one read the store.
         if let Some(s) = &stored {
             if let Some(t) = &s.token {
-                if held_access.as_ref() != Some(&t.access_token) && t.fresh_at(unix_now(), ADOPT_MARGIN_SECS) {
+                if adoptable(s, t, held_access.as_ref()) {
                     tracing::debug!(server = %self.server, "adopting the token another process stored");
                     return self.adopt(s.clone());
                 }
@@ -1245,4 +1245,15 @@ fn load_signing_key(settings: &OAuthSettings) -> Option<Result<SigningKey, Strin
         (None, None) => return None,
     };
     Some(SigningKey::from_pem(&pem, settings.signing_alg.as_deref()))
+}
+
+/// Whether `token`, stored by another process (`credential` holds it), is to be
+/// taken instead of refreshing: it is not the one this process holds, and a
+/// fifth of its life is left (at most `ADOPT_MARGIN_SECS` asked), so that
+/// replicas sharing short-lived tokens adopt each refresh instead of making
+/// their own.
+fn adoptable(credential: &StoredCredential, token: &TokenRecord, held_access: Option<&Secret>) -> bool {
+    let lifetime = token.expires_at.map_or(u64::MAX, |e| e.saturating_sub(credential.updated_at));
+    let margin = ADOPT_MARGIN_SECS.min(lifetime / 5);
+    held_access != Some(&token.access_token) && token.fresh_at(unix_now(), margin)
 }

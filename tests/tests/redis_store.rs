@@ -2,12 +2,8 @@
 //! credentials sealed at rest, leases that exclude across replicas and fence a
 //! holder whose lease lapsed, a retired key, a restart with AOF, an outage.
 //!
-//! Needs `redis-server` on the PATH. Without it the tests say so and pass,
-//! unless `TETHER_REQUIRE_REDIS=1` (CI sets it, after installing the package).
+//! Needs `redis-server` on the PATH (see [`tether_tests::redis_server`]).
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -15,98 +11,11 @@ use std::time::{Duration, Instant};
 use tether_host::oauth::store::{ClientRecord, ClientSource, TokenRecord};
 use tether_host::oauth::{CredentialStore, RedisStore, Secret, StoredCredential};
 use tether_host::seal::KeyRing;
+use tether_tests::redis_server::RedisServer as Server;
 
 const ACCESS: &str = "access-token-that-must-never-be-stored-in-the-clear";
 const REFRESH: &str = "refresh-token-that-must-never-be-stored-in-the-clear";
 const CLIENT_SECRET: &str = "client-secret-that-must-never-be-stored-in-the-clear";
-
-/// A `redis-server` of its own, stopped on drop.
-struct Server {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Server {
-    /// Starts one (with AOF, `appendfsync always`), or `None` when there is no
-    /// `redis-server` and the tests may pass without one.
-    fn start() -> Option<Server> {
-        let dir = std::env::temp_dir().join(format!("tether-redis-{}-{}", std::process::id(), rand_suffix()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        match Server::spawn(&dir, port) {
-            Some(child) => Some(Server { child, port, dir }),
-            None if std::env::var("TETHER_REQUIRE_REDIS").as_deref() == Ok("1") => {
-                panic!("redis-server is required (TETHER_REQUIRE_REDIS=1) and could not be started")
-            }
-            None => {
-                eprintln!("redis-server not found: the Redis store tests do not run here (CI runs them)");
-                None
-            }
-        }
-    }
-
-    fn spawn(dir: &std::path::Path, port: u16) -> Option<Child> {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir", dir.to_str().unwrap()])
-            .args(["--appendonly", "yes", "--appendfsync", "always", "--save", ""])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen on {port}");
-            thread::sleep(Duration::from_millis(20));
-        }
-        Some(child)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn restart(&mut self) {
-        self.kill();
-        self.child = Server::spawn(&self.dir, self.port).expect("redis-server starts again");
-    }
-
-    /// Every key and every value in the keyspace, as text.
-    fn dump(&self) -> String {
-        let client = redis::Client::open(self.url()).unwrap();
-        let mut c = client.get_connection().unwrap();
-        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
-        let mut out = String::new();
-        for key in keys {
-            let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).unwrap();
-            let value: String = match kind.as_str() {
-                "hash" => {
-                    let fields: Vec<String> = redis::cmd("HGETALL").arg(&key).query(&mut c).unwrap();
-                    fields.join(" ")
-                }
-                _ => redis::cmd("GET").arg(&key).query::<Option<String>>(&mut c).unwrap().unwrap_or_default(),
-            };
-            out.push_str(&format!("{key} = {value}\n"));
-        }
-        out
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn rand_suffix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64
-}
 
 fn ring(ids: &[u8]) -> Arc<KeyRing> {
     let keys: Vec<(u8, [u8; 32])> = ids.iter().map(|id| (*id, [*id; 32])).collect();
