@@ -99,6 +99,11 @@ impl Credentials {
         }
     }
 
+    /// How the shared credential store is doing (`None`: files on this machine, or none).
+    pub fn store_health(&self) -> Option<crate::oauth::store::StoreHealth> {
+        self.store.as_ref()?.health()
+    }
+
     /// The authority of one backend, if tether manages its credential.
     pub fn authority(&self, server: &str) -> Option<&Arc<Authority>> {
         self.authorities.get(server).map(|(_, a)| a)

@@ -178,6 +178,11 @@ impl<R: Runtime> Driver<R> {
         self.record = Some(record);
     }
 
+    /// The remote backends' OAuth credentials.
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
+    }
+
     /// Keeps remote backends' OAuth credentials in `credentials`.
     pub fn set_credentials(&mut self, mut credentials: Credentials) {
         credentials.sync(self.gw.config());

@@ -227,6 +227,9 @@ fn three_replicas_sharing_a_login_through_redis_refresh_each_token_once() {
     assert_eq!(after.max_concurrent_refreshes, 1, "refreshes overlapped across replicas: {after:?}");
     assert_refreshes_track(&before, &after, elapsed, lifetime);
     assert_eq!((after.logins, unattended.urls().len()), (1, 0), "nobody was asked to log in again");
+    let base = urls[1].trim_end_matches("/mcp");
+    let store = &status_of(base)["credential_store"];
+    assert_eq!((&store["kind"], &store["state"]), (&json!("redis"), &json!("up")), "{store}");
     let keyspace = redis.dump();
     assert!(keyspace.contains("tether:cred:"), "{keyspace}");
     for secret in backend.issued_secrets() {

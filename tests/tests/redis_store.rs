@@ -117,11 +117,16 @@ fn the_newest_credential_survives_a_restart_and_an_outage_fails_fast_then_recove
     }
     server.restart();
     assert_eq!(access_of(&store).as_deref(), Some("rotated-2"), "AOF kept the newest; the store reconnected");
+    assert_eq!(store.health().unwrap().state, "up");
     server.kill();
     let started = Instant::now();
     assert!(store.load("k1").is_err(), "down: an error, not a hang");
     assert!(store.try_lock("k1", Duration::from_secs(30)).is_err());
     assert!(started.elapsed() < Duration::from_secs(5), "failed fast: {:?}", started.elapsed());
+    let health = store.health().unwrap();
+    assert_eq!((health.kind, health.state), ("redis", "down"), "{health:?}");
+    assert!(health.error.is_some_and(|e| e.contains("127.0.0.1")), "says which store");
     server.restart();
     assert_eq!(access_of(&store).as_deref(), Some("rotated-2"), "recovered by itself");
+    assert_eq!(store.health().unwrap().state, "up");
 }

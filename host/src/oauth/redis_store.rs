@@ -25,7 +25,7 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::store::{CredentialStore, LeaseGuard, StoredCredential};
+use super::store::{CredentialStore, LeaseGuard, StoreHealth, StoredCredential};
 use crate::seal::KeyRing;
 
 /// The deadline of every command (and of opening a connection).
@@ -67,6 +67,8 @@ struct Inner {
     connection: Mutex<Option<redis::Connection>>,
     /// The owner token of each lease this process holds, by credential key.
     held: Mutex<HashMap<String, String>>,
+    /// When the last command ended and how (for the status).
+    last: Mutex<Option<(Instant, Result<(), String>)>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -84,7 +86,8 @@ impl RedisStore {
             return Err(format!("{shown}: the store must be a redis:// or rediss:// URL"));
         }
         let client = redis::Client::open(url).map_err(|e| format!("{shown}: {e}"))?;
-        let inner = Inner { client, shown, keys, connection: Mutex::new(None), held: Mutex::new(HashMap::new()) };
+        let (connection, held, last) = (Mutex::new(None), Mutex::new(HashMap::new()), Mutex::new(None));
+        let inner = Inner { client, shown, keys, connection, held, last };
         Ok(RedisStore { inner: Arc::new(inner) })
     }
 
@@ -101,7 +104,14 @@ impl RedisStore {
     /// Runs `f` on the connection, opening it first if needed. A connection
     /// found broken (Redis restarted since it was opened) is dropped and `f`
     /// tried once more on a fresh one; a timeout is not retried.
-    fn run<T>(&self, mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>) -> io::Result<T> {
+    fn run<T>(&self, f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>) -> io::Result<T> {
+        let result = self.run_once_more(f);
+        let outcome = result.as_ref().map(drop).map_err(ToString::to_string);
+        *lock(&self.inner.last) = Some((Instant::now(), outcome));
+        result
+    }
+
+    fn run_once_more<T>(&self, mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>) -> io::Result<T> {
         let mut slot = lock(&self.inner.connection);
         let mut tries = 0;
         loop {
@@ -228,6 +238,16 @@ impl CredentialStore for RedisStore {
 
     fn try_lock(&self, key: &str, lease: Duration) -> io::Result<Option<Box<dyn LeaseGuard>>> {
         self.acquire(key, lease, false)
+    }
+
+    fn health(&self) -> Option<StoreHealth> {
+        let last = lock(&self.inner.last).clone();
+        let (state, since_ms, error) = match last {
+            None => ("unknown", None, None),
+            Some((at, Ok(()))) => ("up", Some(at.elapsed().as_millis() as u64), None),
+            Some((at, Err(e))) => ("down", Some(at.elapsed().as_millis() as u64), Some(e)),
+        };
+        Some(StoreHealth { kind: "redis", location: self.inner.shown.clone(), state, since_ms, error })
     }
 }
 

@@ -140,6 +140,28 @@ pub trait CredentialStore: Send + Sync {
     /// Takes the lock of `key` if no one holds it, else answers `None` at once (for
     /// work that must not wait, and that someone holding the lock makes moot).
     fn try_lock(&self, key: &str, lease: Duration) -> io::Result<Option<Box<dyn LeaseGuard>>>;
+    /// How a shared store is doing, for the status; `None` for files on this
+    /// machine (nothing to report).
+    fn health(&self) -> Option<StoreHealth> {
+        None
+    }
+}
+
+/// How a shared credential store answered lately.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StoreHealth {
+    /// `redis`.
+    pub kind: &'static str,
+    /// Where it is (its URL, password hidden).
+    pub location: String,
+    /// `up` (its last command succeeded), `down` (it failed), `unknown` (none yet).
+    pub state: &'static str,
+    /// Milliseconds since that command.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
+    /// What the failure said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The key of a backend's credential: a hash of its URL (canonical form when it

@@ -315,7 +315,8 @@ impl Host {
         let gw = driver.gateway();
         match query {
             Query::Status(reply) => {
-                let _ = reply.try_send(status::status_json(gw, uptime_ms));
+                let store = driver.credentials().store_health();
+                let _ = reply.try_send(status::status_json(driver.gateway(), uptime_ms, store));
             }
             Query::Metrics(reply) => {
                 let _ = reply.try_send(status::metrics_text(gw));

@@ -17,6 +17,7 @@ use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 use tether_core::metrics::{BackendMetrics, LATENCY_BUCKETS_MS};
 use tether_core::{AdminCommand, BackendStatus, Event, Gateway, Status};
+use tether_host::oauth::store::StoreHealth;
 
 use crate::serve::byte_queue as queue;
 
@@ -121,8 +122,14 @@ impl EventLog {
 
 /// `/status`: the gateway and every backend, by name (the same document the
 /// control channel serves).
-pub(super) fn status_json(gw: &Gateway, uptime_ms: u64) -> String {
-    tether_host::status_document::document(gw, uptime_ms).to_string()
+pub(super) fn status_json(gw: &Gateway, uptime_ms: u64, store: Option<StoreHealth>) -> String {
+    let mut document = tether_host::status_document::document(gw, uptime_ms);
+    if let (Some(store), Some(fields)) = (store, document.as_object_mut()) {
+        // Replicas sharing credentials: whether the store answers (calls go on
+        // with the tokens in hand while it does not).
+        fields.insert("credential_store".into(), serde_json::to_value(store).unwrap_or_default());
+    }
+    document.to_string()
 }
 
 /// The numbers of one scrape, taken from the engine at once.
