@@ -258,7 +258,7 @@ pub(crate) const MAX_STEP_UPS: u32 = 2;
 
 /// While a person must log in, the store is read this often for a login done by
 /// another process.
-pub(crate) const RECHECK: Duration = Duration::from_millis(3_000);
+pub(crate) const RECHECK: Duration = Duration::from_millis(1_500);
 
 impl Credential {
     /// A credential not yet read from the store; retries of an unavailable token
