@@ -78,6 +78,13 @@ struct Shared {
     base: String,
     lifetime: Duration,
     state: Mutex<State>,
+    /// Refresh grants wait (unanswered, unprocessed) while this is set.
+    hold: AtomicBool,
+    /// Held refresh grants are dropped unprocessed when released (as if they
+    /// never arrived: the refresh token stays good).
+    drop_held: AtomicBool,
+    /// The peers of the refresh grants being held.
+    held: Mutex<Vec<std::net::SocketAddr>>,
 }
 
 #[derive(Default)]
@@ -158,6 +165,9 @@ impl OAuthBackend {
             base: format!("http://127.0.0.1:{port}"),
             lifetime: Duration::from_secs(lifetime.as_secs().max(1)),
             state: Mutex::new(State::default()),
+            hold: AtomicBool::new(false),
+            drop_held: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let workers = (0..WORKERS)
@@ -205,6 +215,29 @@ impl OAuthBackend {
     pub fn revoke(&self) {
         let mut state = self.shared.state();
         state.revoked.iter_mut().for_each(|r| *r = true);
+    }
+
+    /// From now on refresh grants are held: neither processed nor answered,
+    /// until [`OAuthBackend::drop_held_refreshes`].
+    pub fn hold_refreshes(&self) {
+        self.shared.hold.store(true, Ordering::SeqCst);
+    }
+
+    /// Where the refresh grants held now come from (the clients' addresses).
+    pub fn held_refreshes(&self) -> Vec<std::net::SocketAddr> {
+        self.shared.held.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Lets the held refresh grants go unprocessed (their clients are gone: the
+    /// refresh tokens they carried stay good), and stops holding.
+    pub fn drop_held_refreshes(&self) {
+        self.shared.drop_held.store(true, Ordering::SeqCst);
+        self.shared.hold.store(false, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.held_refreshes().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.shared.drop_held.store(false, Ordering::SeqCst);
     }
 
     /// Every token and code it issued.
@@ -269,7 +302,7 @@ impl Shared {
             "/.well-known/oauth-protected-resource/mcp" => Reply::json(200, self.resource_metadata()),
             "/register" if post => self.register(&body),
             "/authorize" => self.authorize(query),
-            "/token" if post => self.token(&body),
+            "/token" if post => self.token(&body, request.remote_addr().copied()),
             "/mcp" => self.mcp(bearer.as_deref(), post, &body),
             _ => Reply::json(404, json!({"error": "not_found"})),
         };
@@ -388,9 +421,21 @@ impl Shared {
         Reply::empty(302).with("Location", location.to_string())
     }
 
-    fn token(&self, body: &[u8]) -> Reply {
+    fn token(&self, body: &[u8], peer: Option<std::net::SocketAddr>) -> Reply {
         let form = form(body);
         let get = |k: &str| form.get(k).cloned().unwrap_or_default();
+        if get("grant_type") == "refresh_token" && self.hold.load(Ordering::SeqCst) {
+            let held = || self.held.lock().unwrap_or_else(|e| e.into_inner());
+            let peer = peer.unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+            held().push(peer);
+            while self.hold.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            held().retain(|p| *p != peer);
+            if self.drop_held.load(Ordering::SeqCst) {
+                return Reply::oauth_error(503, "temporarily_unavailable", "dropped unprocessed");
+            }
+        }
         match get("grant_type").as_str() {
             "authorization_code" => self.exchange_code(
                 &get("code"),

@@ -183,24 +183,9 @@ fn three_replicas_sharing_a_login_through_redis_refresh_each_token_once() {
     let Some(redis) = RedisServer::start() else { return };
     let lifetime = Duration::from_secs(5);
     let backend = OAuthBackend::start(lifetime);
-    let dir = tempfile::tempdir().unwrap();
-    let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
-    let cluster = json!({"session_keys": format!("1:{key}"), "store": redis.url()});
-    let config = json!({ "mcpServers": { NAME: { "url": backend.mcp_url() } }, "tether": { "cluster": cluster } });
-    let config_path = dir.path().join("config.json");
-    std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
-    let person = Browser::new(dir.path(), "person");
-    let unattended = Browser::new(dir.path(), "unattended");
-    let machines: Vec<PathBuf> = (0..3).map(|i| dir.path().join(format!("machine-{i}"))).collect();
-    let replicas: Vec<Tether> = machines
-        .iter()
-        .map(|state| {
-            let env: [(&str, &OsStr); 2] =
-                [("TETHER_STATE_DIR", state.as_os_str()), ("BROWSER", unattended.script.as_os_str())];
-            let args = ["serve", "--listen", "127.0.0.1:0", "--auth-token", TOKEN];
-            Tether::start_with_env(Runtime::Smol, config.clone(), &args, &env)
-        })
-        .collect();
+    let shared = SharedLogin::new(&redis, &backend);
+    let LoginSetup { dir, config_path, person, unattended, .. } = &shared.parts;
+    let replicas = shared.start_replicas();
     let urls: Vec<String> = replicas.iter().map(|t| t.logged_url("listening on ")).collect();
     let bases: Vec<&str> = urls.iter().map(|u| u.trim_end_matches("/mcp")).collect();
     for base in &bases {
@@ -209,7 +194,7 @@ fn three_replicas_sharing_a_login_through_redis_refresh_each_token_once() {
     // A person logs in once, with `tether auth login` on a fourth machine: every
     // replica reads the login from the store.
     let prepared = unattended.urls().len();
-    log_in(&config_path, &dir.path().join("admin-machine"), &person, &backend);
+    log_in(config_path, &dir.path().join("admin-machine"), person, &backend);
     let logged_in = Instant::now();
     let mut serving = Vec::new();
     for base in &bases {
@@ -259,6 +244,126 @@ fn three_replicas_sharing_a_login_through_redis_refresh_each_token_once() {
         after.expiries - before.expiries,
         elapsed.as_secs_f64()
     );
+}
+
+/// Three replicas sharing a login through Redis; the one holding the lease is
+/// killed (-9) in the middle of a refresh, before the authorization server
+/// processed it. Another replica refreshes once the dead one's lease lapses,
+/// with the refresh token still good: no login is asked, no refresh token is
+/// presented twice, and the survivors serve calls again.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_replica_killed_in_the_middle_of_a_refresh_leaves_it_to_another_once_its_lease_lapses() {
+    let Some(redis) = RedisServer::start() else { return };
+    let lifetime = Duration::from_secs(5);
+    let backend = OAuthBackend::start(lifetime);
+    let shared = SharedLogin::new(&redis, &backend);
+    let LoginSetup { dir, config_path, person, .. } = &shared.parts;
+    log_in(config_path, &dir.path().join("admin-machine"), person, &backend);
+    let replicas = shared.start_replicas();
+    let urls: Vec<String> = replicas.iter().map(|t| t.logged_url("listening on ")).collect();
+    let tool = wait_for_tool(&urls[0], &replicas[0]);
+    for (url, t) in urls.iter().zip(&replicas).skip(1) {
+        wait_for_tool(url, t);
+    }
+    // The next refresh reaches the authorization server and waits there.
+    backend.hold_refreshes();
+    let held = wait_until(SOON, || !backend.held_refreshes().is_empty());
+    assert!(held, "no refresh came within {SOON:?}");
+    let peer = backend.held_refreshes()[0];
+    let pid = pid_of_local_port(peer.port()).unwrap_or_else(|| panic!("no process has the connection from {peer}"));
+    let (dead, survivors): (Vec<_>, Vec<_>) = replicas.iter().zip(&urls).partition(|(t, _)| t.pid() == pid);
+    assert_eq!(dead.len(), 1, "the refresh came from pid {pid}, no replica's");
+    let _ = Command::new("kill").args(["-s", "KILL", &pid.to_string()]).status();
+    let killed = Instant::now();
+    backend.drop_held_refreshes();
+    let before = backend.tally();
+    // A survivor refreshes once the lease (45 s) lapses; calls work again.
+    let refreshed = wait_until(Duration::from_secs(90), || backend.tally().refreshes > before.refreshes);
+    let took = killed.elapsed();
+    assert!(
+        refreshed,
+        "no replica refreshed after the holder died\n{}",
+        survivors.iter().map(|(t, _)| tail(t)).collect::<Vec<_>>().join("\n---\n")
+    );
+    for (t, url) in &survivors {
+        let mut session = Session::open(url);
+        let back = wait_until(SOON, || session.call(&tool).is_ok());
+        assert!(back, "a survivor does not serve calls again\n{}", tail(t));
+    }
+    let after = backend.tally();
+    assert_eq!(after.reused_refresh_tokens, 0, "{after:?}");
+    assert_eq!(after.refused_refreshes, 0, "{after:?}");
+    assert_eq!(after.logins, 1, "nobody was asked to log in again: {after:?}");
+    eprintln!(
+        "oauth_e2e (lease holder killed mid-refresh): a survivor refreshed {:.1} s after the kill",
+        took.as_secs_f64()
+    );
+}
+
+/// Three replicas' shared setup: a config whose `tether.cluster.store` is
+/// `redis`, a person's browser and the one the replicas open by themselves.
+struct SharedLogin {
+    parts: LoginSetup,
+    config: Value,
+}
+
+/// What [`SharedLogin`] made, by name.
+struct LoginSetup {
+    dir: tempfile::TempDir,
+    config_path: PathBuf,
+    person: Browser,
+    unattended: Browser,
+}
+
+impl SharedLogin {
+    fn new(redis: &RedisServer, backend: &OAuthBackend) -> SharedLogin {
+        let dir = tempfile::tempdir().unwrap();
+        let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+        let cluster = json!({"session_keys": format!("1:{key}"), "store": redis.url()});
+        let config = json!({ "mcpServers": { NAME: { "url": backend.mcp_url() } }, "tether": { "cluster": cluster } });
+        let config_path = dir.path().join("config.json");
+        std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+        let (person, unattended) = (Browser::new(dir.path(), "person"), Browser::new(dir.path(), "unattended"));
+        SharedLogin { parts: LoginSetup { dir, config_path, person, unattended }, config }
+    }
+
+    /// Three replicas, each with a state directory of its own (a "machine").
+    fn start_replicas(&self) -> Vec<Tether> {
+        (0..3)
+            .map(|i| {
+                let state = self.parts.dir.path().join(format!("machine-{i}"));
+                let env: [(&str, &OsStr); 2] =
+                    [("TETHER_STATE_DIR", state.as_os_str()), ("BROWSER", self.parts.unattended.script.as_os_str())];
+                let args = ["serve", "--listen", "127.0.0.1:0", "--auth-token", TOKEN];
+                Tether::start_with_env(Runtime::Smol, self.config.clone(), &args, &env)
+            })
+            .collect()
+    }
+}
+
+/// The process that has a TCP socket of local port `port` open (read from
+/// `/proc`: the socket's inode in `/proc/net/tcp`, then the process whose file
+/// descriptors include it).
+#[cfg(target_os = "linux")]
+fn pid_of_local_port(port: u16) -> Option<u32> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let inode = table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let local_port = u16::from_str_radix(fields.get(1)?.rsplit(':').next()?, 16).ok()?;
+        (local_port == port).then(|| fields.get(9).map(|s| s.to_string())).flatten()
+    })?;
+    let target = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == target) {
+                return Some(pid);
+            }
+        }
+    }
+    None
 }
 
 /// One refresh per expiry: the refreshes granted in a window of `elapsed` track
