@@ -109,13 +109,18 @@ impl SessionFacts {
         if sealed != presented {
             return Err(Unadoptable::OtherPrincipal);
         }
-        if !protocol::SUPPORTED_VERSIONS.contains(&self.protocol_version.as_str()) {
+        if !self.speaks_version() {
             return Err(Unadoptable::Version);
         }
         match serde_json::from_str::<Value>(&self.capabilities) {
             Ok(Value::Object(_)) => Ok(()),
             _ => Err(Unadoptable::Malformed),
         }
+    }
+
+    /// Whether its protocol version is one this build speaks.
+    pub(crate) fn speaks_version(&self) -> bool {
+        protocol::SUPPORTED_VERSIONS.contains(&self.protocol_version.as_str())
     }
 
     /// The capabilities as a map (empty if they are not an object).

@@ -45,7 +45,7 @@ impl Gateway {
         }
         self.client_connected(session, true);
         let Some(s) = self.sessions.open.get_mut(&session) else { return };
-        if facts.adoptable(None, None) == Err(crate::cluster::Unadoptable::Version) {
+        if !facts.speaks_version() {
             // The host checks before adopting; a trace or a fuzzer may not.
             self.client_closed(session);
             return self.push(Action::CloseClient { session });

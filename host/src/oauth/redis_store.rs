@@ -43,9 +43,9 @@ local g = redis.call('HINCRBY', KEYS[1], 'g', 1)
 redis.call('HSET', KEYS[1], 'v', ARGV[1])
 return g";
 
-/// Deletes the record `KEYS[1]`, fenced as [`WRITE`] is.
+/// Deletes the record `KEYS[1]`, fenced as [`WRITE`] is (`ARGV[1]` unused).
 const DELETE: &str = r"
-if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return -1 end
+if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then return -1 end
 return redis.call('DEL', KEYS[1])";
 
 /// Releases the lease `KEYS[1]` if `ARGV[1]` still holds it.
@@ -148,6 +148,27 @@ impl RedisStore {
         lock(&self.inner.held).get(key).cloned().unwrap_or_default()
     }
 
+    /// Runs `script` ([`WRITE`] or [`DELETE`]) on `key`'s record with `value`,
+    /// fenced by this process's lease on `key` when it holds one.
+    fn fenced(&self, script: &str, key: &str, value: &str, done: &str) -> io::Result<()> {
+        let fence = self.fence(key);
+        let outcome: i64 = self.run(|c| {
+            redis::Script::new(script)
+                .key(format!("tether:cred:{key}"))
+                .key(format!("tether:lock:{key}"))
+                .arg(value)
+                .arg(&fence)
+                .invoke(c)
+        })?;
+        match outcome {
+            -1 => Err(io::Error::other(format!(
+                "credential store {}: this replica's lease on the credential ran out and another took it over: not {done}",
+                self.inner.shown
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     fn acquire(&self, key: &str, lease: Duration, wait: bool) -> io::Result<Option<Box<dyn LeaseGuard>>> {
         check_key(key)?;
         let owner = super::pkce::random_string(24);
@@ -197,38 +218,12 @@ impl CredentialStore for RedisStore {
             .keys
             .seal(&format!("{PURPOSE}{key}"), u64::MAX, &json)
             .ok_or_else(|| io::Error::other("no randomness from the operating system to seal the credential"))?;
-        let fence = self.fence(key);
-        let written: i64 = self.run(|c| {
-            redis::Script::new(WRITE)
-                .key(format!("tether:cred:{key}"))
-                .key(format!("tether:lock:{key}"))
-                .arg(&sealed)
-                .arg(&fence)
-                .invoke(c)
-        })?;
-        match written {
-            -1 => Err(io::Error::other(format!(
-                "credential store {}: this replica's lease on the credential ran out and another took it over: not written",
-                self.inner.shown
-            ))),
-            _ => Ok(()),
-        }
+        self.fenced(WRITE, key, &sealed, "written")
     }
 
     fn delete(&self, key: &str) -> io::Result<()> {
         check_key(key)?;
-        let fence = self.fence(key);
-        let deleted: i64 = self.run(|c| {
-            redis::Script::new(DELETE)
-                .key(format!("tether:cred:{key}"))
-                .key(format!("tether:lock:{key}"))
-                .arg(&fence)
-                .invoke(c)
-        })?;
-        match deleted {
-            -1 => Err(io::Error::other("this replica's lease on the credential ran out: not deleted")),
-            _ => Ok(()),
-        }
+        self.fenced(DELETE, key, "", "deleted")
     }
 
     fn lock(&self, key: &str, lease: Duration) -> io::Result<Box<dyn LeaseGuard>> {

@@ -77,7 +77,7 @@ pub(super) async fn find_or_adopt(shared: &Arc<Shared>, key: &str, bearer: Optio
     tracing::debug!(session = session.0, client = facts.client.as_deref().unwrap_or(""), "HTTP session adopted");
     shared.inputs.send(Input::ClientAdopted { session, facts }).await.ok()?;
     let mut table = shared.table();
-    table.insert(key.to_string(), session);
+    table.insert(key.to_string(), session, true);
     if let Some(bearer) = bearer {
         table.set_owner(session, bearer.identity.clone());
     }

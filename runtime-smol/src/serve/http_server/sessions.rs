@@ -44,6 +44,10 @@ enum Pending {
 
 struct Session {
     key: String,
+    /// `key` is a sealed id another replica could adopt: remembered when the
+    /// session closes. A random key (a stateless request's, an unsealed one)
+    /// is not: nobody can present it again.
+    sealed: bool,
     streams: HashMap<u64, Stream>,
     next_stream: u64,
     /// By request id key.
@@ -148,7 +152,7 @@ impl Table {
     /// Opens a session known by `key`; `None` once the server shut down.
     pub(super) fn open(&mut self, key: String) -> Option<SessionId> {
         let session = self.reserve()?;
-        self.insert(key, session);
+        self.insert(key, session, false);
         Some(session)
     }
 
@@ -163,11 +167,12 @@ impl Table {
         Some(session)
     }
 
-    /// Opens `session` (from [`Table::reserve`]) under `key`.
-    pub(super) fn insert(&mut self, key: String, session: SessionId) {
+    /// Opens `session` (from [`Table::reserve`]) under `key`, `sealed` or not.
+    pub(super) fn insert(&mut self, key: String, session: SessionId, sealed: bool) {
         self.keys.insert(key.clone(), session);
         let state = Session {
             key,
+            sealed,
             streams: HashMap::new(),
             next_stream: STANDALONE + 1,
             requests: HashMap::new(),
@@ -183,6 +188,7 @@ impl Table {
         let Some(state) = self.sessions.get_mut(&session) else { return };
         self.keys.remove(&state.key);
         state.key = key.clone();
+        state.sealed = true;
         self.keys.insert(key, session);
     }
 
@@ -332,7 +338,9 @@ impl Table {
     pub(super) fn close(&mut self, session: SessionId) -> bool {
         let Some(mut state) = self.sessions.remove(&session) else { return false };
         self.keys.remove(&state.key);
-        self.retire(state.key.clone());
+        if state.sealed {
+            self.retire(std::mem::take(&mut state.key));
+        }
         state.streams.values_mut().for_each(Stream::close);
         tracing::debug!(session = session.0, "HTTP session closed");
         true
@@ -574,7 +582,7 @@ mod tests {
         assert!(rx.is_closed());
         assert!(waiter.first.try_recv().is_err() && waiter.first.is_closed());
         assert_eq!(table.find("k"), None);
-        assert!(table.is_retired("k"), "not to be adopted back");
+        assert!(!table.is_retired("k"), "a random key is not remembered: nobody presents it again");
         assert!(!table.close(s));
         table.close_all();
         assert!(table.open("again".into()).is_none());
@@ -619,13 +627,15 @@ mod tests {
         table.rekey(s, "sealed".into());
         assert_eq!((table.find("random"), table.find("sealed")), (None, Some(s)));
         assert_eq!(table.key_of(s), Some("sealed"));
+        table.close(s);
+        assert!(table.is_retired("sealed"), "a sealed id closed here is not adopted back");
         for n in 0..MAX_RETIRED + 10 {
             table.retire(format!("k{n}"));
         }
         assert!(!table.is_retired("k0") && table.is_retired(&format!("k{}", MAX_RETIRED + 9)));
         let reserved = table.reserve().unwrap();
         assert_eq!(table.find("later"), None);
-        table.insert("later".into(), reserved);
+        table.insert("later".into(), reserved, true);
         assert_eq!(table.find("later"), Some(reserved));
     }
 }
