@@ -249,6 +249,9 @@ impl OAuthBackend {
 impl Drop for OAuthBackend {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        // A test that failed while refreshes were held must not hang joining them.
+        self.shared.drop_held.store(true, Ordering::SeqCst);
+        self.shared.hold.store(false, Ordering::SeqCst);
         for worker in self.workers.drain(..) {
             let _ = worker.join();
         }
