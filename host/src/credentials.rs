@@ -5,13 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tether_core::credential::{AuthStep, CredentialFailure, CredentialUpdate};
 use tether_core::{Config, Input, ServerName, Transport};
 
 use crate::http_backend::{BearerSource, InputSink, Spawner};
-use crate::oauth::{Authority, CredentialStore, FileStore, OAuthSettings, RedisStore};
+use crate::oauth::{Authority, CredentialStore, FileStore, OAuthSettings, SharedCredentials};
 
 /// Every managed credential of one tether process.
 pub struct Credentials {
@@ -20,12 +21,15 @@ pub struct Credentials {
     store: Option<Arc<dyn CredentialStore>>,
     settings: BTreeMap<String, OAuthSettings>,
     authorities: BTreeMap<ServerName, (String, Arc<Authority>)>,
+    /// The authorities by credential key, for the store's change hints.
+    by_key: Arc<Mutex<HashMap<String, Arc<Authority>>>>,
 }
 
 impl Credentials {
     /// Credentials kept in `store`, with the `oauth` settings of each backend.
     pub fn new(store: Option<Arc<dyn CredentialStore>>, settings: BTreeMap<String, OAuthSettings>) -> Self {
-        Credentials { path: None, store, settings, authorities: BTreeMap::new() }
+        let by_key = Arc::new(Mutex::new(HashMap::new()));
+        Credentials { path: None, store, settings, authorities: BTreeMap::new(), by_key }
     }
 
     /// Credentials in the user's state directory (or the shared store the
@@ -42,19 +46,38 @@ impl Credentials {
             None => None,
         };
         let shared = cluster.as_ref().and_then(|c| Some((c.store.as_deref()?, c.keys.clone())));
-        let store: Option<Arc<dyn CredentialStore>> = match shared {
-            Some((url, keys)) => Some(Arc::new(RedisStore::new(url, keys)?)),
+        let (store, hints): (Option<Arc<dyn CredentialStore>>, _) = match shared {
+            Some((url, keys)) => {
+                let shared = SharedCredentials::redis(url, keys)?;
+                (Some(Arc::new(shared.clone())), Some(shared))
+            }
             None => match FileStore::open_default() {
-                Ok(store) => Some(Arc::new(store)),
+                Ok(store) => (Some(Arc::new(store)), None),
                 Err(e) => {
                     tracing::warn!("no credential store ({e}): logins will not be kept");
-                    None
+                    (None, None)
                 }
             },
         };
         let mut credentials = Credentials::new(store, settings);
         credentials.path = path.map(Path::to_path_buf);
+        if let Some(shared) = hints {
+            credentials.follow_hints(&shared);
+        }
         Ok(credentials)
+    }
+
+    /// A token another replica stored is taken when the store's hint arrives
+    /// (each authority still re-reads the store under the lease before
+    /// refreshing: nothing depends on a hint).
+    fn follow_hints(&self, shared: &SharedCredentials) {
+        let by_key = Arc::downgrade(&self.by_key);
+        shared.on_change(Arc::new(move |key: &str| {
+            let authority = by_key.upgrade().and_then(|m| lock(&m).get(key).cloned());
+            if let Some(authority) = authority {
+                authority.hinted();
+            }
+        }));
     }
 
     /// No store and no settings: every step is answered that nothing can be kept
@@ -89,13 +112,18 @@ impl Credentials {
             })
             .collect();
         self.authorities.retain(|name, (url, _)| wanted.get(&name.to_string()).is_some_and(|u| *u == url));
+        let mut by_key = lock(&self.by_key);
+        by_key.clear();
+        by_key.extend(self.authorities.values().map(|(_, a)| (a.key().to_owned(), a.clone())));
         for (name, url) in wanted {
             if self.authorities.contains_key(name.as_str()) {
                 continue;
             }
             let settings = self.settings.get(name).cloned().unwrap_or_default();
             let authority = Authority::new(name.as_str().into(), url.clone(), settings, store.clone());
-            self.authorities.insert(name.as_str().into(), (url.clone(), Arc::new(authority)));
+            let authority = Arc::new(authority);
+            by_key.insert(authority.key().to_owned(), authority.clone());
+            self.authorities.insert(name.as_str().into(), (url.clone(), authority));
         }
     }
 
@@ -168,4 +196,8 @@ impl crate::http_backend::CredentialSource for ManagedCredential {
     fn nonce(&self, nonce: &str) -> bool {
         self.0.resource_nonce(nonce)
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -34,5 +34,6 @@ pub mod reload;
 pub mod resource_auth;
 pub mod safe_file;
 pub mod seal;
+pub mod shared;
 pub mod status_document;
 pub mod warn_limit;

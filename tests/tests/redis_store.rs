@@ -1,6 +1,7 @@
-//! The Redis credential store against a real `redis-server` (Debian's package):
+//! The Redis shared store, and the credentials kept in it, against a real `redis-server` (Debian's package):
 //! credentials sealed at rest, leases that exclude across replicas and fence a
-//! holder whose lease lapsed, a retired key, a restart with AOF, an outage.
+//! holder whose lease lapsed, a retired key, a restart with AOF, an outage;
+//! records compared on their generation, entries taken once, hints.
 //!
 //! Needs `redis-server` on the PATH (see [`tether_tests::redis_server`]).
 
@@ -9,8 +10,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tether_host::oauth::store::{ClientRecord, ClientSource, TokenRecord};
-use tether_host::oauth::{CredentialStore, RedisStore, Secret, StoredCredential};
+use tether_host::oauth::{CredentialStore, SharedCredentials, Secret, StoredCredential};
 use tether_host::seal::KeyRing;
+use tether_host::shared::redis::RedisShared;
+use tether_host::shared::{Record, SharedStore, Written};
 use tether_tests::redis_server::RedisServer as Server;
 
 const ACCESS: &str = "access-token-that-must-never-be-stored-in-the-clear";
@@ -48,7 +51,7 @@ fn credential(access: &str) -> StoredCredential {
     }
 }
 
-fn access_of(store: &RedisStore) -> Option<String> {
+fn access_of(store: &SharedCredentials) -> Option<String> {
     let c = store.load("k1").unwrap()?;
     Some(c.token?.access_token.expose().to_string())
 }
@@ -57,7 +60,7 @@ fn access_of(store: &RedisStore) -> Option<String> {
 fn credentials_are_sealed_at_rest_and_shared_by_replicas() {
     let Some(server) = Server::start() else { return };
     let (a, b) =
-        (RedisStore::new(&server.url(), ring(&[1])).unwrap(), RedisStore::new(&server.url(), ring(&[1])).unwrap());
+        (SharedCredentials::redis(&server.url(), ring(&[1])).unwrap(), SharedCredentials::redis(&server.url(), ring(&[1])).unwrap());
     assert_eq!(a.load("k1").unwrap(), None);
     {
         let _lease = a.lock("k1", Duration::from_secs(30)).unwrap();
@@ -70,10 +73,10 @@ fn credentials_are_sealed_at_rest_and_shared_by_replicas() {
     }
     assert!(dump.contains("tether:cred:k1"), "{dump}");
     // A ring without the key that sealed it reads nothing (a login is needed).
-    let retired = RedisStore::new(&server.url(), ring(&[2])).unwrap();
+    let retired = SharedCredentials::redis(&server.url(), ring(&[2])).unwrap();
     assert_eq!(retired.load("k1").unwrap(), None);
     // Rotation: a ring holding both keys reads it.
-    let rotated = RedisStore::new(&server.url(), ring(&[2, 1])).unwrap();
+    let rotated = SharedCredentials::redis(&server.url(), ring(&[2, 1])).unwrap();
     assert_eq!(access_of(&rotated).as_deref(), Some(ACCESS));
     b.delete("k1").unwrap();
     assert_eq!(a.load("k1").unwrap(), None);
@@ -83,7 +86,7 @@ fn credentials_are_sealed_at_rest_and_shared_by_replicas() {
 fn a_lease_excludes_other_replicas_and_a_lapsed_holder_cannot_write_over_its_successor() {
     let Some(server) = Server::start() else { return };
     let (a, b) =
-        (RedisStore::new(&server.url(), ring(&[1])).unwrap(), RedisStore::new(&server.url(), ring(&[1])).unwrap());
+        (SharedCredentials::redis(&server.url(), ring(&[1])).unwrap(), SharedCredentials::redis(&server.url(), ring(&[1])).unwrap());
     let held = a.lock("k1", Duration::from_millis(400)).unwrap();
     assert!(b.try_lock("k1", Duration::from_secs(30)).unwrap().is_none(), "held by a");
     // a stalls past its lease; b takes over, refreshes and writes.
@@ -97,7 +100,7 @@ fn a_lease_excludes_other_replicas_and_a_lapsed_holder_cannot_write_over_its_suc
     assert!(a.try_lock("k1", Duration::from_secs(30)).unwrap().is_none(), "still b's");
     drop(b_lease);
     let waited = {
-        let c = RedisStore::new(&server.url(), ring(&[1])).unwrap();
+        let c = SharedCredentials::redis(&server.url(), ring(&[1])).unwrap();
         let started = Instant::now();
         let lease = c.lock("k1", Duration::from_secs(30)).unwrap();
         drop(lease);
@@ -109,7 +112,7 @@ fn a_lease_excludes_other_replicas_and_a_lapsed_holder_cannot_write_over_its_suc
 #[test]
 fn the_newest_credential_survives_a_restart_and_an_outage_fails_fast_then_recovers() {
     let Some(mut server) = Server::start() else { return };
-    let store = RedisStore::new(&server.url(), ring(&[1])).unwrap();
+    let store = SharedCredentials::redis(&server.url(), ring(&[1])).unwrap();
     {
         let _lease = store.lock("k1", Duration::from_secs(30)).unwrap();
         store.save("k1", &credential("rotated-1")).unwrap();
@@ -129,4 +132,48 @@ fn the_newest_credential_survives_a_restart_and_an_outage_fails_fast_then_recove
     server.restart();
     assert_eq!(access_of(&store).as_deref(), Some("rotated-2"), "recovered by itself");
     assert_eq!(store.health().unwrap().state, "up");
+}
+
+#[test]
+fn records_compare_generations_entries_are_taken_once_and_hints_arrive() {
+    let Some(server) = Server::start() else { return };
+    let (a, b) = (RedisShared::new(&server.url()).unwrap(), RedisShared::new(&server.url()).unwrap());
+    assert_eq!(a.write("cred/x", b"one", Some(0), None).unwrap(), Written::Done(1));
+    assert_eq!(b.write("cred/x", b"two", Some(0), None).unwrap(), Written::Stale);
+    assert_eq!(b.write("cred/x", b"two", Some(1), None).unwrap(), Written::Done(2));
+    assert_eq!(a.read("cred/x").unwrap(), Some(Record { generation: 2, value: b"two".to_vec() }));
+    assert_eq!(a.remove("cred/x", None).unwrap(), Written::Done(3));
+    assert_eq!(a.read("cred/x").unwrap(), None);
+    assert_eq!(b.write("cred/x", b"late", Some(2), None).unwrap(), Written::Stale, "generations outlive removal");
+    let lease = a.try_lease("cred/x", Duration::from_secs(30)).unwrap().unwrap();
+    assert!(b.try_lease("cred/x", Duration::from_secs(30)).unwrap().is_none());
+    assert_eq!(a.write("cred/x", b"mine", None, Some(&lease)).unwrap(), Written::Done(4));
+    a.release(&lease).unwrap();
+    assert_eq!(a.write("cred/x", b"late", None, Some(&lease)).unwrap(), Written::Fenced);
+
+    a.put_expiring("login/s", b"pending", Duration::from_secs(60)).unwrap();
+    assert_eq!(b.get_expiring("login/s").unwrap().as_deref(), Some(&b"pending"[..]));
+    let takers: Vec<_> = (0..6)
+        .map(|i| {
+            let url = server.url();
+            thread::spawn(move || RedisShared::new(&url).unwrap().take("login/s").unwrap().map(|v| (i, v)))
+        })
+        .collect();
+    let got: Vec<_> = takers.into_iter().filter_map(|t| t.join().unwrap()).collect();
+    assert_eq!(got.len(), 1, "exactly one taker: {got:?}");
+    a.put_expiring("login/t", b"short", Duration::from_millis(50)).unwrap();
+    thread::sleep(Duration::from_millis(120));
+    assert_eq!(a.take("login/t").unwrap(), None, "expired");
+
+    let (sender, heard) = std::sync::mpsc::channel();
+    let sender = std::sync::Mutex::new(sender);
+    assert!(b.subscribe("cred", Arc::new(move |m: &str| drop(sender.lock().unwrap().send(m.to_owned())))));
+    // The subscriber connects on its own thread: publish until it hears.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = None;
+    while got.is_none() && Instant::now() < deadline {
+        a.publish("cred", "k1 7");
+        got = heard.recv_timeout(Duration::from_millis(200)).ok();
+    }
+    assert_eq!(got.as_deref(), Some("k1 7"));
 }

@@ -424,6 +424,28 @@ impl Authority {
         Ok(())
     }
 
+    /// The key of its credential in the store.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Another process announced a write of this credential (a store hint):
+    /// a newer token it stored is taken at once, so requests carry it before
+    /// this process's own refresh would have come round (which then adopts it
+    /// anyway, reading the store under the lease). A token this process holds,
+    /// or one near its end, is left alone.
+    pub fn hinted(&self) {
+        let Some(stored) = self.read_store() else { return };
+        let Some(token) = stored.token.as_ref() else { return };
+        let mut held = self.held();
+        let Some(current) = held.credential.as_ref() else { return };
+        let held_access = current.token.as_ref().map(|t| &t.access_token);
+        if current.issuer == stored.issuer && adoptable(&stored, token, held_access) {
+            tracing::debug!(server = %self.server, "took the token another replica stored");
+            held.credential = Some(stored);
+        }
+    }
+
     fn held(&self) -> MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }

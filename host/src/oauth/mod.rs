@@ -24,8 +24,8 @@ pub mod challenge;
 pub(crate) mod discovery;
 mod dpop;
 mod login;
-mod pkce;
-pub mod redis_store;
+pub(crate) mod pkce;
+pub mod shared_credentials;
 mod registration;
 pub(crate) mod resource;
 mod secret;
@@ -43,7 +43,7 @@ use serde::Deserialize;
 use tether_core::credential::{CredentialFailure, CredentialUpdate};
 
 pub use authority::{AuthStatus, Authority, LoginSummary, Report};
-pub use redis_store::RedisStore;
+pub use shared_credentials::SharedCredentials;
 pub use secret::{hide, Secret};
 pub use store::{CredentialStore, FileStore, StoredCredential};
 

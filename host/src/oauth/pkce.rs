@@ -12,7 +12,7 @@ use super::secret::Secret;
 /// # Panics
 /// If the operating system has no random number generator to give: nothing safe
 /// can be done without one.
-pub(super) fn random_string(bytes: usize) -> String {
+pub(crate) fn random_string(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::getrandom(&mut buf).expect("the operating system's random number generator failed");
     URL_SAFE_NO_PAD.encode(buf)

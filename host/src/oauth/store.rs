@@ -8,16 +8,17 @@
 //! file created exclusively, holding its owner and the end of its lease; a lease
 //! that ran out (its owner died mid-refresh) may be taken over.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use super::pkce;
 use super::secret::Secret;
 use crate::safe_file;
+use crate::shared::files::{create_private, ensure_private_dir, lock_file, sync_dir, unlock_file};
 
 /// How the client identity used with an authorization server was obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,22 +148,7 @@ pub trait CredentialStore: Send + Sync {
     }
 }
 
-/// How a shared credential store answered lately.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct StoreHealth {
-    /// `redis`.
-    pub kind: &'static str,
-    /// Where it is (its URL, password hidden).
-    pub location: String,
-    /// `up` (its last command succeeded), `down` (it failed), `unknown` (none yet).
-    pub state: &'static str,
-    /// Milliseconds since that command.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub since_ms: Option<u64>,
-    /// What the failure said.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+pub use crate::shared::StoreHealth;
 
 /// The key of a backend's credential: a hash of its URL (canonical form when it
 /// parses) and the configured `client_id`, so renaming the backend in the config
@@ -173,6 +159,12 @@ pub fn store_key(server_url: &str, client_id: Option<&str>) -> String {
     let material = format!("tether-credential\0{url}\0{}", client_id.unwrap_or_default());
     let digest = ring::digest::digest(&ring::digest::SHA256, material.as_bytes());
     digest.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `key` can be a credential key: `[A-Za-z0-9_-]`, at most 128 bytes
+/// ([`store_key`] makes 32 hex digits).
+pub fn valid_key(key: &str) -> bool {
+    !key.is_empty() && key.len() <= 128 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The default credentials directory: `credentials` in tether's state directory
@@ -189,9 +181,6 @@ pub fn default_dir() -> Option<PathBuf> {
 pub struct FileStore {
     dir: PathBuf,
 }
-
-/// How often a waiter looks at a held lock again.
-const LOCK_POLL: Duration = Duration::from_millis(20);
 
 impl FileStore {
     /// A store in `dir` (created on first write).
@@ -212,53 +201,19 @@ impl FileStore {
     }
 
     fn file(&self, key: &str, ext: &str) -> io::Result<PathBuf> {
-        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        if !valid_key(key) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "invalid credential key"));
         }
         Ok(self.dir.join(format!("{key}.{ext}")))
     }
 
-    /// Creates the directory (and its parents) private to the user (0700 on Unix).
-    /// Its parents may be shared (say `TETHER_STATE_DIR=/tmp`); the directory
-    /// itself must then be this user's and writable by nobody else, or it is
-    /// refused: a directory another user made first could hold planted
-    /// credentials that send tether's client secret where they say.
+    /// Creates the directory private to the user (see
+    /// [`crate::shared::files::ensure_private_dir`]): a directory another user
+    /// made first could hold planted credentials that send tether's client
+    /// secret where they say.
     fn ensure_dir(&self) -> io::Result<()> {
-        let mut builder = fs::DirBuilder::new();
-        builder.recursive(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::DirBuilderExt;
-            builder.mode(0o700);
-        }
-        builder.create(&self.dir)?;
-        safe_file::check_private_dir(&self.dir)
+        ensure_private_dir(&self.dir)
     }
-}
-
-/// Creates `path`, failing if it exists, readable by its owner only.
-fn create_private(path: &Path) -> io::Result<File> {
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    options.open(path)
-}
-
-/// Flushes a directory's entries (a rename in it) to disk; only Unix can open a
-/// directory for that.
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    if cfg!(unix) {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(())
-}
-
-fn unix_millis() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis())
 }
 
 impl CredentialStore for FileStore {
@@ -315,84 +270,34 @@ impl FileStore {
     fn acquire(&self, key: &str, lease: Duration, wait: bool) -> io::Result<Option<Box<dyn LeaseGuard>>> {
         let path = self.file(key, "lock")?;
         self.ensure_dir()?;
-        let give_up = Instant::now() + lease * 2 + Duration::from_secs(1);
-        loop {
-            let stamp = format!(
-                "{{\"pid\":{},\"nonce\":\"{}\",\"expires_ms\":{}}}",
-                std::process::id(),
-                pkce::random_string(9),
-                unix_millis() + lease.as_millis()
-            );
-            match create_private(&path) {
-                Ok(mut file) => {
-                    file.write_all(stamp.as_bytes())?;
-                    return Ok(Some(Box::new(FileLease { path, stamp })));
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    if take_over_if_stale(&path, lease) {
-                        continue;
-                    }
-                    if !wait || Instant::now() >= give_up {
-                        return Ok(None);
-                    }
-                    std::thread::sleep(LOCK_POLL);
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let give_up = wait.then(|| Instant::now() + lease * 2 + Duration::from_secs(1));
+        let owner = pkce::random_string(12);
+        Ok(lock_file(&path, &owner, lease, give_up)?.then(|| Box::new(FileLease { path, owner }) as Box<dyn LeaseGuard>))
     }
-}
-
-/// Removes the lock file at `path` if its lease is over: its `expires_ms` passed, or
-/// it has no readable stamp and is older than a lease (its owner died between
-/// creating and writing it). True if the caller should try to create it again.
-fn take_over_if_stale(path: &Path, lease: Duration) -> bool {
-    let text = match read_stamp(path) {
-        Ok(text) => text,
-        Err(e) => return e.kind() == io::ErrorKind::NotFound,
-    };
-    let expires = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v.get("expires_ms").and_then(serde_json::Value::as_u64));
-    let stale = match expires {
-        Some(ms) => u128::from(ms) < unix_millis(),
-        None => fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().unwrap_or_default() > lease),
-    };
-    // Re-read just before removing, so a lock that changed hands meanwhile is left
-    // alone (a narrow race remains; the refresh logic survives it by re-reading
-    // the store after an `invalid_grant`).
-    stale && read_stamp(path).is_ok_and(|now| now == text) && fs::remove_file(path).is_ok()
-}
-
-/// A lock file's stamp (a short JSON line).
-fn read_stamp(path: &Path) -> io::Result<String> {
-    safe_file::read_regular_text(path, 4096)
 }
 
 /// A held file lock: removed on drop, unless its lease ran out and someone else
 /// took it over.
 struct FileLease {
     path: PathBuf,
-    stamp: String,
+    owner: String,
 }
 
 impl LeaseGuard for FileLease {}
 
 impl Drop for FileLease {
     fn drop(&mut self) {
-        if read_stamp(&self.path).is_ok_and(|text| text == self.stamp) {
-            let _ = fs::remove_file(&self.path);
-        }
+        unlock_file(&self.path, &self.owner);
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
-    fn sample() -> StoredCredential {
+    pub(crate) fn sample() -> StoredCredential {
         StoredCredential {
             server_url: "https://mcp.example.com/mcp".into(),
             issuer: "https://as.example.com".into(),
