@@ -34,7 +34,8 @@ use crate::seal::KeyRing;
 pub const DEFAULT_SESSION_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
 /// The keys `tether.cluster` reads.
-pub const KEYS: [&str; 5] = ["session_keys", "session_max_age_ms", "drain_delay_ms", "drain_timeout_ms", "store"];
+pub const KEYS: [&str; 6] =
+    ["session_keys", "session_max_age_ms", "drain_delay_ms", "drain_timeout_ms", "store", "login_redirect_uri"];
 
 /// What the HTTP listener needs to seal and open session ids.
 #[derive(Debug)]
@@ -50,6 +51,11 @@ pub struct ClusterSettings {
     /// Where credentials are kept: a `redis://` or `rediss://` URL (replicas on
     /// several machines share logins); `None`: files on this machine, as alone.
     pub store: Option<String>,
+    /// The public URL of the login callback (`https://gateway.example.com/oauth/callback`):
+    /// a login any replica starts redirects there, the balancer sends it to
+    /// any replica, and that one finishes it from the state in the store.
+    /// `None`: logins use a loopback redirect on the machine that started them.
+    pub login_redirect_uri: Option<String>,
 }
 
 impl ClusterSettings {
@@ -61,6 +67,7 @@ impl ClusterSettings {
             session_max_age: DEFAULT_SESSION_MAX_AGE,
             shared: false,
             store: None,
+            login_redirect_uri: None,
         })
     }
 
@@ -102,7 +109,14 @@ impl ClusterSettings {
                 )
             }
         };
-        Ok(ClusterSettings { keys: Arc::new(keys), session_max_age, shared: true, store })
+        let login_redirect_uri = match obj.get("login_redirect_uri") {
+            None => None,
+            Some(Value::String(uri)) => {
+                Some(redirect_uri(uri).map_err(|e| format!("tether.cluster.login_redirect_uri: {e}"))?)
+            }
+            Some(_) => return Err("tether.cluster.login_redirect_uri: must be a URL string".into()),
+        };
+        Ok(ClusterSettings { keys: Arc::new(keys), session_max_age, shared: true, store, login_redirect_uri })
     }
 
     /// The `tether.cluster` section of the config file at `path`, if it has one.
@@ -112,6 +126,20 @@ impl ClusterSettings {
             .map(|value| ClusterSettings::from_section(&value).map_err(|e| format!("{}: {e}", path.display())))
             .transpose()
     }
+}
+
+/// A login callback URL: absolute, `https` (or `http` to a loopback host, for
+/// trying it out), with a path of its own, no query or fragment.
+fn redirect_uri(text: &str) -> Result<String, String> {
+    let url = url::Url::parse(text).map_err(|e| format!("{text:?}: {e}"))?;
+    let loopback = matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"));
+    if !(url.scheme() == "https" || (url.scheme() == "http" && loopback)) {
+        return Err(format!("{text:?}: must be https (http only to localhost)"));
+    }
+    if url.path().len() < 2 || url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("{text:?}: needs a path of its own (e.g. /oauth/callback) and no query or fragment"));
+    }
+    Ok(url.to_string())
 }
 
 /// The ring `session_keys` describes.
@@ -199,6 +227,10 @@ mod tests {
         let redis = json!({"session_keys": [{"id": 2, "key": B64}], "store": "rediss://:pw@db:6380/1"});
         assert_eq!(ClusterSettings::from_section(&redis).unwrap().store.as_deref(), Some("rediss://:pw@db:6380/1"));
         assert_eq!(from_file.session_max_age, Duration::from_secs(60));
+        let callback =
+            json!({"session_keys": [{"id": 2, "key": B64}], "login_redirect_uri": "https://gw.example/oauth/callback"});
+        let callback = ClusterSettings::from_section(&callback).unwrap().login_redirect_uri;
+        assert_eq!(callback.as_deref(), Some("https://gw.example/oauth/callback"));
         let token = listed.keys.seal("session", u64::MAX, b"x").unwrap();
         for ring in [&string.keys, &from_file.keys] {
             assert_eq!(ring.open("session", &token, 0).unwrap(), b"x");
@@ -219,6 +251,9 @@ mod tests {
             (json!({"session_keys": [{"id": 1, "key": B64}], "session_max_age_ms": 5}), "between"),
             (json!({"session_keys": "1:not a key!"}), "neither"),
             (json!({"session_keys": [{"id": 1, "key": B64}], "store": "memcached://x"}), "redis://"),
+            (json!({"session_keys": [{"id": 1, "key": B64}], "login_redirect_uri": "http://gw.example/cb"}), "https"),
+            (json!({"session_keys": [{"id": 1, "key": B64}], "login_redirect_uri": "https://gw.example"}), "path"),
+            (json!({"session_keys": [{"id": 1, "key": B64}], "login_redirect_uri": "https://g/cb?x=1"}), "query"),
         ];
         for (section, expected) in cases {
             let err = ClusterSettings::from_section(&section).unwrap_err();

@@ -4,15 +4,17 @@
 //! [`tether_core::Action::Authorize`] steps. Both runtimes use it.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tether_core::credential::{AuthStep, CredentialFailure, CredentialUpdate};
 use tether_core::{Config, Input, ServerName, Transport};
 
 use crate::http_backend::{BearerSource, InputSink, Spawner};
-use crate::oauth::{Authority, CredentialStore, FileStore, OAuthSettings, SharedCredentials};
+use crate::oauth::{Authority, CredentialStore, FileStore, LoginDesk, OAuthSettings, SharedCredentials, SharedLogin};
+use crate::shared::files::FileShared;
+use crate::shared::SharedStore;
 
 /// Every managed credential of one tether process.
 pub struct Credentials {
@@ -21,15 +23,18 @@ pub struct Credentials {
     store: Option<Arc<dyn CredentialStore>>,
     settings: BTreeMap<String, OAuthSettings>,
     authorities: BTreeMap<ServerName, (String, Arc<Authority>)>,
-    /// The authorities by credential key, for the store's change hints.
+    /// The authorities by credential key, for the store's change hints and
+    /// the shared login callback.
     by_key: Arc<Mutex<HashMap<String, Arc<Authority>>>>,
+    /// Logins finish through the cluster's public callback (any replica).
+    shared_login: Option<SharedLogin>,
 }
 
 impl Credentials {
     /// Credentials kept in `store`, with the `oauth` settings of each backend.
     pub fn new(store: Option<Arc<dyn CredentialStore>>, settings: BTreeMap<String, OAuthSettings>) -> Self {
         let by_key = Arc::new(Mutex::new(HashMap::new()));
-        Credentials { path: None, store, settings, authorities: BTreeMap::new(), by_key }
+        Credentials { path: None, store, settings, authorities: BTreeMap::new(), by_key, shared_login: None }
     }
 
     /// Credentials in the user's state directory (or the shared store the
@@ -48,7 +53,7 @@ impl Credentials {
         let shared = cluster.as_ref().and_then(|c| Some((c.store.as_deref()?, c.keys.clone())));
         let (store, hints): (Option<Arc<dyn CredentialStore>>, _) = match shared {
             Some((url, keys)) => {
-                let shared = SharedCredentials::redis(url, keys)?;
+                let shared = SharedCredentials::redis(url, keys.clone())?;
                 (Some(Arc::new(shared.clone())), Some(shared))
             }
             None => match FileStore::open_default() {
@@ -61,6 +66,16 @@ impl Credentials {
         };
         let mut credentials = Credentials::new(store, settings);
         credentials.path = path.map(Path::to_path_buf);
+        let callback = cluster.as_ref().and_then(|c| Some((c.login_redirect_uri.clone()?, c.keys.clone())));
+        if let Some((redirect_uri, keys)) = callback {
+            // The pending logins wait beside the credentials: in Redis, or in
+            // files when the replicas share one machine.
+            let store: Arc<dyn SharedStore> = match &hints {
+                Some(shared) => shared.store().clone(),
+                None => Arc::new(FileShared::open_default().map_err(|e| format!("login_redirect_uri: {e}"))?),
+            };
+            credentials.shared_login = Some(SharedLogin::new(redirect_uri, store, keys));
+        }
         if let Some(shared) = hints {
             credentials.follow_hints(&shared);
         }
@@ -120,11 +135,21 @@ impl Credentials {
                 continue;
             }
             let settings = self.settings.get(name).cloned().unwrap_or_default();
-            let authority = Authority::new(name.as_str().into(), url.clone(), settings, store.clone());
+            let mut authority = Authority::new(name.as_str().into(), url.clone(), settings, store.clone());
+            if let Some(login) = &self.shared_login {
+                authority = authority.with_shared_login(login.clone());
+            }
             let authority = Arc::new(authority);
             by_key.insert(authority.key().to_owned(), authority.clone());
             self.authorities.insert(name.as_str().into(), (url.clone(), authority));
         }
+    }
+
+    /// What finishes logins whose callback lands on this replica, when logins
+    /// go through the cluster's public callback (`login_redirect_uri`).
+    pub fn login_desk(&self) -> Option<Arc<LoginDesk>> {
+        let login = self.shared_login.clone()?;
+        Some(Arc::new(LoginDesk::new(login, self.by_key.clone())))
     }
 
     /// How the shared credential store is doing (`None`: files on this machine, or none).

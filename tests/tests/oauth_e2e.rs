@@ -249,6 +249,72 @@ fn three_replicas_sharing_a_login_through_redis_refresh_each_token_once() {
     );
 }
 
+/// A login started on replica A whose callback the "balancer" sends to B
+/// (`tether.cluster.login_redirect_uri` names B): B takes the pending login
+/// out of Redis, exchanges the code and stores the credential; A, B and C
+/// serve the backend within 2 s. The callback works once; the keyspace holds
+/// no token, verifier or secret in the clear.
+#[test]
+fn a_login_started_on_one_replica_is_finished_by_the_one_its_callback_reaches() {
+    let Some(redis) = RedisServer::start() else { return };
+    let backend = OAuthBackend::start(Duration::from_secs(30));
+    let callback_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let callback = format!("http://127.0.0.1:{callback_port}/oauth/callback");
+    let mut shared = SharedLogin::new(&redis, &backend);
+    shared.config["tether"]["cluster"]["login_redirect_uri"] = json!(callback);
+    let replicas = shared.start_replicas_at(&["127.0.0.1:0", &format!("127.0.0.1:{callback_port}"), "127.0.0.1:0"]);
+    let urls: Vec<String> = replicas.iter().map(|t| t.logged_url("listening on ")).collect();
+    let bases: Vec<&str> = urls.iter().map(|u| u.trim_end_matches("/mcp")).collect();
+    // A's status shows its login's URL once the login is prepared.
+    let mut login = String::new();
+    let shown = wait_until(SOON, || {
+        login = status_of(bases[0])["backends"][0]["login_url"].as_str().unwrap_or_default().to_owned();
+        !login.is_empty()
+    });
+    assert!(shown, "A shows no login URL: {}", status_of(bases[0]));
+    assert!(
+        login.contains(&format!("redirect_uri=http%3A%2F%2F127.0.0.1%3A{callback_port}%2Foauth%2Fcallback")),
+        "{login}"
+    );
+    // The person follows A's login; the authorization server redirects to the
+    // public callback, which is B.
+    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).redirects(0).build();
+    let redirect = match agent.get(&login).call() {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r.header("location").unwrap_or_default().to_owned(),
+        Err(e) => panic!("following {login}: {e}"),
+    };
+    assert!(redirect.starts_with(&callback), "{redirect}");
+    let finished = Instant::now();
+    let landed = agent.get(&redirect).call().unwrap_or_else(|e| panic!("the callback on B: {e}"));
+    let page = landed.into_string().unwrap();
+    assert!(page.contains(&format!("Logged in to {NAME}")), "{page}\n{}", tail(&replicas[1]));
+    let mut serving = Vec::new();
+    for base in &bases {
+        let online = wait_until(SOON, || status_of(base)["backends"][0]["status"] == "online");
+        assert!(online, "a replica did not pick the login up: {}", status_of(base));
+        serving.push(finished.elapsed());
+    }
+    let slowest = serving.iter().max().copied().unwrap_or_default();
+    assert!(slowest < Duration::from_secs(2), "the login reached every replica only after {slowest:?}");
+    let tool = wait_for_tool(&urls[0], &replicas[0]);
+    for (url, t) in urls.iter().zip(&replicas) {
+        Session::open(url).call(&tool).unwrap_or_else(|e| panic!("a replica does not serve: {e}\n{}", tail(t)));
+    }
+    // The same callback again (a reload, a replay): nothing to finish.
+    let again = match agent.get(&redirect).call() {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => (r.status(), r.into_string().unwrap_or_default()),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(again.0, 400, "{}", again.1);
+    assert!(again.1.contains("unknown, already used or expired"), "{}", again.1);
+    assert_eq!(backend.tally().logins, 1, "{:?}", backend.tally());
+    let keyspace = redis.dump();
+    for secret in backend.issued_secrets() {
+        assert!(!keyspace.contains(&secret), "an issued token is in Redis in the clear");
+    }
+    eprintln!("oauth_e2e (login started on A, finished on B): every replica serving after {serving:?}");
+}
+
 /// Three replicas sharing a login through Redis; the one holding the lease is
 /// killed (-9) in the middle of a refresh, before the authorization server
 /// processed it. Another replica refreshes once the dead one's lease lapses,
@@ -340,12 +406,19 @@ impl SharedLogin {
 
     /// Three replicas, each with a state directory of its own (a "machine").
     fn start_replicas(&self) -> Vec<Tether> {
-        (0..3)
-            .map(|i| {
+        self.start_replicas_at(&["127.0.0.1:0"; 3])
+    }
+
+    /// One replica per address in `listen`, each with a state directory of its own.
+    fn start_replicas_at(&self, listen: &[&str]) -> Vec<Tether> {
+        listen
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| {
                 let state = self.parts.dir.path().join(format!("machine-{i}"));
                 let env: [(&str, &OsStr); 2] =
                     [("TETHER_STATE_DIR", state.as_os_str()), ("BROWSER", self.parts.unattended.script.as_os_str())];
-                let args = ["serve", "--listen", "127.0.0.1:0", "--auth-token", TOKEN];
+                let args = ["serve", "--listen", addr, "--auth-token", TOKEN];
                 Tether::start_with_env(Runtime::Smol, self.config.clone(), &args, &env)
             })
             .collect()

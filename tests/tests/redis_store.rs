@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tether_host::oauth::store::{ClientRecord, ClientSource, TokenRecord};
-use tether_host::oauth::{CredentialStore, SharedCredentials, Secret, StoredCredential};
+use tether_host::oauth::{CredentialStore, Secret, SharedCredentials, StoredCredential};
 use tether_host::seal::KeyRing;
 use tether_host::shared::redis::RedisShared;
 use tether_host::shared::{Record, SharedStore, Written};
@@ -59,8 +59,10 @@ fn access_of(store: &SharedCredentials) -> Option<String> {
 #[test]
 fn credentials_are_sealed_at_rest_and_shared_by_replicas() {
     let Some(server) = Server::start() else { return };
-    let (a, b) =
-        (SharedCredentials::redis(&server.url(), ring(&[1])).unwrap(), SharedCredentials::redis(&server.url(), ring(&[1])).unwrap());
+    let (a, b) = (
+        SharedCredentials::redis(&server.url(), ring(&[1])).unwrap(),
+        SharedCredentials::redis(&server.url(), ring(&[1])).unwrap(),
+    );
     assert_eq!(a.load("k1").unwrap(), None);
     {
         let _lease = a.lock("k1", Duration::from_secs(30)).unwrap();
@@ -85,8 +87,10 @@ fn credentials_are_sealed_at_rest_and_shared_by_replicas() {
 #[test]
 fn a_lease_excludes_other_replicas_and_a_lapsed_holder_cannot_write_over_its_successor() {
     let Some(server) = Server::start() else { return };
-    let (a, b) =
-        (SharedCredentials::redis(&server.url(), ring(&[1])).unwrap(), SharedCredentials::redis(&server.url(), ring(&[1])).unwrap());
+    let (a, b) = (
+        SharedCredentials::redis(&server.url(), ring(&[1])).unwrap(),
+        SharedCredentials::redis(&server.url(), ring(&[1])).unwrap(),
+    );
     let held = a.lock("k1", Duration::from_millis(400)).unwrap();
     assert!(b.try_lock("k1", Duration::from_secs(30)).unwrap().is_none(), "held by a");
     // a stalls past its lease; b takes over, refreshes and writes.

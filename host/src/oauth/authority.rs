@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tether_core::credential::{AuthStep, Challenge, CredentialFailure, CredentialUpdate};
 use tether_core::ServerName;
 
@@ -25,6 +25,7 @@ use super::login::{self, AuthorizationRequest, Expected, Loopback};
 use super::pkce::{self, Pkce};
 use super::registration;
 use super::secret::Secret;
+use super::shared_login::{PendingLogin, SharedLogin};
 use super::store::{store_key, ClientRecord, ClientSource, CredentialStore, StoredCredential, TokenRecord};
 use super::token::{self, ClientAuth, Granted};
 use super::transport::Http;
@@ -117,14 +118,18 @@ struct Held {
 
 /// A login prepared up to the authorization URL.
 struct Prepared {
-    loopback: Loopback,
+    /// The listener of a loopback redirect (none when logins finish through
+    /// the shared callback).
+    loopback: Option<Loopback>,
     expected: Expected,
     url: String,
     exchange: Exchange,
 }
 
-/// What the code exchange of a prepared login needs.
-struct Exchange {
+/// What the code exchange of a prepared login needs (stored, sealed, while a
+/// login waits for the shared callback).
+#[derive(Serialize, Deserialize)]
+pub(super) struct Exchange {
     discovery: Discovery,
     client: ClientRecord,
     redirect_uri: String,
@@ -149,6 +154,11 @@ pub struct Authority {
     held: Mutex<Held>,
     /// The cancel flag of the login waiting in the background, if any.
     login: Mutex<Option<Arc<AtomicBool>>>,
+    /// Logins finish through the cluster's public callback, on any replica.
+    shared_login: Option<SharedLogin>,
+    /// The `state` of the login this process put in the shared store, if any,
+    /// and where to report when a replica finishes it.
+    shared_pending: Mutex<Option<(String, Report)>>,
 }
 
 impl std::fmt::Debug for Authority {
@@ -178,7 +188,39 @@ impl Authority {
             dpop: Mutex::new(None),
             held: Mutex::new(Held::default()),
             login: Mutex::new(None),
+            shared_login: None,
+            shared_pending: Mutex::new(None),
         }
+    }
+
+    /// Logins redirect to the cluster's public callback and wait in the shared
+    /// store, so any replica finishes them (instead of a loopback listener here).
+    pub fn with_shared_login(mut self, login: SharedLogin) -> Self {
+        self.shared_login = Some(login);
+        self
+    }
+
+    /// `text` with every secret this authority knows hidden (for pages and logs).
+    pub(super) fn hidden_message(&self, text: &str) -> String {
+        self.hide(text)
+    }
+
+    /// Finishes a login whose callback landed here through the shared
+    /// callback: the code is exchanged and the credential stored (every
+    /// replica, this one too, reads it from there).
+    pub(super) fn finish_shared_login(&self, exchange: Exchange, code: &Secret) -> Result<(), Failure> {
+        let update = self.finish_login(exchange, code)?;
+        // This replica's own engine hears at once if it waits for a login
+        // (the others read the store on their own, or hear the hint).
+        let waiting = self.shared_pending.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((state, report)) = waiting {
+            if let Some(shared) = &self.shared_login {
+                shared.forget(&state);
+            }
+            report(update);
+        }
+        self.cancel_login();
+        Ok(())
     }
 
     /// The access token to put on a request now (`Authorization: Bearer ...`), if
@@ -348,15 +390,52 @@ impl Authority {
             )
             .map_err(io)?;
             out.flush().map_err(io)?;
+            let Some(loopback) = prepared.loopback else {
+                // Through the cluster's public callback: a replica finishes it
+                // and stores the credential, which this process waits to see.
+                return self.await_shared_login(prepared.expected, prepared.exchange);
+            };
             let never = AtomicBool::new(false);
-            let code = match prepared.loopback.wait(&prepared.expected, login::LOGIN_TIMEOUT, &never) {
+            let code = match loopback.wait(&prepared.expected, login::LOGIN_TIMEOUT, &never) {
                 Some(Ok(code)) => code,
                 Some(Err(f)) => return Err(f.message),
                 None => return Err("the login was cancelled".into()),
             };
-            drop(prepared.loopback);
+            drop(loopback);
             self.finish_login(prepared.exchange, &code).map_err(|f| f.message)?;
         }
+        self.summary()
+    }
+
+    /// [`Authority::login_blocking`] through the shared callback: the login's
+    /// state goes to the store, and the store is read until a credential newer
+    /// than the one there before arrives (a replica finished the login).
+    fn await_shared_login(&self, expected: Expected, exchange: Exchange) -> Result<LoginSummary, String> {
+        let shared = self.shared_login.as_ref().ok_or("no shared callback")?;
+        let state = expected.state.clone();
+        let pending = PendingLogin { key: self.key.clone(), server: self.server.to_string(), expected, exchange };
+        shared.put(&pending, login::LOGIN_TIMEOUT).map_err(|f| f.message)?;
+        let deadline = std::time::Instant::now() + login::LOGIN_TIMEOUT;
+        while std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(250));
+            match shared.outcome(&state) {
+                Ok(None) => continue,
+                Ok(Some(Ok(()))) => {
+                    let stored =
+                        self.read_store().ok_or("the login finished, but its credential is not in the store")?;
+                    self.held().credential = Some(stored);
+                    return self.summary();
+                }
+                Ok(Some(Err(message))) => return Err(message),
+                Err(e) => tracing::debug!(server = %self.server, "waiting for the login: {e}"),
+            }
+        }
+        shared.forget(&state);
+        Err(format!("the login was not finished within {} minutes", login::LOGIN_TIMEOUT.as_secs() / 60))
+    }
+
+    /// What the held credential amounts to, after a login.
+    fn summary(&self) -> Result<LoginSummary, String> {
         let held = self.held();
         let credential = held.credential.as_ref().ok_or("no credential after the login")?;
         let token = credential.token.as_ref().ok_or("no token after the login")?;
@@ -435,6 +514,17 @@ impl Authority {
     /// anyway, reading the store under the lease). A token this process holds,
     /// or one near its end, is left alone.
     pub fn hinted(&self) {
+        // Waiting for a login through the shared callback: one finished on
+        // another replica is taken now, not at the engine's next look.
+        let waiting = self.shared_pending.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(_, r)| r.clone());
+        if let Some(report) = waiting {
+            let update = self.load();
+            if matches!(update, CredentialUpdate::Ready { .. }) {
+                tracing::debug!(server = %self.server, "a login finished on another replica");
+                report(self.hidden(update));
+            }
+            return;
+        }
         let Some(stored) = self.read_store() else { return };
         let Some(token) = stored.token.as_ref() else { return };
         let mut held = self.held();
@@ -945,6 +1035,10 @@ impl Authority {
         // A new login replaces one still waiting (its listener closes).
         self.cancel_login();
         let prepared = self.prepare_login(challenge)?;
+        let Some(loopback) = prepared.loopback else {
+            return self.start_shared_login(prepared.expected, prepared.exchange, prepared.url, report);
+        };
+        let prepared = Prepared { loopback: Some(loopback), ..prepared };
         let cancel = Arc::new(AtomicBool::new(false));
         *self.login.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel.clone());
         let url = prepared.url.clone();
@@ -953,6 +1047,7 @@ impl Authority {
         let flag = cancel.clone();
         let spawned = std::thread::Builder::new().name(format!("tether-login-{}", self.server)).spawn(move || {
             let Prepared { loopback, expected, exchange, .. } = prepared;
+            let loopback = loopback.expect("a loopback login");
             let Some(outcome) = loopback.wait(&expected, login::LOGIN_TIMEOUT, &flag) else {
                 return; // replaced by a newer login, or logged out
             };
@@ -983,10 +1078,39 @@ impl Authority {
         Ok(())
     }
 
-    /// Cancels the login waiting in the background, if any.
+    /// A login through the shared callback: its state goes to the store for
+    /// as long as a person has to log in, and the URL is reported (and opened,
+    /// if so set). Whichever replica the callback reaches finishes it.
+    fn start_shared_login(
+        &self,
+        expected: Expected,
+        exchange: Exchange,
+        url: String,
+        report: Report,
+    ) -> Result<(), Failure> {
+        let shared = self.shared_login.as_ref().expect("prepared for the shared callback");
+        let state = expected.state.clone();
+        let pending = PendingLogin { key: self.key.clone(), server: self.server.to_string(), expected, exchange };
+        shared.put(&pending, login::LOGIN_TIMEOUT)?;
+        *self.shared_pending.lock().unwrap_or_else(|e| e.into_inner()) = Some((state, report.clone()));
+        report(CredentialUpdate::LoginPending { url: url.clone() });
+        if self.settings.open_browser {
+            if let Err(e) = browser::open(&url) {
+                tracing::info!(server = %self.server, "{e}; the login URL is reported instead");
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancels the login waiting in the background, if any (one waiting in the
+    /// shared store is dropped from it).
     fn cancel_login(&self) {
         if let Some(flag) = self.login.lock().unwrap_or_else(|e| e.into_inner()).take() {
             flag.store(true, Ordering::SeqCst);
+        }
+        let pending = self.shared_pending.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Some((state, _)), Some(shared)) = (pending, &self.shared_login) {
+            shared.forget(&state);
         }
     }
 
@@ -1047,9 +1171,15 @@ impl Authority {
         })?;
         // Only this issuer's registration may be reused (never another's).
         let kept = stored.as_ref().filter(|c| c.issuer == server.issuer).map(|c| c.client.clone());
-        let loopback = self.listen(kept.as_ref()).map_err(Failure::rejected)?;
-        tracing::debug!(server = %self.server, "the login redirect listens on 127.0.0.1:{}", loopback.port());
-        let redirect_uri = loopback.redirect_uri();
+        let (loopback, redirect_uri) = match &self.shared_login {
+            Some(shared) => (None, shared.redirect_uri().to_owned()),
+            None => {
+                let loopback = self.listen(kept.as_ref()).map_err(Failure::rejected)?;
+                tracing::debug!(server = %self.server, "the login redirect listens on 127.0.0.1:{}", loopback.port());
+                let redirect_uri = loopback.redirect_uri();
+                (Some(loopback), redirect_uri)
+            }
+        };
         let mut client = registration::identify(&self.http, &self.settings, server, kept.as_ref(), &redirect_uri)?;
         let reused =
             kept.as_ref().is_some_and(|k| k.source == ClientSource::Registered && k.client_id == client.client_id);

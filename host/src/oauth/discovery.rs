@@ -19,7 +19,7 @@
 //! A 5xx, 429 or unreachable host on the way is `Unavailable` (try later); other
 //! refusals (404, 401, a non-JSON page) move on to the next location.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tether_core::credential::Challenge;
 
@@ -56,7 +56,7 @@ impl ResourceMetadata {
 }
 
 /// An authorization server's metadata (RFC 8414 §2), the parts tether uses.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub(crate) struct ServerMetadata {
     /// Its issuer identifier.
     pub issuer: String,
@@ -137,7 +137,7 @@ impl ServerMetadata {
 }
 
 /// The outcome of discovery: whom to ask for tokens, and for which resource.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Discovery {
     /// The `resource` parameter to send (RFC 8707): the identifier the protected
     /// resource declared (checked to cover the backend's URL), else the backend's

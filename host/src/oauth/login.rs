@@ -103,7 +103,7 @@ impl AuthorizationRequest<'_> {
 }
 
 /// What a callback must carry to be believed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(super) struct Expected {
     /// The `state` sent.
     pub state: String,
@@ -190,7 +190,7 @@ pub(super) use blocking_loopback::Loopback;
 compile_error!("tether-host needs a login listener: enable its feature `login-hyper` or `login-blocking`");
 
 /// A small HTML page for the browser, saying `text`.
-fn page_html(text: &str) -> String {
+pub(super) fn page_html(text: &str) -> String {
     let escaped = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;");
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>tether</title></head>\

@@ -25,10 +25,11 @@ pub(crate) mod discovery;
 mod dpop;
 mod login;
 pub(crate) mod pkce;
-pub mod shared_credentials;
 mod registration;
 pub(crate) mod resource;
 mod secret;
+pub mod shared_credentials;
+pub mod shared_login;
 pub mod store;
 pub(crate) mod token;
 pub(crate) mod transport;
@@ -43,8 +44,9 @@ use serde::Deserialize;
 use tether_core::credential::{CredentialFailure, CredentialUpdate};
 
 pub use authority::{AuthStatus, Authority, LoginSummary, Report};
-pub use shared_credentials::SharedCredentials;
 pub use secret::{hide, Secret};
+pub use shared_credentials::SharedCredentials;
+pub use shared_login::{LoginDesk, SharedLogin};
 pub use store::{CredentialStore, FileStore, StoredCredential};
 
 /// Which grant gets this backend its tokens.

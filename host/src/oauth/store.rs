@@ -272,7 +272,8 @@ impl FileStore {
         self.ensure_dir()?;
         let give_up = wait.then(|| Instant::now() + lease * 2 + Duration::from_secs(1));
         let owner = pkce::random_string(12);
-        Ok(lock_file(&path, &owner, lease, give_up)?.then(|| Box::new(FileLease { path, owner }) as Box<dyn LeaseGuard>))
+        Ok(lock_file(&path, &owner, lease, give_up)?
+            .then(|| Box::new(FileLease { path, owner }) as Box<dyn LeaseGuard>))
     }
 }
 

@@ -139,9 +139,10 @@ impl FileShared {
     /// Whether `lease` is still its owner's (its file holds the owner, unexpired).
     fn holds(&self, lease: &Lease) -> io::Result<bool> {
         let path = self.path('l', &lease.name)?;
-        Ok(read_stamp(&path).ok().and_then(|s| parse_stamp(&s)).is_some_and(|(owner, expires)| {
-            owner == lease.owner && u128::from(expires) > unix_millis()
-        }))
+        Ok(read_stamp(&path)
+            .ok()
+            .and_then(|s| parse_stamp(&s))
+            .is_some_and(|(owner, expires)| owner == lease.owner && u128::from(expires) > unix_millis()))
     }
 }
 

@@ -237,9 +237,8 @@ impl SharedStore for RedisShared {
         check_key(name)?;
         let owner = crate::oauth::pkce::random_string(24);
         let ms = u64::try_from(span.as_millis()).unwrap_or(u64::MAX).max(1);
-        let taken: Option<String> = self.run(|c| {
-            redis::cmd("SET").arg(lock_key(name)).arg(&owner).arg("NX").arg("PX").arg(ms).query(c)
-        })?;
+        let taken: Option<String> =
+            self.run(|c| redis::cmd("SET").arg(lock_key(name)).arg(&owner).arg("NX").arg("PX").arg(ms).query(c))?;
         Ok(taken.map(|_| Lease { name: name.to_owned(), owner }))
     }
 
@@ -270,7 +269,8 @@ impl SharedStore for RedisShared {
     }
 
     fn publish(&self, topic: &str, message: &str) {
-        if let Err(e) = self.run(|c| redis::cmd("PUBLISH").arg(format!("tether:hint:{topic}")).arg(message).query::<i64>(c))
+        if let Err(e) =
+            self.run(|c| redis::cmd("PUBLISH").arg(format!("tether:hint:{topic}")).arg(message).query::<i64>(c))
         {
             tracing::debug!("publishing a hint: {e}");
         }

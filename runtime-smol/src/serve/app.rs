@@ -103,6 +103,10 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
             // Scripts wait for this line to learn the port.
             tracing::info!("tether listening on http://{}/mcp", server.local_addr());
             server.serve_status(host.status_handle());
+            if let Some(desk) = host.login_desk() {
+                tracing::info!("login callback at http://{}{}", server.local_addr(), desk.path());
+                server.serve_logins(desk);
+            }
             host.attach_http(server);
         }
         // Kept alive for the whole run (dropping the handle does not stop it).

@@ -164,6 +164,12 @@ impl Host {
         Ok(Host { engine, clock, start, inputs, inputs_rx, queries, queries_rx, events, outflow })
     }
 
+    /// What finishes logins whose callback lands on this replica, if logins go
+    /// through the cluster's public callback.
+    pub fn login_desk(&self) -> Option<std::sync::Arc<tether_host::oauth::LoginDesk>> {
+        self.engine.lock().driver.credentials().login_desk()
+    }
+
     /// Keeps remote backends' OAuth credentials in `credentials` (before the run).
     pub fn set_credentials(&mut self, credentials: tether_host::credentials::Credentials) {
         self.engine.lock().driver.set_credentials(credentials);

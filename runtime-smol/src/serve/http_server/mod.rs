@@ -258,6 +258,9 @@ struct Shared {
     stop_rx: async_channel::Receiver<()>,
     /// The host's status queries and event log, once [`HttpServer::serve_status`] ran.
     status: std::sync::OnceLock<crate::serve::status::StatusHandle>,
+    /// The login callback's path and what finishes its logins, once
+    /// [`HttpServer::serve_logins`] ran.
+    logins: std::sync::OnceLock<(String, Arc<tether_host::oauth::LoginDesk>)>,
     /// Seals session ids and opens those of other replicas.
     cluster: Arc<tether_host::cluster::ClusterSettings>,
     /// Held while a session presented by its sealed id is taken in, so that
@@ -320,6 +323,7 @@ impl HttpServer {
             stop,
             stop_rx,
             status: std::sync::OnceLock::new(),
+            logins: std::sync::OnceLock::new(),
             cluster,
             adopting: smol::lock::Mutex::new(()),
             accepting: std::sync::atomic::AtomicBool::new(true),
@@ -335,6 +339,14 @@ impl HttpServer {
     /// and the status page, answered by the host behind `handle`.
     pub fn serve_status(&self, handle: crate::serve::status::StatusHandle) {
         let _ = self.shared.status.set(handle);
+    }
+
+    /// Also serves the cluster's login callback (at the path of
+    /// `tether.cluster.login_redirect_uri`): any replica finishes a login
+    /// another started. It needs no token (a browser brings none): the
+    /// pending login it names, sealed in the shared store, is the proof.
+    pub fn serve_logins(&self, desk: Arc<tether_host::oauth::LoginDesk>) {
+        let _ = self.shared.logins.set((desk.path(), desk));
     }
 
     /// The address it listens on (with the port chosen when `listen` had port 0).

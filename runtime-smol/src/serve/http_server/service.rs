@@ -64,6 +64,10 @@ pub(super) async fn handle(shared: Arc<Shared>, connection: &Connection, request
             None => reply::error(StatusCode::NOT_FOUND, "not found"),
         },
         Screened::Status => status_routes::handle(&shared, connection, request).await,
+        Screened::Login => {
+            let response = login_callback(&shared, &request).await;
+            body::after_discarding(request, response).await
+        }
         Screened::Mcp(Method::POST) => post(&shared, connection, request, owner).await,
         Screened::Mcp(Method::GET) => match stranger(&shared, request.headers(), owner) {
             Some(refused) => refused,
@@ -96,6 +100,8 @@ enum Screened {
     Status,
     /// The Protected Resource Metadata (OAuth).
     Metadata,
+    /// The cluster's login callback.
+    Login,
     /// To the MCP endpoint, with this method (POST, GET or DELETE).
     Mcp(Method),
 }
@@ -105,6 +111,7 @@ fn screen(shared: &Shared, request: &Request<Incoming>) -> Screened {
     let refused = |status, text| Screened::Refused(reply::error(status, text));
     let options = &shared.options;
     let status_path = shared.status.get().is_some() && status_routes::is_status_path(request.uri().path());
+    let login_path = shared.logins.get().is_some_and(|(path, _)| path == request.uri().path());
     if let Some(why) = super::framing::refused_framing(request.headers()) {
         // Where the body ends is in doubt: nothing more is read from this connection.
         return Screened::Refused(reply::closing(reply::error(StatusCode::BAD_REQUEST, why)));
@@ -118,6 +125,8 @@ fn screen(shared: &Shared, request: &Request<Incoming>) -> Screened {
             return refused(StatusCode::FORBIDDEN, "forbidden: the Host header does not name this server")
         }
         Err(Refusal::Origin) => return refused(StatusCode::FORBIDDEN, "forbidden: Origin not allowed"),
+        // A browser brings no token to the login callback.
+        Err(Refusal::Unauthorized) if login_path => return Screened::Login,
         // The page shows nothing by itself: it asks for the token.
         Err(Refusal::Unauthorized) if status_path && request.uri().path() == "/" => {
             return Screened::Refused(reply::unframed(status_routes::page()))
@@ -126,6 +135,9 @@ fn screen(shared: &Shared, request: &Request<Incoming>) -> Screened {
     }
     if status_path {
         return Screened::Status;
+    }
+    if login_path {
+        return Screened::Login;
     }
     let metadata = options.resource_guard.as_ref().is_some_and(|g| g.is_metadata_path(request.uri().path()));
     if metadata {
@@ -149,6 +161,25 @@ fn screen(shared: &Shared, request: &Request<Incoming>) -> Screened {
         return refused(StatusCode::BAD_REQUEST, "bad request: unsupported MCP-Protocol-Version");
     }
     Screened::Mcp(method)
+}
+
+/// `GET` at the login callback's path: the pending login its `state` names is
+/// finished here (the code exchange runs off the executor), and the browser
+/// gets a small page saying how it went.
+async fn login_callback(shared: &Shared, request: &Request<Incoming>) -> Response<Body> {
+    if request.method() != Method::GET {
+        return reply::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: the login callback is GET");
+    }
+    let Some((_, desk)) = shared.logins.get() else { return reply::error(StatusCode::NOT_FOUND, "not found") };
+    let (desk, query) = (desk.clone(), request.uri().query().unwrap_or_default().to_owned());
+    let answer = smol::unblock(move || desk.complete(&query)).await;
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = reply::json(status, answer.page);
+    let headers = response.headers_mut();
+    headers.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    headers.insert(hyper::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(hyper::header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    reply::unframed(response)
 }
 
 fn session_key(headers: &HeaderMap) -> Option<&str> {
