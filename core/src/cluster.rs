@@ -51,6 +51,25 @@ fn empty_object() -> String {
     "{}".to_string()
 }
 
+/// Subscriptions kept for one session, at most: what it restores is bounded
+/// (the engine's `max_subscriptions` bounds them all together anyway).
+pub const MAX_STATE_SUBSCRIPTIONS: usize = 256;
+
+/// What a sealed session changed after `initialize`: its log level and the
+/// resources it subscribed to. The engine reports it
+/// ([`crate::Action::SessionState`]) whenever it changes; the host keeps it in
+/// the shared store for as long as the session may idle, and hands it back
+/// with [`crate::Input::ClientAdopted`] on the replica that adopts the session.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionState {
+    /// The level its last `logging/setLevel` asked for.
+    #[serde(rename = "l", default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<String>,
+    /// The URIs (as the gateway serves them) it is subscribed to.
+    #[serde(rename = "s", default, skip_serializing_if = "Vec::is_empty")]
+    pub subscriptions: Vec<String>,
+}
+
 /// Why a sealed session cannot be adopted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unadoptable {

@@ -113,6 +113,10 @@ pub enum Input {
         session: SessionId,
         /// What its `initialize` settled, from its id.
         facts: crate::cluster::SessionFacts,
+        /// What it changed since (log level, subscriptions), from the shared
+        /// store, when the host found any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<crate::cluster::SessionState>,
     },
     /// A client resumed a stream this process does not hold (the replica that
     /// held it is gone): what was on it is lost. The engine answers `request`
@@ -377,6 +381,15 @@ pub enum Action {
         session: SessionId,
         /// What its `initialize` settled.
         facts: crate::cluster::SessionFacts,
+    },
+    /// A sealed session's log level or subscriptions changed: the host keeps
+    /// `state` (all of it, replacing what it kept) where a replica adopting the
+    /// session finds it.
+    SessionState {
+        /// Session.
+        session: SessionId,
+        /// What it holds now.
+        state: crate::cluster::SessionState,
     },
     /// Draining: take no new connection and answer new requests 503 (the
     /// balancer has had its time to notice).
@@ -712,7 +725,7 @@ impl fmt::Display for Input {
                 write!(f, "client {} holds {} scopes", session.0, scopes.len())
             }
             Input::ClientClosed { session } => write!(f, "client {} closed", session.0),
-            Input::ClientAdopted { session, facts } => {
+            Input::ClientAdopted { session, facts, .. } => {
                 write!(f, "client {} adopted ({})", session.0, facts.protocol_version)
             }
             Input::ClientStreamLost { session, request } => match request {
@@ -807,6 +820,9 @@ impl fmt::Display for Action {
             Action::CloseClient { session } => write!(f, "close client {}", session.0),
             Action::SealSession { session, facts } => {
                 write!(f, "seal session {} ({})", session.0, facts.protocol_version)
+            }
+            Action::SessionState { session, state } => {
+                write!(f, "session {} state ({} subscriptions)", session.0, state.subscriptions.len())
             }
             Action::StopAccepting => f.write_str("stop accepting"),
             Action::EndClientStreams => f.write_str("end client streams"),

@@ -89,7 +89,7 @@ fn another_replica_adopts_a_sealed_session_and_serves_it_without_initialize() {
 
     let mut b = booted(one_stdio());
     b.note("replica b: the balancer sends the session's next request here");
-    b.input(Input::ClientAdopted { session: SessionId(3), facts });
+    b.input(Input::ClientAdopted { session: SessionId(3), facts, state: None });
     b.input(Input::ClientAccess { session: SessionId(3), scopes: vec![], principal: Some("iss|alice".into()) });
     b.session(
         SessionId(3),
@@ -120,7 +120,7 @@ fn an_adopted_session_of_a_version_this_build_does_not_speak_is_closed() {
         log_level: None,
         principal: None,
     };
-    let out = sim.input(Input::ClientAdopted { session: WEB, facts });
+    let out = sim.input(Input::ClientAdopted { session: WEB, facts, state: None });
     assert_eq!(out, vec![Action::CloseClient { session: WEB }]);
     assert!(sim.gw.session_era(WEB).is_none());
 }
@@ -346,4 +346,76 @@ fn changed_expired_foreign_and_misused_continuations_are_refused_at_once() {
     let before = a2.requests_to("fs", "tools/call").len();
     assert_eq!(retry(&mut a2, 7, "read", &own), Value::Null);
     assert_eq!(a2.requests_to("fs", "tools/call").len(), before, "continued, not run again");
+}
+
+/// A replica whose backend `fs` serves one subscribable resource.
+fn with_resources() -> Sim {
+    let mut sim = Sim::new(one_stdio());
+    sim.answer(
+        "fs",
+        "initialize",
+        json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{},"resources":{"subscribe":true},"logging":{}},"serverInfo":{"name":"fs","version":"1"}}),
+    );
+    sim.answer_tools("fs", &["read"]);
+    sim.answer("fs", "resources/templates/list", json!({"resourceTemplates":[]}));
+    sim.answer("fs", "resources/list", json!({"resources":[{"uri":"file:///a.txt","name":"a"}]}));
+    sim
+}
+
+/// The states `session` was reported with ([`Action::SessionState`]), in order.
+fn states(sim: &Sim, session: SessionId) -> Vec<tether_core::cluster::SessionState> {
+    sim.actions
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::SessionState { session: s, state } if *s == session => Some(state.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_sealed_sessions_log_level_and_subscriptions_follow_it_to_the_replica_that_adopts_it() {
+    let mut a = with_resources();
+    a.client_init();
+    init(&mut a, WEB);
+    let facts = sealed(&a).pop().unwrap().1;
+    a.session(WEB, json!({"jsonrpc":"2.0","id":1,"method":"resources/list"}));
+    let uri = a.frames_to(WEB).last().unwrap()["result"]["resources"][0]["uri"].as_str().unwrap().to_owned();
+    a.session(WEB, json!({"jsonrpc":"2.0","id":2,"method":"resources/subscribe","params":{"uri": uri}}));
+    a.answer("fs", "resources/subscribe", json!({}));
+    a.session(WEB, json!({"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"error"}}));
+    let reported = states(&a, WEB);
+    assert_eq!(reported.len(), 2, "one report per change: {reported:?}");
+    let last = reported.last().unwrap().clone();
+    assert_eq!((last.log_level.as_deref(), last.subscriptions.clone()), (Some("error"), vec![uri.clone()]));
+    a.client(json!({"jsonrpc":"2.0","id":4,"method":"logging/setLevel","params":{"level":"debug"}}));
+    assert_eq!(states(&a, tether_core::SessionId(1)), vec![], "a stdio session has no id to follow");
+
+    let b_session = SessionId(3);
+    let mut b = with_resources();
+    b.note("replica b adopts the session with the state replica a reported");
+    b.input(Input::ClientAdopted { session: b_session, facts, state: Some(last) });
+    let (_, subscribe) = b.requests_to("fs", "resources/subscribe").pop().expect("subscribed at b's backend");
+    assert_eq!(subscribe["uri"], "file:///a.txt");
+    b.backend(
+        "fs",
+        json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a.txt"}}),
+    );
+    let frames = b.frames_to(b_session);
+    assert!(frames.iter().any(|f| f["method"] == "notifications/resources/updated"), "{frames:?}");
+    b.note("a second session adopted at level debug: tether's own messages reach it, not the first");
+    let chatty = SessionId(4);
+    let debug = tether_core::cluster::SessionState { log_level: Some("debug".into()), subscriptions: vec![] };
+    let facts = sealed(&a).pop().unwrap().1;
+    b.input(Input::ClientAdopted { session: chatty, facts, state: Some(debug) });
+    let from = b.actions.len();
+    b.exit("fs", Some(1));
+    let told = |s: SessionId| {
+        routed_to(&b, s, from).into_iter().filter(|(_, f)| f["method"] == "notifications/message").count()
+    };
+    assert!(told(chatty) > 0, "the debug session hears of the crash");
+    assert_eq!(told(b_session), 0, "the session restored at level error does not");
+    b.session(b_session, json!({"jsonrpc":"2.0","id":9,"method":"resources/unsubscribe","params":{"uri": uri}}));
+    let now = states(&b, b_session);
+    assert_eq!(now.last().map(|s| s.subscriptions.len()), Some(0), "b reports what changed there: {now:?}");
 }

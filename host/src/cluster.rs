@@ -28,7 +28,12 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_S
 use base64::Engine;
 use serde_json::Value;
 
+use tether_core::cluster::SessionState;
+
 use crate::seal::KeyRing;
+use crate::shared::files::FileShared;
+use crate::shared::redis::RedisShared;
+use crate::shared::SharedStore;
 
 /// A sealed session id is good for this long by default (a day).
 pub const DEFAULT_SESSION_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
@@ -56,6 +61,70 @@ pub struct ClusterSettings {
     /// any replica, and that one finishes it from the state in the store.
     /// `None`: logins use a loopback redirect on the machine that started them.
     pub login_redirect_uri: Option<String>,
+    /// What replicas share besides credentials (sealed sessions' state,
+    /// closed ids): Redis when `store` is, else files on this machine.
+    /// `None` for a process alone.
+    pub state: Option<Arc<dyn SharedStore>>,
+}
+
+impl ClusterSettings {
+    /// Sealed sessions' state in [`ClusterSettings::state`], if there is one.
+    pub fn sessions(&self) -> Option<SessionStore> {
+        Some(SessionStore { store: self.state.clone()?, keys: self.keys.clone() })
+    }
+}
+
+/// What a replica adopting a sealed session finds in the shared store: the
+/// session's state ([`SessionState`]: log level, subscriptions) and whether
+/// its client ended it (DELETE) on another replica. Sealed with the ring,
+/// keyed by a digest of the session id (the id itself is not written).
+/// Every call is blocking (a store round trip).
+#[derive(Clone, Debug)]
+pub struct SessionStore {
+    store: Arc<dyn SharedStore>,
+    keys: Arc<KeyRing>,
+}
+
+impl SessionStore {
+    /// The state kept for the session `id`, if any (one that does not open
+    /// reads as none).
+    pub fn state(&self, id: &str) -> std::io::Result<Option<SessionState>> {
+        let digest = digest(id);
+        let Some(bytes) = self.store.get_expiring(&format!("session/{digest}"))? else { return Ok(None) };
+        let sealed = String::from_utf8_lossy(&bytes);
+        let opened = self.keys.open_up_to(&format!("tether session state {digest}"), &sealed, 0, 256 * 1024);
+        Ok(opened.ok().and_then(|bytes| serde_json::from_slice(&bytes).ok()))
+    }
+
+    /// Keeps `state` for the session `id` for `ttl`.
+    pub fn save(&self, id: &str, state: &SessionState, ttl: Duration) -> std::io::Result<()> {
+        let digest = digest(id);
+        let json = serde_json::to_vec(state).map_err(std::io::Error::other)?;
+        let sealed = self
+            .keys
+            .seal(&format!("tether session state {digest}"), u64::MAX, &json)
+            .ok_or_else(|| std::io::Error::other("no randomness from the operating system"))?;
+        self.store.put_expiring(&format!("session/{digest}"), sealed.as_bytes(), ttl)
+    }
+
+    /// The client ended the session `id` (DELETE): no replica adopts it again
+    /// for `ttl` (the rest of its id's life), and its state is dropped.
+    pub fn close(&self, id: &str, ttl: Duration) -> std::io::Result<()> {
+        let digest = digest(id);
+        self.store.put_expiring(&format!("session-closed/{digest}"), b"1", ttl)?;
+        self.store.forget(&format!("session/{digest}"))
+    }
+
+    /// Whether the session `id` was ended by its client on some replica.
+    pub fn is_closed(&self, id: &str) -> std::io::Result<bool> {
+        Ok(self.store.get_expiring(&format!("session-closed/{}", digest(id)))?.is_some())
+    }
+}
+
+/// A hex digest of a session id: its key in the store.
+fn digest(id: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, id.as_bytes());
+    digest.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl ClusterSettings {
@@ -68,6 +137,7 @@ impl ClusterSettings {
             shared: false,
             store: None,
             login_redirect_uri: None,
+            state: None,
         })
     }
 
@@ -116,7 +186,11 @@ impl ClusterSettings {
             }
             Some(_) => return Err("tether.cluster.login_redirect_uri: must be a URL string".into()),
         };
-        Ok(ClusterSettings { keys: Arc::new(keys), session_max_age, shared: true, store, login_redirect_uri })
+        let state: Option<Arc<dyn SharedStore>> = match &store {
+            Some(url) => Some(Arc::new(RedisShared::new(url)?)),
+            None => FileShared::open_default().ok().map(|f| Arc::new(f) as Arc<dyn SharedStore>),
+        };
+        Ok(ClusterSettings { keys: Arc::new(keys), session_max_age, shared: true, store, login_redirect_uri, state })
     }
 
     /// The `tether.cluster` section of the config file at `path`, if it has one.

@@ -50,10 +50,13 @@ impl Credentials {
             Some(path) => crate::cluster::ClusterSettings::from_file(path)?,
             None => None,
         };
-        let shared = cluster.as_ref().and_then(|c| Some((c.store.as_deref()?, c.keys.clone())));
+        // Credentials go to the cluster's store only when it is Redis: on one
+        // machine they stay in today's files.
+        let shared =
+            cluster.as_ref().filter(|c| c.store.is_some()).and_then(|c| Some((c.state.clone()?, c.keys.clone())));
         let (store, hints): (Option<Arc<dyn CredentialStore>>, _) = match shared {
-            Some((url, keys)) => {
-                let shared = SharedCredentials::redis(url, keys.clone())?;
+            Some((state, keys)) => {
+                let shared = SharedCredentials::new(state, keys);
                 (Some(Arc::new(shared.clone())), Some(shared))
             }
             None => match FileStore::open_default() {

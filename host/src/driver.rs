@@ -87,6 +87,11 @@ pub trait Runtime {
     /// its client is given (transports without session ids ignore it).
     fn seal_session(&mut self, _session: SessionId, _facts: tether_core::cluster::SessionFacts) {}
 
+    /// A sealed session's log level or subscriptions changed: keep `state`
+    /// where a replica adopting it finds it (transports without sealed ids
+    /// ignore it).
+    fn session_state(&mut self, _session: SessionId, _state: tether_core::cluster::SessionState) {}
+
     /// Draining: take no new connections or requests.
     fn stop_accepting(&mut self) {}
 
@@ -319,6 +324,7 @@ impl<R: Runtime> Driver<R> {
             Action::SendToClient { session, frame, route } => self.runtime.deliver(session, route, frame, self.burst),
             Action::CloseClient { session } => self.runtime.close_client(session),
             Action::SealSession { session, facts } => self.runtime.seal_session(session, facts),
+            Action::SessionState { session, state } => self.runtime.session_state(session, state),
             Action::StopAccepting => self.runtime.stop_accepting(),
             Action::EndClientStreams => self.runtime.end_client_streams(),
             Action::Authorize { server, step } => {

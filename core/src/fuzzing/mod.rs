@@ -650,7 +650,10 @@ impl Harness {
                 self.forget_session(session.0);
                 self.scopes.remove(&session.0);
             }
-            Action::SealSession { .. } | Action::StopAccepting | Action::EndClientStreams => {}
+            Action::SealSession { .. }
+            | Action::SessionState { .. }
+            | Action::StopAccepting
+            | Action::EndClientStreams => {}
             Action::Emit { event } => {
                 match event {
                     Event::CircuitOpened { .. } => self.coverage.breaker_opened += 1,
@@ -1196,7 +1199,17 @@ impl Harness {
                         log_level: ["debug", "bogus"].get(c.below(3)).map(|l| l.to_string()),
                         principal: None,
                     };
-                    self.input(Input::ClientAdopted { session, facts })
+                    // What it changed on the replica that held it (subscriptions
+                    // served here, elsewhere, or unknown).
+                    let state = (c.below(2) == 0).then(|| crate::cluster::SessionState {
+                        log_level: ["error", "nonsense"].get(c.below(3)).map(|l| l.to_string()),
+                        subscriptions: ["a+file:///x", "web+file:///x", "file:///nowhere"]
+                            .iter()
+                            .take(c.below(4))
+                            .map(|u| u.to_string())
+                            .collect(),
+                    });
+                    self.input(Input::ClientAdopted { session, facts, state })
                 }
                 // A stream another replica held, resumed here.
                 3 => {

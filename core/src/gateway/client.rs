@@ -357,6 +357,7 @@ impl Gateway {
             // Before the answer: the host puts the sealed id on it.
             let mut facts = crate::cluster::SessionFacts::new(version, &s.capabilities, params.get("clientInfo"));
             facts.principal = s.principal.clone();
+            s.sealed = true;
             self.push(Action::SealSession { session, facts });
         }
         self.reply(session, id, &result);

@@ -58,7 +58,7 @@ impl Level {
         Self::ALL.iter().find(|(_, n)| *n == name).map(|(l, _)| *l)
     }
 
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         Self::ALL[self as usize].1
     }
 

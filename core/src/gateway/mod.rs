@@ -285,7 +285,7 @@ impl Gateway {
             }
             Input::ClientAccess { session, scopes, principal } => self.client_access(session, scopes, principal),
             Input::ClientClosed { session } => self.client_closed(session),
-            Input::ClientAdopted { session, facts } => self.client_adopted(session, facts),
+            Input::ClientAdopted { session, facts, state } => self.client_adopted(session, facts, state),
             Input::ClientStreamLost { session, request } => self.client_stream_lost(session, request),
             Input::Drain => self.drain(),
             Input::BackendStarted { server, generation, .. } => {

@@ -7,10 +7,12 @@ use alloc::vec::Vec;
 
 use super::client_events::Level;
 use super::Gateway;
-use crate::cluster::SessionFacts;
+use crate::cluster::{SessionFacts, SessionState};
 use crate::io::{Action, RawId, SessionId};
 use crate::protocol::{self, code, Era};
 use crate::time::Instant;
+use alloc::collections::BTreeSet;
+use alloc::string::{String, ToString};
 
 /// What the error for a lost answer says.
 const ANSWER_LOST: &str = "the answer to this request was lost: the tether replica that was serving it stopped \
@@ -39,7 +41,7 @@ pub(super) enum DrainTimer {
 impl Gateway {
     /// [`crate::Input::ClientAdopted`]: the session is opened here as its
     /// `initialize` left it elsewhere.
-    pub(super) fn client_adopted(&mut self, session: SessionId, facts: SessionFacts) {
+    pub(super) fn client_adopted(&mut self, session: SessionId, facts: SessionFacts, state: Option<SessionState>) {
         if self.sessions.open.contains_key(&session) {
             return;
         }
@@ -56,6 +58,52 @@ impl Gateway {
         s.protocol_version = Some(facts.protocol_version.clone());
         s.capabilities = facts.capability_map();
         s.log_level = facts.log_level.as_deref().and_then(Level::parse);
+        s.sealed = true;
+        if let Some(state) = state {
+            self.restore_session_state(session, state);
+        }
+    }
+
+    /// What an adopted session changed on the replica that held it before:
+    /// its log level, and its subscriptions (those its view still serves, up
+    /// to the limits), subscribed at the backend here when no session of this
+    /// replica was yet.
+    fn restore_session_state(&mut self, session: SessionId, state: SessionState) {
+        if let Some(level) = state.log_level.as_deref().and_then(Level::parse) {
+            if let Some(s) = self.sessions.open.get_mut(&session) {
+                s.log_level = Some(level);
+            }
+        }
+        for uri in state.subscriptions.into_iter().take(crate::cluster::MAX_STATE_SUBSCRIPTIONS) {
+            if self.view(session).uri(&uri).is_none() {
+                continue;
+            }
+            let first = !self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
+            let total: usize = self.sessions.subscriptions.values().map(BTreeSet::len).sum();
+            if first && total >= self.config.limits.max_subscriptions as usize {
+                break;
+            }
+            self.sessions.subscriptions.entry(uri.clone()).or_default().insert(session);
+            if first {
+                self.parts(|p, cx| p.backends.subscribe_backend(cx, &uri));
+            }
+        }
+    }
+
+    /// Reports a sealed session's log level and subscriptions after a change
+    /// ([`Action::SessionState`]), for the replica that may adopt it next.
+    pub(super) fn session_state_changed(&mut self, session: SessionId) {
+        let Some(s) = self.sessions.open.get(&session).filter(|s| s.sealed) else { return };
+        let log_level = s.log_level.map(|l| l.as_str().to_string());
+        let subscriptions: Vec<String> = self
+            .sessions
+            .subscriptions
+            .iter()
+            .filter(|(_, holders)| holders.contains(&session))
+            .map(|(uri, _)| uri.clone())
+            .take(crate::cluster::MAX_STATE_SUBSCRIPTIONS)
+            .collect();
+        self.push(Action::SessionState { session, state: SessionState { log_level, subscriptions } });
     }
 
     /// [`crate::Input::ClientStreamLost`]: what the stream carried is gone with

@@ -194,6 +194,9 @@ impl Gateway {
                 s.remove(&session);
                 !s.is_empty()
             });
+            if others.is_some() {
+                self.session_state_changed(session);
+            }
             match others {
                 Some(true) => return self.reply(session, &id, "{}"),
                 Some(false) => {
@@ -205,6 +208,7 @@ impl Gateway {
         }
         if self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty()) {
             self.sessions.subscriptions.get_mut(&uri).expect("present").insert(session);
+            self.session_state_changed(session);
             return self.reply(session, &id, "{}");
         }
         let total: usize = self.sessions.subscriptions.values().map(BTreeSet::len).sum();
@@ -235,6 +239,7 @@ impl Gateway {
             }
         }
         let after = self.sessions.subscriptions.get(&uri).is_some_and(|s| !s.is_empty());
+        self.session_state_changed(session);
         self.reply(session, &id, "{}");
         if before != after {
             self.parts(|p, cx| p.backends.relisten(cx, &server));
@@ -285,6 +290,7 @@ impl Gateway {
         if let Some(s) = self.sessions.open.get_mut(&session) {
             s.log_level = level;
         }
+        self.session_state_changed(session);
         if self.view(session).restricted() {
             // A session that sees part of the gateway sets the level of what it
             // is sent, not the backends' (which every session shares).
@@ -433,6 +439,7 @@ impl Gateway {
                 }
                 Shape::Subscribe(uri) => {
                     self.sessions.subscriptions.entry(uri.clone()).or_default().insert(session);
+                    self.session_state_changed(session);
                     protocol::response(&call.id, result)
                 }
                 Shape::Unsubscribe(_) => protocol::response(&call.id, result),

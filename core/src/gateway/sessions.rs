@@ -199,6 +199,9 @@ pub(super) struct Session {
     pub listens: BTreeMap<RawId, ClientListen>,
     /// Closed when idle (HTTP sessions).
     pub expires: bool,
+    /// Its id is sealed (issued or adopted here): what it changes later is
+    /// reported for other replicas ([`crate::Action::SessionState`]).
+    pub sealed: bool,
     /// When its client last sent a message.
     pub last_active: Instant,
     /// The level its `logging/setLevel` asked for (events below it are not sent).
@@ -267,6 +270,7 @@ impl Session {
     pub(super) fn new(expires: bool, now: Instant) -> Self {
         Session {
             expires,
+            sealed: false,
             last_active: now,
             ready: false,
             era: Era::Handshake,

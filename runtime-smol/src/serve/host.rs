@@ -482,6 +482,12 @@ impl Runtime for SmolIo {
         }
     }
 
+    fn session_state(&mut self, session: SessionId, state: tether_core::cluster::SessionState) {
+        if let Some(http) = &self.http {
+            http.session_state(session, state);
+        }
+    }
+
     fn stop_accepting(&mut self) {
         if let Some(http) = &self.http {
             tracing::info!("draining: new requests are refused from now on");

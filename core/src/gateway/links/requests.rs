@@ -36,6 +36,22 @@ impl Backends {
         cx.release(&call);
     }
 
+    /// Subscribes at the backend serving `served` (a session adopted here
+    /// brought the subscription): now when it is ready, else with the others
+    /// once it connects (`resubscribe`); a stateless one listens again.
+    pub(in crate::gateway) fn subscribe_backend(&mut self, cx: &mut Cx<'_>, served: &str) {
+        let Some((server, uri)) = cx.catalog.resolve_uri(served).map(|(s, u)| (s.to_string(), u.to_string())) else {
+            return;
+        };
+        if self.get(server.as_str()).is_some_and(|b| b.era == Era::Stateless) {
+            return self.relisten(cx, &server);
+        }
+        if self.get(server.as_str()).is_some_and(|b| b.sup.is_ready()) {
+            let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
+            self.quiet_request(cx, &server, "resources/subscribe", &params);
+        }
+    }
+
     pub(in crate::gateway) fn unsubscribe_backend(&mut self, cx: &mut Cx<'_>, served: &str) {
         let Some((server, uri)) = cx.catalog.resolve_uri(served).map(|(s, u)| (s.to_string(), u.to_string())) else {
             return;

@@ -64,6 +64,22 @@ pub(super) async fn find_or_adopt(shared: &Arc<Shared>, key: &str, bearer: Optio
         tracing::debug!("Mcp-Session-Id not adopted: {why:?}");
         return None;
     }
+    // What it changed on the replica that held it, and whether its client
+    // ended it there. The store down: adopted as the id says (its seal is
+    // still good), without its later state.
+    let mut state = None;
+    if let Some(store) = shared.sessions.clone() {
+        let id = key.to_string();
+        let (closed, kept) = smol::unblock(move || (store.is_closed(&id), store.state(&id))).await;
+        if matches!(closed, Ok(true)) {
+            tracing::debug!("Mcp-Session-Id not adopted: its client ended it on another replica");
+            return None;
+        }
+        match kept {
+            Ok(kept) => state = kept,
+            Err(e) => tracing::warn!("adopting a session without its state: {e}"),
+        }
+    }
     // One adoption at a time: a second request with the same id waits here and
     // then finds the session, so its frames follow the adoption.
     let _adopting = shared.adopting.lock().await;
@@ -75,7 +91,7 @@ pub(super) async fn find_or_adopt(shared: &Arc<Shared>, key: &str, bearer: Optio
         table.reserve()?
     };
     tracing::debug!(session = session.0, client = facts.client.as_deref().unwrap_or(""), "HTTP session adopted");
-    shared.inputs.send(Input::ClientAdopted { session, facts }).await.ok()?;
+    shared.inputs.send(Input::ClientAdopted { session, facts, state }).await.ok()?;
     let mut table = shared.table();
     table.insert(key.to_string(), session, true);
     if let Some(bearer) = bearer {

@@ -266,6 +266,10 @@ struct Shared {
     /// Held while a session presented by its sealed id is taken in, so that
     /// its other requests reach the engine after the adoption.
     adopting: smol::lock::Mutex<()>,
+    /// Sealed sessions' state shared with other replicas (a cluster's store).
+    sessions: Option<tether_host::cluster::SessionStore>,
+    /// Writes to [`Shared::sessions`], made in order by one task off the executor.
+    state_writes: Option<async_channel::Sender<StateWrite>>,
     /// Cleared when a drain stops taking requests.
     accepting: std::sync::atomic::AtomicBool,
     /// Closed when a drain stops taking requests: the accept loop ends and the
@@ -313,6 +317,8 @@ impl HttpServer {
         let (stop, stop_rx) = async_channel::bounded(1);
         let (stop_accepting, stop_accepting_rx) = async_channel::bounded(1);
         let budget = body::Budget::new(options.body_budget_bytes);
+        let sessions = cluster.sessions();
+        let state_writes = sessions.clone().map(|store| state_writer(store, cluster.session_max_age));
         let shared = Arc::new(Shared {
             options,
             inputs,
@@ -326,6 +332,8 @@ impl HttpServer {
             logins: std::sync::OnceLock::new(),
             cluster,
             adopting: smol::lock::Mutex::new(()),
+            sessions,
+            state_writes,
             accepting: std::sync::atomic::AtomicBool::new(true),
             stop_accepting,
             stop_accepting_rx,
@@ -382,6 +390,14 @@ impl HttpServer {
         }
     }
 
+    /// The engine reports a sealed session's log level and subscriptions: kept
+    /// in the shared store for as long as its id can be adopted (a write per
+    /// change, not per request), where the replica adopting it finds them.
+    pub fn session_state(&self, session: SessionId, state: tether_core::cluster::SessionState) {
+        let Some(key) = self.shared.table().sealed_key(session) else { return };
+        write_state(&self.shared, StateWrite::Save(key, state));
+    }
+
     /// Draining: the listening socket closes (new connections are refused, so a
     /// balancer sends them elsewhere, even a POST) and MCP requests on the
     /// connections already open are answered 503 and the connection closed.
@@ -400,6 +416,51 @@ impl HttpServer {
         self.shared.table().close_all();
         self.shared.stop.close();
     }
+}
+
+/// A change to what the shared store keeps of sealed sessions.
+enum StateWrite {
+    /// A session's state now.
+    Save(String, tether_core::cluster::SessionState),
+    /// Its client ended it (DELETE): no replica adopts it again.
+    Close(String),
+}
+
+/// Writes waiting for the store, at most: beyond, a change is dropped (and
+/// logged) rather than held in memory without bound while the store is down.
+const STATE_WRITES_QUEUED: usize = 1024;
+
+/// Queues `write` for the shared store (nothing without a cluster store).
+fn write_state(shared: &Shared, write: StateWrite) {
+    let Some(writes) = &shared.state_writes else { return };
+    if writes.try_send(write).is_err() {
+        tracing::warn!("the shared store is behind: a session's state change was dropped");
+    }
+}
+
+/// The task that makes [`StateWrite`]s, in order, each a blocking store call
+/// off the executor. A failed write is logged: the session still works here,
+/// and an adopting replica restores less.
+fn state_writer(
+    store: tether_host::cluster::SessionStore,
+    lifetime: std::time::Duration,
+) -> async_channel::Sender<StateWrite> {
+    let (tx, rx) = async_channel::bounded(STATE_WRITES_QUEUED);
+    smol::spawn(async move {
+        while let Ok(write) = rx.recv().await {
+            let store = store.clone();
+            let written = smol::unblock(move || match write {
+                StateWrite::Save(key, state) => store.save(&key, &state, lifetime),
+                StateWrite::Close(key) => store.close(&key, lifetime),
+            })
+            .await;
+            if let Err(e) = written {
+                tracing::warn!("keeping a session's state in the shared store: {e}");
+            }
+        }
+    })
+    .detach();
+    tx
 }
 
 /// 64 random bits in hex: names this process in SSE event ids.

@@ -596,6 +596,10 @@ async fn delete(shared: &Shared, headers: &HeaderMap) -> Response<Body> {
     let session = {
         let mut table = shared.table();
         let Some(session) = table.find(key) else { return unknown_session() };
+        if let Some(sealed) = table.sealed_key(session) {
+            // Ended for every replica, not only this one.
+            super::write_state(shared, super::StateWrite::Close(sealed));
+        }
         table.close(session);
         session
     };

@@ -197,6 +197,11 @@ impl Table {
         self.sessions.get(&session).map(|s| s.key.as_str())
     }
 
+    /// The sealed id of `session`, if it has one (other replicas may adopt it).
+    pub(super) fn sealed_key(&self, session: SessionId) -> Option<String> {
+        self.sessions.get(&session).filter(|s| s.sealed).map(|s| s.key.clone())
+    }
+
     /// Whether a session known by `key` was closed here (not to be adopted back).
     pub(super) fn is_retired(&self, key: &str) -> bool {
         self.retired_set.contains(key)

@@ -1424,7 +1424,7 @@ fn a_session_opened_on_one_replica_is_served_by_another_that_shares_the_key_ring
     }
     assert_eq!(adoptions(&b), 1, "adopted once, then known");
     let inputs = b.inputs();
-    let Input::ClientAdopted { session: adopted, facts } = &inputs[0] else { panic!("{inputs:?}") };
+    let Input::ClientAdopted { session: adopted, facts, .. } = &inputs[0] else { panic!("{inputs:?}") };
     assert_eq!(facts.protocol_version, VERSION);
     assert!(matches!(&inputs[1], Input::ClientFrame { session, .. } if session == adopted));
     assert!(!b.inputs().iter().any(|i| matches!(i, Input::ClientConnected { .. })), "no new session");
