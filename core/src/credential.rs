@@ -256,6 +256,10 @@ pub(crate) const REFUSAL_ASKS_WINDOW: Duration = Duration::from_millis(60_000);
 /// before the request fails.
 pub(crate) const MAX_STEP_UPS: u32 = 2;
 
+/// The shortest pause between tries to renew a token that still serves
+/// (see the `Unavailable` arm of [`Credential::on_update`]).
+pub(crate) const MIN_RETRY_BEFORE_EXPIRY: Duration = Duration::from_millis(500);
+
 /// While a person must log in, the store is read this often for a login done by
 /// another process.
 pub(crate) const RECHECK: Duration = Duration::from_millis(1_500);
@@ -592,10 +596,26 @@ impl Credential {
                     CredentialFailure::Unavailable => {
                         self.retries = self.retries.saturating_add(1);
                         let delay = self.retry.delay(self.retries, rng);
-                        self.retry_at = Some(now + delay);
                         if self.state == CredentialState::Refreshing {
                             self.state = CredentialState::Valid;
                         }
+                        let mut at = now + delay;
+                        if let Some(expiry) = self.expires_at.filter(|_| self.token_usable(now)) {
+                            // While the token in hand serves, the next try comes
+                            // before it ends (halfway there, at least
+                            // `MIN_RETRY_BEFORE_EXPIRY` apart): a store or token
+                            // endpoint back in time then costs no call.
+                            let half = Duration::from_millis(expiry.saturating_since(now).as_millis() / 2);
+                            let step = if half.as_millis() < MIN_RETRY_BEFORE_EXPIRY.as_millis() {
+                                MIN_RETRY_BEFORE_EXPIRY
+                            } else {
+                                half
+                            };
+                            if (now + step).as_millis() < at.as_millis() {
+                                at = now + step;
+                            }
+                        }
+                        self.retry_at = Some(at);
                         // What a request the backend refuses meanwhile is told.
                         self.reason = Some(message.clone());
                         if self.token_usable(now) {

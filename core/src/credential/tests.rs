@@ -1,4 +1,5 @@
 use super::*;
+use alloc::vec;
 
 fn t(ms: u64) -> Instant {
     Instant::from_millis(ms)
@@ -235,4 +236,38 @@ fn a_dead_grant_is_discarded_and_never_refreshed_again() {
     assert_eq!(c.state(), &CredentialState::Reauth);
     assert_eq!(c.on_unauthorized(t(0), c.epoch(), &Challenge::default(), &mut Rng::new(1)), Next::Reauth);
     assert_eq!(c.on_timer(t(3_010)), Some(AuthStep::Load), "only the store is read again");
+}
+
+#[test]
+fn a_refresh_the_store_cannot_take_is_tried_again_before_the_token_in_hand_ends() {
+    let backoff =
+        Backoff { initial: Duration::from_millis(1000), multiplier: 2, max: Duration::from_millis(60_000), jitter_percent: 0 };
+    let mut c = Credential::new(backoff);
+    let mut rng = Rng::new(1);
+    let ready = CredentialUpdate::Ready { expires_in_ms: Some(60_000), refreshable: true, scope: None };
+    assert_eq!(c.on_update(t(0), &ready, &mut rng), Next::Resend);
+    let refresh_at = c.deadline().expect("a refresh is planned");
+    assert_eq!(c.on_timer(refresh_at), Some(AuthStep::Refresh));
+    let down = CredentialUpdate::Failed {
+        reason: CredentialFailure::Unavailable,
+        message: "locking the credential store: connection refused".into(),
+    };
+    // The backoff alone would wait 1, 2, 4, 8, 16 s...: past the token's end.
+    let mut now = refresh_at;
+    let mut tries = vec![];
+    for _ in 0..12 {
+        assert_eq!(c.on_update(now, &down, &mut rng), Next::Wait, "the token in hand still serves");
+        let next = c.deadline().unwrap();
+        if next.as_millis() >= 60_000 {
+            break;
+        }
+        tries.push(next.as_millis());
+        assert_eq!(c.on_timer(next), Some(AuthStep::Refresh));
+        now = next;
+    }
+    assert!(tries.len() >= 4, "tried again before the end: {tries:?}");
+    assert!(tries.windows(2).all(|w| w[1] - w[0] >= 500), "never closer than 500 ms: {tries:?}");
+    assert!(*tries.last().unwrap() >= 59_000, "the last try comes within a second of the end: {tries:?}");
+    // The store is back: the token is renewed, and the backoff starts over.
+    assert_eq!(c.on_update(now, &ready, &mut rng), Next::Resend);
 }
