@@ -190,6 +190,7 @@ impl Credentials {
             }
             return;
         };
+        authority.step_asked(&step);
         match step {
             AuthStep::Load | AuthStep::Discard => authority.execute(step, report),
             step => spawn(Box::new(move || authority.execute(step, report))),

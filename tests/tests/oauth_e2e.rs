@@ -249,6 +249,92 @@ fn three_replicas_sharing_a_login_through_redis_refresh_each_token_once() {
     );
 }
 
+/// Three replicas sharing a login through Redis, under load; Redis is killed
+/// (-9) right after a refresh rotated the token (and every replica took it)
+/// and stays down
+/// (`OAUTH_E2E_OUTAGE_SECS`, 20 s unless set): no call fails while the tokens
+/// in hand last, every replica's status says the store is down. Redis comes
+/// back from its AOF with the newest refresh token: the next refresh presents
+/// it (none presented twice, none refused), the status says up, nobody logs in.
+#[test]
+fn the_shared_store_down_under_load_costs_no_call_and_its_restart_keeps_the_newest_refresh_token() {
+    let Some(mut redis) = RedisServer::start() else { return };
+    let outage = std::env::var("OAUTH_E2E_OUTAGE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20u64);
+    let outage = Duration::from_secs(outage);
+    // Long enough to outlast the outage after a refresh just before it.
+    let lifetime = outage + Duration::from_secs(10);
+    let backend = OAuthBackend::start(lifetime);
+    let shared = SharedLogin::new(&redis, &backend);
+    let LoginSetup { dir, config_path, person, .. } = &shared.parts;
+    log_in(config_path, &dir.path().join("admin-machine"), person, &backend);
+    let replicas = shared.start_replicas();
+    let urls: Vec<String> = replicas.iter().map(|t| t.logged_url("listening on ")).collect();
+    let bases: Vec<String> = urls.iter().map(|u| u.trim_end_matches("/mcp").to_owned()).collect();
+    let tool = wait_for_tool(&urls[0], &replicas[0]);
+    for (url, t) in urls.iter().zip(&replicas).skip(1) {
+        wait_for_tool(url, t);
+    }
+    let span = lifetime * 2 + outage;
+    let load_began = Instant::now();
+    let initially = backend.tally();
+    let load = {
+        let (urls, tool) = (urls.clone(), tool.clone());
+        std::thread::spawn(move || load_across(&urls, 5, &tool, span))
+    };
+    let rotated = wait_until(lifetime + SOON, || backend.tally().refreshes >= 1);
+    assert!(rotated, "no refresh within the token's life");
+    // The rotation is stored and every replica took it (the store's hint):
+    // then the store goes.
+    std::thread::sleep(Duration::from_secs(2));
+    redis.kill();
+    let down_at = Instant::now();
+    for base in &bases {
+        let down = wait_until(SOON, || status_of(base)["credential_store"]["state"] == "down");
+        assert!(down, "the status does not say the store is down: {}", status_of(base)["credential_store"]);
+    }
+    let told = down_at.elapsed();
+    std::thread::sleep(outage.saturating_sub(down_at.elapsed()));
+    let before = backend.tally();
+    redis.restart();
+    for base in &bases {
+        let up = wait_until(SOON, || status_of(base)["credential_store"]["state"] == "up");
+        assert!(up, "the status does not say the store is back: {}", status_of(base)["credential_store"]);
+    }
+    let refreshed = wait_until(lifetime + SOON, || backend.tally().refreshes > before.refreshes);
+    assert!(
+        refreshed,
+        "no refresh after the store came back\n{}",
+        replicas.iter().map(tail).collect::<Vec<_>>().join("\n---\n")
+    );
+    let (calls, failures) = load.join().unwrap();
+    let after = backend.tally();
+    assert!(
+        failures.is_empty(),
+        "{} of {calls} calls failed:\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+    assert_eq!(after.reused_refresh_tokens, 0, "{after:?}");
+    assert_eq!(after.unknown_refresh_tokens, 0, "{after:?}");
+    assert_eq!(after.refused_refreshes, 0, "{after:?}");
+    assert_eq!(after.logins, 1, "nobody logged in again: {after:?}");
+    assert_eq!(after.max_concurrent_refreshes, 1, "{after:?}");
+    assert_refreshes_track(&initially, &after, load_began.elapsed(), lifetime);
+    let times: Vec<String> = after
+        .refresh_times
+        .iter()
+        .map(|t| format!("{:.1}", t.saturating_duration_since(load_began).as_secs_f64()))
+        .collect();
+    eprintln!("refreshes at (s into the load): {}", times.join(", "));
+    eprintln!(
+        "oauth_e2e (Redis down {:.0} s under load): {calls} calls, none failed; every status said down within {:.1} s; \
+         {} refreshes, the one after the restart presented the newest refresh token",
+        outage.as_secs_f64(),
+        told.as_secs_f64(),
+        after.refreshes
+    );
+}
+
 /// A login started on replica A whose callback the "balancer" sends to B
 /// (`tether.cluster.login_redirect_uri` names B): B takes the pending login
 /// out of Redis, exchanges the code and stores the credential; A, B and C

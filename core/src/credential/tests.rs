@@ -240,8 +240,12 @@ fn a_dead_grant_is_discarded_and_never_refreshed_again() {
 
 #[test]
 fn a_refresh_the_store_cannot_take_is_tried_again_before_the_token_in_hand_ends() {
-    let backoff =
-        Backoff { initial: Duration::from_millis(1000), multiplier: 2, max: Duration::from_millis(60_000), jitter_percent: 0 };
+    let backoff = Backoff {
+        initial: Duration::from_millis(1000),
+        multiplier: 2,
+        max: Duration::from_millis(60_000),
+        jitter_percent: 0,
+    };
     let mut c = Credential::new(backoff);
     let mut rng = Rng::new(1);
     let ready = CredentialUpdate::Ready { expires_in_ms: Some(60_000), refreshable: true, scope: None };

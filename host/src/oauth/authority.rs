@@ -36,6 +36,8 @@ use super::{browser, unix_now, Failure, Grant, OAuthSettings};
 const LEASE: Duration = Duration::from_secs(45);
 /// A stored token expiring sooner than this is refreshed rather than adopted.
 const ADOPT_MARGIN_SECS: u64 = 10;
+/// How often a rotated credential the store did not take is written again.
+const PERSIST_RETRY: Duration = Duration::from_millis(250);
 
 /// Reports a step's outcome to the engine (from a worker or a login thread).
 pub type Report = Arc<dyn Fn(CredentialUpdate) + Send + Sync>;
@@ -159,6 +161,12 @@ pub struct Authority {
     /// The `state` of the login this process put in the shared store, if any,
     /// and where to report when a replica finishes it.
     shared_pending: Mutex<Option<(String, Report)>>,
+    /// Where the engine's last step reported: a token taken from a store hint
+    /// is reported there too, so the engine plans its refresh by it.
+    reporter: Mutex<Option<Report>>,
+    /// The access token held when the engine asked for a refresh (see
+    /// [`Authority::step_asked`]): what the refresh is to replace.
+    refresh_asked_for: Mutex<Option<Secret>>,
 }
 
 impl std::fmt::Debug for Authority {
@@ -190,6 +198,8 @@ impl Authority {
             login: Mutex::new(None),
             shared_login: None,
             shared_pending: Mutex::new(None),
+            reporter: Mutex::new(None),
+            refresh_asked_for: Mutex::new(None),
         }
     }
 
@@ -198,6 +208,17 @@ impl Authority {
     pub fn with_shared_login(mut self, login: SharedLogin) -> Self {
         self.shared_login = Some(login);
         self
+    }
+
+    /// The engine asked for `step` (called where it asks, before the step runs
+    /// on a worker). A refresh notes the token it is to replace: a store hint
+    /// may swap a newer token in before the refresh takes the lease, and the
+    /// refresh then adopts that one instead of renewing it again.
+    pub fn step_asked(&self, step: &AuthStep) {
+        if matches!(step, AuthStep::Refresh) {
+            let held = self.held().credential.as_ref().and_then(|c| c.token.as_ref()).map(|t| t.access_token.clone());
+            *self.refresh_asked_for.lock().unwrap_or_else(|e| e.into_inner()) = held;
+        }
     }
 
     /// `text` with every secret this authority knows hidden (for pages and logs).
@@ -306,6 +327,7 @@ impl Authority {
     /// `Discard` reports nothing.
     pub fn execute(self: &Arc<Self>, step: AuthStep, report: Report) {
         tracing::debug!(server = %self.server, "oauth step: {step}");
+        *self.reporter.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.clone());
         let outcome = match step {
             AuthStep::Load => Ok(self.load()),
             AuthStep::Obtain { challenge } => self.obtain(&challenge),
@@ -514,9 +536,13 @@ impl Authority {
     /// anyway, reading the store under the lease). A token this process holds,
     /// or one near its end, is left alone.
     pub fn hinted(&self) {
-        // Waiting for a login through the shared callback: one finished on
-        // another replica is taken now, not at the engine's next look.
+        // Waiting for a login (here, through the shared callback, or by
+        // `tether auth login` anywhere): one finished elsewhere is taken now,
+        // not at the engine's next look.
         let waiting = self.shared_pending.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(_, r)| r.clone());
+        let holding = self.held().credential.is_some();
+        let waiting = waiting
+            .or_else(|| (!holding).then(|| self.reporter.lock().unwrap_or_else(|e| e.into_inner()).clone()).flatten());
         if let Some(report) = waiting {
             let update = self.load();
             if matches!(update, CredentialUpdate::Ready { .. }) {
@@ -532,7 +558,15 @@ impl Authority {
         let held_access = current.token.as_ref().map(|t| &t.access_token);
         if current.issuer == stored.issuer && adoptable(&stored, token, held_access) {
             tracing::debug!(server = %self.server, "took the token another replica stored");
-            held.credential = Some(stored);
+            let update = self.ready(token);
+            held.credential = Some(stored.clone());
+            drop(held);
+            // The engine plans the next refresh by the new token's life, not
+            // the old one's (which would refresh a token just renewed).
+            let reporter = self.reporter.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let (Some(update), Some(report)) = (update, reporter) {
+                report(self.hidden(update));
+            }
         }
     }
 
@@ -584,6 +618,47 @@ impl Authority {
             tracing::warn!(server = %self.server, "storing the credential failed, it lasts only this process: {e}");
         }
         self.held().credential = Some(credential);
+    }
+
+    /// [`Authority::persist_locked`] for a rotated refresh token, with the
+    /// store's lease `guard`. The write failing (a shared store down), the
+    /// refresh token the store still holds is dead at the authorization server
+    /// and this process alone has the new one: the lease is kept and the write
+    /// tried again in the background until it lands, is fenced out (the lease
+    /// lapsed and another replica took it) or the lease's span is over. While
+    /// the lease is held no replica refreshes with the dead token (which a
+    /// rotating server takes for a stolen one and revokes the whole grant).
+    fn persist_rotated(&self, guard: Box<dyn super::store::LeaseGuard>, credential: StoredCredential) {
+        let Err(e) = self.store.save(&self.key, &credential) else {
+            self.held().credential = Some(credential);
+            return;
+        };
+        tracing::warn!(server = %self.server, "storing the rotated credential failed ({e}): holding the lease and trying again");
+        self.held().credential = Some(credential.clone());
+        let (store, key, server) = (self.store.clone(), self.key.clone(), self.server.clone());
+        let until = std::time::Instant::now() + LEASE;
+        let spawned = std::thread::Builder::new().name(format!("tether-persist-{}", self.server)).spawn(move || {
+            let _guard = guard;
+            while std::time::Instant::now() < until {
+                std::thread::sleep(PERSIST_RETRY);
+                match store.save(&key, &credential) {
+                    Ok(()) => {
+                        tracing::info!(server = %server, "the rotated credential is stored now");
+                        return;
+                    }
+                    Err(e) if super::store::is_lease_lost(&e) => break,
+                    Err(_) => continue,
+                }
+            }
+            tracing::error!(
+                server = %server,
+                "the rotated credential could not be stored while this replica held the lease: other replicas \
+                 will find its refresh token dead and ask for a login"
+            );
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(server = %self.server, "cannot keep trying to store the credential: {e}");
+        }
     }
 
     fn refreshable(&self, token: &TokenRecord) -> bool {
@@ -890,10 +965,14 @@ impl Authority {
     // ----- Refresh
 
     fn refresh(&self) -> Result<CredentialUpdate, Failure> {
-        let _guard = self.lock_store()?;
+        let asked_for = self.refresh_asked_for.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let guard = self.lock_store()?;
         let stored = self.read_store();
         let held = self.held().credential.clone();
         let held_access = held.as_ref().and_then(|c| c.token.as_ref()).map(|t| t.access_token.clone());
+        // The token the engine asked to replace, if known (a hint may have put
+        // a newer one in hand since): only that one is refreshed.
+        let held_access = asked_for.or(held_access);
         // Another process refreshed (or logged in) since this one read the store.
         if let Some(s) = &stored {
             if let Some(t) = &s.token {
@@ -930,7 +1009,7 @@ impl Authority {
                 let update = self.ready(&token).unwrap_or(CredentialUpdate::LoginRequired);
                 // Written before it is held: a rotated refresh token is on disk
                 // before anything can use it.
-                self.persist_locked(StoredCredential { token: Some(token), updated_at: unix_now(), ..base });
+                self.persist_rotated(guard, StoredCredential { token: Some(token), updated_at: unix_now(), ..base });
                 Ok(update)
             }
             Err(f) if f.reason == CredentialFailure::InvalidGrant => {

@@ -121,6 +121,24 @@ pub struct StoredCredential {
     pub updated_at: u64,
 }
 
+/// Why a write was refused: the lease it was made under lapsed and another
+/// process took it over (the write would have overwritten a newer credential).
+#[derive(Debug)]
+pub struct LeaseLost(pub String);
+
+impl std::fmt::Display for LeaseLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LeaseLost {}
+
+/// Whether `e` is a [`LeaseLost`].
+pub fn is_lease_lost(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<LeaseLost>())
+}
+
 /// Held while a credential is read, changed and written; dropping it releases the
 /// lock.
 pub trait LeaseGuard: Send {}

@@ -12,7 +12,9 @@
 //! - An expiring entry is `tether:<key>` with `PX`; taken by `GET`+`DEL` in one
 //!   script (atomic on the server, whatever its version).
 //! - Hints are published on `tether:hint:<topic>`; a subscriber thread keeps one
-//!   connection of its own and reconnects (with backoff) when it breaks.
+//!   connection of its own and reconnects (with backoff, at most 5 s apart)
+//!   when it breaks: it is also how the status learns the store went down or
+//!   came back while nothing else asked it anything.
 //! - **Every command has a deadline** (connect, read and write timeouts); a
 //!   broken connection is dropped and opened again on the next command. While
 //!   Redis is unreachable every call fails fast and the status says so.
@@ -181,7 +183,12 @@ impl RedisShared {
             let topics: Vec<String> = lock(&self.inner.hooks).keys().cloned().collect();
             match self.listen_once(&topics) {
                 Ok(()) => pause = Duration::from_millis(100),
-                Err(e) => tracing::debug!("shared store hints: {e}"),
+                Err(e) => {
+                    tracing::debug!("shared store hints: {e}");
+                    // The status says the store is down even while nothing
+                    // else asks it anything (tokens in hand, no refresh due).
+                    *lock(&self.inner.last) = Some((Instant::now(), Err(self.error(e).to_string())));
+                }
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(SUBSCRIBE_BACKOFF_MAX);
@@ -195,6 +202,7 @@ impl RedisShared {
         for topic in topics {
             pubsub.subscribe(format!("tether:hint:{topic}"))?;
         }
+        *lock(&self.inner.last) = Some((Instant::now(), Ok(())));
         loop {
             let message = match pubsub.get_message() {
                 Ok(m) => m,
