@@ -36,6 +36,9 @@ use super::{browser, unix_now, Failure, Grant, OAuthSettings};
 const LEASE: Duration = Duration::from_secs(45);
 /// A stored token expiring sooner than this is refreshed rather than adopted.
 const ADOPT_MARGIN_SECS: u64 = 10;
+/// How soon after a hint put a token in hand a refresh asked for it is taken
+/// to be the engine's timer for the token before (the race is milliseconds).
+const HINT_RACE: Duration = Duration::from_secs(2);
 /// How often a rotated credential the store did not take is written again.
 const PERSIST_RETRY: Duration = Duration::from_millis(250);
 
@@ -167,6 +170,10 @@ pub struct Authority {
     /// The access token held when the engine asked for a refresh (see
     /// [`Authority::step_asked`]): what the refresh is to replace.
     refresh_asked_for: Mutex<Option<Secret>>,
+    /// The access token a store hint last put in hand, and when: the engine
+    /// may ask to renew it before it has heard of it (its timer was for the
+    /// old one).
+    hint_swapped: Mutex<Option<(Secret, std::time::Instant)>>,
 }
 
 impl std::fmt::Debug for Authority {
@@ -200,6 +207,7 @@ impl Authority {
             shared_pending: Mutex::new(None),
             reporter: Mutex::new(None),
             refresh_asked_for: Mutex::new(None),
+            hint_swapped: Mutex::new(None),
         }
     }
 
@@ -561,6 +569,8 @@ impl Authority {
             let update = self.ready(token);
             held.credential = Some(stored.clone());
             drop(held);
+            let swapped = (token.access_token.clone(), std::time::Instant::now());
+            *self.hint_swapped.lock().unwrap_or_else(|e| e.into_inner()) = Some(swapped);
             // The engine plans the next refresh by the new token's life, not
             // the old one's (which would refresh a token just renewed).
             let reporter = self.reporter.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -973,10 +983,18 @@ impl Authority {
         // The token the engine asked to replace, if known (a hint may have put
         // a newer one in hand since): only that one is refreshed.
         let held_access = asked_for.or(held_access);
+        // A hint put the stored token in hand just before the engine asked to
+        // renew what it held (its timer was for the token before): taken as
+        // renewed, once. A token the backend refused is asked again, and then
+        // renewed.
+        let swapped = self.hint_swapped.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let just_hinted =
+            swapped.is_some_and(|(token, at)| at.elapsed() < HINT_RACE && held_access.as_ref() == Some(&token));
         // Another process refreshed (or logged in) since this one read the store.
         if let Some(s) = &stored {
             if let Some(t) = &s.token {
-                if adoptable(s, t, held_access.as_ref()) {
+                let hinted = just_hinted && Some(&t.access_token) == held_access.as_ref();
+                if adoptable(s, t, held_access.as_ref()) || (hinted && adoptable(s, t, None)) {
                     tracing::debug!(server = %self.server, "adopting the token another process stored");
                     return self.adopt(s.clone());
                 }
