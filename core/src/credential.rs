@@ -605,7 +605,9 @@ impl Credential {
                             // before it ends (halfway there, at least
                             // `MIN_RETRY_BEFORE_EXPIRY` apart): a store or token
                             // endpoint back in time then costs no call.
-                            let half = Duration::from_millis(expiry.saturating_since(now).as_millis() / 2);
+                            // Jittered: replicas sharing a token do not all try at once.
+                            let half = expiry.saturating_since(now).as_millis() / 2;
+                            let half = Duration::from_millis(rng.jitter(half, 10));
                             let step = if half.as_millis() < MIN_RETRY_BEFORE_EXPIRY.as_millis() {
                                 MIN_RETRY_BEFORE_EXPIRY
                             } else {

@@ -239,6 +239,14 @@ impl Authority {
     /// replica, this one too, reads it from there).
     pub(super) fn finish_shared_login(&self, exchange: Exchange, code: &Secret) -> Result<(), Failure> {
         let update = self.finish_login(exchange, code)?;
+        let held = self.held().credential.as_ref().and_then(|c| c.token.as_ref()).map(|t| t.access_token.clone());
+        let stored = self.read_store().and_then(|c| c.token).map(|t| t.access_token);
+        if held.is_none() || stored != held {
+            return Err(Failure::unavailable(
+                "the login succeeded but the shared store did not take the credential: the other replicas do not \
+                 have it; log in again once the store answers",
+            ));
+        }
         // This replica's own engine hears at once if it waits for a login
         // (the others read the store on their own, or hear the hint).
         let waiting = self.shared_pending.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -485,7 +493,8 @@ impl Authority {
             Grant::JwtBearer => "workload identity (jwt-bearer)",
             Grant::EnterpriseManaged => "enterprise-managed (identity assertion)",
         };
-        let login_pending = self.login.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+        let login_pending = self.login.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+            || self.shared_pending.lock().unwrap_or_else(|e| e.into_inner()).is_some();
         let credential = self.held().credential.clone().or_else(|| self.read_store());
         let token = credential.as_ref().and_then(|c| c.token.as_ref());
         let refreshable = token.is_some_and(|t| self.refreshable(t));
@@ -559,11 +568,17 @@ impl Authority {
             }
             return;
         }
+        let before = self.held().credential.as_ref().and_then(|c| c.token.as_ref()).map(|t| t.access_token.clone());
         let Some(stored) = self.read_store() else { return };
         let Some(token) = stored.token.as_ref() else { return };
         let mut held = self.held();
         let Some(current) = held.credential.as_ref() else { return };
         let held_access = current.token.as_ref().map(|t| &t.access_token);
+        if held_access != before.as_ref() {
+            // This process renewed (or took) a token while the store was read:
+            // what was read may be older than it.
+            return;
+        }
         if current.issuer == stored.issuer && adoptable(&stored, token, held_access) {
             tracing::debug!(server = %self.server, "took the token another replica stored");
             let update = self.ready(token);
@@ -638,7 +653,12 @@ impl Authority {
     /// lapsed and another replica took it) or the lease's span is over. While
     /// the lease is held no replica refreshes with the dead token (which a
     /// rotating server takes for a stolen one and revokes the whole grant).
-    fn persist_rotated(&self, guard: Box<dyn super::store::LeaseGuard>, credential: StoredCredential) {
+    fn persist_rotated(
+        &self,
+        guard: Box<dyn super::store::LeaseGuard>,
+        leased_at: std::time::Instant,
+        credential: StoredCredential,
+    ) {
         let Err(e) = self.store.save(&self.key, &credential) else {
             self.held().credential = Some(credential);
             return;
@@ -646,7 +666,10 @@ impl Authority {
         tracing::warn!(server = %self.server, "storing the rotated credential failed ({e}): holding the lease and trying again");
         self.held().credential = Some(credential.clone());
         let (store, key, server) = (self.store.clone(), self.key.clone(), self.server.clone());
-        let until = std::time::Instant::now() + LEASE;
+        // Not a moment past the lease's own end (less a margin for the store's
+        // clock): after it, this process might hold a newer lease on the key,
+        // and a write here would pass that one's fence.
+        let until = leased_at + LEASE - Duration::from_secs(2);
         let spawned = std::thread::Builder::new().name(format!("tether-persist-{}", self.server)).spawn(move || {
             let _guard = guard;
             while std::time::Instant::now() < until {
@@ -656,7 +679,7 @@ impl Authority {
                         tracing::info!(server = %server, "the rotated credential is stored now");
                         return;
                     }
-                    Err(e) if super::store::is_lease_lost(&e) => break,
+                    Err(e) if super::store::is_write_refused(&e) => break,
                     Err(_) => continue,
                 }
             }
@@ -977,6 +1000,7 @@ impl Authority {
     fn refresh(&self) -> Result<CredentialUpdate, Failure> {
         let asked_for = self.refresh_asked_for.lock().unwrap_or_else(|e| e.into_inner()).take();
         let guard = self.lock_store()?;
+        let leased_at = std::time::Instant::now();
         let stored = self.read_store();
         let held = self.held().credential.clone();
         let held_access = held.as_ref().and_then(|c| c.token.as_ref()).map(|t| t.access_token.clone());
@@ -1027,7 +1051,8 @@ impl Authority {
                 let update = self.ready(&token).unwrap_or(CredentialUpdate::LoginRequired);
                 // Written before it is held: a rotated refresh token is on disk
                 // before anything can use it.
-                self.persist_rotated(guard, StoredCredential { token: Some(token), updated_at: unix_now(), ..base });
+                let rotated = StoredCredential { token: Some(token), updated_at: unix_now(), ..base };
+                self.persist_rotated(guard, leased_at, rotated);
                 Ok(update)
             }
             Err(f) if f.reason == CredentialFailure::InvalidGrant => {

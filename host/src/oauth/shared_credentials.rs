@@ -21,7 +21,7 @@ use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::store::{CredentialStore, LeaseGuard, LeaseLost, StoreHealth, StoredCredential};
+use super::store::{CredentialStore, LeaseGuard, StoreHealth, StoredCredential, WriteRefused};
 use crate::seal::KeyRing;
 use crate::shared::redis::RedisShared;
 use crate::shared::{lease_waiting, HintHook, Lease, SharedStore, Written};
@@ -119,12 +119,12 @@ impl SharedCredentials {
                 self.inner.store.publish(HINT_TOPIC, &format!("{key} {generation}"));
                 Ok(())
             }
-            Written::Fenced => Err(io::Error::other(LeaseLost(format!(
+            Written::Fenced => Err(io::Error::other(WriteRefused(format!(
                 "this replica's lease on the credential ran out and another took it over: not {done}"
             )))),
-            Written::Stale => Err(io::Error::other(format!(
+            Written::Stale => Err(io::Error::other(WriteRefused(format!(
                 "the credential changed in the store since this replica read it: not {done}"
-            ))),
+            )))),
         }
     }
 }

@@ -166,8 +166,13 @@ impl LoginDesk {
     pub fn complete(&self, query: &str) -> DeskAnswer {
         let answer = |status, text: &str| DeskAnswer { status, page: super::login::page_html(text) };
         let state = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "state").map(|(_, v)| v);
-        let Some(state) = state.filter(|s| !s.is_empty() && s.len() <= 512) else {
-            return answer(400, "This is tether's login callback; this request carries no login.");
+        // tether's states are short runs of URL-safe characters: anything else
+        // is no login of tether's, answered without asking the store.
+        let well_formed = |s: &str| {
+            (16..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        let Some(state) = state.filter(|s| well_formed(s)) else {
+            return answer(400, "This is tether's login callback; this request carries no login of tether's.");
         };
         let pending = match self.login.take(&state) {
             Ok(Some(pending)) => pending,

@@ -121,22 +121,23 @@ pub struct StoredCredential {
     pub updated_at: u64,
 }
 
-/// Why a write was refused: the lease it was made under lapsed and another
-/// process took it over (the write would have overwritten a newer credential).
+/// Why a write was refused, for good: the lease it was made under lapsed and
+/// another process took it over, or the credential changed since it was read
+/// (the write would have overwritten a newer credential). Trying again cannot help.
 #[derive(Debug)]
-pub struct LeaseLost(pub String);
+pub struct WriteRefused(pub String);
 
-impl std::fmt::Display for LeaseLost {
+impl std::fmt::Display for WriteRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl std::error::Error for LeaseLost {}
+impl std::error::Error for WriteRefused {}
 
-/// Whether `e` is a [`LeaseLost`].
-pub fn is_lease_lost(e: &io::Error) -> bool {
-    e.get_ref().is_some_and(|inner| inner.is::<LeaseLost>())
+/// Whether `e` is a [`WriteRefused`].
+pub fn is_write_refused(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<WriteRefused>())
 }
 
 /// Held while a credential is read, changed and written; dropping it releases the

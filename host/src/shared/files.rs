@@ -146,6 +146,24 @@ impl FileShared {
     }
 }
 
+impl FileShared {
+    /// Removes every expiring entry whose end passed.
+    fn sweep(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if !name.to_string_lossy().starts_with("e.") {
+                continue;
+            }
+            let path = entry.path();
+            let ended = safe_file::read_private(&path, VALUE_LIMIT).ok().is_some_and(|b| unexpired(b).is_none());
+            if ended {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+}
+
 impl SharedStore for FileShared {
     fn read(&self, key: &str) -> io::Result<Option<Record>> {
         let (generation, value) = self.record_at(&self.path('r', key)?)?;
@@ -178,12 +196,23 @@ impl SharedStore for FileShared {
         let end = u64::try_from(unix_millis() + ttl.as_millis()).unwrap_or(u64::MAX);
         let mut bytes = end.to_be_bytes().to_vec();
         bytes.extend_from_slice(value);
-        self.replace_file(&path, &bytes)
+        self.replace_file(&path, &bytes)?;
+        // Entries nobody reads again (ended sessions' marks, logins never
+        // finished) are swept now and then, so the directory stays bounded.
+        if random_token(1).starts_with('A') {
+            self.sweep();
+        }
+        Ok(())
     }
 
     fn get_expiring(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
         let path = self.path('e', key)?;
-        Ok(self.read_file(&path)?.and_then(unexpired))
+        let Some(bytes) = self.read_file(&path)? else { return Ok(None) };
+        let value = unexpired(bytes);
+        if value.is_none() {
+            let _ = fs::remove_file(&path);
+        }
+        Ok(value)
     }
 
     fn take(&self, key: &str) -> io::Result<Option<Vec<u8>>> {

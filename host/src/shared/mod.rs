@@ -116,10 +116,10 @@ pub trait SharedStore: Send + Sync + std::fmt::Debug {
 }
 
 /// Checks a key or lease name: `/`-separated segments of `[A-Za-z0-9_-]`, at
-/// most 200 bytes.
+/// most 200 bytes, not under `lock/` (the leases' own space in Redis).
 pub fn check_key(key: &str) -> io::Result<()> {
     let segment_ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if key.len() > 200 || !key.split('/').all(segment_ok) {
+    if key.len() > 200 || !key.split('/').all(segment_ok) || key.starts_with("lock/") || key == "lock" {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid shared-store key {key:?}")));
     }
     Ok(())
@@ -154,7 +154,7 @@ mod tests {
         for good in ["cred/abc123", "login/A-b_9", "x"] {
             assert!(check_key(good).is_ok(), "{good}");
         }
-        for bad in ["", "cred/", "/x", "a//b", "../etc", "a:b", "a b", &"x".repeat(201)] {
+        for bad in ["", "cred/", "/x", "a//b", "../etc", "a:b", "a b", "lock/cred/x", &"x".repeat(201)] {
             assert!(check_key(bad).is_err(), "{bad}");
         }
     }

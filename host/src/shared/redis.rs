@@ -107,17 +107,36 @@ impl RedisShared {
         self.run(|c| redis::cmd("PING").query::<String>(c)).map(drop)
     }
 
-    /// Runs `f` on the connection, opening it first if needed. A connection
-    /// found broken (Redis restarted since it was opened) is dropped and `f`
-    /// tried once more on a fresh one; a timeout is not retried.
+    /// Runs the read `f` on the connection, opening it first if needed. A
+    /// connection found broken (Redis restarted since it was opened) is
+    /// dropped and `f` tried once more on a fresh one; a timeout is not retried.
     fn run<T>(&self, f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>) -> io::Result<T> {
-        let result = self.run_once_more(f);
+        self.noted(self.run_tries(f, 2))
+    }
+
+    /// Runs the write `f` once: a command whose reply was lost may have been
+    /// carried out, and sent again it would answer otherwise (a lease found
+    /// taken by itself, an entry already taken, a generation already bumped).
+    /// The connection is checked with a `PING` first (which may be repeated),
+    /// so a connection broken by a Redis restart does not fail the write.
+    fn run_write<T>(&self, f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>) -> io::Result<T> {
+        let pinged = self.run_tries(|c| redis::cmd("PING").query::<String>(c), 2);
+        let result = pinged.and_then(|_| self.run_tries(f, 1));
+        self.noted(result)
+    }
+
+    /// Records how a command ended, for the status.
+    fn noted<T>(&self, result: io::Result<T>) -> io::Result<T> {
         let outcome = result.as_ref().map(drop).map_err(ToString::to_string);
         *lock(&self.inner.last) = Some((Instant::now(), outcome));
         result
     }
 
-    fn run_once_more<T>(&self, mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>) -> io::Result<T> {
+    fn run_tries<T>(
+        &self,
+        mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
+        most: u32,
+    ) -> io::Result<T> {
         let mut slot = lock(&self.inner.connection);
         let mut tries = 0;
         loop {
@@ -131,7 +150,7 @@ impl RedisShared {
             if broken || e.is_timeout() {
                 *slot = None;
             }
-            if !broken || e.is_timeout() || tries > 1 {
+            if !broken || e.is_timeout() || tries >= most {
                 return Err(self.error(e));
             }
         }
@@ -158,7 +177,7 @@ impl RedisShared {
     ) -> io::Result<Written> {
         check_key(key)?;
         let fence_key = fence.map(|l| lock_key(&l.name)).unwrap_or_else(|| lock_key("-"));
-        let outcome: i64 = self.run(|c| {
+        let outcome: i64 = self.run_write(|c| {
             redis::Script::new(CHANGE)
                 .key(data_key(key))
                 .key(&fence_key)
@@ -181,7 +200,13 @@ impl RedisShared {
         let mut pause = Duration::from_millis(100);
         loop {
             let topics: Vec<String> = lock(&self.inner.hooks).keys().cloned().collect();
-            match self.listen_once(&topics) {
+            let began = Instant::now();
+            let outcome = self.listen_once(&topics);
+            if began.elapsed() > SUBSCRIBE_BACKOFF_MAX * 2 {
+                // It had been up a while: this is a new trouble, not the last one's.
+                pause = Duration::from_millis(100);
+            }
+            match outcome {
                 Ok(()) => pause = Duration::from_millis(100),
                 Err(e) => {
                     tracing::debug!("shared store hints: {e}");
@@ -246,19 +271,19 @@ impl SharedStore for RedisShared {
         let owner = crate::oauth::pkce::random_string(24);
         let ms = u64::try_from(span.as_millis()).unwrap_or(u64::MAX).max(1);
         let taken: Option<String> =
-            self.run(|c| redis::cmd("SET").arg(lock_key(name)).arg(&owner).arg("NX").arg("PX").arg(ms).query(c))?;
+            self.run_write(|c| redis::cmd("SET").arg(lock_key(name)).arg(&owner).arg("NX").arg("PX").arg(ms).query(c))?;
         Ok(taken.map(|_| Lease { name: name.to_owned(), owner }))
     }
 
     fn release(&self, lease: &Lease) -> io::Result<()> {
         let key = lock_key(&lease.name);
-        self.run(|c| redis::Script::new(RELEASE).key(&key).arg(&lease.owner).invoke::<i64>(c)).map(drop)
+        self.run_write(|c| redis::Script::new(RELEASE).key(&key).arg(&lease.owner).invoke::<i64>(c)).map(drop)
     }
 
     fn put_expiring(&self, key: &str, value: &[u8], ttl: Duration) -> io::Result<()> {
         check_key(key)?;
         let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        self.run(|c| redis::cmd("SET").arg(data_key(key)).arg(value).arg("PX").arg(ms).query::<()>(c))
+        self.run_write(|c| redis::cmd("SET").arg(data_key(key)).arg(value).arg("PX").arg(ms).query::<()>(c))
     }
 
     fn get_expiring(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
@@ -268,17 +293,17 @@ impl SharedStore for RedisShared {
 
     fn take(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
         check_key(key)?;
-        self.run(|c| redis::Script::new(TAKE).key(data_key(key)).invoke(c))
+        self.run_write(|c| redis::Script::new(TAKE).key(data_key(key)).invoke(c))
     }
 
     fn forget(&self, key: &str) -> io::Result<()> {
         check_key(key)?;
-        self.run(|c| redis::cmd("DEL").arg(data_key(key)).query::<()>(c))
+        self.run_write(|c| redis::cmd("DEL").arg(data_key(key)).query::<()>(c))
     }
 
     fn publish(&self, topic: &str, message: &str) {
         if let Err(e) =
-            self.run(|c| redis::cmd("PUBLISH").arg(format!("tether:hint:{topic}")).arg(message).query::<i64>(c))
+            self.run_write(|c| redis::cmd("PUBLISH").arg(format!("tether:hint:{topic}")).arg(message).query::<i64>(c))
         {
             tracing::debug!("publishing a hint: {e}");
         }

@@ -105,7 +105,7 @@ pub fn serve(cli: &Cli, args: &ServeArgs) -> Result<ExitCode, String> {
             server.serve_status(host.status_handle());
             if let Some(desk) = host.login_desk() {
                 tracing::info!("login callback at http://{}{}", server.local_addr(), desk.path());
-                server.serve_logins(desk);
+                server.serve_logins(desk)?;
             }
             host.attach_http(server);
         }

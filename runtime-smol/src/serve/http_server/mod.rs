@@ -261,6 +261,8 @@ struct Shared {
     /// The login callback's path and what finishes its logins, once
     /// [`HttpServer::serve_logins`] ran.
     logins: std::sync::OnceLock<(String, Arc<tether_host::oauth::LoginDesk>)>,
+    /// Login callbacks being finished at once, at most [`LOGIN_CALLBACKS`].
+    login_slots: smol::lock::Semaphore,
     /// Seals session ids and opens those of other replicas.
     cluster: Arc<tether_host::cluster::ClusterSettings>,
     /// Held while a session presented by its sealed id is taken in, so that
@@ -268,8 +270,8 @@ struct Shared {
     adopting: smol::lock::Mutex<()>,
     /// Sealed sessions' state shared with other replicas (a cluster's store).
     sessions: Option<tether_host::cluster::SessionStore>,
-    /// Writes to [`Shared::sessions`], made in order by one task off the executor.
-    state_writes: Option<async_channel::Sender<StateWrite>>,
+    /// Writes to [`Shared::sessions`], made by one task off the executor.
+    state_writes: Option<Arc<StateWrites>>,
     /// Cleared when a drain stops taking requests.
     accepting: std::sync::atomic::AtomicBool,
     /// Closed when a drain stops taking requests: the accept loop ends and the
@@ -330,6 +332,7 @@ impl HttpServer {
             stop_rx,
             status: std::sync::OnceLock::new(),
             logins: std::sync::OnceLock::new(),
+            login_slots: smol::lock::Semaphore::new(LOGIN_CALLBACKS),
             cluster,
             adopting: smol::lock::Mutex::new(()),
             sessions,
@@ -353,8 +356,19 @@ impl HttpServer {
     /// `tether.cluster.login_redirect_uri`): any replica finishes a login
     /// another started. It needs no token (a browser brings none): the
     /// pending login it names, sealed in the shared store, is the proof.
-    pub fn serve_logins(&self, desk: Arc<tether_host::oauth::LoginDesk>) {
-        let _ = self.shared.logins.set((desk.path(), desk));
+    pub fn serve_logins(&self, desk: Arc<tether_host::oauth::LoginDesk>) -> Result<(), String> {
+        let path = desk.path();
+        let options = &self.shared.options;
+        let taken = path == options.path
+            || super::http_server::status_routes::is_status_path(&path)
+            || options.resource_guard.as_ref().is_some_and(|g| g.is_metadata_path(&path));
+        if taken {
+            return Err(format!(
+                "tether.cluster.login_redirect_uri: its path {path} is one tether already serves: give the callback a path of its own (e.g. /oauth/callback)"
+            ));
+        }
+        let _ = self.shared.logins.set((path, desk));
+        Ok(())
     }
 
     /// The address it listens on (with the port chosen when `listen` had port 0).
@@ -395,7 +409,7 @@ impl HttpServer {
     /// change, not per request), where the replica adopting it finds them.
     pub fn session_state(&self, session: SessionId, state: tether_core::cluster::SessionState) {
         let Some(key) = self.shared.table().sealed_key(session) else { return };
-        write_state(&self.shared, StateWrite::Save(key, state));
+        write_state(&self.shared, key, StateWrite::Save(state));
     }
 
     /// Draining: the listening socket closes (new connections are refused, so a
@@ -418,49 +432,74 @@ impl HttpServer {
     }
 }
 
+/// Login callbacks finished at once (each a store round trip and a token request).
+const LOGIN_CALLBACKS: usize = 4;
+
 /// A change to what the shared store keeps of sealed sessions.
 enum StateWrite {
     /// A session's state now.
-    Save(String, tether_core::cluster::SessionState),
+    Save(tether_core::cluster::SessionState),
     /// Its client ended it (DELETE): no replica adopts it again.
-    Close(String),
+    Close,
 }
 
-/// Writes waiting for the store, at most: beyond, a change is dropped (and
-/// logged) rather than held in memory without bound while the store is down.
-const STATE_WRITES_QUEUED: usize = 1024;
+/// The changes waiting for the store, by session id: one per session (a later
+/// change replaces an earlier one, and an end replaces any change), so what
+/// waits is bounded by the sessions, however fast they change and however
+/// long the store is away; and an end is never dropped.
+#[derive(Default)]
+struct StateQueue {
+    waiting: std::collections::HashMap<String, StateWrite>,
+}
 
-/// Queues `write` for the shared store (nothing without a cluster store).
-fn write_state(shared: &Shared, write: StateWrite) {
+/// What [`Shared`] holds to queue [`StateWrite`]s for the writer task.
+struct StateWrites {
+    queue: Mutex<StateQueue>,
+    /// Wakes the writer (a full channel means it is awake already).
+    wake: async_channel::Sender<()>,
+}
+
+/// Queues `write` for the session known by `key` (nothing without a cluster store).
+fn write_state(shared: &Shared, key: String, write: StateWrite) {
     let Some(writes) = &shared.state_writes else { return };
-    if writes.try_send(write).is_err() {
-        tracing::warn!("the shared store is behind: a session's state change was dropped");
+    {
+        let mut queue = writes.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(write, StateWrite::Save(_)) && matches!(queue.waiting.get(&key), Some(StateWrite::Close)) {
+            return;
+        }
+        queue.waiting.insert(key, write);
     }
+    let _ = writes.wake.try_send(());
 }
 
-/// The task that makes [`StateWrite`]s, in order, each a blocking store call
-/// off the executor. A failed write is logged: the session still works here,
-/// and an adopting replica restores less.
-fn state_writer(
-    store: tether_host::cluster::SessionStore,
-    lifetime: std::time::Duration,
-) -> async_channel::Sender<StateWrite> {
-    let (tx, rx) = async_channel::bounded(STATE_WRITES_QUEUED);
+/// The task that makes [`StateWrite`]s, each a blocking store call off the
+/// executor. A failed write is logged: the session still works here, and an
+/// adopting replica restores less.
+fn state_writer(store: tether_host::cluster::SessionStore, lifetime: std::time::Duration) -> Arc<StateWrites> {
+    let (wake, woken) = async_channel::bounded(1);
+    let writes = Arc::new(StateWrites { queue: Mutex::new(StateQueue::default()), wake });
+    let queue = Arc::downgrade(&writes);
     smol::spawn(async move {
-        while let Ok(write) = rx.recv().await {
-            let store = store.clone();
-            let written = smol::unblock(move || match write {
-                StateWrite::Save(key, state) => store.save(&key, &state, lifetime),
-                StateWrite::Close(key) => store.close(&key, lifetime),
-            })
-            .await;
-            if let Err(e) = written {
-                tracing::warn!("keeping a session's state in the shared store: {e}");
+        while woken.recv().await.is_ok() {
+            let Some(writes) = queue.upgrade() else { return };
+            let batch: Vec<(String, StateWrite)> =
+                writes.queue.lock().unwrap_or_else(PoisonError::into_inner).waiting.drain().collect();
+            drop(writes);
+            for (key, write) in batch {
+                let store = store.clone();
+                let written = smol::unblock(move || match write {
+                    StateWrite::Save(state) => store.save(&key, &state, lifetime),
+                    StateWrite::Close => store.close(&key, lifetime),
+                })
+                .await;
+                if let Err(e) = written {
+                    tracing::warn!("keeping a session's state in the shared store: {e}");
+                }
             }
         }
     })
     .detach();
-    tx
+    writes
 }
 
 /// 64 random bits in hex: names this process in SSE event ids.

@@ -171,6 +171,14 @@ async fn login_callback(shared: &Shared, request: &Request<Incoming>) -> Respons
         return reply::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed: the login callback is GET");
     }
     let Some((_, desk)) = shared.logins.get() else { return reply::error(StatusCode::NOT_FOUND, "not found") };
+    // A person finishes a login now and then: a few at once is plenty, and
+    // a flood of callbacks (no token is needed) holds no more threads or
+    // store connections than that.
+    let Some(_slot) = shared.login_slots.try_acquire() else {
+        let busy =
+            reply::error(StatusCode::SERVICE_UNAVAILABLE, "service unavailable: too many login callbacks at once");
+        return reply::retry_after(busy, 1);
+    };
     let (desk, query) = (desk.clone(), request.uri().query().unwrap_or_default().to_owned());
     let answer = smol::unblock(move || desk.complete(&query)).await;
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST);
@@ -598,7 +606,7 @@ async fn delete(shared: &Shared, headers: &HeaderMap) -> Response<Body> {
         let Some(session) = table.find(key) else { return unknown_session() };
         if let Some(sealed) = table.sealed_key(session) {
             // Ended for every replica, not only this one.
-            super::write_state(shared, super::StateWrite::Close(sealed));
+            super::write_state(shared, sealed, super::StateWrite::Close);
         }
         table.close(session);
         session
