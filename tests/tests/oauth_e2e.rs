@@ -343,10 +343,12 @@ fn the_shared_store_down_under_load_costs_no_call_and_its_restart_keeps_the_newe
 }
 
 /// A login started on replica A whose callback the "balancer" sends to B
-/// (`tether.cluster.login_redirect_uri` names B): B takes the pending login
-/// out of Redis, exchanges the code and stores the credential; A, B and C
-/// serve the backend within 2 s. The callback works once; the keyspace holds
-/// no token, verifier or secret in the clear.
+/// (`tether.cluster.login_redirect_uri` names B): the person opens A's start
+/// link (tied to their browser by a cookie), B takes the pending login out of
+/// Redis, exchanges the code and stores the credential; A, B and C serve the
+/// backend within 2 s. The start link and the callback work once, a browser
+/// without the cookie cannot finish it, and the keyspace holds no token,
+/// verifier or secret in the clear.
 #[test]
 fn a_login_started_on_one_replica_is_finished_by_the_one_its_callback_reaches() {
     let Some(redis) = RedisServer::start() else { return };
@@ -365,20 +367,32 @@ fn a_login_started_on_one_replica_is_finished_by_the_one_its_callback_reaches() 
         !login.is_empty()
     });
     assert!(shown, "A shows no login URL: {}", status_of(bases[0]));
-    assert!(
-        login.contains(&format!("redirect_uri=http%3A%2F%2F127.0.0.1%3A{callback_port}%2Foauth%2Fcallback")),
-        "{login}"
-    );
-    // The person follows A's login; the authorization server redirects to the
+    assert!(login.starts_with(&format!("{callback}?start=")), "A's login is tether's start link: {login}");
+    // The person opens it: tether ties the login to this browser (a cookie)
+    // and sends it on to the authorization server, which redirects to the
     // public callback, which is B.
     let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(30)).redirects(0).build();
-    let redirect = match agent.get(&login).call() {
-        Ok(r) | Err(ureq::Error::Status(_, r)) => r.header("location").unwrap_or_default().to_owned(),
-        Err(e) => panic!("following {login}: {e}"),
+    let answer = |r: Result<ureq::Response, ureq::Error>| match r {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{e}"),
     };
+    let started = answer(agent.get(&login).call());
+    assert_eq!(started.status(), 302);
+    let cookie = started.header("set-cookie").unwrap_or_default().split(';').next().unwrap_or_default().to_owned();
+    assert!(cookie.starts_with("tether_login="), "{cookie}");
+    let authorize = started.header("location").unwrap_or_default().to_owned();
+    let redirect_uri = format!("redirect_uri=http%3A%2F%2F127.0.0.1%3A{callback_port}%2Foauth%2Fcallback");
+    assert!(authorize.contains(&redirect_uri), "{authorize}");
+    assert_eq!(answer(agent.get(&login).call()).status(), 400, "a start link opens once");
+    let redirect = answer(agent.get(&authorize).call()).header("location").unwrap_or_default().to_owned();
     assert!(redirect.starts_with(&callback), "{redirect}");
+    // Another browser (no cookie: say someone who saw the authorization URL)
+    // cannot finish it.
+    let stranger = answer(agent.get(&redirect).call());
+    assert_eq!(stranger.status(), 400);
+    assert!(stranger.into_string().unwrap().contains("not started in this browser"));
     let finished = Instant::now();
-    let landed = agent.get(&redirect).call().unwrap_or_else(|e| panic!("the callback on B: {e}"));
+    let landed = answer(agent.get(&redirect).set("Cookie", &cookie).call());
     let page = landed.into_string().unwrap();
     assert!(page.contains(&format!("Logged in to {NAME}")), "{page}\n{}", tail(&replicas[1]));
     let mut serving = Vec::new();
@@ -394,12 +408,8 @@ fn a_login_started_on_one_replica_is_finished_by_the_one_its_callback_reaches() 
         Session::open(url).call(&tool).unwrap_or_else(|e| panic!("a replica does not serve: {e}\n{}", tail(t)));
     }
     // The same callback again (a reload, a replay): nothing to finish.
-    let again = match agent.get(&redirect).call() {
-        Ok(r) | Err(ureq::Error::Status(_, r)) => (r.status(), r.into_string().unwrap_or_default()),
-        Err(e) => panic!("{e}"),
-    };
-    assert_eq!(again.0, 400, "{}", again.1);
-    assert!(again.1.contains("unknown, already used or expired"), "{}", again.1);
+    let again = answer(agent.get(&redirect).set("Cookie", &cookie).call());
+    assert_eq!(again.status(), 400, "a callback finishes its login once");
     assert_eq!(backend.tally().logins, 1, "{:?}", backend.tally());
     let keyspace = redis.dump();
     for secret in backend.issued_secrets() {

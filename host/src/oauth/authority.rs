@@ -412,8 +412,24 @@ impl Authority {
             self.unattended(&discovery, &Challenge::default()).map_err(|f| f.message)?;
         } else {
             let challenge = self.probe_challenge();
-            let prepared = self.prepare_login(&challenge).map_err(|f| f.message)?;
+            let mut prepared = self.prepare_login(&challenge).map_err(|f| f.message)?;
             let io = |e: std::io::Error| e.to_string();
+            let mut waiting = None;
+            if prepared.loopback.is_none() {
+                // Through the cluster's public callback: the login waits in
+                // the store, and the person opens tether's start link for it.
+                let shared = self.shared_login.as_ref().ok_or("no shared callback")?;
+                let state = prepared.expected.state.clone();
+                let pending = PendingLogin {
+                    key: self.key.clone(),
+                    server: self.server.to_string(),
+                    expected: prepared.expected.clone(),
+                    exchange: prepared.exchange,
+                };
+                prepared.url = shared.put(&pending, &prepared.url, login::LOGIN_TIMEOUT).map_err(|f| f.message)?;
+                prepared.exchange = pending.exchange;
+                waiting = Some(state);
+            }
             writeln!(out, "To log in to {}, open this URL in a browser:\n\n    {}\n", self.server, prepared.url)
                 .map_err(io)?;
             if self.settings.open_browser {
@@ -429,9 +445,10 @@ impl Authority {
             .map_err(io)?;
             out.flush().map_err(io)?;
             let Some(loopback) = prepared.loopback else {
-                // Through the cluster's public callback: a replica finishes it
-                // and stores the credential, which this process waits to see.
-                return self.await_shared_login(prepared.expected, prepared.exchange);
+                // A replica finishes it and stores the credential, which this
+                // process waits to see.
+                let state = waiting.ok_or("no shared login")?;
+                return self.await_shared_login(&state);
             };
             let never = AtomicBool::new(false);
             let code = match loopback.wait(&prepared.expected, login::LOGIN_TIMEOUT, &never) {
@@ -448,15 +465,12 @@ impl Authority {
     /// [`Authority::login_blocking`] through the shared callback: the login's
     /// state goes to the store, and the store is read until a credential newer
     /// than the one there before arrives (a replica finished the login).
-    fn await_shared_login(&self, expected: Expected, exchange: Exchange) -> Result<LoginSummary, String> {
+    fn await_shared_login(&self, state: &str) -> Result<LoginSummary, String> {
         let shared = self.shared_login.as_ref().ok_or("no shared callback")?;
-        let state = expected.state.clone();
-        let pending = PendingLogin { key: self.key.clone(), server: self.server.to_string(), expected, exchange };
-        shared.put(&pending, login::LOGIN_TIMEOUT).map_err(|f| f.message)?;
         let deadline = std::time::Instant::now() + login::LOGIN_TIMEOUT;
         while std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(250));
-            match shared.outcome(&state) {
+            match shared.outcome(state) {
                 Ok(None) => continue,
                 Ok(Some(Ok(()))) => {
                     let stored =
@@ -468,7 +482,7 @@ impl Authority {
                 Err(e) => tracing::debug!(server = %self.server, "waiting for the login: {e}"),
             }
         }
-        shared.forget(&state);
+        shared.forget(state);
         Err(format!("the login was not finished within {} minutes", login::LOGIN_TIMEOUT.as_secs() / 60))
     }
 
@@ -1213,7 +1227,9 @@ impl Authority {
         let shared = self.shared_login.as_ref().expect("prepared for the shared callback");
         let state = expected.state.clone();
         let pending = PendingLogin { key: self.key.clone(), server: self.server.to_string(), expected, exchange };
-        shared.put(&pending, login::LOGIN_TIMEOUT)?;
+        // The person is given tether's own start link, not the authorization
+        // URL: it ties the login to the browser that opens it first.
+        let url = shared.put(&pending, &url, login::LOGIN_TIMEOUT)?;
         *self.shared_pending.lock().unwrap_or_else(|e| e.into_inner()) = Some((state, report.clone()));
         report(CredentialUpdate::LoginPending { url: url.clone() });
         if self.settings.open_browser {

@@ -3,11 +3,20 @@
 //! machine that started it. What the code exchange needs (PKCE verifier,
 //! `state`, issuer, client, redirect) is sealed with the cluster's key ring and
 //! put in the shared store for as long as a person has to log in, under a
-//! digest of its `state`. The callback lands on whichever replica the balancer
-//! picks; [`LoginDesk::complete`] takes the pending login out of the store
-//! (get-and-delete: a replayed or twice-clicked callback finds nothing), checks
-//! the response (`state`, RFC 9207 `iss`), exchanges the code and stores the
-//! credential. Every replica reads it from the store within seconds.
+//! digest of its `state`.
+//!
+//! The person is given tether's own start link (the callback URL with
+//! `?start=`), not the authorization URL: the first browser to open it gets a
+//! cookie and is sent on to the authorization server, and only a callback
+//! carrying that cookie finishes the login. Someone who sees the authorization
+//! URL later (a history, a shared screen) cannot finish it with an account of
+//! their own, as a loopback redirect also ensured.
+//!
+//! The callback lands on whichever replica the balancer picks;
+//! [`LoginDesk::handle`] checks the browser, takes the pending login out of the
+//! store (get-and-delete: a replayed or twice-clicked callback finds nothing),
+//! checks the response (`state`, RFC 9207 `iss`), exchanges the code and stores
+//! the credential. Every replica reads it from the store within moments.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -64,9 +73,20 @@ impl SharedLogin {
         &self.redirect_uri
     }
 
-    /// Stores `pending` until `ttl` ends.
-    pub(super) fn put(&self, pending: &PendingLogin, ttl: Duration) -> Result<(), Failure> {
+    /// Stores `pending` until `ttl` ends, with a start link for it that sends a
+    /// browser on to `authorization_url`: the URL to give the person.
+    pub(super) fn put(
+        &self,
+        pending: &PendingLogin,
+        authorization_url: &str,
+        ttl: Duration,
+    ) -> Result<String, Failure> {
         let digest = digest(&pending.expected.state);
+        let opener = super::pkce::random_string(18);
+        let start = format!("{digest} {authorization_url}");
+        self.store
+            .put_expiring(&format!("login-start/{opener}"), start.as_bytes(), ttl)
+            .map_err(|e| Failure::unavailable(format!("keeping the login's start in the shared store: {e}")))?;
         let json = serde_json::to_vec(pending).map_err(|e| Failure::rejected(e.to_string()))?;
         let sealed = self
             .keys
@@ -74,13 +94,43 @@ impl SharedLogin {
             .ok_or_else(|| Failure::rejected("no randomness from the operating system to seal the login"))?;
         self.store
             .put_expiring(&format!("login/{digest}"), sealed.as_bytes(), ttl)
-            .map_err(|e| Failure::unavailable(format!("keeping the login's state in the shared store: {e}")))
+            .map_err(|e| Failure::unavailable(format!("keeping the login's state in the shared store: {e}")))?;
+        Ok(format!("{}?start={opener}", self.redirect_uri))
+    }
+
+    /// The first browser opening the start link `opener`: the authorization
+    /// URL to send it on to, and the nonce its cookie carries (its digest is
+    /// what the callback must match). `None`: no such link (used, expired).
+    fn start(&self, opener: &str) -> Result<Option<(String, String)>, String> {
+        let taken = self.store.take(&format!("login-start/{opener}")).map_err(|e| e.to_string())?;
+        let Some(bytes) = taken else { return Ok(None) };
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let Some((digest, url)) = text.split_once(' ') else { return Ok(None) };
+        let nonce = super::pkce::random_string(24);
+        let ttl = super::login::LOGIN_TIMEOUT;
+        self.store
+            .put_expiring(&format!("login-browser/{digest}"), self::digest(&nonce).as_bytes(), ttl)
+            .map_err(|e| e.to_string())?;
+        Ok(Some((url.to_owned(), nonce)))
+    }
+
+    /// Whether the browser presenting `cookie` is the one that opened the
+    /// start link of the login with `state`.
+    fn same_browser(&self, state: &str, cookie: Option<&str>) -> Result<bool, String> {
+        let bound = self.store.get_expiring(&format!("login-browser/{}", digest(state))).map_err(|e| e.to_string())?;
+        Ok(match (bound, cookie) {
+            (Some(bound), Some(cookie)) => bound == digest(cookie).as_bytes(),
+            _ => false,
+        })
     }
 
     /// Drops the pending login of `state` (a login finished elsewhere).
     pub(super) fn forget(&self, state: &str) {
-        if let Err(e) = self.store.forget(&format!("login/{}", digest(state))) {
-            tracing::debug!("dropping a pending login: {e}");
+        let digest = digest(state);
+        for key in [format!("login/{digest}"), format!("login-browser/{digest}")] {
+            if let Err(e) = self.store.forget(&key) {
+                tracing::debug!("dropping a pending login: {e}");
+            }
         }
     }
 
@@ -149,7 +199,14 @@ pub struct DeskAnswer {
     pub status: u16,
     /// A small HTML page.
     pub page: String,
+    /// Where to send the browser on (a start link: the authorization server).
+    pub location: Option<String>,
+    /// A `Set-Cookie` value (a start link: the browser's login nonce).
+    pub cookie: Option<String>,
 }
+
+/// The cookie that ties a login to the browser that opened its start link.
+pub const COOKIE: &str = "tether_login";
 
 impl LoginDesk {
     pub(crate) fn new(login: SharedLogin, authorities: Arc<Mutex<HashMap<String, Arc<Authority>>>>) -> LoginDesk {
@@ -161,10 +218,56 @@ impl LoginDesk {
         url::Url::parse(&self.login.redirect_uri).map(|u| u.path().to_owned()).unwrap_or_default()
     }
 
-    /// Handles one callback (its query string). Blocking: the code exchange
-    /// goes to the authorization server.
-    pub fn complete(&self, query: &str) -> DeskAnswer {
-        let answer = |status, text: &str| DeskAnswer { status, page: super::login::page_html(text) };
+    /// Handles one request at the callback's path: a start link (`start=`)
+    /// or the authorization server's redirect back (`state=`), with the
+    /// browser's [`COOKIE`], if it sent one. Blocking: the code exchange goes
+    /// to the authorization server.
+    pub fn handle(&self, query: &str, cookie: Option<&str>) -> DeskAnswer {
+        let answer = |status, text: &str| DeskAnswer {
+            status,
+            page: super::login::page_html(text),
+            location: None,
+            cookie: None,
+        };
+        let well_formed = |s: &str| {
+            (16..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        let opener = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "start").map(|(_, v)| v);
+        if let Some(opener) = opener {
+            if !well_formed(&opener) {
+                return answer(400, "This login link is malformed.");
+            }
+            return match self.login.start(&opener) {
+                Ok(Some((url, nonce))) => {
+                    let secure = if self.login.redirect_uri.starts_with("https:") { "; Secure" } else { "" };
+                    let seconds = super::login::LOGIN_TIMEOUT.as_secs();
+                    let cookie = format!(
+                        "{COOKIE}={nonce}; Path={}; Max-Age={seconds}; HttpOnly; SameSite=Lax{secure}",
+                        self.path()
+                    );
+                    DeskAnswer { location: Some(url), cookie: Some(cookie), ..answer(302, "Logging in...") }
+                }
+                Ok(None) => answer(
+                    400,
+                    "This login link was already opened, or has expired. Start the login again \
+                     (tether auth login, or the URL in the status).",
+                ),
+                Err(e) => {
+                    tracing::warn!("a login start link could not be read: {e}");
+                    answer(503, "The shared store could not be read. Try again.")
+                }
+            };
+        }
+        self.complete(query, cookie)
+    }
+
+    fn complete(&self, query: &str, cookie: Option<&str>) -> DeskAnswer {
+        let answer = |status, text: &str| DeskAnswer {
+            status,
+            page: super::login::page_html(text),
+            location: None,
+            cookie: None,
+        };
         let state = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "state").map(|(_, v)| v);
         // tether's states are short runs of URL-safe characters: anything else
         // is no login of tether's, answered without asking the store.
@@ -174,8 +277,25 @@ impl LoginDesk {
         let Some(state) = state.filter(|s| well_formed(s)) else {
             return answer(400, "This is tether's login callback; this request carries no login of tether's.");
         };
+        match self.login.same_browser(&state, cookie) {
+            Ok(true) => {}
+            Ok(false) => {
+                return answer(
+                    400,
+                    "This login was not started in this browser: open the login link tether gave \
+                     (it ties the login to the browser that opens it), then log in there.",
+                )
+            }
+            Err(e) => {
+                tracing::warn!("a login callback arrived and its browser could not be checked: {e}");
+                return answer(503, "The shared store could not be read; this login could not be finished. Try again.");
+            }
+        }
         let pending = match self.login.take(&state) {
-            Ok(Some(pending)) => pending,
+            Ok(Some(pending)) => {
+                self.login.forget(&state);
+                pending
+            }
             Ok(None) => {
                 return answer(
                     400,

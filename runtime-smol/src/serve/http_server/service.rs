@@ -180,14 +180,34 @@ async fn login_callback(shared: &Shared, request: &Request<Incoming>) -> Respons
         return reply::retry_after(busy, 1);
     };
     let (desk, query) = (desk.clone(), request.uri().query().unwrap_or_default().to_owned());
-    let answer = smol::unblock(move || desk.complete(&query)).await;
+    let cookie = login_cookie(request.headers());
+    let answer = smol::unblock(move || desk.handle(&query, cookie.as_deref())).await;
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_REQUEST);
     let mut response = reply::json(status, answer.page);
     let headers = response.headers_mut();
+    if let Some(location) = answer.location.and_then(|l| HeaderValue::from_str(&l).ok()) {
+        headers.insert(hyper::header::LOCATION, location);
+    }
+    if let Some(cookie) = answer.cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        headers.insert(hyper::header::SET_COOKIE, cookie);
+    }
     headers.insert(hyper::header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
     headers.insert(hyper::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(hyper::header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     reply::unframed(response)
+}
+
+/// The login nonce the browser sends back (see `tether_host::oauth::shared_login`).
+fn login_cookie(headers: &HeaderMap) -> Option<String> {
+    let name = tether_host::oauth::shared_login::COOKIE;
+    headers
+        .get_all(hyper::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.chars().take(128).collect())
 }
 
 fn session_key(headers: &HeaderMap) -> Option<&str> {
