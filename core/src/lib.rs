@@ -121,6 +121,7 @@ pub mod protocol;
 pub mod redact;
 pub mod selection;
 pub mod trace;
+pub mod trace_context;
 pub mod uri;
 
 pub use config::{Config, ConfigError, ServerConfig, Transport};
