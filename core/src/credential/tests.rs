@@ -5,14 +5,18 @@ fn t(ms: u64) -> Instant {
     Instant::from_millis(ms)
 }
 
-fn valid(scope: &str) -> Credential {
-    let backoff = Backoff {
+/// 1 s doubling to 60 s, no jitter.
+fn backoff() -> Backoff {
+    Backoff {
         initial: Duration::from_millis(1000),
         multiplier: 2,
         max: Duration::from_millis(60_000),
         jitter_percent: 0,
-    };
-    let mut c = Credential::new(backoff);
+    }
+}
+
+fn valid(scope: &str) -> Credential {
+    let mut c = Credential::new(backoff());
     let ready = CredentialUpdate::Ready { expires_in_ms: Some(2_000), refreshable: true, scope: Some(scope.into()) };
     assert_eq!(c.on_update(t(0), &ready, &mut Rng::new(1)), Next::Resend);
     c
@@ -240,13 +244,7 @@ fn a_dead_grant_is_discarded_and_never_refreshed_again() {
 
 #[test]
 fn a_refresh_the_store_cannot_take_is_tried_again_before_the_token_in_hand_ends() {
-    let backoff = Backoff {
-        initial: Duration::from_millis(1000),
-        multiplier: 2,
-        max: Duration::from_millis(60_000),
-        jitter_percent: 0,
-    };
-    let mut c = Credential::new(backoff);
+    let mut c = Credential::new(backoff());
     let mut rng = Rng::new(1);
     let ready = CredentialUpdate::Ready { expires_in_ms: Some(60_000), refreshable: true, scope: None };
     assert_eq!(c.on_update(t(0), &ready, &mut rng), Next::Resend);

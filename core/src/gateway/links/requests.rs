@@ -40,19 +40,17 @@ impl Backends {
     /// brought the subscription): now when it is ready, else with the others
     /// once it connects (`resubscribe`); a stateless one listens again.
     pub(in crate::gateway) fn subscribe_backend(&mut self, cx: &mut Cx<'_>, served: &str) {
-        let Some((server, uri)) = cx.catalog.resolve_uri(served).map(|(s, u)| (s.to_string(), u.to_string())) else {
-            return;
-        };
-        if self.get(server.as_str()).is_some_and(|b| b.era == Era::Stateless) {
-            return self.relisten(cx, &server);
-        }
-        if self.get(server.as_str()).is_some_and(|b| b.sup.is_ready()) {
-            let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
-            self.quiet_request(cx, &server, "resources/subscribe", &params);
-        }
+        self.tell_backend_subscription(cx, served, "resources/subscribe");
     }
 
+    /// Unsubscribes at the backend serving `served` (its last subscriber here left).
     pub(in crate::gateway) fn unsubscribe_backend(&mut self, cx: &mut Cx<'_>, served: &str) {
+        self.tell_backend_subscription(cx, served, "resources/unsubscribe");
+    }
+
+    /// `method` (`resources/subscribe` or `/unsubscribe`) for `served` to the
+    /// backend serving it, when it is ready; a stateless one listens again.
+    fn tell_backend_subscription(&mut self, cx: &mut Cx<'_>, served: &str, method: &str) {
         let Some((server, uri)) = cx.catalog.resolve_uri(served).map(|(s, u)| (s.to_string(), u.to_string())) else {
             return;
         };
@@ -61,7 +59,7 @@ impl Backends {
         }
         if self.get(server.as_str()).is_some_and(|b| b.sup.is_ready()) {
             let params = format!(r#"{{"uri":{}}}"#, protocol::quote(&uri));
-            self.quiet_request(cx, &server, "resources/unsubscribe", &params);
+            self.quiet_request(cx, &server, method, &params);
         }
     }
 }
